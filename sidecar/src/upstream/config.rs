@@ -1,0 +1,187 @@
+//! Configuration of one upstream session.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default per-request timeout: 10 minutes.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
+/// Default limit on one message: 8 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+/// Default time to wait for an answer to the `server/discover` probe before
+/// treating the server as legacy (basic/transports/stdio, "Backward
+/// Compatibility": "does not respond within a reasonable timeout").
+pub const DEFAULT_DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to reach the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportConfig {
+    /// A child process speaking newline-delimited JSON-RPC on stdio.
+    Stdio(StdioConfig),
+    /// A Streamable HTTP endpoint.
+    Http(HttpConfig),
+}
+
+/// A stdio server's process.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StdioConfig {
+    /// Program to run (looked up on `PATH`).
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment variables (added to the sidecar's own).
+    pub env: BTreeMap<String, String>,
+    /// Working directory; the sidecar's own when `None`.
+    pub cwd: Option<PathBuf>,
+}
+
+impl StdioConfig {
+    /// The command line, for messages.
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.command.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// A Streamable HTTP server's endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HttpConfig {
+    /// The MCP endpoint URL, e.g. `http://127.0.0.1:3001/mcp`.
+    pub url: String,
+    /// Static headers sent with every request (e.g. `Authorization`).
+    pub headers: Vec<(String, String)>,
+}
+
+/// Which protocol era to speak (basic/versioning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EraPreference {
+    /// Probe for 2026-07-28, fall back to the 2025-11-25 handshake.
+    #[default]
+    Auto,
+    /// Only 2026-07-28 (no fallback).
+    Modern,
+    /// Only the `initialize` handshake (2025-11-25), without probing.
+    Legacy,
+}
+
+impl std::str::FromStr for EraPreference {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(EraPreference::Auto),
+            "2026-07-28" | "modern" => Ok(EraPreference::Modern),
+            "2025-11-25" | "legacy" => Ok(EraPreference::Legacy),
+            other => Err(format!(
+                "unknown protocol era {other:?}: expected auto, 2026-07-28 or 2025-11-25"
+            )),
+        }
+    }
+}
+
+/// Restart policy for a stdio server that exited: exponential backoff from
+/// `initial_backoff`, doubling per consecutive failure, capped at
+/// `max_backoff`. A server that stayed up for `reset_after` starts again
+/// from `initial_backoff`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartPolicy {
+    /// First delay (default 250 ms).
+    pub initial_backoff: Duration,
+    /// Cap (default 30 s).
+    pub max_backoff: Duration,
+    /// Uptime after which the failure count resets (default 60 s).
+    pub reset_after: Duration,
+    /// Restart in the background right after an exit (default true); when
+    /// false, the next request restarts it.
+    pub eager: bool,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        RestartPolicy {
+            initial_backoff: Duration::from_millis(250),
+            max_backoff: Duration::from_secs(30),
+            reset_after: Duration::from_secs(60),
+            eager: true,
+        }
+    }
+}
+
+impl RestartPolicy {
+    /// The delay before attempt number `failures + 1` (0 failures: none).
+    pub fn delay(&self, failures: u32) -> Duration {
+        if failures == 0 {
+            return Duration::ZERO;
+        }
+        let factor = 1u32.checked_shl(failures - 1).unwrap_or(u32::MAX);
+        self.initial_backoff
+            .checked_mul(factor)
+            .unwrap_or(self.max_backoff)
+            .min(self.max_backoff)
+    }
+}
+
+/// Everything one upstream session needs.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// The server's name in Switchyard (logs, errors, metrics).
+    pub name: String,
+    /// Transport.
+    pub transport: TransportConfig,
+    /// Era preference.
+    pub era: EraPreference,
+    /// Per-request timeout (default 10 min).
+    pub request_timeout: Duration,
+    /// `server/discover` probe timeout (default 10 s).
+    pub discover_timeout: Duration,
+    /// Largest message accepted from the server (default 8 MiB).
+    pub max_message_bytes: usize,
+    /// Restart policy (stdio).
+    pub restart: RestartPolicy,
+    /// `clientInfo` we present: name.
+    pub client_name: String,
+    /// `clientInfo` we present: version.
+    pub client_version: String,
+}
+
+impl UpstreamConfig {
+    /// A configuration with every default.
+    pub fn new(name: impl Into<String>, transport: TransportConfig) -> Self {
+        UpstreamConfig {
+            name: name.into(),
+            transport,
+            era: EraPreference::Auto,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            discover_timeout: DEFAULT_DISCOVER_TIMEOUT,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            restart: RestartPolicy::default(),
+            client_name: "switchyard".into(),
+            client_version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let p = RestartPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(1000),
+            ..RestartPolicy::default()
+        };
+        let delays: Vec<u128> = (0..8).map(|n| p.delay(n).as_millis()).collect();
+        assert_eq!(delays, vec![0, 100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(p.delay(200), Duration::from_millis(1000));
+    }
+
+    #[test]
+    fn era_names_parse() {
+        assert_eq!("2025-11-25".parse(), Ok(EraPreference::Legacy));
+        assert_eq!("auto".parse(), Ok(EraPreference::Auto));
+        assert!("2024".parse::<EraPreference>().unwrap_err().contains("2024"));
+    }
+}

@@ -1,0 +1,364 @@
+//! One live connection to a server: a transport plus what negotiation
+//! established. It decorates each request for its era (modern `_meta` and
+//! HTTP request-metadata headers, or the legacy `MCP-Protocol-Version`
+//! header), enforces the per-request timeout, and turns JSON-RPC errors into
+//! [`UpstreamError::Rpc`] without losing `data`.
+
+use super::config::{TransportConfig, UpstreamConfig};
+use super::era::{self, Era, Negotiated};
+use super::error::UpstreamError;
+use super::headers::{self, HeaderParam};
+use super::http::{ExtraHeaders, HttpConnection};
+use super::inbound::Inbound;
+use super::jsonrpc;
+use super::metrics::ServerMetrics;
+use super::stdio::StdioConnection;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Longest `tools/list` walk; a server whose cursors never end is an error.
+const MAX_LIST_PAGES: usize = 1000;
+
+/// The transport under a connection, with the id counter shared by every
+/// connection of one upstream (ids never repeat across restarts).
+#[derive(Debug)]
+pub struct Transport {
+    server: String,
+    ids: Arc<AtomicU64>,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Stdio(StdioConnection),
+    Http(Arc<HttpConnection>),
+}
+
+impl Transport {
+    /// Opens the transport (starts the process, or prepares HTTP).
+    pub fn open(
+        config: &UpstreamConfig,
+        ids: Arc<AtomicU64>,
+        inbound: Arc<Inbound>,
+        metrics: ServerMetrics,
+        http_client: Option<&reqwest::Client>,
+    ) -> Result<Self, UpstreamError> {
+        let kind = match &config.transport {
+            TransportConfig::Stdio(stdio) => Kind::Stdio(StdioConnection::spawn(
+                &config.name,
+                stdio,
+                config.max_message_bytes,
+                inbound,
+                metrics,
+            )?),
+            TransportConfig::Http(http) => {
+                let client = http_client.cloned().ok_or_else(|| {
+                    UpstreamError::protocol(&config.name, "no HTTP client for an HTTP server")
+                })?;
+                Kind::Http(Arc::new(HttpConnection::new(
+                    &config.name,
+                    client,
+                    &http.url,
+                    &http.headers,
+                    config.max_message_bytes,
+                    inbound,
+                    metrics,
+                )?))
+            }
+        };
+        Ok(Transport {
+            server: config.name.clone(),
+            ids,
+            kind,
+        })
+    }
+
+    /// Sends a request and returns its `result`, or the error. `timeout`
+    /// bounds the whole exchange; when it elapses the request is cancelled.
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        headers: &ExtraHeaders,
+        timeout: Duration,
+    ) -> Result<Value, UpstreamError> {
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let msg = jsonrpc::request(id, method, params);
+        let exchange = async {
+            match &self.kind {
+                Kind::Stdio(s) => s.request(id, &msg).await,
+                Kind::Http(h) => h.request(id, method, &msg, headers).await,
+            }
+        };
+        let response = tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| UpstreamError::Timeout {
+                server: self.server.clone(),
+                method: method.to_owned(),
+                after: timeout,
+            })??;
+        if let Some(err) = jsonrpc::ErrorObject::from_response(&response) {
+            return Err(UpstreamError::Rpc {
+                server: self.server.clone(),
+                method: method.to_owned(),
+                code: err.code,
+                message: err.message,
+                data: err.data,
+            });
+        }
+        match response {
+            Value::Object(mut m) => Ok(m.remove("result").unwrap_or(Value::Null)),
+            _ => unreachable!("classified as a response object"),
+        }
+    }
+
+    /// Sends a notification.
+    pub async fn notify(&self, msg: &Value, headers: &ExtraHeaders) -> Result<(), UpstreamError> {
+        match &self.kind {
+            Kind::Stdio(s) => s.send(msg),
+            Kind::Http(h) => h.notify(msg, headers).await,
+        }
+    }
+
+    /// Records that the legacy handshake chose `version`.
+    pub fn set_legacy(&self, _version: &str) {
+        if let Kind::Http(h) = &self.kind {
+            h.set_legacy(true);
+        }
+    }
+
+    /// Whether the connection can still carry requests.
+    pub fn is_alive(&self) -> bool {
+        match &self.kind {
+            Kind::Stdio(s) => s.is_alive(),
+            Kind::Http(h) => h.is_alive(),
+        }
+    }
+
+    /// Whether the transport is HTTP.
+    pub fn is_http(&self) -> bool {
+        matches!(self.kind, Kind::Http(_))
+    }
+
+    /// The process id (stdio).
+    pub fn pid(&self) -> Option<u32> {
+        match &self.kind {
+            Kind::Stdio(s) => s.pid(),
+            Kind::Http(_) => None,
+        }
+    }
+
+    /// Resolves when a stdio process exits; never for HTTP.
+    pub async fn exited(&self) -> String {
+        match &self.kind {
+            Kind::Stdio(s) => s.exited().await,
+            Kind::Http(_) => std::future::pending().await,
+        }
+    }
+
+    /// Stops the process (stdio: close stdin, SIGTERM, SIGKILL, `grace`
+    /// apart) or ends the HTTP session (DELETE).
+    pub async fn shutdown(&self, grace: Duration) {
+        match &self.kind {
+            Kind::Stdio(s) => {
+                s.shutdown(grace).await;
+            }
+            Kind::Http(h) => h.close().await,
+        }
+    }
+}
+
+/// A negotiated connection.
+#[derive(Debug)]
+pub struct Connection {
+    transport: Transport,
+    negotiated: Negotiated,
+    config: Arc<UpstreamConfig>,
+    opened: Instant,
+    /// `x-mcp-header` parameters per tool, from the last `tools/list`
+    /// (2026-07-28 over HTTP only).
+    header_params: Mutex<HashMap<String, Vec<HeaderParam>>>,
+}
+
+impl Connection {
+    /// Opens the transport and negotiates the era.
+    pub async fn open(
+        config: Arc<UpstreamConfig>,
+        ids: Arc<AtomicU64>,
+        inbound: Arc<Inbound>,
+        metrics: ServerMetrics,
+        http_client: Option<&reqwest::Client>,
+    ) -> Result<Self, UpstreamError> {
+        let transport = Transport::open(&config, ids, inbound, metrics, http_client)?;
+        let negotiated = match era::negotiate(&transport, &config).await {
+            Ok(n) => n,
+            Err(e) => {
+                transport.shutdown(Duration::from_millis(200)).await;
+                return Err(e);
+            }
+        };
+        tracing::info!(
+            server = %config.name,
+            era = ?negotiated.era,
+            protocol_version = %negotiated.protocol_version,
+            server_info = %negotiated.server_info,
+            "connected"
+        );
+        Ok(Connection {
+            transport,
+            negotiated,
+            config,
+            opened: Instant::now(),
+            header_params: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// What negotiation established.
+    pub fn negotiated(&self) -> &Negotiated {
+        &self.negotiated
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    /// When the connection was opened.
+    pub fn opened(&self) -> Instant {
+        self.opened
+    }
+
+    /// Sends a request decorated for the era and returns its `result`.
+    /// `params` is forwarded as given (unknown fields and `_meta` kept); in
+    /// the modern era the protocol's own `_meta` keys are set in it.
+    pub async fn request(&self, method: &str, params: Option<Value>) -> Result<Value, UpstreamError> {
+        let (params, headers) = self.decorate(method, params);
+        self.transport
+            .call(method, params, &headers, self.config.request_timeout)
+            .await
+    }
+
+    fn decorate(&self, method: &str, params: Option<Value>) -> (Option<Value>, ExtraHeaders) {
+        match self.negotiated.era {
+            Era::Legacy => (params, era::legacy_headers(&self.negotiated.protocol_version)),
+            Era::Modern => {
+                let mut params = match params {
+                    Some(Value::Object(m)) => m,
+                    None | Some(Value::Null) => Map::new(),
+                    Some(other) => {
+                        // Not an object: forward untouched; the server will say what is wrong.
+                        return (Some(other), self.modern_headers(method, None));
+                    }
+                };
+                let meta = params
+                    .entry("_meta")
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Value::Object(meta) = meta {
+                    for (k, v) in era::modern_meta(&self.config) {
+                        meta.insert(k, v);
+                    }
+                }
+                let params = Value::Object(params);
+                let headers = self.modern_headers(method, Some(&params));
+                (Some(params), headers)
+            }
+        }
+    }
+
+    /// `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*`.
+    fn modern_headers(&self, method: &str, params: Option<&Value>) -> ExtraHeaders {
+        let mut h = vec![
+            ("mcp-protocol-version".to_owned(), self.negotiated.protocol_version.clone()),
+            ("mcp-method".to_owned(), method.to_owned()),
+        ];
+        if !self.transport.is_http() {
+            return h;
+        }
+        let name_field = match method {
+            "tools/call" | "prompts/get" => "name",
+            "resources/read" => "uri",
+            _ => return h,
+        };
+        let Some(name) = params.and_then(|p| p.get(name_field)).and_then(Value::as_str) else {
+            return h;
+        };
+        h.push(("mcp-name".to_owned(), headers::encode_value(name)));
+        if method == "tools/call" {
+            let arguments = params.and_then(|p| p.get("arguments")).unwrap_or(&Value::Null);
+            if let Some(list) = self.header_params.lock().unwrap().get(name) {
+                for p in list {
+                    if let Some(v) = headers::param_value(arguments, &p.path) {
+                        h.push((format!("mcp-param-{}", p.name), v));
+                    }
+                }
+            }
+        }
+        h
+    }
+
+    /// Lists every tool, following `nextCursor` to the end. A server without
+    /// the `tools` capability has none (no request is sent). Over 2026-07-28
+    /// HTTP, tools with invalid `x-mcp-header` annotations are left out with
+    /// a warning (streamable-http, "Schema Extension").
+    pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
+        if !self.negotiated.has_tools() {
+            return Ok(Vec::new());
+        }
+        let mut tools = Vec::new();
+        let mut cursor: Option<Value> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = cursor
+                .take()
+                .map(|c| serde_json::json!({"cursor": c}));
+            let page = self.request("tools/list", params).await?;
+            match page.get("tools") {
+                Some(Value::Array(items)) => tools.extend(items.iter().cloned()),
+                _ => {
+                    return Err(UpstreamError::protocol(
+                        &self.config.name,
+                        "tools/list result has no `tools` array",
+                    ));
+                }
+            }
+            match page.get("nextCursor") {
+                Some(c) if !c.is_null() && c != "" => cursor = Some(c.clone()),
+                _ => return Ok(self.check_tools(tools)),
+            }
+        }
+        Err(UpstreamError::protocol(
+            &self.config.name,
+            format!("tools/list did not end after {MAX_LIST_PAGES} pages"),
+        ))
+    }
+
+    fn check_tools(&self, tools: Vec<Value>) -> Vec<Value> {
+        if !(self.transport.is_http() && self.negotiated.era == Era::Modern) {
+            return tools;
+        }
+        let mut params = HashMap::new();
+        let kept = tools
+            .into_iter()
+            .filter(|tool| {
+                let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
+                let schema = tool.get("inputSchema").unwrap_or(&Value::Null);
+                match headers::header_params(schema) {
+                    Ok(list) => {
+                        if !list.is_empty() {
+                            params.insert(name.to_owned(), list);
+                        }
+                        true
+                    }
+                    Err(reason) => {
+                        tracing::warn!(server = %self.config.name, tool = %name, %reason, "leaving out a tool with an invalid x-mcp-header annotation");
+                        false
+                    }
+                }
+            })
+            .collect();
+        *self.header_params.lock().unwrap() = params;
+        kept
+    }
+}

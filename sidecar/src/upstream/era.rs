@@ -1,0 +1,240 @@
+//! Protocol-era negotiation (2026-07-28 basic/versioning, "Backward
+//! Compatibility with Initialization-Based Versions").
+//!
+//! A dual-era client probes with `server/discover` carrying the modern
+//! per-request `_meta`. A `DiscoverResult` means a modern server. A
+//! recognised modern error (-32020, -32021, -32022) also means a modern
+//! server: no fallback, except to a legacy version the server itself lists
+//! as supported. Anything else — another error, a 4xx without a modern
+//! error body, or silence until the probe timeout — means a legacy server:
+//! `initialize`, then `notifications/initialized` (2025-11-25
+//! basic/lifecycle).
+
+use super::config::{EraPreference, UpstreamConfig};
+use super::connection::Transport;
+use super::error::UpstreamError;
+use super::jsonrpc;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+/// The modern protocol version we speak.
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// The legacy version we ask for in `initialize`.
+pub const LEGACY_VERSION: &str = "2025-11-25";
+/// Legacy versions we accept when a server answers `initialize` with an
+/// older one (each is a superset-compatible subset of what we use).
+pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// `_meta` keys of a modern request (2026-07-28 schema `RequestMetaObject`).
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// See [`META_PROTOCOL_VERSION`].
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// See [`META_PROTOCOL_VERSION`].
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `DiscoverResult._meta` key of the server's identity.
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// Which era a server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Era {
+    /// 2026-07-28 and later: stateless, per-request `_meta`.
+    Modern,
+    /// 2025-11-25 and earlier: `initialize` handshake.
+    Legacy,
+}
+
+/// What negotiation established. `server_info` and `capabilities` are kept
+/// exactly as the server sent them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Negotiated {
+    /// The era.
+    pub era: Era,
+    /// The protocol version in use.
+    pub protocol_version: String,
+    /// `serverInfo` (legacy) or `_meta["io.modelcontextprotocol/serverInfo"]`
+    /// (modern); `null` when the server sent none.
+    pub server_info: Value,
+    /// The server's capabilities object.
+    pub capabilities: Value,
+    /// `instructions`, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// `supportedVersions` from `server/discover` (modern only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub supported_versions: Vec<String>,
+}
+
+impl Negotiated {
+    /// Whether the server declared the `tools` capability.
+    pub fn has_tools(&self) -> bool {
+        self.capabilities.get("tools").is_some_and(|t| !t.is_null())
+    }
+}
+
+/// The client capabilities we declare. None yet: elicitation and roots
+/// join with the interactions stage; sampling is never declared.
+pub fn client_capabilities() -> Value {
+    json!({})
+}
+
+/// The modern per-request `_meta` entries.
+pub fn modern_meta(config: &UpstreamConfig) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert(META_PROTOCOL_VERSION.into(), MODERN_VERSION.into());
+    m.insert(
+        META_CLIENT_INFO.into(),
+        json!({"name": config.client_name, "version": config.client_version}),
+    );
+    m.insert(META_CLIENT_CAPABILITIES.into(), client_capabilities());
+    m
+}
+
+/// Negotiates the era on a fresh transport.
+pub async fn negotiate(
+    transport: &Transport,
+    config: &UpstreamConfig,
+) -> Result<Negotiated, UpstreamError> {
+    match config.era {
+        EraPreference::Legacy => initialize(transport, config).await,
+        EraPreference::Modern => match discover(transport, config).await? {
+            Probe::Modern(n) => Ok(n),
+            Probe::Legacy(why) => Err(UpstreamError::protocol(
+                &config.name,
+                format!("the server does not speak {MODERN_VERSION} ({why}) and the era is pinned to it"),
+            )),
+        },
+        EraPreference::Auto => match discover(transport, config).await? {
+            Probe::Modern(n) => Ok(n),
+            Probe::Legacy(why) => {
+                tracing::info!(server = %config.name, reason = %why, "server is not modern; falling back to initialize");
+                initialize(transport, config).await
+            }
+        },
+    }
+}
+
+enum Probe {
+    Modern(Negotiated),
+    Legacy(String),
+}
+
+async fn discover(transport: &Transport, config: &UpstreamConfig) -> Result<Probe, UpstreamError> {
+    let headers = vec![
+        ("mcp-protocol-version".to_owned(), MODERN_VERSION.to_owned()),
+        ("mcp-method".to_owned(), "server/discover".to_owned()),
+    ];
+    let server = &config.name;
+    // A modern server may answer UnsupportedProtocolVersion while listing
+    // the version we asked for (the client "SHOULD select a mutually
+    // supported version from the `supported` list and retry"): one retry.
+    let mut retried = false;
+    loop {
+        let params = json!({"_meta": modern_meta(config)});
+        let reply = transport
+            .call("server/discover", Some(params), &headers, config.discover_timeout)
+            .await;
+        return match reply {
+            Ok(result) => {
+                let supported = string_list(result.get("supportedVersions"));
+                if supported.iter().any(|v| v == MODERN_VERSION) {
+                    let server_info = result
+                        .get("_meta")
+                        .and_then(|m| m.get(META_SERVER_INFO))
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    Ok(Probe::Modern(Negotiated {
+                        era: Era::Modern,
+                        protocol_version: MODERN_VERSION.into(),
+                        server_info,
+                        capabilities: result.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+                        instructions: result.get("instructions").and_then(Value::as_str).map(str::to_owned),
+                        supported_versions: supported,
+                    }))
+                } else {
+                    // Not a DiscoverResult we can use (a legacy server that
+                    // answers unknown methods with an empty result, or one
+                    // listing only versions we do not speak in the modern era).
+                    Ok(Probe::Legacy(format!("server/discover result lists versions {supported:?}")))
+                }
+            }
+            Err(UpstreamError::Rpc { code, message, data, .. }) if jsonrpc::is_modern_error_code(code) => {
+                let supported = string_list(data.as_ref().and_then(|d| d.get("supported")));
+                if code == jsonrpc::UNSUPPORTED_PROTOCOL_VERSION {
+                    if supported.iter().any(|v| v == MODERN_VERSION) && !retried {
+                        retried = true;
+                        continue;
+                    }
+                    if supported.iter().any(|v| LEGACY_VERSIONS.contains(&v.as_str())) {
+                        return Ok(Probe::Legacy(format!("server supports {supported:?}")));
+                    }
+                }
+                Err(UpstreamError::protocol(
+                    server,
+                    format!("server/discover rejected with error {code} ({message}); server-supported versions: {supported:?}"),
+                ))
+            }
+            Err(UpstreamError::Rpc { code, message, .. }) => {
+                Ok(Probe::Legacy(format!("server/discover answered error {code}: {message}")))
+            }
+            Err(UpstreamError::HttpStatus { status, .. }) if (400..500).contains(&status) => {
+                Ok(Probe::Legacy(format!("server/discover answered HTTP {status}")))
+            }
+            Err(UpstreamError::Timeout { after, .. }) => Ok(Probe::Legacy(format!(
+                "no answer to server/discover within {}s",
+                after.as_secs_f64()
+            ))),
+            Err(UpstreamError::NoResponse { detail, .. }) => {
+                Ok(Probe::Legacy(format!("no response to server/discover: {detail}")))
+            }
+            Err(other) => Err(other),
+        };
+    }
+}
+
+fn string_list(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+async fn initialize(transport: &Transport, config: &UpstreamConfig) -> Result<Negotiated, UpstreamError> {
+    let params = json!({
+        "protocolVersion": LEGACY_VERSION,
+        "capabilities": client_capabilities(),
+        "clientInfo": {"name": config.client_name, "version": config.client_version},
+    });
+    let result = transport
+        .call("initialize", Some(params), &Vec::new(), config.request_timeout)
+        .await?;
+    let version = result
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .ok_or_else(|| UpstreamError::protocol(&config.name, "initialize result has no protocolVersion"))?
+        .to_owned();
+    if !LEGACY_VERSIONS.contains(&version.as_str()) {
+        return Err(UpstreamError::protocol(
+            &config.name,
+            format!("server chose protocol version {version:?}, which we do not speak (we speak {LEGACY_VERSIONS:?})"),
+        ));
+    }
+    transport.set_legacy(&version);
+    transport
+        .notify(&jsonrpc::notification("notifications/initialized", None), &legacy_headers(&version))
+        .await?;
+    Ok(Negotiated {
+        era: Era::Legacy,
+        protocol_version: version,
+        server_info: result.get("serverInfo").cloned().unwrap_or(Value::Null),
+        capabilities: result.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+        instructions: result.get("instructions").and_then(Value::as_str).map(str::to_owned),
+        supported_versions: Vec::new(),
+    })
+}
+
+/// Headers of every legacy request after `initialize` (2025-11-25
+/// transports, "Protocol Version Header").
+pub fn legacy_headers(version: &str) -> Vec<(String, String)> {
+    vec![("mcp-protocol-version".to_owned(), version.to_owned())]
+}

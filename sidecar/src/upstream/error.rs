@@ -1,0 +1,208 @@
+//! Errors of the upstream session. Every error names the server it came
+//! from, so a message is useful on its own in a log line or in an engine's
+//! tool result.
+
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An upstream failure. Cheap to clone (shared causes are behind `Arc`), so
+/// one failure can be handed to every caller that waited on it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    /// The stdio server process could not be started.
+    #[error("server {server}: failed to start `{command}`: {source}")]
+    Spawn {
+        /// Server name.
+        server: String,
+        /// The command line that failed.
+        command: String,
+        /// The OS error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The stdio server process exited (or was killed) while the call was
+    /// pending. `status` is the exit status as the OS reports it, e.g.
+    /// `exit status: 3` or `signal: 9 (SIGKILL)`.
+    #[error("server {server} exited ({status}) while the request was pending{}", stderr_hint(.stderr_tail))]
+    Exited {
+        /// Server name.
+        server: String,
+        /// Exit status.
+        status: String,
+        /// The last lines the server wrote to stderr.
+        stderr_tail: String,
+    },
+    /// No response within the per-request timeout.
+    #[error("server {server}: no response to {method} within {}s", .after.as_secs_f64())]
+    Timeout {
+        /// Server name.
+        server: String,
+        /// JSON-RPC method.
+        method: String,
+        /// The timeout that elapsed.
+        after: Duration,
+    },
+    /// The server answered with a JSON-RPC error (JSON-RPC 2.0 §5.1). The
+    /// error object is kept whole, `data` included.
+    #[error("server {server}: {method} failed with JSON-RPC error {code}: {message}")]
+    Rpc {
+        /// Server name.
+        server: String,
+        /// JSON-RPC method.
+        method: String,
+        /// `error.code`.
+        code: i64,
+        /// `error.message`.
+        message: String,
+        /// `error.data`, as sent.
+        data: Option<Value>,
+    },
+    /// HTTP 401 or 403 from a Streamable HTTP server (MCP basic/authorization).
+    #[error("server {server}: not authorized (HTTP {status}){}", challenge_hint(.www_authenticate))]
+    Unauthorized {
+        /// Server name.
+        server: String,
+        /// 401 or 403.
+        status: u16,
+        /// The `WWW-Authenticate` challenge, if any.
+        www_authenticate: Option<String>,
+    },
+    /// Any other unexpected HTTP status.
+    #[error("server {server}: HTTP {status} to {method}: {body}")]
+    HttpStatus {
+        /// Server name.
+        server: String,
+        /// JSON-RPC method of the request.
+        method: String,
+        /// HTTP status code.
+        status: u16,
+        /// The beginning of the response body.
+        body: String,
+    },
+    /// A network or I/O failure talking to the server.
+    #[error("server {server}: {context}: {source}")]
+    Io {
+        /// Server name.
+        server: String,
+        /// What was being done.
+        context: String,
+        /// The cause.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// The server answered a request without a JSON-RPC response to it
+    /// (empty body, or a stream that ended first).
+    #[error("server {server}: {method} got no JSON-RPC response: {detail}")]
+    NoResponse {
+        /// Server name.
+        server: String,
+        /// JSON-RPC method.
+        method: String,
+        /// What came instead.
+        detail: String,
+    },
+    /// The response was larger than `max_message_bytes`.
+    #[error("server {server}: response to {method} is {size} bytes, over the {limit}-byte limit")]
+    MessageTooLarge {
+        /// Server name.
+        server: String,
+        /// JSON-RPC method (or `unknown`).
+        method: String,
+        /// Size seen (at least).
+        size: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The server broke the protocol (bad handshake, unsupported version,
+    /// malformed message).
+    #[error("server {server}: protocol error: {detail}")]
+    Protocol {
+        /// Server name.
+        server: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// HTTP 404 to a request that carried an `MCP-Session-Id`: the server
+    /// ended the session (2025-11-25 transports, "Session Management"). The
+    /// request was not processed; the session re-negotiates and retries once.
+    #[error("server {server}: session expired (HTTP 404 to {method})")]
+    SessionExpired {
+        /// Server name.
+        server: String,
+        /// JSON-RPC method of the request that got the 404.
+        method: String,
+    },
+    /// The connection is closed (the session is shutting down).
+    #[error("server {server}: connection closed")]
+    Closed {
+        /// Server name.
+        server: String,
+    },
+}
+
+fn stderr_hint(tail: &str) -> String {
+    match tail.lines().rev().find(|l| !l.trim().is_empty()) {
+        Some(last) => format!("; last stderr line: {}", last.trim()),
+        None => String::new(),
+    }
+}
+
+fn challenge_hint(challenge: &Option<String>) -> String {
+    match challenge {
+        Some(c) => format!("; WWW-Authenticate: {c}"),
+        None => String::new(),
+    }
+}
+
+impl UpstreamError {
+    /// Wraps an I/O-ish error with context.
+    pub fn io(
+        server: &str,
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        UpstreamError::Io {
+            server: server.to_owned(),
+            context: context.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// A protocol error.
+    pub fn protocol(server: &str, detail: impl Into<String>) -> Self {
+        UpstreamError::Protocol {
+            server: server.to_owned(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Whether this is a connection-level failure (the server went away or
+    /// the network failed), as opposed to an answer from the server. Stage A
+    /// retries read-only/idempotent tools once on these.
+    pub fn is_connection_failure(&self) -> bool {
+        matches!(
+            self,
+            UpstreamError::Exited { .. }
+                | UpstreamError::Io { .. }
+                | UpstreamError::Spawn { .. }
+                | UpstreamError::Closed { .. }
+        )
+    }
+
+    /// A short label for metrics (`outcome` label values).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            UpstreamError::Spawn { .. } | UpstreamError::Exited { .. } => "server_exited",
+            UpstreamError::Timeout { .. } => "timeout",
+            UpstreamError::Rpc { .. } => "rpc_error",
+            UpstreamError::Unauthorized { .. } => "unauthorized",
+            UpstreamError::HttpStatus { .. } | UpstreamError::Io { .. } => "transport_error",
+            UpstreamError::NoResponse { .. } => "no_response",
+            UpstreamError::MessageTooLarge { .. } => "too_large",
+            UpstreamError::Protocol { .. } => "protocol_error",
+            UpstreamError::SessionExpired { .. } => "session_expired",
+            UpstreamError::Closed { .. } => "closed",
+        }
+    }
+}

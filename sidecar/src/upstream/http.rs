@@ -1,0 +1,541 @@
+//! The Streamable HTTP transport (basic/transports "Streamable HTTP", in
+//! both the 2025-11-25 and the 2026-07-28 revisions).
+//!
+//! Every message is its own POST. A request's answer is either one JSON
+//! object (`application/json`) or an SSE stream (`text/event-stream`) that
+//! may carry notifications (and, in 2025-11-25, server requests) before the
+//! response; media-type parameters such as `charset` are ignored. The
+//! `MCP-Session-Id` the server assigns at `initialize` is echoed on every
+//! later request; a 404 to a request that carried it means the session is
+//! gone ([`UpstreamError::SessionExpired`]). A 2025-11-25 SSE stream that
+//! ends before the response is resumed with GET and `Last-Event-ID`, after
+//! the server's `retry` delay. Bodies and events are bounded by
+//! `max_message_bytes`.
+
+use super::error::UpstreamError;
+use super::inbound::Inbound;
+use super::jsonrpc::{self, Kind};
+use super::metrics::ServerMetrics;
+use bytes::Bytes;
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// `MCP-Session-Id` (2025-11-25 transports, "Session Management").
+pub const SESSION_ID: &str = "mcp-session-id";
+/// How often a 2025-11-25 SSE stream is resumed without progress before
+/// the request fails.
+const MAX_RESUMES_WITHOUT_PROGRESS: u32 = 5;
+/// Resume delay when the server sent no `retry` field.
+const DEFAULT_RETRY: Duration = Duration::from_millis(500);
+/// Bytes of an error body kept for messages.
+const ERROR_BODY_PREVIEW: usize = 300;
+
+/// One negotiated Streamable HTTP session (or, for 2026-07-28, one origin).
+pub struct HttpConnection {
+    server: String,
+    client: reqwest::Client,
+    url: reqwest::Url,
+    static_headers: HeaderMap,
+    session_id: Mutex<Option<String>>,
+    /// 2025-11-25 semantics: cancel by notification, resume streams.
+    legacy: AtomicBool,
+    alive: AtomicBool,
+    max_message_bytes: usize,
+    inbound: Arc<Inbound>,
+    metrics: ServerMetrics,
+}
+
+impl std::fmt::Debug for HttpConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpConnection")
+            .field("server", &self.server)
+            .field("url", &self.url.as_str())
+            .finish()
+    }
+}
+
+/// Extra headers for one request, as (name, value) pairs already encoded.
+pub type ExtraHeaders = Vec<(String, String)>;
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<eventsource_stream::Event, String>> + Send>>;
+
+impl HttpConnection {
+    /// A connection to `url`. Errors: an invalid URL or header (named).
+    pub fn new(
+        server: &str,
+        client: reqwest::Client,
+        url: &str,
+        headers: &[(String, String)],
+        max_message_bytes: usize,
+        inbound: Arc<Inbound>,
+        metrics: ServerMetrics,
+    ) -> Result<Self, UpstreamError> {
+        let url = reqwest::Url::parse(url)
+            .map_err(|e| UpstreamError::protocol(server, format!("invalid url {url:?}: {e}")))?;
+        let mut static_headers = HeaderMap::new();
+        for (k, v) in headers {
+            let name = HeaderName::from_bytes(k.trim().as_bytes()).map_err(|e| {
+                UpstreamError::protocol(server, format!("invalid header name {k:?}: {e}"))
+            })?;
+            let value = HeaderValue::from_str(v.trim()).map_err(|e| {
+                UpstreamError::protocol(server, format!("invalid value for header {k}: {e}"))
+            })?;
+            static_headers.append(name, value);
+        }
+        Ok(HttpConnection {
+            server: server.to_owned(),
+            client,
+            url,
+            static_headers,
+            session_id: Mutex::new(None),
+            legacy: AtomicBool::new(false),
+            alive: AtomicBool::new(true),
+            max_message_bytes,
+            inbound,
+            metrics,
+        })
+    }
+
+    /// Switches to 2025-11-25 semantics (set after `initialize`).
+    pub fn set_legacy(&self, legacy: bool) {
+        self.legacy.store(legacy, Ordering::Relaxed);
+    }
+
+    /// False once the server ended our session (404).
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    /// The session id the server assigned, if any.
+    pub fn session_id(&self) -> Option<String> {
+        self.session_id.lock().unwrap().clone()
+    }
+
+    fn post(&self, body: Vec<u8>, extra: &ExtraHeaders) -> reqwest::RequestBuilder {
+        let mut req = self
+            .client
+            .post(self.url.clone())
+            .headers(self.static_headers.clone())
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json");
+        if let Some(sid) = self.session_id() {
+            req = req.header(SESSION_ID, sid);
+        }
+        for (k, v) in extra {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        self.metrics.sent_bytes(body.len());
+        req.body(body)
+    }
+
+    /// Sends request `msg` (id `id`, method `method`) and returns its
+    /// response message. Dropping the future closes the response stream,
+    /// which is the 2026-07-28 cancellation signal; in 2025-11-25 a
+    /// `notifications/cancelled` is also posted.
+    pub async fn request(
+        self: &Arc<Self>,
+        id: u64,
+        method: &str,
+        msg: &Value,
+        extra: &ExtraHeaders,
+    ) -> Result<Value, UpstreamError> {
+        let mut guard = CancelOnDrop {
+            conn: self.clone(),
+            id,
+            extra: extra.clone(),
+            armed: true,
+        };
+        let result = self.exchange(id, method, msg, extra).await;
+        guard.armed = false;
+        result
+    }
+
+    async fn exchange(
+        self: &Arc<Self>,
+        id: u64,
+        method: &str,
+        msg: &Value,
+        extra: &ExtraHeaders,
+    ) -> Result<Value, UpstreamError> {
+        let had_session = self.session_id().is_some();
+        let body = serde_json::to_vec(msg).expect("a Value always serialises");
+        let resp = self
+            .post(body, extra)
+            .send()
+            .await
+            .map_err(|e| UpstreamError::io(&self.server, format!("POST {method}"), e))?;
+        if let Some(sid) = resp.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
+            let mut current = self.session_id.lock().unwrap();
+            if current.as_deref() != Some(sid) {
+                *current = Some(sid.to_owned());
+            }
+        }
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(self.status_error(method, resp, had_session).await);
+        }
+        let id_value = Value::from(id);
+        match media_type(resp.headers()).as_deref() {
+            Some("text/event-stream") => {
+                let events = self.events(resp);
+                self.read_stream(&id_value, method, events).await
+            }
+            Some("application/json") => {
+                let body = self.read_body(method, resp).await?;
+                if body.iter().all(u8::is_ascii_whitespace) {
+                    return Err(self.no_response(method, format!("HTTP {status} with an empty body")));
+                }
+                let parsed: Value = serde_json::from_slice(&body).map_err(|e| {
+                    UpstreamError::protocol(
+                        &self.server,
+                        format!("{method}: response body is not JSON ({e}): {}", jsonrpc::preview(&body, 200)),
+                    )
+                })?;
+                let messages = match parsed {
+                    Value::Array(items) => items,
+                    one => vec![one],
+                };
+                let mut response = None;
+                for m in messages {
+                    if let Some(r) = self.dispatch(&id_value, m, extra) {
+                        response = Some(r);
+                    }
+                }
+                response.ok_or_else(|| {
+                    self.no_response(method, "the JSON body holds no response to the request".into())
+                })
+            }
+            other => {
+                let body = self.read_body(method, resp).await.unwrap_or_default();
+                Err(self.no_response(
+                    method,
+                    format!(
+                        "HTTP {status}, content type {:?}, {} body bytes",
+                        other.unwrap_or("none"),
+                        body.len()
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Sends a notification; any 2xx (200, 202, 204, with or without a
+    /// body) is success.
+    pub async fn notify(&self, msg: &Value, extra: &ExtraHeaders) -> Result<(), UpstreamError> {
+        let method = msg["method"].as_str().unwrap_or("notification").to_owned();
+        let had_session = self.session_id().is_some();
+        let body = serde_json::to_vec(msg).expect("a Value always serialises");
+        let resp = self
+            .post(body, extra)
+            .send()
+            .await
+            .map_err(|e| UpstreamError::io(&self.server, format!("POST {method}"), e))?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(self.status_error(&method, resp, had_session).await)
+    }
+
+    /// Ends the session (HTTP DELETE), best effort.
+    pub async fn close(&self) {
+        self.alive.store(false, Ordering::Relaxed);
+        let Some(sid) = self.session_id() else { return };
+        let req = self
+            .client
+            .delete(self.url.clone())
+            .headers(self.static_headers.clone())
+            .header(SESSION_ID, sid)
+            .timeout(Duration::from_secs(2));
+        if let Err(e) = req.send().await {
+            tracing::debug!(error = %e, "DELETE of the session failed");
+        }
+    }
+
+    async fn status_error(
+        &self,
+        method: &str,
+        resp: reqwest::Response,
+        had_session: bool,
+    ) -> UpstreamError {
+        let status = resp.status().as_u16();
+        if status == 401 || status == 403 {
+            let www_authenticate = resp
+                .headers()
+                .get(reqwest::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            return UpstreamError::Unauthorized {
+                server: self.server.clone(),
+                status,
+                www_authenticate,
+            };
+        }
+        if status == 404 && had_session {
+            self.alive.store(false, Ordering::Relaxed);
+            return UpstreamError::SessionExpired {
+                server: self.server.clone(),
+                method: method.to_owned(),
+            };
+        }
+        let body = self.read_body(method, resp).await.unwrap_or_default();
+        // A JSON-RPC error in the body (e.g. a modern server's
+        // UnsupportedProtocolVersion with 400) is the server's answer.
+        if let Ok(msg) = serde_json::from_slice::<Value>(&body) {
+            if let Some(err) = jsonrpc::ErrorObject::from_response(&msg) {
+                return UpstreamError::Rpc {
+                    server: self.server.clone(),
+                    method: method.to_owned(),
+                    code: err.code,
+                    message: err.message,
+                    data: err.data,
+                };
+            }
+        }
+        UpstreamError::HttpStatus {
+            server: self.server.clone(),
+            method: method.to_owned(),
+            status,
+            body: jsonrpc::preview(&body, ERROR_BODY_PREVIEW),
+        }
+    }
+
+    async fn read_body(&self, method: &str, mut resp: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {
+        let mut body = Vec::new();
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    self.metrics.received_bytes(chunk.len());
+                    if body.len() + chunk.len() > self.max_message_bytes {
+                        self.metrics.skipped("oversized");
+                        return Err(UpstreamError::MessageTooLarge {
+                            server: self.server.clone(),
+                            method: method.to_owned(),
+                            size: body.len() + chunk.len(),
+                            limit: self.max_message_bytes,
+                        });
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => return Ok(body),
+                Err(e) => {
+                    return Err(UpstreamError::io(&self.server, format!("reading the {method} response"), e));
+                }
+            }
+        }
+    }
+
+    /// Turns a response body into SSE events, each bounded in size.
+    fn events(&self, resp: reqwest::Response) -> EventStream {
+        let limit = self.max_message_bytes;
+        let metrics = self.metrics.clone();
+        let mut since_boundary = 0usize;
+        let mut last_newline = false;
+        let bytes = resp.bytes_stream().map(move |chunk| {
+            let chunk: Bytes = chunk.map_err(|e| e.to_string())?;
+            metrics.received_bytes(chunk.len());
+            for &b in chunk.iter() {
+                match b {
+                    b'\r' => {}
+                    b'\n' if last_newline => since_boundary = 0,
+                    b'\n' => last_newline = true,
+                    _ => {
+                        last_newline = false;
+                        since_boundary += 1;
+                    }
+                }
+                if since_boundary > limit {
+                    return Err(format!("an SSE event is over the {limit}-byte limit"));
+                }
+            }
+            Ok(chunk)
+        });
+        Box::pin(bytes.eventsource().map(|ev| ev.map_err(|e| e.to_string())))
+    }
+
+    /// Reads an SSE stream until the response to `id` arrives, resuming a
+    /// 2025-11-25 stream that ends early.
+    async fn read_stream(
+        self: &Arc<Self>,
+        id: &Value,
+        method: &str,
+        mut events: EventStream,
+    ) -> Result<Value, UpstreamError> {
+        let mut last_event_id = String::new();
+        let mut retry = DEFAULT_RETRY;
+        let mut resumes_without_progress = 0;
+        loop {
+            while let Some(ev) = events.next().await {
+                let ev = ev.map_err(|e| {
+                    if e.contains("byte limit") {
+                        self.metrics.skipped("oversized");
+                        UpstreamError::MessageTooLarge {
+                            server: self.server.clone(),
+                            method: method.to_owned(),
+                            size: self.max_message_bytes + 1,
+                            limit: self.max_message_bytes,
+                        }
+                    } else {
+                        UpstreamError::io(&self.server, format!("reading the {method} event stream"), StreamError(e))
+                    }
+                })?;
+                if !ev.id.is_empty() && ev.id != last_event_id {
+                    last_event_id = ev.id.clone();
+                    resumes_without_progress = 0;
+                }
+                if let Some(r) = ev.retry {
+                    retry = r;
+                }
+                if ev.data.trim().is_empty() {
+                    continue; // a priming event or keep-alive
+                }
+                let Ok(msg) = serde_json::from_str::<Value>(&ev.data) else {
+                    self.metrics.skipped("not_json");
+                    tracing::warn!(data = %jsonrpc::preview(ev.data.as_bytes(), 200), "skipping an SSE event that is not JSON");
+                    continue;
+                };
+                if let Some(response) = self.dispatch(id, msg, &Vec::new()) {
+                    return Ok(response);
+                }
+            }
+            // The stream ended without our response.
+            if !self.legacy.load(Ordering::Relaxed) || last_event_id.is_empty() {
+                return Err(self.no_response(method, "the event stream ended before the response".into()));
+            }
+            resumes_without_progress += 1;
+            if resumes_without_progress > MAX_RESUMES_WITHOUT_PROGRESS {
+                return Err(self.no_response(
+                    method,
+                    format!("the event stream was resumed {MAX_RESUMES_WITHOUT_PROGRESS} times without progress"),
+                ));
+            }
+            tokio::time::sleep(retry).await;
+            tracing::debug!(last_event_id = %last_event_id, "resuming the event stream");
+            events = self.resume(method, &last_event_id).await?;
+        }
+    }
+
+    async fn resume(&self, method: &str, last_event_id: &str) -> Result<EventStream, UpstreamError> {
+        let mut req = self
+            .client
+            .get(self.url.clone())
+            .headers(self.static_headers.clone())
+            .header(ACCEPT, "text/event-stream")
+            .header("last-event-id", last_event_id);
+        if let Some(sid) = self.session_id() {
+            req = req.header(SESSION_ID, sid);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| UpstreamError::io(&self.server, format!("GET to resume {method}"), e))?;
+        if !resp.status().is_success() {
+            return Err(self.status_error(method, resp, true).await);
+        }
+        Ok(self.events(resp))
+    }
+
+    /// Routes one incoming message; returns it if it is the response to `id`.
+    fn dispatch(self: &Arc<Self>, id: &Value, msg: Value, extra: &ExtraHeaders) -> Option<Value> {
+        match jsonrpc::classify(&msg) {
+            Some(Kind::Response) if &msg["id"] == id => Some(msg),
+            Some(Kind::Response) => {
+                self.metrics.skipped("late_response");
+                tracing::debug!(id = %msg["id"], "dropping a response to another request");
+                None
+            }
+            Some(Kind::Notification) => {
+                self.inbound.notification(msg);
+                None
+            }
+            Some(Kind::Request) => {
+                // 2025-11-25: the server may ask us something mid-stream; the
+                // answer is POSTed back.
+                let conn = self.clone();
+                let extra = extra.clone();
+                tokio::spawn(async move {
+                    let reply = conn.inbound.request(msg).await;
+                    let body = serde_json::to_vec(&reply).expect("serialises");
+                    if let Err(e) = conn.post(body, &extra).send().await {
+                        tracing::warn!(error = %e, "posting our answer to a server request failed");
+                    }
+                });
+                None
+            }
+            None => {
+                self.metrics.skipped("not_jsonrpc");
+                tracing::warn!(message = %jsonrpc::preview(msg.to_string().as_bytes(), 200), "skipping a message that is not JSON-RPC");
+                None
+            }
+        }
+    }
+
+    fn no_response(&self, method: &str, detail: String) -> UpstreamError {
+        UpstreamError::NoResponse {
+            server: self.server.clone(),
+            method: method.to_owned(),
+            detail,
+        }
+    }
+}
+
+/// Posts `notifications/cancelled` (2025-11-25) if a request is dropped.
+struct CancelOnDrop {
+    conn: Arc<HttpConnection>,
+    id: u64,
+    extra: ExtraHeaders,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.armed || !self.conn.legacy.load(Ordering::Relaxed) {
+            return;
+        }
+        let conn = self.conn.clone();
+        let id = self.id;
+        let extra = self.extra.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let msg = jsonrpc::notification(
+                    "notifications/cancelled",
+                    Some(json!({"requestId": id, "reason": "cancelled by the caller"})),
+                );
+                if let Err(e) = conn.notify(&msg, &extra).await {
+                    tracing::debug!(error = %e, "posting notifications/cancelled failed");
+                }
+            });
+        }
+    }
+}
+
+#[derive(Debug)]
+struct StreamError(String);
+impl std::fmt::Display for StreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for StreamError {}
+
+/// The media type's essence (`type/subtype`, lower case), parameters such
+/// as `charset` ignored (RFC 9110 §8.3.1).
+pub fn media_type(headers: &HeaderMap) -> Option<String> {
+    let raw = headers.get(CONTENT_TYPE)?.to_str().ok()?;
+    let m: mime::Mime = raw.parse().ok()?;
+    Some(m.essence_str().to_ascii_lowercase())
+}
+
+/// Builds the shared HTTP client (rustls with the ring provider).
+pub fn client() -> Result<reqwest::Client, reqwest::Error> {
+    crate::tls::install_crypto_provider();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+}

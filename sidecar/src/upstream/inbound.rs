@@ -1,0 +1,65 @@
+//! Messages the server sends us unasked: notifications (fanned out to
+//! subscribers) and server-to-client requests (2025-11-25 only; 2026-07-28
+//! replaced them with multi round-trip results).
+//!
+//! Today the session answers `ping` and refuses every other request with
+//! -32601: it declares no client capabilities yet, and sampling is never
+//! declared (design §4). Elicitation and roots join with the interactions
+//! stage.
+
+use super::jsonrpc;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// Capacity of the notification fan-out; a subscriber that falls this far
+/// behind misses the oldest notifications (and is told so by `broadcast`).
+const NOTIFICATION_BUFFER: usize = 256;
+
+/// Dispatches unsolicited messages from one server.
+#[derive(Debug)]
+pub struct Inbound {
+    server: String,
+    notifications: broadcast::Sender<Value>,
+}
+
+impl Inbound {
+    /// A dispatcher for `server`.
+    pub fn new(server: &str) -> Self {
+        Inbound {
+            server: server.to_owned(),
+            notifications: broadcast::channel(NOTIFICATION_BUFFER).0,
+        }
+    }
+
+    /// Subscribes to the server's notifications (whole messages, as sent).
+    pub fn subscribe(&self) -> broadcast::Receiver<Value> {
+        self.notifications.subscribe()
+    }
+
+    /// A notification arrived (possibly before the handshake finished, as
+    /// server-everything does with `notifications/tools/list_changed`).
+    pub fn notification(&self, msg: Value) {
+        tracing::debug!(server = %self.server, method = %msg["method"], "notification from server");
+        // No subscriber is fine: nobody is interested yet.
+        let _ = self.notifications.send(msg);
+    }
+
+    /// A request from the server; returns the response to send back, which
+    /// echoes the request's id exactly.
+    pub async fn request(&self, msg: Value) -> Value {
+        let id = msg.get("id").cloned().unwrap_or(Value::Null);
+        let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
+        match method {
+            // basic/utilities/ping: "The receiver MUST respond promptly with an empty response."
+            "ping" => jsonrpc::result_response(&id, json!({})),
+            other => {
+                tracing::info!(server = %self.server, method = %other, "refusing server request: capability not declared");
+                jsonrpc::error_response(
+                    &id,
+                    jsonrpc::METHOD_NOT_FOUND,
+                    &format!("Method not found: {other}"),
+                )
+            }
+        }
+    }
+}

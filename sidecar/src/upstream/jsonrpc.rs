@@ -1,0 +1,146 @@
+//! JSON-RPC 2.0 messages as `serde_json::Value`, with typed views for the
+//! fields the session acts on (`id`, `method`, `result`, `error`).
+//!
+//! Messages are never re-serialised through typed structs: whatever a peer
+//! sends is kept byte-for-byte in meaning (unknown fields, `_meta`). Ids keep
+//! their JSON type, so `0` and `"0"` stay different ids (JSON-RPC 2.0 §4).
+
+use serde_json::{Map, Value, json};
+
+/// JSON-RPC "Method not found" (JSON-RPC 2.0 §5.1).
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// MCP `HeaderMismatch` (2026-07-28, basic/index "Error Codes").
+pub const HEADER_MISMATCH: i64 = -32020;
+/// MCP `MissingRequiredClientCapability` (2026-07-28).
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+/// MCP `UnsupportedProtocolVersion` (2026-07-28, basic/versioning).
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+/// Whether `code` is one of the errors that only a modern (2026-07-28 and
+/// later) server emits; used to tell eras apart (basic/versioning,
+/// "Backward Compatibility").
+pub fn is_modern_error_code(code: i64) -> bool {
+    matches!(
+        code,
+        HEADER_MISMATCH | MISSING_REQUIRED_CLIENT_CAPABILITY | UNSUPPORTED_PROTOCOL_VERSION
+    )
+}
+
+/// What an incoming message is, by shape (JSON-RPC 2.0 §4, §5).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    /// Has `method` and `id`: a request from the server to us.
+    Request,
+    /// Has `method` and no `id`.
+    Notification,
+    /// Has `id` and `result` or `error`.
+    Response,
+}
+
+/// Classifies a parsed message; `None` when it is valid JSON but not a
+/// JSON-RPC message (e.g. a banner object a server printed on stdout).
+pub fn classify(msg: &Value) -> Option<Kind> {
+    let obj = msg.as_object()?;
+    if let Some(v) = obj.get("jsonrpc") {
+        if v != "2.0" {
+            return None;
+        }
+    } else {
+        return None;
+    }
+    match (obj.get("method"), obj.get("id")) {
+        (Some(Value::String(_)), Some(id)) if is_valid_id(id) => Some(Kind::Request),
+        (Some(Value::String(_)), None) => Some(Kind::Notification),
+        (None, Some(id))
+            if (is_valid_id(id) || id.is_null())
+                && (obj.contains_key("result") || obj.contains_key("error")) =>
+        {
+            Some(Kind::Response)
+        }
+        _ => None,
+    }
+}
+
+/// A JSON-RPC id is a string or a number (JSON-RPC 2.0 §4; MCP forbids null).
+pub fn is_valid_id(id: &Value) -> bool {
+    id.is_string() || id.is_number()
+}
+
+/// Builds a request with our own upstream id.
+pub fn request(id: u64, method: &str, params: Option<Value>) -> Value {
+    let mut m = Map::new();
+    m.insert("jsonrpc".into(), "2.0".into());
+    m.insert("id".into(), id.into());
+    m.insert("method".into(), method.into());
+    if let Some(p) = params {
+        m.insert("params".into(), p);
+    }
+    Value::Object(m)
+}
+
+/// Builds a notification.
+pub fn notification(method: &str, params: Option<Value>) -> Value {
+    let mut m = Map::new();
+    m.insert("jsonrpc".into(), "2.0".into());
+    m.insert("method".into(), method.into());
+    if let Some(p) = params {
+        m.insert("params".into(), p);
+    }
+    Value::Object(m)
+}
+
+/// A success response echoing `id` exactly.
+pub fn result_response(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// An error response echoing `id` exactly.
+pub fn error_response(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// The `error` member of a response, viewed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorObject {
+    /// `error.code`.
+    pub code: i64,
+    /// `error.message`.
+    pub message: String,
+    /// `error.data`, kept as sent.
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    /// Reads `error` of a response; a malformed error object still yields an
+    /// error (code -32603) carrying the raw object as data, so nothing is lost.
+    pub fn from_response(msg: &Value) -> Option<Self> {
+        let err = msg.get("error")?;
+        let code = err.get("code").and_then(Value::as_i64);
+        let message = err.get("message").and_then(Value::as_str);
+        Some(match (code, message) {
+            (Some(code), Some(message)) => ErrorObject {
+                code,
+                message: message.to_owned(),
+                data: err.get("data").cloned(),
+            },
+            _ => ErrorObject {
+                code: -32603,
+                message: "malformed error object".into(),
+                data: Some(err.clone()),
+            },
+        })
+    }
+}
+
+/// A short, single-line, UTF-8-safe preview of bytes for logs.
+pub fn preview(bytes: &[u8], max_chars: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out: String = text.chars().take(max_chars).collect();
+    if text.chars().count() > max_chars {
+        out.push('…');
+    }
+    out.replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,62 @@
+use super::*;
+
+#[test]
+fn classifies_by_shape() {
+    assert_eq!(
+        classify(&json!({"jsonrpc":"2.0","id":0,"method":"ping"})),
+        Some(Kind::Request)
+    );
+    assert_eq!(
+        classify(&json!({"jsonrpc":"2.0","method":"notifications/x"})),
+        Some(Kind::Notification)
+    );
+    assert_eq!(
+        classify(&json!({"jsonrpc":"2.0","id":"0","result":{}})),
+        Some(Kind::Response)
+    );
+    assert_eq!(
+        classify(&json!({"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}})),
+        Some(Kind::Response)
+    );
+    assert_eq!(classify(&json!({"hello": 1})), None);
+    assert_eq!(classify(&json!([1, 2])), None);
+    assert_eq!(classify(&json!({"jsonrpc":"1.0","id":1,"result":{}})), None);
+    assert_eq!(
+        classify(&json!({"jsonrpc":"2.0","id":{"x":1},"method":"m"})),
+        None
+    );
+}
+
+#[test]
+fn zero_and_string_zero_are_different_ids() {
+    let a = result_response(&json!(0), json!({}));
+    let b = result_response(&json!("0"), json!({}));
+    assert_ne!(a["id"], b["id"]);
+    assert_eq!(serde_json::to_string(&a["id"]).unwrap(), "0");
+    assert_eq!(serde_json::to_string(&b["id"]).unwrap(), "\"0\"");
+}
+
+#[test]
+fn malformed_error_object_is_kept_as_data() {
+    let e = ErrorObject::from_response(&json!({"jsonrpc":"2.0","id":1,"error":"boom"})).unwrap();
+    assert_eq!(e.code, -32603);
+    assert_eq!(e.data, Some(json!("boom")));
+    let e = ErrorObject::from_response(
+        &json!({"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad","data":{"k":[1]}}}),
+    )
+    .unwrap();
+    assert_eq!(
+        e,
+        ErrorObject {
+            code: -32602,
+            message: "bad".into(),
+            data: Some(json!({"k":[1]}))
+        }
+    );
+}
+
+#[test]
+fn preview_is_single_line_and_char_safe() {
+    assert_eq!(preview("ab\ncd".as_bytes(), 10), "ab cd");
+    assert_eq!(preview("🚂🚂🚂".as_bytes(), 2), "🚂🚂…");
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""crashy: a server that dies, hangs, answers slowly and starts slowly.
+
+Tools:
+  crash {code=3, partial=false}  writes "fatal: simulated crash" and
+        "STUB-CRASH-MARKER pid=<pid> code=<code>" to stderr, then exits with
+        `code` without replying. partial=true first writes half a response line
+        (no newline) to stdout.
+  hang {block=false}  never replies. The server keeps serving other requests
+        (ping, calls, cancellations) unless block=true: then the whole process
+        stops reading stdin forever (a wedged server).
+  slow {ms=1000}  replies "slept <ms> ms" after ms, in a thread (other requests
+        are served meanwhile); after notifications/cancelled for it, no reply.
+  pid   -> the process id as text
+  echo {message} -> message
+Knobs (env):
+  STUB_START_LOG=path      append "<pid>\\n" to path at start (count starts)
+  STUB_START_DELAY_MS=n    sleep n ms before reading stdin (slow start)
+  STUB_EXIT_ON_START=code  after the log/delay, print the crash lines to stderr
+                           and exit with `code` before reading anything
+"""
+import json
+import os
+import sys
+import time
+
+from mcpstub import NO_REPLY, Server, env_int
+
+
+def die(code, partial_id=None):
+    if partial_id is not None:
+        Server.emit(srv, b'{"jsonrpc":"2.0","id":%s,"result":{"cont' % json.dumps(partial_id).encode())
+    sys.stderr.write(f"fatal: simulated crash\nSTUB-CRASH-MARKER pid={os.getpid()} code={code}\n")
+    sys.stderr.flush()
+    os._exit(code)
+
+
+srv = Server("crashy")
+srv.add_echo()
+srv.tool("pid", "the server's process id")(lambda args, ctx: str(os.getpid()))
+srv.tool("crash", "exit with `code` without replying", code="integer", partial="boolean")(
+    lambda args, ctx: die(int(args.get("code", 3)), ctx.id if args.get("partial") else None))
+
+
+@srv.tool("hang", "never reply", block="boolean")
+def hang(args, ctx):
+    while args.get("block"):
+        time.sleep(3600)
+    return NO_REPLY
+
+
+@srv.tool("slow", "reply after `ms` milliseconds", threaded=True, ms="integer")
+def slow(args, ctx):
+    ms = int(args.get("ms", 1000))
+    return f"slept {ms} ms" if ctx.sleep(ms) else NO_REPLY
+
+
+if os.environ.get("STUB_START_LOG"):
+    with open(os.environ["STUB_START_LOG"], "a") as f:
+        f.write(f"{os.getpid()}\n")
+time.sleep(env_int("STUB_START_DELAY_MS", 0) / 1000)
+if os.environ.get("STUB_EXIT_ON_START"):
+    die(int(os.environ["STUB_EXIT_ON_START"]))
+srv.run()

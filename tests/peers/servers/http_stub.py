@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""http_stub: a Streamable HTTP MCP server on 127.0.0.1 (POST /mcp) that mixes
+JSON and SSE answers, expires sessions, and can answer with nothing.
+
+Usage: http_stub.py [PORT]   (or env STUB_HTTP_PORT; 0/default = free port).
+Prints "listening on http://127.0.0.1:PORT/mcp" on stdout once ready.
+
+Sessions: initialize answers with a random `MCP-Session-Id` header; every other
+POST must carry it (400 if missing, 404 if unknown/expired). Notifications and
+client responses get an empty 202. GET /mcp -> 405; DELETE /mcp -> 200 (and
+forgets the session). Responses are `application/json; charset=utf-8` unless
+stated; SSE is `text/event-stream; charset=utf-8`, chunked, with events
+`event: message\\ndata: <json>\\n\\n`.
+
+Tools:
+  echo {message}       -> JSON response
+  echo_sse {message, multiline=false} -> SSE: a `: comment`, a notifications/message
+                          event, then the response; multiline=true pretty-prints
+                          the response JSON over several `data:` lines
+  slow {ms=1000}       -> JSON response after ms (cancelled: empty SSE stream)
+  slow_sse {ms=1000}   -> SSE headers + a notification at once, response after ms
+  no_response          -> 200, application/json, EMPTY body
+  sse_no_response      -> SSE stream: one notification event, then closes
+  expire_session       -> replies normally, then forgets the session: the next
+                          request with it gets 404 (client should re-initialize)
+  stats                -> JSON text {"initialize", "requests" (JSON-RPC requests
+                          POSTed), "sessions_expired", "http" (all HTTP requests),
+                          "rejected_404", "deleted", "cancelled" (requestIds seen)}
+  last_headers         -> JSON text {"current": {...}, "previous": {...}}: headers
+                          (lower-cased names) of this request and of the one before
+Knobs (env):
+  STUB_HTTP_MODE=json|sse      answer format for everything not listed above (json)
+  STUB_HTTP_NOTIFY_STATUS=202|200|204   status for notifications/responses (202)
+  STUB_HTTP_AUTH=401|403       every request gets that status (401 adds
+                               `WWW-Authenticate: Bearer realm="stub"`)
+  STUB_HTTP_STRICT=1           non-initialize POSTs need MCP-Protocol-Version (else
+                               400); POSTs need Accept with both types (else 406)
+  STUB_HTTP_LOG=1              log requests to stderr
+"""
+import json
+import os
+import secrets
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from mcpstub import NO_REPLY, Ctx, Server, encode, env_int, text
+
+MODE = os.environ.get("STUB_HTTP_MODE", "json")
+NOTIFY_STATUS = env_int("STUB_HTTP_NOTIFY_STATUS", 202)
+AUTH = env_int("STUB_HTTP_AUTH", 0)
+STRICT = os.environ.get("STUB_HTTP_STRICT") == "1"
+JSON = "application/json; charset=utf-8"
+
+srv = Server("http-stub")
+srv.add_echo()
+lock = threading.Lock()
+sessions = set()
+stats = {"initialize": 0, "requests": 0, "sessions_expired": 0, "http": 0,
+         "rejected_404": 0, "deleted": 0, "cancelled": []}
+last_headers = {}
+
+
+def note(data):
+    return {"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "info", "logger": "http-stub", "data": data}}
+
+
+def on_cancelled(msg):
+    srv.on_cancelled(msg)
+    with lock:
+        stats["cancelled"].append((msg.get("params") or {}).get("requestId"))
+
+
+srv.notifications["notifications/cancelled"] = on_cancelled
+
+
+@srv.tool("echo_sse", "echo over SSE after a notification", message="string", multiline="boolean")
+def echo_sse(args, ctx):
+    h = ctx.http
+    h.start_sse()
+    h.chunk(b": stub comment\n\n")
+    h.event(note("before echo_sse reply"))
+    h.event(srv.response(ctx.id, result=text(str(args.get("message", "")))), multiline=args.get("multiline"))
+    h.end_sse()
+    return NO_REPLY
+
+
+@srv.tool("slow", "JSON reply after `ms` milliseconds", ms="integer")
+def slow(args, ctx):
+    ms = int(args.get("ms", 1000))
+    return f"slept {ms} ms" if ctx.sleep(ms) else NO_REPLY
+
+
+@srv.tool("slow_sse", "SSE headers now, reply after `ms` milliseconds", ms="integer")
+def slow_sse(args, ctx):
+    ms = int(args.get("ms", 1000))
+    ctx.http.start_sse()
+    ctx.http.event(note("slow_sse started"))
+    if ctx.sleep(ms):
+        ctx.http.event(srv.response(ctx.id, result=text(f"slept {ms} ms")))
+    ctx.http.end_sse()
+    return NO_REPLY
+
+
+@srv.tool("no_response", "200 application/json with an empty body")
+def no_response(args, ctx):
+    ctx.http.reply(200, b"", "application/json")
+    return NO_REPLY
+
+
+@srv.tool("sse_no_response", "SSE stream with one notification and no response")
+def sse_no_response(args, ctx):
+    ctx.http.start_sse()
+    ctx.http.event(note("sse_no_response: no reply will follow"))
+    ctx.http.end_sse()
+    return NO_REPLY
+
+
+@srv.tool("expire_session", "forget this session after replying")
+def expire_session(args, ctx):
+    with lock:
+        sessions.discard(ctx.session)
+        stats["sessions_expired"] += 1
+    return "session expired"
+
+
+srv.tool("stats", "counters as JSON")(lambda args, ctx: json.dumps(stats))
+srv.tool("last_headers", "headers of this and the previous request")(
+    lambda args, ctx: json.dumps({"current": ctx.headers, "previous": ctx.prev_headers}))
+
+
+class Quiet(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # clients hanging up are normal here
+            super().handle_error(request, client_address)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        if os.environ.get("STUB_HTTP_LOG") == "1":
+            super().log_message(fmt, *args)
+
+    # ---- output helpers -------------------------------------------------------
+    def reply(self, status, body=b"", ctype=None, headers=()):
+        self.responded = True
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        if ctype:
+            self.send_header("Content-Type", ctype)
+        if status != 204:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def fail(self, status, message, id_=None, headers=()):
+        self.reply(status, encode(srv.error(id_, -32000, message)), JSON, headers)
+
+    def start_sse(self, headers=()):
+        self.responded = True
+        self.send_response(200)
+        for name, value in [("Content-Type", "text/event-stream; charset=utf-8"),
+                            ("Cache-Control", "no-cache"), ("Transfer-Encoding", "chunked"), *headers]:
+            self.send_header(name, value)
+        self.end_headers()
+
+    def chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def event(self, obj, multiline=False):
+        data = json.dumps(obj, ensure_ascii=False, **({"indent": 2} if multiline else {"separators": (",", ":")}))
+        self.chunk(("event: message\n" + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n").encode())
+
+    def end_sse(self):
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    # ---- request handling -----------------------------------------------------
+    def begin(self):
+        """Count, record headers, enforce auth and path; False if already answered."""
+        global last_headers
+        self.responded = False
+        headers = {}
+        for name, value in self.headers.items():
+            headers[name.lower()] = f"{headers[name.lower()]}, {value}" if name.lower() in headers else value
+        with lock:
+            stats["http"] += 1
+            self.hdrs, self.prev_hdrs, last_headers = headers, last_headers, headers
+        if AUTH in (401, 403):
+            auth = [("WWW-Authenticate", 'Bearer realm="stub"')] if AUTH == 401 else []
+            self.fail(AUTH, "Unauthorized" if AUTH == 401 else "Forbidden", headers=auth)
+        elif self.path.split("?")[0] != "/mcp":
+            self.fail(404, "Not Found")
+        return not self.responded
+
+    def do_GET(self):
+        if self.begin():
+            self.reply(405, b"", headers=[("Allow", "POST, DELETE")])
+
+    def do_DELETE(self):
+        if self.begin():
+            with lock:
+                if self.hdrs.get("mcp-session-id") in sessions:
+                    sessions.discard(self.hdrs["mcp-session-id"])
+                    stats["deleted"] += 1
+            self.reply(200)
+
+    def do_POST(self):
+        length = self.headers.get("Content-Length")
+        body = self.rfile.read(int(length)) if length else b""
+        if not self.begin():
+            return
+        if length is None:
+            return self.fail(411, "Length Required")
+        try:
+            msg = json.loads(body)
+            assert isinstance(msg, dict)
+        except (ValueError, AssertionError):
+            return self.reply(400, encode(srv.error(None, -32700, "Parse error")), JSON)
+        accept = self.hdrs.get("accept", "")
+        if STRICT and not ("application/json" in accept and "text/event-stream" in accept):
+            return self.fail(406, "Not Acceptable: Accept must list application/json and text/event-stream", msg.get("id"))
+        is_request = "method" in msg and "id" in msg
+        initialize = is_request and msg["method"] == "initialize"
+        sid = self.hdrs.get("mcp-session-id")
+        with lock:
+            stats["requests"] += is_request
+            stats["initialize"] += initialize
+            known = sid in sessions
+            if initialize:
+                sid = secrets.token_hex(16)
+                sessions.add(sid)
+            elif sid is not None and not known:
+                stats["rejected_404"] += 1
+        if not initialize:
+            if sid is None:
+                return self.fail(400, "Bad Request: missing MCP-Session-Id", msg.get("id"))
+            if not known:
+                return self.fail(404, "Session not found", msg.get("id"))
+            if STRICT and "mcp-protocol-version" not in self.hdrs:
+                return self.fail(400, "Bad Request: missing MCP-Protocol-Version", msg.get("id"))
+        ctx = Ctx(srv, msg)
+        ctx.http, ctx.session, ctx.headers, ctx.prev_headers = self, sid, self.hdrs, self.prev_hdrs
+        resp = srv.handle(msg, ctx)
+        extra = [("MCP-Session-Id", sid)] if initialize else []
+        if self.responded:
+            return
+        if not is_request:
+            return self.reply(NOTIFY_STATUS)
+        if resp is None:  # e.g. cancelled: close an empty stream
+            self.start_sse(extra)
+            return self.end_sse()
+        if MODE == "sse":
+            self.start_sse(extra)
+            self.event(resp)
+            return self.end_sse()
+        self.reply(200, encode(resp), JSON, extra)
+
+
+if __name__ == "__main__":
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else env_int("STUB_HTTP_PORT", 0)
+    httpd = Quiet(("127.0.0.1", port), Handler)
+    print(f"listening on http://127.0.0.1:{httpd.server_address[1]}/mcp", flush=True)
+    httpd.serve_forever()
