@@ -1,0 +1,176 @@
+//! Protocol eras, and the thin layer that holds the server to one of them.
+//!
+//! rmcp 3.11 is a dual-era SDK: one `ServerHandler` answers both the legacy
+//! `initialize` handshake and the modern `server/discover` + per-request
+//! `_meta` lifecycle. `supported_protocol_versions` narrows the versions, not
+//! the lifecycles, and rmcp validates a request's `_meta` *before* the handler
+//! sees it, so the handler alone cannot answer the other era's opener the way
+//! a single-era server would:
+//!
+//! * legacy-only: rmcp answers a `server/discover` with `-32022 Unsupported
+//!   protocol version` (a *modern* error, telling a dual-era client that the
+//!   server is modern) or, without `_meta`, `-32602`. A 2025-11-25 server
+//!   knows no such method: `-32601`.
+//! * modern-only: rmcp rejects `initialize` with `-32022` naming the supported
+//!   versions, as the spec asks, but on stdio the failed handshake also ends
+//!   the process, and on HTTP it comes back as `200`, where the spec wants
+//!   `400`.
+//!
+//! [`EraGate`] (stdio) and [`gate_http`] (Streamable HTTP) therefore answer
+//! those openers themselves; everything else goes to rmcp untouched.
+
+use std::borrow::Cow;
+
+use axum::{
+    body::{Body, to_bytes},
+    extract::{Request, State},
+    http::StatusCode,
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use rmcp::{
+    ErrorData, RoleServer,
+    model::{
+        ClientJsonRpcMessage, ClientRequest, ConstString, DiscoverRequestMethod, ErrorCode,
+        InitializeResultMethod, ProtocolVersion, ServerJsonRpcMessage,
+    },
+    service::{RxJsonRpcMessage, TxJsonRpcMessage},
+    transport::Transport,
+};
+
+/// Which protocol era(s) the server speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Era {
+    /// Legacy only: `initialize` handshake (2024-11-05..=2025-11-25); no `server/discover`.
+    #[value(name = "2025-11-25")]
+    Legacy,
+    /// Modern only: `server/discover` and per-request `_meta` (2026-07-28); no `initialize`.
+    #[value(name = "2026-07-28")]
+    Modern,
+    /// Both, selected by how the client opens (rmcp's own behaviour).
+    #[value(name = "dual")]
+    Dual,
+}
+
+impl Era {
+    /// Protocol versions served in this era, oldest first.
+    pub fn supported_versions(self) -> &'static [ProtocolVersion] {
+        match self {
+            Self::Legacy => ProtocolVersion::known_up_to(&ProtocolVersion::LATEST_WITH_INITIALIZE),
+            Self::Modern => &[ProtocolVersion::V_2026_07_28],
+            Self::Dual => ProtocolVersion::KNOWN_VERSIONS,
+        }
+    }
+
+    /// The error that answers `server/discover` when this era does not serve it.
+    pub fn discover_error(self) -> Option<ErrorData> {
+        (self == Self::Legacy).then(|| {
+            ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                "Method not found: server/discover",
+                None,
+            )
+        })
+    }
+
+    /// The error this era answers `request` with before rmcp sees it, if any.
+    fn reject(self, request: &ClientRequest) -> Option<ErrorData> {
+        match request {
+            // Matched by name: without `params` rmcp parses it as a custom request.
+            request if request.method() == DiscoverRequestMethod::VALUE => self.discover_error(),
+            ClientRequest::InitializeRequest(init) if self == Self::Modern => {
+                Some(ErrorData::unsupported_protocol_version(
+                    init.params.protocol_version.clone(),
+                    self.supported_versions(),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A transport wrapper (used on stdio) that answers the other era's lifecycle
+/// opener itself and passes every other message through.
+#[derive(Debug)]
+pub struct EraGate<T> {
+    inner: T,
+    era: Era,
+}
+
+impl<T> EraGate<T> {
+    /// Gates `inner` to `era`.
+    pub fn new(inner: T, era: Era) -> Self {
+        Self { inner, era }
+    }
+}
+
+impl<T: Transport<RoleServer>> Transport<RoleServer> for EraGate<T> {
+    type Error = T::Error;
+
+    fn name() -> Cow<'static, str> {
+        T::name()
+    }
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            let message = self.inner.receive().await?;
+            let ClientJsonRpcMessage::Request(request) = &message else {
+                return Some(message);
+            };
+            let Some(error) = self.era.reject(&request.request) else {
+                return Some(message);
+            };
+            let reply = ServerJsonRpcMessage::error(error, Some(request.id.clone()));
+            if let Err(error) = self.inner.send(reply).await {
+                tracing::warn!(%error, "failed to send an era rejection");
+                return None;
+            }
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// Axum middleware doing [`EraGate`]'s job on the Streamable HTTP endpoint,
+/// with the statuses rmcp gives these codes on its stateless path: `-32601`
+/// as `404` (a 4xx without a modern error body, so a dual-era client falls
+/// back to `initialize`) and `-32022` as `400`.
+///
+/// Only bodies that may hold `initialize` or `server/discover` are parsed:
+/// modern requests name their method in `Mcp-Method`.
+pub async fn gate_http(State(era): State<Era>, request: Request, next: Next) -> Response {
+    let opener = [InitializeResultMethod::VALUE, DiscoverRequestMethod::VALUE];
+    if let Some(method) = request.headers().get("mcp-method")
+        && !opener.iter().any(|opener| method == opener)
+    {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = to_bytes(body, MAX_BODY_BYTES).await else {
+        return StatusCode::PAYLOAD_TOO_LARGE.into_response();
+    };
+    if let Ok(ClientJsonRpcMessage::Request(request)) = serde_json::from_slice(&bytes)
+        && let Some(error) = era.reject(&request.request)
+    {
+        let status = match error.code {
+            ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        let reply = ServerJsonRpcMessage::error(error, Some(request.id));
+        return (status, axum::Json(reply)).into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// Largest request body accepted over HTTP (rmcp's default).
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;

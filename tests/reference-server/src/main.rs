@@ -1,0 +1,113 @@
+//! Switchyard's reference MCP server: a small, deterministic, in-memory order
+//! system (customers, orders) exposed as MCP tools through the official Rust
+//! SDK, rmcp. It is the known-good upstream that Switchyard's tests and
+//! benchmarks put behind the gateway. It serves stdio (default) or Streamable
+//! HTTP at `/mcp`, in exactly one protocol era — the legacy `initialize`
+//! handshake (2025-11-25) or modern `server/discover` + per-request `_meta`
+//! (2026-07-28) — or both (`dual`). Logs go to stderr; stdout is the stdio
+//! transport.
+
+mod era;
+mod orders;
+mod tools;
+
+use std::{net::SocketAddr, sync::Arc};
+
+use anyhow::Context as _;
+use clap::Parser;
+use rmcp::{
+    ServiceExt,
+    service::ServerInitializeError,
+    transport::{
+        StreamableHttpServerConfig, StreamableHttpService, async_rw::AsyncRwTransport, stdio_pipes,
+        streamable_http_server::session::local::LocalSessionManager,
+    },
+};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+use crate::{
+    era::{Era, EraGate},
+    orders::OrderStore,
+    tools::OrderServer,
+};
+
+/// Reference MCP server: a fictional order system, served over stdio or
+/// Streamable HTTP in one protocol era.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Cli {
+    /// Serve Streamable HTTP on ADDR (e.g. 127.0.0.1:0) at path /mcp instead
+    /// of stdio; prints `listening on http://IP:PORT/mcp` to stderr.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+
+    /// Protocol era: 2025-11-25 (initialize only), 2026-07-28
+    /// (server/discover + per-request _meta only) or dual (both).
+    #[arg(long, value_enum, default_value = "2026-07-28")]
+    era: Era,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .init();
+    let server = OrderServer::new(cli.era, OrderStore::seeded());
+    match cli.http {
+        None => serve_stdio(server, cli.era).await,
+        Some(addr) => serve_http(server, cli.era, addr).await,
+    }
+}
+
+/// Serves one client over stdin/stdout until it hangs up.
+async fn serve_stdio(server: OrderServer, era: Era) -> anyhow::Result<()> {
+    let (stdin, stdout) = stdio_pipes();
+    let transport = EraGate::new(AsyncRwTransport::new_server(stdin, stdout), era);
+    let running = match server.serve(transport).await {
+        Ok(running) => running,
+        // The client left before opening a session: nothing to serve.
+        Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+        Err(error) => return Err(error).context("starting the stdio session"),
+    };
+    running.waiting().await.context("serving stdio")?;
+    Ok(())
+}
+
+/// Serves Streamable HTTP at `http://ADDR/mcp` until Ctrl-C.
+async fn serve_http(server: OrderServer, era: Era, addr: SocketAddr) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let config = StreamableHttpServerConfig::default()
+        // 2026-07-28 has no sessions; rmcp serves it statelessly either way.
+        .with_legacy_session_mode(era != Era::Modern)
+        .with_json_response(true)
+        // A modern-only server must reject requests without MCP-Protocol-Version.
+        .with_stateless_protocol_metadata_required(era == Era::Modern)
+        .with_max_request_body_bytes(era::MAX_BODY_BYTES)
+        .with_cancellation_token(shutdown.clone());
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let mut router = axum::Router::new().nest_service("/mcp", service);
+    if era != Era::Dual {
+        router = router.layer(axum::middleware::from_fn_with_state(era, era::gate_http));
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    eprintln!("listening on http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            shutdown.cancel();
+        })
+        .await
+        .context("serving HTTP")
+}

@@ -1,0 +1,262 @@
+//! The MCP handler: the order system's tools, `tools/list` pagination, and the
+//! server identity and versions advertised for the configured [`Era`].
+
+use std::{borrow::Cow, sync::Arc};
+
+use rmcp::{
+    ErrorData as McpError, Json, RoleServer, ServerHandler,
+    handler::server::{tool::ToolRouter, wrapper::Parameters},
+    model::{
+        CacheScope, DiscoverResult, Implementation, ListToolsResult, PaginatedRequestParams,
+        ProtocolVersion, ServerCapabilities, ServerConfig,
+    },
+    service::RequestContext,
+    tool, tool_handler, tool_router,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    era::Era,
+    orders::{Customer, Order, OrderStatus, OrderStore},
+};
+
+/// Tools per `tools/list` page, kept below the tool count so that clients
+/// must follow `nextCursor`.
+pub const TOOLS_PAGE_SIZE: usize = 3;
+
+/// Arguments of `list_orders`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListOrdersArgs {
+    /// Only this customer's orders, e.g. `C-1`.
+    pub customer_id: Option<String>,
+    /// Only orders in this status.
+    pub status: Option<OrderStatus>,
+}
+
+/// Result of `list_orders`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct OrderList {
+    /// Matching orders, in id order.
+    pub orders: Vec<Order>,
+    /// Number of matching orders.
+    pub count: usize,
+}
+
+/// Arguments of `get_order`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GetOrderArgs {
+    /// Order id, e.g. `O-1001`.
+    pub order_id: String,
+}
+
+/// One requested line of `create_order`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ItemArgs {
+    /// Catalog SKU: `CABLE`, `GADGET`, `WIDGET-L` or `WIDGET-S`.
+    pub sku: String,
+    /// Number of units, at least 1.
+    pub quantity: u32,
+}
+
+/// Arguments of `create_order`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CreateOrderArgs {
+    /// Customer placing the order, e.g. `C-2`.
+    pub customer_id: String,
+    /// Lines to order.
+    pub items: Vec<ItemArgs>,
+}
+
+/// Arguments of `get_customer`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GetCustomerArgs {
+    /// Customer id, e.g. `C-1`.
+    pub customer_id: String,
+}
+
+/// Arguments of `echo`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct EchoArgs {
+    /// Text to send back unchanged.
+    pub message: String,
+}
+
+/// Arguments of `add`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AddArgs {
+    /// First addend.
+    pub a: f64,
+    /// Second addend.
+    pub b: f64,
+}
+
+/// The reference server's MCP handler. Cheap to clone: HTTP builds one per
+/// request or session, all sharing the same store and tool router.
+#[derive(Clone, Debug)]
+pub struct OrderServer {
+    era: Era,
+    store: OrderStore,
+    tool_router: Arc<ToolRouter<Self>>,
+}
+
+#[tool_router]
+impl OrderServer {
+    /// A handler speaking `era` over `store`.
+    pub fn new(era: Era, store: OrderStore) -> Self {
+        Self {
+            era,
+            store,
+            tool_router: Arc::new(Self::tool_router()),
+        }
+    }
+
+    #[tool(
+        title = "List orders",
+        description = "List orders, optionally filtered by customer and/or status.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    fn list_orders(&self, Parameters(args): Parameters<ListOrdersArgs>) -> Json<OrderList> {
+        let orders = self.store.list(args.customer_id.as_deref(), args.status);
+        Json(OrderList {
+            count: orders.len(),
+            orders,
+        })
+    }
+
+    #[tool(
+        title = "Get order",
+        description = "Fetch one order by id.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    fn get_order(&self, Parameters(args): Parameters<GetOrderArgs>) -> Result<Json<Order>, String> {
+        self.store
+            .order(&args.order_id)
+            .map(Json)
+            .ok_or_else(|| format!("unknown order {}", args.order_id))
+    }
+
+    #[tool(
+        title = "Create order",
+        description = "Place a new pending order for a customer.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    fn create_order(
+        &self,
+        Parameters(args): Parameters<CreateOrderArgs>,
+    ) -> Result<Json<Order>, String> {
+        let items = args.items.into_iter().map(|i| (i.sku, i.quantity));
+        self.store
+            .create(&args.customer_id, items)
+            .map(Json)
+            .map_err(|error| error.to_string())
+    }
+
+    #[tool(
+        title = "Get customer",
+        description = "Fetch one customer by id.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    fn get_customer(
+        &self,
+        Parameters(args): Parameters<GetCustomerArgs>,
+    ) -> Result<Json<Customer>, String> {
+        self.store
+            .customer(&args.customer_id)
+            .map(Json)
+            .ok_or_else(|| format!("unknown customer {}", args.customer_id))
+    }
+
+    #[tool(
+        title = "Echo",
+        description = "Return the message unchanged.",
+        annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    fn echo(&self, Parameters(args): Parameters<EchoArgs>) -> String {
+        args.message
+    }
+
+    #[tool(
+        title = "Add",
+        description = "Add two numbers.",
+        annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    fn add(&self, Parameters(AddArgs { a, b }): Parameters<AddArgs>) -> String {
+        (a + b).to_string()
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for OrderServer {
+    fn get_info(&self) -> ServerConfig {
+        let config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"))
+                    .with_title("Switchyard reference order server"),
+            )
+            .with_instructions("A fictional order system: customers C-1..C-3, orders O-1001...");
+        match self.era {
+            // LATEST (2026-07-28) has no handshake, so rmcp rejects `initialize`.
+            Era::Modern => config,
+            // What `initialize` answers when the client asks for a version
+            // this server cannot serve over the handshake.
+            Era::Legacy | Era::Dual => {
+                config.with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+            }
+        }
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(self.era.supported_versions())
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, McpError> {
+        // Only reached when rmcp's own checks pass; see `era` for the rest.
+        match self.era.discover_error() {
+            Some(error) => Err(error),
+            None => Ok(DiscoverResult::from_server_info(
+                self.era.supported_versions().to_vec(),
+                self.get_info(),
+            )),
+        }
+    }
+
+    /// Pages of [`TOOLS_PAGE_SIZE`] tools in name order; the cursor is the
+    /// index of the page's first tool.
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = self.tool_router.list_all();
+        let start = match request.and_then(|r| r.cursor) {
+            None => 0,
+            Some(cursor) => cursor
+                .parse()
+                .ok()
+                .filter(|&start| start < tools.len())
+                .ok_or_else(|| McpError::invalid_params("invalid cursor", None))?,
+        };
+        let end = tools.len().min(start + TOOLS_PAGE_SIZE);
+        let mut result = ListToolsResult::with_all_items(tools[start..end].to_vec());
+        result.next_cursor = (end < tools.len()).then(|| end.to_string());
+        // Modern peers get cache hints (rmcp would default the scope to
+        // private); the list is the same for every caller, as with rmcp's
+        // generated `list_tools`. Legacy peers get neither field.
+        if context
+            .protocol_version()
+            .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
+        {
+            result = result.with_ttl_ms(0).with_cache_scope(CacheScope::Public);
+        }
+        Ok(result)
+    }
+}
