@@ -5,7 +5,8 @@
 //! (everything is bounded by `--timeout-secs`).
 
 use crate::upstream::{
-    EraPreference, HttpConfig, StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
+    EraPreference, HttpConfig, StdioConfig, TransportConfig, Upstream, UpstreamConfig,
+    UpstreamMetrics,
 };
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -64,7 +65,8 @@ pub async fn run(args: ProbeArgs) -> Result<(), String> {
     let transport = transport(&args)?;
     let call_args: Value = match &args.args {
         Some(raw) => {
-            let v: Value = serde_json::from_str(raw).map_err(|e| format!("--args is not valid JSON: {e}"))?;
+            let v: Value =
+                serde_json::from_str(raw).map_err(|e| format!("--args is not valid JSON: {e}"))?;
             if !v.is_object() {
                 return Err("--args must be a JSON object".into());
             }
@@ -83,7 +85,8 @@ pub async fn run(args: ProbeArgs) -> Result<(), String> {
     let timeout = Duration::from_secs(args.timeout_secs);
     config.request_timeout = timeout;
     config.discover_timeout = timeout.min(config.discover_timeout);
-    let upstream = Upstream::new(config, &UpstreamMetrics::unregistered()).map_err(|e| e.to_string())?;
+    let upstream =
+        Upstream::new(config, &UpstreamMetrics::unregistered()).map_err(|e| e.to_string())?;
 
     let work = async {
         let negotiated = upstream.connect().await.map_err(|e| e.to_string())?;
@@ -110,18 +113,21 @@ pub async fn run(args: ProbeArgs) -> Result<(), String> {
         if let Some(r) = &result {
             doc["callResult"] = r.clone();
         }
-        println!("{}", serde_json::to_string_pretty(&doc).expect("serialises"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("serialises")
+        );
     } else {
         print_text(&negotiated, &tools, result.as_ref(), args.call.as_deref());
     }
-    if let Some(r) = &result {
-        if r.get("isError") == Some(&Value::Bool(true)) {
-            return Err(format!(
-                "tool {} returned isError: {}",
-                args.call.as_deref().unwrap_or(""),
-                first_text(r).unwrap_or_default()
-            ));
-        }
+    if let Some(r) = &result
+        && r.get("isError") == Some(&Value::Bool(true))
+    {
+        return Err(format!(
+            "tool {} returned isError: {}",
+            args.call.as_deref().unwrap_or(""),
+            first_text(r).unwrap_or_default()
+        ));
     }
     Ok(())
 }
@@ -185,7 +191,9 @@ fn print_text(
     );
     println!(
         "server:   {} {}",
-        info.get("name").and_then(Value::as_str).unwrap_or("(unnamed)"),
+        info.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("(unnamed)"),
         info.get("version").and_then(Value::as_str).unwrap_or("")
     );
     println!("capabilities: {}", n.capabilities);
@@ -209,7 +217,10 @@ fn print_text(
             for c in items {
                 match c.get("text").and_then(Value::as_str) {
                     Some(t) => println!("  {t}"),
-                    None => println!("  [{}]", c.get("type").and_then(Value::as_str).unwrap_or("content")),
+                    None => println!(
+                        "  [{}]",
+                        c.get("type").and_then(Value::as_str).unwrap_or("content")
+                    ),
                 }
                 printed = true;
             }

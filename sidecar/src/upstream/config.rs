@@ -182,6 +182,11 @@ mod tests {
     fn era_names_parse() {
         assert_eq!("2025-11-25".parse(), Ok(EraPreference::Legacy));
         assert_eq!("auto".parse(), Ok(EraPreference::Auto));
-        assert!("2024".parse::<EraPreference>().unwrap_err().contains("2024"));
+        assert!(
+            "2024"
+                .parse::<EraPreference>()
+                .unwrap_err()
+                .contains("2024")
+        );
     }
 }

@@ -234,7 +234,11 @@ impl Connection {
     /// Sends a request decorated for the era and returns its `result`.
     /// `params` is forwarded as given (unknown fields and `_meta` kept); in
     /// the modern era the protocol's own `_meta` keys are set in it.
-    pub async fn request(&self, method: &str, params: Option<Value>) -> Result<Value, UpstreamError> {
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Value, UpstreamError> {
         let (params, headers) = self.decorate(method, params);
         self.transport
             .call(method, params, &headers, self.config.request_timeout)
@@ -243,7 +247,10 @@ impl Connection {
 
     fn decorate(&self, method: &str, params: Option<Value>) -> (Option<Value>, ExtraHeaders) {
         match self.negotiated.era {
-            Era::Legacy => (params, era::legacy_headers(&self.negotiated.protocol_version)),
+            Era::Legacy => (
+                params,
+                era::legacy_headers(&self.negotiated.protocol_version),
+            ),
             Era::Modern => {
                 let mut params = match params {
                     Some(Value::Object(m)) => m,
@@ -271,7 +278,10 @@ impl Connection {
     /// `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*`.
     fn modern_headers(&self, method: &str, params: Option<&Value>) -> ExtraHeaders {
         let mut h = vec![
-            ("mcp-protocol-version".to_owned(), self.negotiated.protocol_version.clone()),
+            (
+                "mcp-protocol-version".to_owned(),
+                self.negotiated.protocol_version.clone(),
+            ),
             ("mcp-method".to_owned(), method.to_owned()),
         ];
         if !self.transport.is_http() {
@@ -282,12 +292,17 @@ impl Connection {
             "resources/read" => "uri",
             _ => return h,
         };
-        let Some(name) = params.and_then(|p| p.get(name_field)).and_then(Value::as_str) else {
+        let Some(name) = params
+            .and_then(|p| p.get(name_field))
+            .and_then(Value::as_str)
+        else {
             return h;
         };
         h.push(("mcp-name".to_owned(), headers::encode_value(name)));
         if method == "tools/call" {
-            let arguments = params.and_then(|p| p.get("arguments")).unwrap_or(&Value::Null);
+            let arguments = params
+                .and_then(|p| p.get("arguments"))
+                .unwrap_or(&Value::Null);
             if let Some(list) = self.header_params.lock().unwrap().get(name) {
                 for p in list {
                     if let Some(v) = headers::param_value(arguments, &p.path) {
@@ -310,9 +325,7 @@ impl Connection {
         let mut tools = Vec::new();
         let mut cursor: Option<Value> = None;
         for _ in 0..MAX_LIST_PAGES {
-            let params = cursor
-                .take()
-                .map(|c| serde_json::json!({"cursor": c}));
+            let params = cursor.take().map(|c| serde_json::json!({"cursor": c}));
             let page = self.request("tools/list", params).await?;
             match page.get("tools") {
                 Some(Value::Array(items)) => tools.extend(items.iter().cloned()),

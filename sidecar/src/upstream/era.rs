@@ -102,7 +102,9 @@ pub async fn negotiate(
             Probe::Modern(n) => Ok(n),
             Probe::Legacy(why) => Err(UpstreamError::protocol(
                 &config.name,
-                format!("the server does not speak {MODERN_VERSION} ({why}) and the era is pinned to it"),
+                format!(
+                    "the server does not speak {MODERN_VERSION} ({why}) and the era is pinned to it"
+                ),
             )),
         },
         EraPreference::Auto => match discover(transport, config).await? {
@@ -133,7 +135,12 @@ async fn discover(transport: &Transport, config: &UpstreamConfig) -> Result<Prob
     loop {
         let params = json!({"_meta": modern_meta(config)});
         let reply = transport
-            .call("server/discover", Some(params), &headers, config.discover_timeout)
+            .call(
+                "server/discover",
+                Some(params),
+                &headers,
+                config.discover_timeout,
+            )
             .await;
         return match reply {
             Ok(result) => {
@@ -148,46 +155,64 @@ async fn discover(transport: &Transport, config: &UpstreamConfig) -> Result<Prob
                         era: Era::Modern,
                         protocol_version: MODERN_VERSION.into(),
                         server_info,
-                        capabilities: result.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-                        instructions: result.get("instructions").and_then(Value::as_str).map(str::to_owned),
+                        capabilities: result
+                            .get("capabilities")
+                            .cloned()
+                            .unwrap_or_else(|| json!({})),
+                        instructions: result
+                            .get("instructions")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
                         supported_versions: supported,
                     }))
                 } else {
                     // Not a DiscoverResult we can use (a legacy server that
                     // answers unknown methods with an empty result, or one
                     // listing only versions we do not speak in the modern era).
-                    Ok(Probe::Legacy(format!("server/discover result lists versions {supported:?}")))
+                    Ok(Probe::Legacy(format!(
+                        "server/discover result lists versions {supported:?}"
+                    )))
                 }
             }
-            Err(UpstreamError::Rpc { code, message, data, .. }) if jsonrpc::is_modern_error_code(code) => {
+            Err(UpstreamError::Rpc {
+                code,
+                message,
+                data,
+                ..
+            }) if jsonrpc::is_modern_error_code(code) => {
                 let supported = string_list(data.as_ref().and_then(|d| d.get("supported")));
                 if code == jsonrpc::UNSUPPORTED_PROTOCOL_VERSION {
                     if supported.iter().any(|v| v == MODERN_VERSION) && !retried {
                         retried = true;
                         continue;
                     }
-                    if supported.iter().any(|v| LEGACY_VERSIONS.contains(&v.as_str())) {
+                    if supported
+                        .iter()
+                        .any(|v| LEGACY_VERSIONS.contains(&v.as_str()))
+                    {
                         return Ok(Probe::Legacy(format!("server supports {supported:?}")));
                     }
                 }
                 Err(UpstreamError::protocol(
                     server,
-                    format!("server/discover rejected with error {code} ({message}); server-supported versions: {supported:?}"),
+                    format!(
+                        "server/discover rejected with error {code} ({message}); server-supported versions: {supported:?}"
+                    ),
                 ))
             }
-            Err(UpstreamError::Rpc { code, message, .. }) => {
-                Ok(Probe::Legacy(format!("server/discover answered error {code}: {message}")))
-            }
-            Err(UpstreamError::HttpStatus { status, .. }) if (400..500).contains(&status) => {
-                Ok(Probe::Legacy(format!("server/discover answered HTTP {status}")))
-            }
+            Err(UpstreamError::Rpc { code, message, .. }) => Ok(Probe::Legacy(format!(
+                "server/discover answered error {code}: {message}"
+            ))),
+            Err(UpstreamError::HttpStatus { status, .. }) if (400..500).contains(&status) => Ok(
+                Probe::Legacy(format!("server/discover answered HTTP {status}")),
+            ),
             Err(UpstreamError::Timeout { after, .. }) => Ok(Probe::Legacy(format!(
                 "no answer to server/discover within {}s",
                 after.as_secs_f64()
             ))),
-            Err(UpstreamError::NoResponse { detail, .. }) => {
-                Ok(Probe::Legacy(format!("no response to server/discover: {detail}")))
-            }
+            Err(UpstreamError::NoResponse { detail, .. }) => Ok(Probe::Legacy(format!(
+                "no response to server/discover: {detail}"
+            ))),
             Err(other) => Err(other),
         };
     }
@@ -195,40 +220,65 @@ async fn discover(transport: &Transport, config: &UpstreamConfig) -> Result<Prob
 
 fn string_list(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
-async fn initialize(transport: &Transport, config: &UpstreamConfig) -> Result<Negotiated, UpstreamError> {
+async fn initialize(
+    transport: &Transport,
+    config: &UpstreamConfig,
+) -> Result<Negotiated, UpstreamError> {
     let params = json!({
         "protocolVersion": LEGACY_VERSION,
         "capabilities": client_capabilities(),
         "clientInfo": {"name": config.client_name, "version": config.client_version},
     });
     let result = transport
-        .call("initialize", Some(params), &Vec::new(), config.request_timeout)
+        .call(
+            "initialize",
+            Some(params),
+            &Vec::new(),
+            config.request_timeout,
+        )
         .await?;
     let version = result
         .get("protocolVersion")
         .and_then(Value::as_str)
-        .ok_or_else(|| UpstreamError::protocol(&config.name, "initialize result has no protocolVersion"))?
+        .ok_or_else(|| {
+            UpstreamError::protocol(&config.name, "initialize result has no protocolVersion")
+        })?
         .to_owned();
     if !LEGACY_VERSIONS.contains(&version.as_str()) {
         return Err(UpstreamError::protocol(
             &config.name,
-            format!("server chose protocol version {version:?}, which we do not speak (we speak {LEGACY_VERSIONS:?})"),
+            format!(
+                "server chose protocol version {version:?}, which we do not speak (we speak {LEGACY_VERSIONS:?})"
+            ),
         ));
     }
     transport.set_legacy(&version);
     transport
-        .notify(&jsonrpc::notification("notifications/initialized", None), &legacy_headers(&version))
+        .notify(
+            &jsonrpc::notification("notifications/initialized", None),
+            &legacy_headers(&version),
+        )
         .await?;
     Ok(Negotiated {
         era: Era::Legacy,
         protocol_version: version,
         server_info: result.get("serverInfo").cloned().unwrap_or(Value::Null),
-        capabilities: result.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-        instructions: result.get("instructions").and_then(Value::as_str).map(str::to_owned),
+        capabilities: result
+            .get("capabilities")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        instructions: result
+            .get("instructions")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         supported_versions: Vec::new(),
     })
 }

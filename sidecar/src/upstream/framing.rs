@@ -141,12 +141,12 @@ impl IdScanner {
     }
 
     fn end_capture(&mut self) {
-        if let Some(raw) = self.capture.take() {
-            if self.id.is_none() {
-                self.id = serde_json::from_slice::<Value>(&raw)
-                    .ok()
-                    .filter(super::jsonrpc::is_valid_id);
-            }
+        if let Some(raw) = self.capture.take()
+            && self.id.is_none()
+        {
+            self.id = serde_json::from_slice::<Value>(&raw)
+                .ok()
+                .filter(super::jsonrpc::is_valid_id);
         }
     }
 

@@ -88,9 +88,10 @@ fn count_annotations(schema: &Value) -> usize {
             .iter()
             .map(|(k, v)| match (k.as_str(), v) {
                 ("x-mcp-header", _) => 1,
-                ("properties" | "patternProperties" | "$defs" | "definitions", Value::Object(m)) => {
-                    m.values().map(count_annotations).sum()
-                }
+                (
+                    "properties" | "patternProperties" | "$defs" | "definitions",
+                    Value::Object(m),
+                ) => m.values().map(count_annotations).sum(),
                 _ => count_annotations(v),
             })
             .sum(),

@@ -189,12 +189,17 @@ impl HttpConnection {
             Some("application/json") => {
                 let body = self.read_body(method, resp).await?;
                 if body.iter().all(u8::is_ascii_whitespace) {
-                    return Err(self.no_response(method, format!("HTTP {status} with an empty body")));
+                    return Err(
+                        self.no_response(method, format!("HTTP {status} with an empty body"))
+                    );
                 }
                 let parsed: Value = serde_json::from_slice(&body).map_err(|e| {
                     UpstreamError::protocol(
                         &self.server,
-                        format!("{method}: response body is not JSON ({e}): {}", jsonrpc::preview(&body, 200)),
+                        format!(
+                            "{method}: response body is not JSON ({e}): {}",
+                            jsonrpc::preview(&body, 200)
+                        ),
                     )
                 })?;
                 let messages = match parsed {
@@ -208,7 +213,10 @@ impl HttpConnection {
                     }
                 }
                 response.ok_or_else(|| {
-                    self.no_response(method, "the JSON body holds no response to the request".into())
+                    self.no_response(
+                        method,
+                        "the JSON body holds no response to the request".into(),
+                    )
                 })
             }
             other => {
@@ -286,16 +294,16 @@ impl HttpConnection {
         let body = self.read_body(method, resp).await.unwrap_or_default();
         // A JSON-RPC error in the body (e.g. a modern server's
         // UnsupportedProtocolVersion with 400) is the server's answer.
-        if let Ok(msg) = serde_json::from_slice::<Value>(&body) {
-            if let Some(err) = jsonrpc::ErrorObject::from_response(&msg) {
-                return UpstreamError::Rpc {
-                    server: self.server.clone(),
-                    method: method.to_owned(),
-                    code: err.code,
-                    message: err.message,
-                    data: err.data,
-                };
-            }
+        if let Ok(msg) = serde_json::from_slice::<Value>(&body)
+            && let Some(err) = jsonrpc::ErrorObject::from_response(&msg)
+        {
+            return UpstreamError::Rpc {
+                server: self.server.clone(),
+                method: method.to_owned(),
+                code: err.code,
+                message: err.message,
+                data: err.data,
+            };
         }
         UpstreamError::HttpStatus {
             server: self.server.clone(),
@@ -305,7 +313,11 @@ impl HttpConnection {
         }
     }
 
-    async fn read_body(&self, method: &str, mut resp: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {
+    async fn read_body(
+        &self,
+        method: &str,
+        mut resp: reqwest::Response,
+    ) -> Result<Vec<u8>, UpstreamError> {
         let mut body = Vec::new();
         loop {
             match resp.chunk().await {
@@ -324,7 +336,11 @@ impl HttpConnection {
                 }
                 Ok(None) => return Ok(body),
                 Err(e) => {
-                    return Err(UpstreamError::io(&self.server, format!("reading the {method} response"), e));
+                    return Err(UpstreamError::io(
+                        &self.server,
+                        format!("reading the {method} response"),
+                        e,
+                    ));
                 }
             }
         }
@@ -381,7 +397,11 @@ impl HttpConnection {
                             limit: self.max_message_bytes,
                         }
                     } else {
-                        UpstreamError::io(&self.server, format!("reading the {method} event stream"), StreamError(e))
+                        UpstreamError::io(
+                            &self.server,
+                            format!("reading the {method} event stream"),
+                            StreamError(e),
+                        )
                     }
                 })?;
                 if !ev.id.is_empty() && ev.id != last_event_id {
@@ -405,7 +425,9 @@ impl HttpConnection {
             }
             // The stream ended without our response.
             if !self.legacy.load(Ordering::Relaxed) || last_event_id.is_empty() {
-                return Err(self.no_response(method, "the event stream ended before the response".into()));
+                return Err(
+                    self.no_response(method, "the event stream ended before the response".into())
+                );
             }
             resumes_without_progress += 1;
             if resumes_without_progress > MAX_RESUMES_WITHOUT_PROGRESS {
@@ -420,7 +442,11 @@ impl HttpConnection {
         }
     }
 
-    async fn resume(&self, method: &str, last_event_id: &str) -> Result<EventStream, UpstreamError> {
+    async fn resume(
+        &self,
+        method: &str,
+        last_event_id: &str,
+    ) -> Result<EventStream, UpstreamError> {
         let mut req = self
             .client
             .get(self.url.clone())
@@ -435,7 +461,15 @@ impl HttpConnection {
             .await
             .map_err(|e| UpstreamError::io(&self.server, format!("GET to resume {method}"), e))?;
         if !resp.status().is_success() {
-            return Err(self.status_error(method, resp, true).await);
+            return Err(match self.status_error(method, resp, true).await {
+                // The server already had this request: sending it again on a
+                // new session could run it twice, so no SessionExpired retry.
+                UpstreamError::SessionExpired { .. } => self.no_response(
+                    method,
+                    "the session ended (HTTP 404) while resuming the event stream".into(),
+                ),
+                other => other,
+            });
         }
         Ok(self.events(resp))
     }

@@ -107,7 +107,10 @@ impl ServerMetrics {
 
     /// Counts a restart.
     pub fn restart(&self) {
-        self.metrics.restarts.with_label_values(&[&self.server]).inc();
+        self.metrics
+            .restarts
+            .with_label_values(&[&self.server])
+            .inc();
     }
 
     /// Counts bytes received.

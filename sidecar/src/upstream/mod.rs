@@ -27,7 +27,9 @@ pub mod jsonrpc;
 pub mod metrics;
 pub mod stdio;
 
-pub use config::{EraPreference, HttpConfig, RestartPolicy, StdioConfig, TransportConfig, UpstreamConfig};
+pub use config::{
+    EraPreference, HttpConfig, RestartPolicy, StdioConfig, TransportConfig, UpstreamConfig,
+};
 pub use era::{Era, Negotiated};
 pub use error::UpstreamError;
 pub use metrics::{ServerMetrics, UpstreamMetrics};
@@ -40,7 +42,7 @@ use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 type ConnectFuture = Shared<BoxFuture<'static, Result<Arc<Connection>, UpstreamError>>>;
 
@@ -51,7 +53,10 @@ enum State {
     /// A connection attempt is under way; everyone waits on the same one.
     Connecting(ConnectFuture),
     /// Connected.
-    Ready { conn: Arc<Connection>, failures: u32 },
+    Ready {
+        conn: Arc<Connection>,
+        failures: u32,
+    },
     /// Shut down; no more connections.
     Closed,
 }
@@ -65,6 +70,22 @@ struct Inner {
     state: Mutex<State>,
     /// Connection attempts so far (the first start included).
     attempts: AtomicU64,
+    /// Cancelled when the last handle is dropped, so the exit watcher lets
+    /// go of the connection and dropping it stops the server.
+    dropped: tokio_util::sync::CancellationToken,
+    /// What [`Upstream::link`] reports.
+    link: watch::Sender<Link>,
+}
+
+/// The state of the connection as [`Upstream::link`] reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Link {
+    /// Successful connections (negotiations) so far; bumped after each one.
+    pub connections: u64,
+    /// Whether the last connection succeeded and has not failed since.
+    pub connected: bool,
+    /// Why the last attempt failed or the last connection ended, if it did.
+    pub last_error: Option<String>,
 }
 
 /// A handle to one upstream server. Cheap to clone; all clones share the
@@ -88,7 +109,8 @@ impl Upstream {
     pub fn new(config: UpstreamConfig, metrics: &UpstreamMetrics) -> Result<Self, UpstreamError> {
         let http_client = match &config.transport {
             TransportConfig::Http(_) => Some(
-                http::client().map_err(|e| UpstreamError::io(&config.name, "building the HTTP client", e))?,
+                http::client()
+                    .map_err(|e| UpstreamError::io(&config.name, "building the HTTP client", e))?,
             ),
             TransportConfig::Stdio(_) => None,
         };
@@ -101,6 +123,8 @@ impl Upstream {
                 http_client,
                 state: Mutex::new(State::Idle { failures: 0 }),
                 attempts: AtomicU64::new(0),
+                dropped: tokio_util::sync::CancellationToken::new(),
+                link: watch::Sender::new(Link::default()),
             }),
         })
     }
@@ -123,7 +147,9 @@ impl Upstream {
     /// What the current connection negotiated, if connected.
     pub fn negotiated(&self) -> Option<Negotiated> {
         match &*self.inner.state.lock().unwrap() {
-            State::Ready { conn, .. } if conn.transport().is_alive() => Some(conn.negotiated().clone()),
+            State::Ready { conn, .. } if conn.transport().is_alive() => {
+                Some(conn.negotiated().clone())
+            }
             _ => None,
         }
     }
@@ -141,6 +167,13 @@ impl Upstream {
         self.inner.attempts.load(Ordering::Relaxed)
     }
 
+    /// Follows the connection: the value changes after each successful
+    /// connection (`connections` bumped), each failed attempt and each exit
+    /// of a stdio server.
+    pub fn link(&self) -> watch::Receiver<Link> {
+        self.inner.link.subscribe()
+    }
+
     /// Subscribes to the server's notifications (whole JSON-RPC messages).
     pub fn subscribe(&self) -> broadcast::Receiver<Value> {
         self.inner.inbound.subscribe()
@@ -150,7 +183,11 @@ impl Upstream {
     /// sent. Errors: see [`UpstreamError`]; a JSON-RPC error answer is
     /// [`UpstreamError::Rpc`]. Dropping the future cancels the request
     /// upstream (`notifications/cancelled`, or closing the HTTP stream).
-    pub async fn request(&self, method: &str, params: Option<Value>) -> Result<Value, UpstreamError> {
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Value, UpstreamError> {
         let conn = self.connection().await?;
         match conn.request(method, params.clone()).await {
             Err(UpstreamError::SessionExpired { .. }) => {
@@ -166,7 +203,9 @@ impl Upstream {
     pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
         let conn = self.connection().await?;
         match conn.list_tools().await {
-            Err(UpstreamError::SessionExpired { .. }) => self.connection().await?.list_tools().await,
+            Err(UpstreamError::SessionExpired { .. }) => {
+                self.connection().await?.list_tools().await
+            }
             other => other,
         }
     }
@@ -176,10 +215,18 @@ impl Upstream {
     /// the result is the raw `CallToolResult`. An `isError` result is a
     /// successful call here. Counted in the call metrics by tool and outcome.
     pub async fn call_tool(&self, params: Value) -> Result<Value, UpstreamError> {
-        let tool = params.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+        let tool = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         let started = Instant::now();
         let mut result = self.request("tools/call", Some(params.clone())).await;
-        if let Err(UpstreamError::Rpc { code: jsonrpc::HEADER_MISMATCH, .. }) = &result {
+        if let Err(UpstreamError::Rpc {
+            code: jsonrpc::HEADER_MISMATCH,
+            ..
+        }) = &result
+        {
             // The tool's x-mcp-header annotations may have changed: re-list
             // and retry once (streamable-http, "Client Behavior").
             if self.list_tools().await.is_ok() {
@@ -200,6 +247,7 @@ impl Upstream {
     /// requests.
     pub async fn shutdown(&self, grace: Duration) {
         let previous = std::mem::replace(&mut *self.inner.state.lock().unwrap(), State::Closed);
+        self.inner.link.send_modify(|l| l.connected = false);
         let conn = match previous {
             State::Ready { conn, .. } => Some(conn),
             State::Connecting(f) => f.await.ok(),
@@ -280,11 +328,24 @@ impl Upstream {
                         failures,
                     };
                     drop(state);
-                    watch_exit(Arc::downgrade(&inner), conn.clone());
+                    let mut generation = 0;
+                    inner.link.send_modify(|l| {
+                        l.connections += 1;
+                        l.connected = true;
+                        generation = l.connections;
+                    });
+                    watch_exit(Arc::downgrade(&inner), conn.clone(), generation);
                 }
                 Err(e) => {
                     tracing::warn!(server = %inner.config.name, error = %e, "connecting failed");
-                    *state = State::Idle { failures: failures + 1 };
+                    *state = State::Idle {
+                        failures: failures + 1,
+                    };
+                    drop(state);
+                    inner.link.send_modify(|l| {
+                        l.connected = false;
+                        l.last_error = Some(e.to_string());
+                    });
                 }
             }
             result
@@ -292,7 +353,10 @@ impl Upstream {
         let server = self.name().to_owned();
         async move {
             task.await.unwrap_or_else(|e| {
-                Err(UpstreamError::protocol(&server, format!("connection task failed: {e}")))
+                Err(UpstreamError::protocol(
+                    &server,
+                    format!("connection task failed: {e}"),
+                ))
             })
         }
         .boxed()
@@ -300,13 +364,36 @@ impl Upstream {
     }
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.dropped.cancel();
+    }
+}
+
 /// When a stdio server exits, restart it in the background (if the policy
-/// is eager) so the next request finds it ready.
-fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>) {
+/// is eager) so the next request finds it ready. `generation` is the
+/// connection's number in [`Link::connections`].
+fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
+    let Some(dropped) = inner.upgrade().map(|i| i.dropped.clone()) else {
+        return;
+    };
     tokio::spawn(async move {
-        let status = conn.transport().exited().await;
+        let status = tokio::select! {
+            status = conn.transport().exited() => status,
+            // Every handle is gone: dropping `conn` stops the server.
+            () = dropped.cancelled() => return,
+        };
         drop(conn);
         let Some(inner) = inner.upgrade() else { return };
+        inner.link.send_if_modified(|l| {
+            // A newer connection may already be up.
+            if l.connections != generation {
+                return false;
+            }
+            l.connected = false;
+            l.last_error = Some(format!("server {} exited ({status})", inner.config.name));
+            true
+        });
         if !inner.config.restart.eager || matches!(*inner.state.lock().unwrap(), State::Closed) {
             return;
         }

@@ -189,12 +189,18 @@ impl StdioConnection {
             armed: true,
         };
         self.send(msg)?;
-        let reply = rx.await.unwrap_or_else(|_| {
+        let mut reply = rx.await.unwrap_or_else(|_| {
             Err(UpstreamError::Closed {
                 server: self.server.clone(),
             })
         });
         guard.armed = false;
+        // The reader only knew the id of the oversized response; name the method.
+        if let Err(UpstreamError::MessageTooLarge { method, .. }) = &mut reply
+            && let Some(m) = msg.get("method").and_then(Value::as_str)
+        {
+            *method = m.to_owned();
+        }
         reply
     }
 
@@ -280,7 +286,10 @@ async fn read_loop(
     inbound: Arc<Inbound>,
     metrics: ServerMetrics,
 ) {
-    let mut reader = LineReader::new(BufReader::with_capacity(64 * 1024, stdout), max_message_bytes);
+    let mut reader = LineReader::new(
+        BufReader::with_capacity(64 * 1024, stdout),
+        max_message_bytes,
+    );
     loop {
         let frame = match reader.next_frame().await {
             Ok(Some(frame)) => frame,
@@ -302,7 +311,7 @@ async fn read_loop(
                 if let Some(tx) = waiter {
                     let _ = tx.send(Err(UpstreamError::MessageTooLarge {
                         server: server.clone(),
-                        method: "request".into(),
+                        method: "unknown".into(), // named by `request`
                         size,
                         limit: max_message_bytes,
                     }));

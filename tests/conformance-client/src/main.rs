@@ -9,7 +9,9 @@
 
 use serde_json::{Value, json};
 use std::time::Duration;
-use switchyard_sidecar::upstream::{HttpConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics};
+use switchyard_sidecar::upstream::{
+    HttpConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
+};
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -17,6 +19,7 @@ type Result<T> = std::result::Result<T, String>;
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -33,7 +36,7 @@ async fn main() -> std::process::ExitCode {
 
 async fn run() -> Result<()> {
     let url = std::env::args()
-        .last()
+        .next_back()
         .filter(|a| a.starts_with("http"))
         .ok_or("usage: switchyard-conformance-client <server-url>")?;
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
@@ -52,7 +55,8 @@ async fn run() -> Result<()> {
     config.request_timeout = Duration::from_secs(20);
     config.discover_timeout = Duration::from_secs(5);
     config.restart.eager = false;
-    let upstream = Upstream::new(config, &UpstreamMetrics::unregistered()).map_err(|e| e.to_string())?;
+    let upstream =
+        Upstream::new(config, &UpstreamMetrics::unregistered()).map_err(|e| e.to_string())?;
     let negotiated = upstream.connect().await.map_err(|e| e.to_string())?;
     tracing::info!(%scenario, era = ?negotiated.era, version = %negotiated.protocol_version, "connected");
 
@@ -103,7 +107,12 @@ async fn scenario_steps(upstream: &Upstream, scenario: &str, context: &Value) ->
                 .iter()
                 .find(|t| t["name"] == "json_schema_2020_12_tool")
                 .ok_or("json_schema_2020_12_tool not listed")?;
-            call(upstream, "json_schema_echo", json!({"schema": tool["inputSchema"]})).await?;
+            call(
+                upstream,
+                "json_schema_echo",
+                json!({"schema": tool["inputSchema"]}),
+            )
+            .await?;
         }
         // initialize, request-metadata, json-schema-ref-no-deref and any
         // other scenario: negotiating and listing is the whole job.

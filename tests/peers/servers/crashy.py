@@ -10,11 +10,16 @@ Tools:
         (ping, calls, cancellations) unless block=true: then the whole process
         stops reading stdin forever (a wedged server).
   slow {ms=1000}  replies "slept <ms> ms" after ms, in a thread (other requests
-        are served meanwhile); after notifications/cancelled for it, no reply.
+        are served meanwhile); after notifications/cancelled for it, no reply
+        (unless STUB_IGNORE_CANCEL=1: then it replies late).
   pid   -> the process id as text
   echo {message} -> message
-Knobs (env):
-  STUB_START_LOG=path      append "<pid>\\n" to path at start (count starts)
+  cancelled_ids -> JSON list of the requestIds of notifications/cancelled
+        received so far, exactly as sent (see mcpstub.add_cancelled_ids)
+Knobs (env), besides mcpstub's (STUB_CALL_LOG, STUB_IGNORE_CANCEL,
+STUB_IGNORE_EOF, STUB_IGNORE_SIGTERM):
+  STUB_START_LOG=path      append "<pid> <unix time in s>\\n" to path at start
+                           (count starts, measure restart delays)
   STUB_START_DELAY_MS=n    sleep n ms before reading stdin (slow start)
   STUB_EXIT_ON_START=code  after the log/delay, print the crash lines to stderr
                            and exit with `code` before reading anything
@@ -37,6 +42,7 @@ def die(code, partial_id=None):
 
 srv = Server("crashy")
 srv.add_echo()
+srv.add_cancelled_ids()
 srv.tool("pid", "the server's process id")(lambda args, ctx: str(os.getpid()))
 srv.tool("crash", "exit with `code` without replying", code="integer", partial="boolean")(
     lambda args, ctx: die(int(args.get("code", 3)), ctx.id if args.get("partial") else None))
@@ -57,7 +63,7 @@ def slow(args, ctx):
 
 if os.environ.get("STUB_START_LOG"):
     with open(os.environ["STUB_START_LOG"], "a") as f:
-        f.write(f"{os.getpid()}\n")
+        f.write(f"{os.getpid()} {time.time():.6f}\n")
 time.sleep(env_int("STUB_START_DELAY_MS", 0) / 1000)
 if os.environ.get("STUB_EXIT_ON_START"):
     die(int(os.environ["STUB_EXIT_ON_START"]))

@@ -7,8 +7,9 @@ Prints "listening on http://127.0.0.1:PORT/mcp" on stdout once ready.
 
 Sessions: initialize answers with a random `MCP-Session-Id` header; every other
 POST must carry it (400 if missing, 404 if unknown/expired). Notifications and
-client responses get an empty 202. GET /mcp -> 405; DELETE /mcp -> 200 (and
-forgets the session). Responses are `application/json; charset=utf-8` unless
+client responses get an empty 202. GET /mcp: 400 without a session, 404 with an
+unknown one, the rest of a stream for a known `Last-Event-ID` (see sse_resume),
+else 405. DELETE /mcp -> 200 (and forgets the session). Responses are `application/json; charset=utf-8` unless
 stated; SSE is `text/event-stream; charset=utf-8`, chunked, with events
 `event: message\\ndata: <json>\\n\\n`.
 
@@ -23,11 +24,24 @@ Tools:
   sse_no_response      -> SSE stream: one notification event, then closes
   expire_session       -> replies normally, then forgets the session: the next
                           request with it gets 404 (client should re-initialize)
+  reject_calls {count=1} -> replies normally; the next `count` tools/call POSTs on a
+                          known session get 404 and end that session (so a client
+                          that re-initializes and retries once sees 404 again)
+  sse_resume {message, expire=false} -> SSE: one event `id: <token>-1`, `retry: 10`
+                          holding a notification, then the stream ends without the
+                          reply; a GET with that `Last-Event-ID` (and the session)
+                          replays the rest (`id: <token>-2`, the reply). expire=true
+                          forgets the session first, so the resuming GET gets 404
   stats                -> JSON text {"initialize", "requests" (JSON-RPC requests
                           POSTed), "sessions_expired", "http" (all HTTP requests),
-                          "rejected_404", "deleted", "cancelled" (requestIds seen)}
+                          "rejected_404", "deleted", "cancelled" (requestIds seen),
+                          "resumed" (GETs that replayed a stream),
+                          "calls" ({tool: [request ids]} of tools/call requests that
+                          reached the tool, i.e. not rejected)}
   last_headers         -> JSON text {"current": {...}, "previous": {...}}: headers
                           (lower-cased names) of this request and of the one before
+  header_log           -> JSON text: every HTTP request so far, oldest first, as
+                          {"verb", "method" (JSON-RPC method, POST only), "headers"}
 Knobs (env):
   STUB_HTTP_MODE=json|sse      answer format for everything not listed above (json)
   STUB_HTTP_NOTIFY_STATUS=202|200|204   status for notifications/responses (202)
@@ -57,8 +71,11 @@ srv.add_echo()
 lock = threading.Lock()
 sessions = set()
 stats = {"initialize": 0, "requests": 0, "sessions_expired": 0, "http": 0,
-         "rejected_404": 0, "deleted": 0, "cancelled": []}
+         "rejected_404": 0, "deleted": 0, "cancelled": [], "calls": {}, "resumed": 0}
 last_headers = {}
+header_log = []  # {"verb", "method", "headers"} per HTTP request
+reject_calls_left = 0
+resumable = {}  # (session, Last-Event-ID) -> messages still to send on a resuming GET
 
 
 def note(data):
@@ -125,9 +142,35 @@ def expire_session(args, ctx):
     return "session expired"
 
 
+@srv.tool("sse_resume", "SSE stream cut before the reply; resume with GET + Last-Event-ID",
+          message="string", expire="boolean")
+def sse_resume(args, ctx):
+    token = secrets.token_hex(4)
+    reply = srv.response(ctx.id, result=text(str(args.get("message", ""))))
+    with lock:
+        resumable[(ctx.session, f"{token}-1")] = (f"{token}-2", reply)
+        if args.get("expire"):
+            sessions.discard(ctx.session)
+            stats["sessions_expired"] += 1
+    ctx.http.start_sse()
+    ctx.http.event(note("sse_resume: cut before the reply"), id_=f"{token}-1", retry=10)
+    ctx.http.end_sse()
+    return NO_REPLY
+
+
+@srv.tool("reject_calls", "404 (ending the session) the next `count` tools/call requests", count="integer")
+def reject_calls(args, ctx):
+    global reject_calls_left
+    with lock:
+        reject_calls_left = int(args.get("count", 1))
+    return f"rejecting the next {reject_calls_left} tools/call requests"
+
+
 srv.tool("stats", "counters as JSON")(lambda args, ctx: json.dumps(stats))
 srv.tool("last_headers", "headers of this and the previous request")(
     lambda args, ctx: json.dumps({"current": ctx.headers, "previous": ctx.prev_headers}))
+srv.tool("header_log", "verb, JSON-RPC method and headers of every HTTP request so far")(
+    lambda args, ctx: json.dumps(header_log))
 
 
 class Quiet(ThreadingHTTPServer):
@@ -171,9 +214,10 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def event(self, obj, multiline=False):
+    def event(self, obj, multiline=False, id_=None, retry=None):
         data = json.dumps(obj, ensure_ascii=False, **({"indent": 2} if multiline else {"separators": (",", ":")}))
-        self.chunk(("event: message\n" + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n").encode())
+        head = (f"id: {id_}\n" if id_ else "") + (f"retry: {retry}\n" if retry else "")
+        self.chunk((head + "event: message\n" + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n").encode())
 
     def end_sse(self):
         self.wfile.write(b"0\r\n\r\n")
@@ -190,6 +234,8 @@ class Handler(BaseHTTPRequestHandler):
         with lock:
             stats["http"] += 1
             self.hdrs, self.prev_hdrs, last_headers = headers, last_headers, headers
+            self.log_entry = {"verb": self.command, "method": None, "headers": headers}
+            header_log.append(self.log_entry)
         if AUTH in (401, 403):
             auth = [("WWW-Authenticate", 'Bearer realm="stub"')] if AUTH == 401 else []
             self.fail(AUTH, "Unauthorized" if AUTH == 401 else "Forbidden", headers=auth)
@@ -198,8 +244,25 @@ class Handler(BaseHTTPRequestHandler):
         return not self.responded
 
     def do_GET(self):
-        if self.begin():
-            self.reply(405, b"", headers=[("Allow", "POST, DELETE")])
+        if not self.begin():
+            return
+        sid = self.hdrs.get("mcp-session-id")
+        with lock:
+            known = sid in sessions
+            if sid is not None and not known:
+                stats["rejected_404"] += 1
+            rest = resumable.pop((sid, self.hdrs.get("last-event-id")), None) if known else None
+            stats["resumed"] += rest is not None
+        if sid is None:
+            return self.fail(400, "Bad Request: missing MCP-Session-Id")
+        if not known:
+            return self.fail(404, "Session not found")
+        if rest is None:
+            return self.reply(405, b"", headers=[("Allow", "POST, DELETE")])
+        event_id, msg = rest
+        self.start_sse()
+        self.event(msg, id_=event_id)
+        self.end_sse()
 
     def do_DELETE(self):
         if self.begin():
@@ -221,12 +284,14 @@ class Handler(BaseHTTPRequestHandler):
             assert isinstance(msg, dict)
         except (ValueError, AssertionError):
             return self.reply(400, encode(srv.error(None, -32700, "Parse error")), JSON)
+        self.log_entry["method"] = msg.get("method")
         accept = self.hdrs.get("accept", "")
         if STRICT and not ("application/json" in accept and "text/event-stream" in accept):
             return self.fail(406, "Not Acceptable: Accept must list application/json and text/event-stream", msg.get("id"))
         is_request = "method" in msg and "id" in msg
         initialize = is_request and msg["method"] == "initialize"
         sid = self.hdrs.get("mcp-session-id")
+        global reject_calls_left
         with lock:
             stats["requests"] += is_request
             stats["initialize"] += initialize
@@ -236,6 +301,11 @@ class Handler(BaseHTTPRequestHandler):
                 sessions.add(sid)
             elif sid is not None and not known:
                 stats["rejected_404"] += 1
+            elif known and msg.get("method") == "tools/call" and reject_calls_left > 0:
+                reject_calls_left -= 1
+                sessions.discard(sid)
+                known = False
+                stats["rejected_404"] += 1
         if not initialize:
             if sid is None:
                 return self.fail(400, "Bad Request: missing MCP-Session-Id", msg.get("id"))
@@ -243,6 +313,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self.fail(404, "Session not found", msg.get("id"))
             if STRICT and "mcp-protocol-version" not in self.hdrs:
                 return self.fail(400, "Bad Request: missing MCP-Protocol-Version", msg.get("id"))
+        if is_request and msg["method"] == "tools/call":
+            with lock:
+                name = str((msg.get("params") or {}).get("name"))
+                stats["calls"].setdefault(name, []).append(msg["id"])
         ctx = Ctx(srv, msg)
         ctx.http, ctx.session, ctx.headers, ctx.prev_headers = self, sid, self.hdrs, self.prev_hdrs
         resp = srv.handle(msg, ctx)

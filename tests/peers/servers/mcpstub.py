@@ -8,9 +8,18 @@ A `Server` holds a tool registry and speaks the 2025-11-25 handshake:
 `handle(msg)` is transport-agnostic (http_stub.py uses it); `run()` is the stdio
 loop: one JSON message per line on stdin, one per line on stdout. Scripts change
 how bytes leave the process by overriding `emit(data)`.
+
+Knobs every server honours (env):
+  STUB_CALL_LOG=path      append "<tool name> <request id as JSON>\n" to path for
+                          every tools/call, before the tool runs
+  STUB_IGNORE_CANCEL=1    record notifications/cancelled (see `add_cancelled_ids`)
+                          but answer the request anyway (a late reply)
+  STUB_IGNORE_EOF=1       (stdio) keep running after stdin closes
+  STUB_IGNORE_SIGTERM=1   (stdio) ignore SIGTERM
 """
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -69,6 +78,9 @@ class Server:
         self.capabilities = {"tools": {"listChanged": True}} if capabilities is None else capabilities
         self.tools = {}  # name -> (fn, descriptor, threaded)
         self.cancelled = set()  # key(requestId) of cancelled requests
+        self.cancelled_ids = []  # requestId of every notifications/cancelled, as received
+        self.ignore_cancel = os.environ.get("STUB_IGNORE_CANCEL") == "1"
+        self.call_log = os.environ.get("STUB_CALL_LOG")
         self.client_responses = {}  # key(id) -> client's reply to our requests
         self.lock = threading.Lock()  # serialises whole messages on stdout
         self.methods = {"initialize": self.initialize, "ping": lambda ctx: {}}
@@ -92,6 +104,12 @@ class Server:
         self.tool("echo", "returns `message` unchanged", message="string")(
             lambda args, ctx: str(args.get("message", "")))
 
+    def add_cancelled_ids(self):
+        """Tool `cancelled_ids` -> JSON text: the requestId of every
+        notifications/cancelled received so far, in order, exactly as sent."""
+        self.tool("cancelled_ids", "requestIds of the cancellations received so far")(
+            lambda args, ctx: json.dumps(self.cancelled_ids))
+
     # ---- handlers -------------------------------------------------------------
     def initialize(self, ctx):
         self.client_init = ctx.msg.get("params") or {}
@@ -103,6 +121,9 @@ class Server:
 
     def call_tool(self, ctx):
         params = ctx.msg.get("params") or {}
+        if self.call_log:
+            with open(self.call_log, "a") as f:
+                f.write(f"{params.get('name')} {json.dumps(ctx.id)}\n")
         entry = self.tools.get(params.get("name"))
         if entry is None:
             raise RpcError(-32602, f"Unknown tool: {params.get('name')}")
@@ -110,7 +131,10 @@ class Server:
         return text(out) if isinstance(out, str) else out
 
     def on_cancelled(self, msg):
-        self.cancelled.add(key((msg.get("params") or {}).get("requestId")))
+        request_id = (msg.get("params") or {}).get("requestId")
+        self.cancelled_ids.append(request_id)
+        if not self.ignore_cancel:
+            self.cancelled.add(key(request_id))
 
     def handle(self, msg, ctx=None):
         """Process one parsed message; return the response object or None."""
@@ -178,6 +202,8 @@ class Server:
         return bool(entry and entry[2])
 
     def run(self):
+        if os.environ.get("STUB_IGNORE_SIGTERM") == "1":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for line in sys.stdin.buffer:
             if not line.strip():
                 continue
@@ -190,3 +216,5 @@ class Server:
                 threading.Thread(target=self.serve, args=(msg,), daemon=True).start()
             else:
                 self.serve(msg)
+        while os.environ.get("STUB_IGNORE_EOF") == "1":
+            time.sleep(3600)

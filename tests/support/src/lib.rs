@@ -171,11 +171,15 @@ fn find_url(line: &str) -> Option<String> {
 }
 
 trait LineSource: Send {
-    fn next(&mut self) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + '_>>;
+    fn next(
+        &mut self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + '_>>;
 }
 
 impl<R: tokio::io::AsyncBufRead + Unpin + Send> LineSource for tokio::io::Lines<R> {
-    fn next(&mut self) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + '_>> {
+    fn next(
+        &mut self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send + '_>> {
         Box::pin(async move { self.next_line().await.ok().flatten() })
     }
 }
@@ -186,4 +190,213 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("bind 127.0.0.1:0")
+}
+
+/// Starts `cmd` (killed on drop) and waits up to 30 s until something
+/// accepts TCP connections on 127.0.0.1:`port`.
+pub async fn start_listening_on(mut cmd: Command, port: u16) -> Child {
+    cmd.stdin(Stdio::null()).kill_on_drop(true);
+    let mut child = cmd.spawn().expect("start the server");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return child;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the server exited ({status}) before listening on port {port}");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing listens on 127.0.0.1:{port} after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A real etcd server (Debian's `etcd-server`, v3 API) on free loopback
+/// ports with its own data directory under the system temp dir. Killed, and
+/// its directory removed, on drop.
+#[derive(Debug)]
+pub struct Etcd {
+    /// The client URL, `http://127.0.0.1:PORT`.
+    pub url: String,
+    child: Option<Child>,
+    client_port: u16,
+    peer_port: u16,
+    dir: PathBuf,
+}
+
+/// Path of the `etcd` binary; panics naming the install script if missing.
+pub fn etcd_bin() -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|p| p.join("etcd"))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .find(|p| p.is_file());
+    found.unwrap_or_else(|| {
+        panic!("etcd is missing (Debian package etcd-server): run `scripts/install-test-peers.sh` first")
+    })
+}
+
+/// Starts a fresh single-member etcd and waits (up to 30 s) until its
+/// `/health` says it has a leader. Panics if `etcd` is not installed or does
+/// not come up (with the tail of its log).
+pub async fn start_etcd() -> Etcd {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("switchyard-etcd-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the etcd temp dir");
+    let mut last_error = String::new();
+    // Free ports can be taken by someone else before etcd binds them: retry.
+    for _ in 0..3 {
+        let (client_port, peer_port) = (free_port(), free_port());
+        let mut etcd = Etcd {
+            url: format!("http://127.0.0.1:{client_port}"),
+            child: None,
+            client_port,
+            peer_port,
+            dir: dir.clone(),
+        };
+        match etcd.spawn().await {
+            Ok(()) => return etcd,
+            Err(e) => {
+                last_error = e;
+                etcd.dir = PathBuf::new(); // keep the directory for the next try
+                let _ = std::fs::remove_dir_all(dir.join("data"));
+            }
+        }
+    }
+    panic!("etcd did not start: {last_error}");
+}
+
+impl Etcd {
+    /// The client port on 127.0.0.1.
+    pub fn client_port(&self) -> u16 {
+        self.client_port
+    }
+
+    /// Kills etcd (SIGKILL) and waits for it to exit; the data stays.
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Stops etcd if running and starts it again on the same ports and data
+    /// (a crash and restart of the server).
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        if let Err(e) = self.spawn().await {
+            panic!("etcd did not restart: {e}");
+        }
+    }
+
+    async fn spawn(&mut self) -> Result<(), String> {
+        let log_path = self.dir.join("etcd.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| format!("open {}: {e}", log_path.display()))?;
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut cmd = Command::new(etcd_bin());
+        cmd.arg("--name")
+            .arg("t")
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .arg("--initial-cluster")
+            .arg(format!("t={peer}"))
+            .args([
+                "--initial-cluster-state",
+                "new",
+                "--logger=zap",
+                "--log-level=warn",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|e| format!("spawn etcd: {e}"))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            // (Checking that our child still runs guards against a port
+            // collision with another etcd answering the probe.)
+            if etcd_healthy(self.client_port).await && matches!(child.try_wait(), Ok(None)) {
+                self.child = Some(child);
+                return Ok(());
+            }
+            let tail = || {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                lines[lines.len().saturating_sub(20)..].join("\n")
+            };
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!(
+                    "etcd exited ({status}); its log ends with:\n{}",
+                    tail()
+                ));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let _ = child.kill().await;
+                return Err(format!(
+                    "etcd not healthy after 30 s; its log ends with:\n{}",
+                    tail()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.start_kill();
+        }
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Whether etcd's `/health` on 127.0.0.1:`port` reports a leader.
+async fn etcd_healthy(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        stream
+            .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .ok()?;
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await.ok()?;
+        Some(reply.contains("\"health\":\"true\""))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), probe).await,
+        Ok(Some(true))
+    )
 }

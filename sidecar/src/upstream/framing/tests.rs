@@ -4,7 +4,10 @@ use std::io::Cursor;
 use tokio::io::{AsyncWriteExt, BufReader};
 
 async fn frames(input: &[u8], max: usize) -> Vec<Frame> {
-    let mut r = LineReader::new(BufReader::with_capacity(7, Cursor::new(input.to_vec())), max);
+    let mut r = LineReader::new(
+        BufReader::with_capacity(7, Cursor::new(input.to_vec())),
+        max,
+    );
     let mut out = vec![];
     while let Some(f) = r.next_frame().await.unwrap() {
         out.push(f);
@@ -79,7 +82,10 @@ fn id_scanner_handles_escapes_numbers_and_missing_ids() {
         scan(r#"{"result":{"text":"\"id\":5"},"id":6}"#),
         Some(json!(6))
     );
-    assert_eq!(scan(r#"{"method":"notifications/x","params":{"id":3}}"#), None);
+    assert_eq!(
+        scan(r#"{"method":"notifications/x","params":{"id":3}}"#),
+        None
+    );
     assert_eq!(scan(r#"{"ids":1,"xid":2}"#), None);
     assert_eq!(scan(r#"{"id":{"nested":1}}"#), None);
 }

@@ -4,7 +4,10 @@ use serde_json::json;
 #[test]
 fn encodes_values_like_the_spec_examples() {
     assert_eq!(encode_value("us-west1"), "us-west1");
-    assert_eq!(encode_value("Hello, 世界"), "=?base64?SGVsbG8sIOS4lueVjA==?=");
+    assert_eq!(
+        encode_value("Hello, 世界"),
+        "=?base64?SGVsbG8sIOS4lueVjA==?="
+    );
     assert_eq!(encode_value(" padded "), "=?base64?IHBhZGRlZCA=?=");
     assert_eq!(encode_value("line1\nline2"), "=?base64?bGluZTEKbGluZTI=?=");
     assert_eq!(
@@ -25,12 +28,27 @@ fn reads_nested_annotations_and_values() {
     assert_eq!(params.len(), 3);
     let args = json!({"region":"us-west1","opts":{"dry":true},"n":42.0});
     let by_name = |n: &str| params.iter().find(|p| p.name == n).unwrap();
-    assert_eq!(param_value(&args, &by_name("Region").path).as_deref(), Some("us-west1"));
-    assert_eq!(param_value(&args, &by_name("Dry").path).as_deref(), Some("true"));
-    assert_eq!(param_value(&args, &by_name("N").path).as_deref(), Some("42"));
-    assert_eq!(param_value(&json!({"region": null}), &by_name("Region").path), None);
+    assert_eq!(
+        param_value(&args, &by_name("Region").path).as_deref(),
+        Some("us-west1")
+    );
+    assert_eq!(
+        param_value(&args, &by_name("Dry").path).as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        param_value(&args, &by_name("N").path).as_deref(),
+        Some("42")
+    );
+    assert_eq!(
+        param_value(&json!({"region": null}), &by_name("Region").path),
+        None
+    );
     assert_eq!(param_value(&json!({}), &by_name("Region").path), None);
-    assert_eq!(param_value(&json!({"n": 9007199254740993_i64}), &by_name("N").path), None);
+    assert_eq!(
+        param_value(&json!({"n": 9007199254740993_i64}), &by_name("N").path),
+        None
+    );
 }
 
 #[test]

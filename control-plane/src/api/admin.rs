@@ -1,0 +1,206 @@
+//! The admin API (`switchyard.v1.AdminService`): servers and their status.
+
+use crate::ControlPlane;
+use crate::api::engine::registry_status;
+use crate::model::{Origin, ServerRecord};
+use crate::state::Snapshot;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_proto::v1 as pb;
+use switchyard_proto::v1::admin_service_server::AdminService;
+use switchyard_sidecar::config::{ServerConfig, TransportKind};
+use tonic::{Request, Response, Status};
+
+/// The service.
+#[derive(Debug, Clone)]
+pub struct AdminApi {
+    cp: Arc<ControlPlane>,
+}
+
+impl AdminApi {
+    /// Serves `cp`.
+    pub fn new(cp: Arc<ControlPlane>) -> Self {
+        AdminApi { cp }
+    }
+}
+
+/// A proto spec as a validated server config. Errors name the field.
+pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status> {
+    let s = spec.ok_or_else(|| Status::invalid_argument("spec: required"))?;
+    let transport = match pb::Transport::try_from(s.transport) {
+        Ok(pb::Transport::Stdio) => TransportKind::Stdio,
+        Ok(pb::Transport::Http) => TransportKind::Http,
+        _ => {
+            return Err(Status::invalid_argument(
+                "spec.transport: must be STDIO or HTTP",
+            ));
+        }
+    };
+    let config = ServerConfig {
+        name: s.name,
+        transport,
+        command: Some(s.command).filter(|c| !c.is_empty()),
+        args: s.args,
+        env: s.env.into_iter().collect(),
+        cwd: Some(s.cwd).filter(|c| !c.is_empty()).map(Into::into),
+        url: Some(s.url).filter(|u| !u.is_empty()),
+        headers: s.headers.into_iter().collect(),
+        era: if s.era.is_empty() {
+            "auto".into()
+        } else {
+            s.era
+        },
+        request_timeout_sec: if s.request_timeout_ms == 0 {
+            600
+        } else {
+            s.request_timeout_ms.div_ceil(1000)
+        },
+        max_message_bytes: switchyard_sidecar::upstream::config::DEFAULT_MAX_MESSAGE_BYTES,
+    };
+    config
+        .validate("spec")
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    Ok(config)
+}
+
+/// A server config as a proto spec.
+pub fn spec_to_pb(s: &ServerConfig) -> pb::ServerSpec {
+    pb::ServerSpec {
+        name: s.name.clone(),
+        transport: match s.transport {
+            TransportKind::Stdio => pb::Transport::Stdio as i32,
+            TransportKind::Http => pb::Transport::Http as i32,
+        },
+        command: s.command.clone().unwrap_or_default(),
+        args: s.args.clone(),
+        env: s.env.clone().into_iter().collect(),
+        cwd: s
+            .cwd
+            .as_ref()
+            .map(|c| c.display().to_string())
+            .unwrap_or_default(),
+        url: s.url.clone().unwrap_or_default(),
+        headers: s.headers.clone().into_iter().collect(),
+        era: s.era.clone(),
+        request_timeout_ms: s.request_timeout_sec * 1000,
+    }
+}
+
+/// The status of one server from the read model.
+pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
+    let name = &rec.spec.name;
+    let sidecars: Vec<pb::SidecarInfo> = snap
+        .sidecars
+        .get(name)
+        .map(|m| {
+            m.values()
+                .map(|s| pb::SidecarInfo {
+                    sidecar_id: s.sidecar_id.clone(),
+                    call_address: s.call_address.clone(),
+                    version: s.version.clone(),
+                    registered_at_ms: s.registered_at_ms,
+                    upstream_state: s.upstream_state.clone(),
+                    last_error: s.last_error.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let cat = snap.catalogues.get(name);
+    let state = match (sidecars.is_empty(), cat) {
+        (true, _) => "down",
+        (false, None) => "starting",
+        (false, Some(_)) => "up",
+    };
+    pb::ServerStatus {
+        spec: Some(spec_to_pb(&rec.spec)),
+        state: state.into(),
+        sidecars,
+        tool_count: cat.map_or(0, |c| c.tools.len() as u32),
+        tools_updated_at_ms: cat.map_or(0, |c| c.tools_updated_at),
+        protocol_version: cat.map(|c| c.protocol_version.clone()).unwrap_or_default(),
+        server_info_json: cat.map(|c| c.server_info.to_string()).unwrap_or_default(),
+        name_collisions: snap.names.collisions_of(name),
+    }
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminApi {
+    async fn list_servers(
+        &self,
+        _: Request<pb::ListServersRequest>,
+    ) -> Result<Response<pb::ListServersResponse>, Status> {
+        let snap = self.cp.state.snapshot();
+        let servers = snap.servers.values().map(|r| status_of(&snap, r)).collect();
+        Ok(Response::new(pb::ListServersResponse { servers }))
+    }
+
+    async fn add_server(
+        &self,
+        req: Request<pb::AddServerRequest>,
+    ) -> Result<Response<pb::ServerStatus>, Status> {
+        let spec = spec_from_pb(req.into_inner().spec)?;
+        let rev = self
+            .cp
+            .registry
+            .add_server(spec.clone(), Origin::Admin)
+            .await
+            .map_err(registry_status)?;
+        self.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+        let rec = ServerRecord {
+            spec,
+            origin: Origin::Admin,
+        };
+        Ok(Response::new(status_of(&self.cp.state.snapshot(), &rec)))
+    }
+
+    async fn update_server(
+        &self,
+        req: Request<pb::UpdateServerRequest>,
+    ) -> Result<Response<pb::ServerStatus>, Status> {
+        let spec = spec_from_pb(req.into_inner().spec)?;
+        let rev = self
+            .cp
+            .registry
+            .update_server(spec.clone())
+            .await
+            .map_err(registry_status)?;
+        self.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+        let snap = self.cp.state.snapshot();
+        let rec = snap
+            .servers
+            .get(&spec.name)
+            .cloned()
+            .unwrap_or(ServerRecord {
+                spec,
+                origin: Origin::Admin,
+            });
+        Ok(Response::new(status_of(&snap, &rec)))
+    }
+
+    async fn remove_server(
+        &self,
+        req: Request<pb::RemoveServerRequest>,
+    ) -> Result<Response<pb::RemoveServerResponse>, Status> {
+        let rev = self
+            .cp
+            .registry
+            .remove_server(&req.into_inner().name)
+            .await
+            .map_err(registry_status)?;
+        self.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+        Ok(Response::new(pb::RemoveServerResponse {}))
+    }
+
+    async fn get_server_status(
+        &self,
+        req: Request<pb::GetServerStatusRequest>,
+    ) -> Result<Response<pb::ServerStatus>, Status> {
+        let name = req.into_inner().name;
+        let snap = self.cp.state.snapshot();
+        let rec = snap
+            .servers
+            .get(&name)
+            .ok_or_else(|| Status::not_found(format!("server {name:?} is not configured")))?;
+        Ok(Response::new(status_of(&snap, rec)))
+    }
+}

@@ -1,0 +1,505 @@
+//! The engine API (`switchyard.v1.EngineService`): sessions, tools, calls,
+//! cancellation and the session events stream.
+
+use crate::ControlPlane;
+use crate::model::{self, PermissionMode, RootRecord, SessionRecord};
+use crate::registry::RegistryError;
+use crate::routing::unavailable;
+use crate::state::{Change, Snapshot};
+use futures::Stream;
+use serde_json::{Value, json};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_proto::v1 as pb;
+use switchyard_proto::v1::engine_service_server::EngineService;
+use tonic::{Request, Response, Status};
+
+/// The service.
+#[derive(Debug, Clone)]
+pub struct EngineApi {
+    cp: Arc<ControlPlane>,
+}
+
+impl EngineApi {
+    /// Serves `cp`.
+    pub fn new(cp: Arc<ControlPlane>) -> Self {
+        EngineApi { cp }
+    }
+
+    async fn session(&self, id: &str) -> Result<SessionRecord, Status> {
+        if let Some(s) = self.cp.state.snapshot().sessions.get(id) {
+            return Ok(s.clone());
+        }
+        // Created on another replica a moment ago: read through.
+        self.cp
+            .registry
+            .get_session(id)
+            .await
+            .map_err(registry_status)?
+            .ok_or_else(|| Status::not_found(format!("session {id:?} not found")))
+    }
+
+    fn check_servers(&self, servers: &[String]) -> Result<(), Status> {
+        let snap = self.cp.state.snapshot();
+        for s in servers {
+            if !snap.servers.contains_key(s) {
+                return Err(Status::invalid_argument(format!(
+                    "enabled_servers: server {s:?} is not configured"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Maps registry errors to statuses.
+pub fn registry_status(e: RegistryError) -> Status {
+    match e {
+        RegistryError::UnknownServer(_) | RegistryError::UnknownSession(_) => {
+            Status::not_found(e.to_string())
+        }
+        RegistryError::ServerExists(_) => Status::already_exists(e.to_string()),
+        RegistryError::Invalid(_) => Status::invalid_argument(e.to_string()),
+        RegistryError::Contention(_) => Status::aborted(e.to_string()),
+        RegistryError::Store(_) => Status::unavailable(format!("store unavailable: {e}")),
+    }
+}
+
+fn mode_from(m: i32) -> Result<PermissionMode, Status> {
+    match pb::PermissionMode::try_from(m) {
+        Ok(pb::PermissionMode::Unspecified) | Ok(pb::PermissionMode::Ask) => {
+            Ok(PermissionMode::Ask)
+        }
+        Ok(pb::PermissionMode::Auto) => Ok(PermissionMode::Auto),
+        Ok(pb::PermissionMode::ReadOnly) => Ok(PermissionMode::ReadOnly),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "permission_mode: unknown value {m}"
+        ))),
+    }
+}
+
+fn mode_to(m: PermissionMode) -> i32 {
+    match m {
+        PermissionMode::Ask => pb::PermissionMode::Ask as i32,
+        PermissionMode::Auto => pb::PermissionMode::Auto as i32,
+        PermissionMode::ReadOnly => pb::PermissionMode::ReadOnly as i32,
+    }
+}
+
+fn roots_from(roots: Vec<pb::Root>) -> Result<Vec<RootRecord>, Status> {
+    roots
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            if r.uri.is_empty() || !r.uri.contains(':') {
+                return Err(Status::invalid_argument(format!(
+                    "roots[{i}].uri: {:?} is not a URI",
+                    r.uri
+                )));
+            }
+            Ok(RootRecord {
+                uri: r.uri,
+                name: r.name,
+            })
+        })
+        .collect()
+}
+
+/// A session as the API shows it.
+pub fn session_to_pb(s: &SessionRecord) -> pb::Session {
+    pb::Session {
+        id: s.id.clone(),
+        enabled_servers: s.enabled_servers.clone(),
+        permission_mode: mode_to(s.permission_mode),
+        roots: s
+            .roots
+            .iter()
+            .map(|r| pb::Root {
+                uri: r.uri.clone(),
+                name: r.name.clone(),
+            })
+            .collect(),
+        created_at_ms: s.created_at_ms,
+        updated_at_ms: s.updated_at_ms,
+    }
+}
+
+/// Effective hints: the declared annotation, else the spec default
+/// (readOnly false, destructive true, idempotent false, openWorld true).
+/// Admin overrides join with stage A.
+pub fn hints(def: &Value) -> pb::ToolHints {
+    let a = &def["annotations"];
+    let flag = |k: &str, default: bool| a.get(k).and_then(Value::as_bool).unwrap_or(default);
+    pb::ToolHints {
+        read_only_hint: flag("readOnlyHint", false),
+        destructive_hint: flag("destructiveHint", true),
+        idempotent_hint: flag("idempotentHint", false),
+        open_world_hint: flag("openWorldHint", true),
+    }
+}
+
+/// The tools a session may see, with engine-visible names.
+pub fn tools_for(snap: &Snapshot, session: Option<&SessionRecord>) -> (Vec<pb::Tool>, Vec<String>) {
+    let mut tools = Vec::new();
+    let mut unavailable = Vec::new();
+    for name in snap.servers.keys() {
+        if session.is_some_and(|s| !s.enables(name)) {
+            continue;
+        }
+        let live = snap.sidecars.get(name).is_some_and(|m| !m.is_empty());
+        let Some(cat) = snap.catalogues.get(name).filter(|_| live) else {
+            unavailable.push(name.clone());
+            continue;
+        };
+        for def in &cat.tools {
+            let Some(upstream) = def.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let h = hints(def);
+            if session.is_some_and(|s| s.permission_mode == PermissionMode::ReadOnly)
+                && !h.read_only_hint
+            {
+                continue;
+            }
+            let title = def
+                .get("title")
+                .or_else(|| def["annotations"].get("title"))
+                .and_then(Value::as_str)
+                .unwrap_or(upstream);
+            tools.push(pb::Tool {
+                name: snap.engine_name(name, upstream),
+                server: name.clone(),
+                upstream_name: upstream.to_owned(),
+                title: title.to_owned(),
+                description: def
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                input_schema_json: def
+                    .get("inputSchema")
+                    .map(Value::to_string)
+                    .unwrap_or_default(),
+                hints: Some(h),
+                definition_json: def.to_string(),
+            });
+        }
+    }
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    (tools, unavailable)
+}
+
+fn parse_object(field: &str, text: &str) -> Result<Option<Value>, Status> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| Status::invalid_argument(format!("{field}: not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(Status::invalid_argument(format!(
+            "{field}: must be a JSON object"
+        )));
+    }
+    Ok(Some(v))
+}
+
+/// The text an engine's model reads: the text items of `content`, in order.
+pub fn model_text(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|c| c.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl EngineService for EngineApi {
+    async fn create_session(
+        &self,
+        req: Request<pb::CreateSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let r = req.into_inner();
+        self.check_servers(&r.enabled_servers)?;
+        let now = model::now_ms();
+        let rec = SessionRecord {
+            id: new_id(),
+            enabled_servers: r.enabled_servers,
+            permission_mode: mode_from(r.permission_mode)?,
+            roots: roots_from(r.roots)?,
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        let rev = self
+            .cp
+            .registry
+            .put_session(&rec)
+            .await
+            .map_err(registry_status)?;
+        self.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+        Ok(Response::new(session_to_pb(&rec)))
+    }
+
+    async fn update_session(
+        &self,
+        req: Request<pb::UpdateSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let r = req.into_inner();
+        let mut rec = self.session(&r.session_id).await?;
+        self.check_servers(&r.enabled_servers)?;
+        rec.enabled_servers = r.enabled_servers;
+        rec.permission_mode = mode_from(r.permission_mode)?;
+        rec.roots = roots_from(r.roots)?;
+        rec.updated_at_ms = model::now_ms();
+        let rev = self
+            .cp
+            .registry
+            .put_session(&rec)
+            .await
+            .map_err(registry_status)?;
+        self.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+        Ok(Response::new(session_to_pb(&rec)))
+    }
+
+    async fn get_session(
+        &self,
+        req: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let s = self.session(&req.into_inner().session_id).await?;
+        Ok(Response::new(session_to_pb(&s)))
+    }
+
+    async fn list_sessions(
+        &self,
+        _: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let snap = self.cp.state.snapshot();
+        let mut sessions: Vec<_> = snap.sessions.values().map(session_to_pb).collect();
+        sessions.sort_by(|a, b| a.created_at_ms.cmp(&b.created_at_ms).then(a.id.cmp(&b.id)));
+        Ok(Response::new(pb::ListSessionsResponse { sessions }))
+    }
+
+    async fn delete_session(
+        &self,
+        req: Request<pb::DeleteSessionRequest>,
+    ) -> Result<Response<pb::DeleteSessionResponse>, Status> {
+        self.cp
+            .registry
+            .delete_session(&req.into_inner().session_id)
+            .await
+            .map_err(registry_status)?;
+        Ok(Response::new(pb::DeleteSessionResponse {}))
+    }
+
+    async fn list_tools(
+        &self,
+        req: Request<pb::ListToolsRequest>,
+    ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let r = req.into_inner();
+        let session = if r.session_id.is_empty() {
+            None
+        } else {
+            Some(self.session(&r.session_id).await?)
+        };
+        let (tools, unavailable_servers) = tools_for(&self.cp.state.snapshot(), session.as_ref());
+        Ok(Response::new(pb::ListToolsResponse {
+            tools,
+            unavailable_servers,
+        }))
+    }
+
+    async fn call_tool(
+        &self,
+        req: Request<pb::CallToolRequest>,
+    ) -> Result<Response<pb::CallToolResponse>, Status> {
+        let started = Instant::now();
+        let r = req.into_inner();
+        let session = if r.session_id.is_empty() {
+            None
+        } else {
+            Some(self.session(&r.session_id).await?)
+        };
+        let snap = self.cp.state.snapshot();
+        let target = match snap.resolve(&r.tool) {
+            Some(t) => t.clone(),
+            None => {
+                // The name map may lag a new catalogue by a moment.
+                let (tools, _) = tools_for(&snap, None);
+                let t = tools
+                    .iter()
+                    .find(|t| t.name == r.tool)
+                    .ok_or_else(|| Status::not_found(format!("tool not found: {:?}", r.tool)))?;
+                crate::names::ToolRef {
+                    server: t.server.clone(),
+                    tool: t.upstream_name.clone(),
+                }
+            }
+        };
+        let server = target.server.as_str();
+        if !snap.servers.contains_key(server) {
+            return Err(Status::not_found(format!(
+                "tool not found: {:?} (server {server} was removed)",
+                r.tool
+            )));
+        }
+        let Some(cat) = snap.catalogues.get(server) else {
+            return Err(unavailable(server, "no catalogue yet"));
+        };
+        let Some(def) = cat.tools.iter().find(|t| t["name"] == target.tool.as_str()) else {
+            return Err(Status::not_found(format!("tool not found: {:?}", r.tool)));
+        };
+        if let Some(s) = &session {
+            if !s.enables(server) {
+                return Err(Status::failed_precondition(format!(
+                    "tool {:?} is not offered to session {}: server {server} is not enabled",
+                    r.tool, s.id
+                )));
+            }
+            if s.permission_mode == PermissionMode::ReadOnly && !hints(def).read_only_hint {
+                return Err(Status::failed_precondition(format!(
+                    "tool {:?} is not offered to session {}: it is not read-only and the session is read_only",
+                    r.tool, s.id
+                )));
+            }
+        }
+        let mut params = json!({"name": target.tool, "arguments": parse_object("arguments_json", &r.arguments_json)?.unwrap_or_else(|| json!({}))});
+        if let Some(meta) = parse_object("meta_json", &r.meta_json)? {
+            params["_meta"] = meta;
+        }
+        let timeout = if r.timeout_ms > 0 {
+            Duration::from_millis(r.timeout_ms)
+        } else {
+            self.cp.call_timeout
+        };
+        let request = pb::SidecarCallRequest {
+            params_json: params.to_string(),
+            timeout_ms: timeout.as_millis() as u64,
+            session_id: r.session_id.clone(),
+            run_id: r.run_id.clone(),
+        };
+        let guard = self.cp.router.track(&r.session_id, &r.call_id);
+        let call = self
+            .cp
+            .router
+            .call(&snap, server, request, timeout + Duration::from_secs(1));
+        let outcome = match &guard {
+            Some(g) => tokio::select! {
+                r = call => r,
+                _ = g.token.cancelled() => Err(Status::cancelled(format!("call {} cancelled", r.call_id))),
+            },
+            None => call.await,
+        };
+        drop(guard);
+        let label = match &outcome {
+            Ok(_) => "ok",
+            Err(s) => match s.code() {
+                tonic::Code::Unavailable => "unavailable",
+                tonic::Code::DeadlineExceeded => "timeout",
+                tonic::Code::Cancelled => "cancelled",
+                tonic::Code::FailedPrecondition => "rpc_error",
+                _ => "error",
+            },
+        };
+        let resp = outcome.and_then(|resp| {
+            let result: Value = serde_json::from_str(&resp.result_json).map_err(|e| {
+                Status::internal(format!(
+                    "sidecar of {server} sent a result that is not JSON: {e}"
+                ))
+            })?;
+            let is_error = result.get("isError") == Some(&Value::Bool(true));
+            Ok(pb::CallToolResponse {
+                text: model_text(&result),
+                structured_content_json: result
+                    .get("structuredContent")
+                    .map(Value::to_string)
+                    .unwrap_or_default(),
+                is_error,
+                result_json: resp.result_json,
+                server: server.to_owned(),
+                upstream_tool: target.tool.clone(),
+                duration_ms: started.elapsed().as_millis() as u64,
+            })
+        });
+        let label = match &resp {
+            Ok(r) if r.is_error => "tool_error",
+            _ => label,
+        };
+        self.cp.metrics.call(server, label, started.elapsed());
+        resp.map(Response::new)
+    }
+
+    async fn cancel_call(
+        &self,
+        req: Request<pb::CancelCallRequest>,
+    ) -> Result<Response<pb::CancelCallResponse>, Status> {
+        let r = req.into_inner();
+        if r.call_id.is_empty() {
+            return Err(Status::invalid_argument("call_id: required"));
+        }
+        if self.cp.router.cancel(&r.session_id, &r.call_id) {
+            return Ok(Response::new(pb::CancelCallResponse { cancelled: true }));
+        }
+        // Maybe another replica runs it: tell them all through the store.
+        self.cp
+            .registry
+            .request_cancel(&r.session_id, &r.call_id)
+            .await
+            .map_err(registry_status)?;
+        Ok(Response::new(pb::CancelCallResponse { cancelled: false }))
+    }
+
+    type SubscribeEventsStream = EventStream;
+
+    async fn subscribe_events(
+        &self,
+        req: Request<pb::SubscribeEventsRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let id = req.into_inner().session_id;
+        self.session(&id).await?;
+        let mut changes = self.cp.state.subscribe();
+        let state = self.cp.state.clone();
+        let stream = async_stream::try_stream! {
+            loop {
+                let change = match changes.recv().await {
+                    Ok(c) => c,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(session = %id, missed = n, "event subscriber lagged");
+                        continue;
+                    }
+                    Err(_) => break,
+                };
+                match change {
+                    Change::ToolsChanged { server, tools_updated_at } => {
+                        let snap = state.snapshot();
+                        let Some(session) = snap.sessions.get(&id) else { break };
+                        if session.enables(&server) {
+                            yield pb::SessionEvent {
+                                r#type: "tools.changed".into(),
+                                session_id: id.clone(),
+                                at_ms: model::now_ms(),
+                                data_json: json!({"server": server, "toolsUpdatedAt": tools_updated_at}).to_string(),
+                            };
+                        }
+                    }
+                    Change::SessionDeleted(deleted) if deleted == id => break,
+                    _ => {}
+                }
+            }
+        };
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// A new random id (128 bits, hex).
+pub fn new_id() -> String {
+    use rand::Rng;
+    let bytes: [u8; 16] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,228 @@
+//! The sidecar registry (`switchyard.v1.SidecarRegistry`): registration
+//! under a lease, and the report stream that keeps it alive. When the
+//! stream ends (the sidecar stopped, crashed or lost its connection), the
+//! lease is revoked at once; if this replica dies instead, the lease
+//! expires within its TTL. Either way the server is marked down and calls
+//! to it fail fast.
+
+use crate::ControlPlane;
+use crate::api::admin::spec_to_pb;
+use crate::api::engine::registry_status;
+use crate::model::{SidecarRecord, now_ms, sidecar_key};
+use crate::store::Store;
+use serde_json::Value;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_proto::v1 as pb;
+use switchyard_proto::v1::sidecar_registry_server::SidecarRegistry;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The service.
+#[derive(Debug, Clone)]
+pub struct SidecarApi {
+    cp: Arc<ControlPlane>,
+}
+
+impl SidecarApi {
+    /// Serves `cp`.
+    pub fn new(cp: Arc<ControlPlane>) -> Self {
+        SidecarApi { cp }
+    }
+}
+
+type ControlStream =
+    Pin<Box<dyn futures::Stream<Item = Result<pb::ControlMessage, Status>> + Send>>;
+
+fn parse_json(field: &str, text: &str) -> Result<Value, Status> {
+    if text.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(text)
+        .map_err(|e| Status::invalid_argument(format!("{field}: not valid JSON: {e}")))
+}
+
+#[tonic::async_trait]
+impl SidecarRegistry for SidecarApi {
+    async fn register(
+        &self,
+        req: Request<pb::RegisterRequest>,
+    ) -> Result<Response<pb::RegisterResponse>, Status> {
+        let r = req.into_inner();
+        if r.sidecar_id.is_empty() || r.sidecar_id.contains('/') {
+            return Err(Status::invalid_argument(
+                "sidecar_id: required, without '/'",
+            ));
+        }
+        if r.call_address.is_empty() {
+            return Err(Status::invalid_argument("call_address: required"));
+        }
+        let rec = SidecarRecord {
+            server: r.server.clone(),
+            sidecar_id: r.sidecar_id.clone(),
+            call_address: r.call_address,
+            version: r.version,
+            registered_at_ms: now_ms(),
+            upstream_state: "connecting".into(),
+            last_error: String::new(),
+        };
+        let ttl = self.cp.lease_ttl;
+        self.cp
+            .registry
+            .register_sidecar(rec, ttl)
+            .await
+            .map_err(registry_status)?;
+        tracing::info!(server = %r.server, sidecar = %r.sidecar_id, "sidecar registered");
+        let spec = self
+            .cp
+            .state
+            .snapshot()
+            .servers
+            .get(&r.server)
+            .map(|s| spec_to_pb(&s.spec));
+        Ok(Response::new(pb::RegisterResponse {
+            lease_ttl_seconds: ttl.as_secs() as u32,
+            spec,
+        }))
+    }
+
+    type ReportStream = ControlStream;
+
+    async fn report(
+        &self,
+        req: Request<Streaming<pb::SidecarReport>>,
+    ) -> Result<Response<ControlStream>, Status> {
+        let mut inbound = req.into_inner();
+        let Some(first) = inbound.message().await? else {
+            return Err(Status::invalid_argument("report stream: empty"));
+        };
+        let Some(pb::sidecar_report::Report::Hello(hello)) = first.report else {
+            return Err(Status::invalid_argument(
+                "report stream: the first message must be hello",
+            ));
+        };
+        let key = sidecar_key(&hello.server, &hello.sidecar_id);
+        let kv = self
+            .cp
+            .registry
+            .store()
+            .get(&key)
+            .await
+            .map_err(|e| Status::unavailable(format!("store unavailable: {e}")))?
+            .ok_or_else(|| {
+                Status::failed_precondition(format!(
+                    "sidecar {} of {} is not registered (or its lease expired): register first",
+                    hello.sidecar_id, hello.server
+                ))
+            })?;
+        let lease = kv
+            .lease
+            .ok_or_else(|| Status::internal(format!("{key} has no lease")))?;
+        let mut record: SidecarRecord = serde_json::from_slice(&kv.value)
+            .map_err(|e| Status::internal(format!("{key} does not parse: {e}")))?;
+
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let ttl = self.cp.lease_ttl;
+        let _ = tx
+            .send(Ok(pb::ControlMessage {
+                message: Some(pb::control_message::Message::Welcome(pb::Welcome {
+                    lease_ttl_seconds: ttl.as_secs() as u32,
+                })),
+            }))
+            .await;
+        let cp = self.cp.clone();
+        tokio::spawn(async move {
+            let server = hello.server.clone();
+            let mut keepalive = tokio::time::interval((ttl / 3).max(Duration::from_millis(500)));
+            keepalive.tick().await;
+            loop {
+                tokio::select! {
+                    msg = inbound.message() => match msg {
+                        Ok(Some(report)) => {
+                            if let Err(e) = handle_report(&cp, &server, &mut record, lease, report).await {
+                                tracing::warn!(%server, sidecar = %hello.sidecar_id, error = %e, "bad report from sidecar");
+                                let _ = tx.send(Err(e)).await;
+                                break;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::info!(%server, sidecar = %hello.sidecar_id, error = %e, "report stream broke");
+                            break;
+                        }
+                    },
+                    _ = keepalive.tick() => {
+                        if let Err(e) = cp.registry.keep_alive(lease).await {
+                            tracing::warn!(%server, sidecar = %hello.sidecar_id, error = %e, "lease keep-alive failed; closing the stream");
+                            let _ = tx.send(Err(Status::unavailable(format!("lease lost: {e}")))).await;
+                            break;
+                        }
+                    }
+                    _ = tx.closed() => break,
+                }
+            }
+            tracing::info!(%server, sidecar = %hello.sidecar_id, "sidecar gone; revoking its registration");
+            if let Err(e) = cp.registry.revoke(lease).await {
+                tracing::debug!(error = %e, "revoke failed (lease already gone?)");
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+async fn handle_report(
+    cp: &ControlPlane,
+    server: &str,
+    record: &mut SidecarRecord,
+    lease: crate::store::LeaseId,
+    report: pb::SidecarReport,
+) -> Result<(), Status> {
+    match report.report {
+        Some(pb::sidecar_report::Report::Catalogue(c)) => {
+            if c.server != server {
+                return Err(Status::invalid_argument(format!(
+                    "catalogue.server {:?} is not this stream's server {server:?}",
+                    c.server
+                )));
+            }
+            let tools = c
+                .tools_json
+                .iter()
+                .enumerate()
+                .map(|(i, t)| parse_json(&format!("catalogue.tools_json[{i}]"), t))
+                .collect::<Result<Vec<_>, _>>()?;
+            let capabilities = parse_json("catalogue.capabilities_json", &c.capabilities_json)?;
+            let server_info = parse_json("catalogue.server_info_json", &c.server_info_json)?;
+            let changed = cp
+                .registry
+                .update_catalogue(server, tools, capabilities, server_info, c.protocol_version)
+                .await
+                .map_err(registry_status)?;
+            tracing::info!(%server, changed, "catalogue received");
+            if record.upstream_state != "connected" {
+                record.upstream_state = "connected".into();
+                record.last_error.clear();
+                cp.registry
+                    .update_sidecar(record, lease)
+                    .await
+                    .map_err(registry_status)?;
+            }
+        }
+        Some(pb::sidecar_report::Report::Status(s)) => {
+            record.upstream_state = s.state;
+            record.last_error = s.last_error;
+            cp.registry
+                .update_sidecar(record, lease)
+                .await
+                .map_err(registry_status)?;
+        }
+        Some(pb::sidecar_report::Report::Hello(_)) => {
+            return Err(Status::invalid_argument(
+                "hello may only be the first message",
+            ));
+        }
+        None => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! `switchyard-control-plane`: one control-plane replica (for Kubernetes;
+//! `switchyard up` runs one in-process on a single machine).
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+use switchyard_control_plane::{cli::EXIT_USAGE, config::Config, server};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "switchyard-control-plane",
+    version,
+    about = "A Switchyard control-plane replica"
+)]
+struct Args {
+    /// The configuration file (TOML; see docs/configuration.md).
+    #[arg(long)]
+    config: PathBuf,
+    /// Only check the configuration and exit (0 valid, 64 invalid).
+    #[arg(long)]
+    check: bool,
+    /// Seconds in-flight calls get to finish on SIGTERM.
+    #[arg(long, default_value_t = 30)]
+    grace_secs: u64,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    switchyard_control_plane::init_logging();
+    let config = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if args.check {
+        println!(
+            "{}: ok ({} servers)",
+            args.config.display(),
+            config.servers.len()
+        );
+        return std::process::ExitCode::SUCCESS;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async move {
+        let running = match server::start(&config, true).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        };
+        println!(
+            "switchyard-control-plane: grpc on {}, http on {}",
+            running.grpc_addr, running.http_addr
+        );
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("signal handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        running.stop(Duration::from_secs(args.grace_secs)).await;
+        std::process::ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,584 @@
+//! The `switchyard` command line: run the all-in-one gateway (`up`), check
+//! a configuration, and talk to a running control plane as an engine or an
+//! admin would (`tools`, `call`, `servers`, `sessions`, `events`).
+//!
+//! Exit status: 0 success; 1 a failed command or an `isError` tool result;
+//! 64 bad usage or a bad configuration file; 69 the control plane cannot be
+//! reached.
+
+use crate::config::Config;
+use clap::{Args, Parser, Subcommand};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use switchyard_proto::v1 as pb;
+use switchyard_proto::v1::admin_service_client::AdminServiceClient;
+use switchyard_proto::v1::engine_service_client::EngineServiceClient;
+use tonic::transport::Channel;
+
+/// Exit status for a bad configuration or usage (sysexits EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
+/// Exit status when the control plane is unreachable (EX_UNAVAILABLE).
+pub const EXIT_UNAVAILABLE: u8 = 69;
+
+/// `switchyard`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Switchyard, the MCP gateway: run it, and use it from the command line"
+)]
+pub struct Cli {
+    /// The control plane's gRPC endpoint.
+    #[arg(
+        long,
+        global = true,
+        env = "SWITCHYARD_ENDPOINT",
+        default_value = "http://127.0.0.1:7700"
+    )]
+    pub endpoint: String,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway on one machine: control plane + one sidecar per server.
+    Up {
+        /// The configuration file (TOML; see docs/configuration.md).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Check a configuration file and exit (0 valid, 64 invalid).
+    CheckConfig {
+        /// The configuration file.
+        file: PathBuf,
+    },
+    /// List the tools an engine sees.
+    Tools {
+        /// The session whose view to show (all servers if omitted).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call a tool by its engine-visible name.
+    Call {
+        /// Engine-visible tool name (see `switchyard tools`).
+        tool: String,
+        /// Arguments, a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// The session to call in.
+        #[arg(long)]
+        session: Option<String>,
+        /// Print the raw CallToolResult as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Timeout in milliseconds (0 = the server's default).
+        #[arg(long, default_value_t = 0)]
+        timeout_ms: u64,
+    },
+    /// Manage servers.
+    #[command(subcommand)]
+    Servers(ServersCommand),
+    /// Manage sessions.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+    /// Follow a session's events.
+    Events {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// Print one JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `switchyard servers ...`.
+#[derive(Debug, Subcommand)]
+pub enum ServersCommand {
+    /// List servers and their status.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a server.
+    Add(ServerArgs),
+    /// Remove a server.
+    Remove {
+        /// Its name.
+        name: String,
+    },
+    /// Show one server's status.
+    Status {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// A server spec on the command line.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Unique name.
+    #[arg(long)]
+    pub name: String,
+    /// `stdio` or `http`.
+    #[arg(long)]
+    pub transport: String,
+    /// stdio: the program.
+    #[arg(long)]
+    pub command: Option<String>,
+    /// stdio: an argument (repeatable).
+    #[arg(long = "arg", allow_hyphen_values = true)]
+    pub args: Vec<String>,
+    /// stdio: NAME=value (repeatable).
+    #[arg(long = "env")]
+    pub env: Vec<String>,
+    /// stdio: working directory.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// http: endpoint URL.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// http: 'Name: value' (repeatable).
+    #[arg(long = "header")]
+    pub headers: Vec<String>,
+    /// auto, 2026-07-28 or 2025-11-25.
+    #[arg(long, default_value = "auto")]
+    pub era: String,
+}
+
+/// `switchyard sessions ...`.
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Create a session; prints its id.
+    Create(SessionArgs),
+    /// List sessions.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a session.
+    Get {
+        /// Session id.
+        id: String,
+    },
+    /// Replace a session's profile.
+    Update {
+        /// Session id.
+        id: String,
+        /// The new profile.
+        #[command(flatten)]
+        profile: SessionArgs,
+    },
+    /// Delete a session.
+    Delete {
+        /// Session id.
+        id: String,
+    },
+}
+
+/// A session profile on the command line.
+#[derive(Debug, Args)]
+pub struct SessionArgs {
+    /// An enabled server (repeatable; none = all).
+    #[arg(long = "server")]
+    pub servers: Vec<String>,
+    /// ask, auto or read_only.
+    #[arg(long, default_value = "ask")]
+    pub mode: String,
+    /// A root URI (repeatable).
+    #[arg(long = "root")]
+    pub roots: Vec<String>,
+}
+
+/// A failure with its exit status.
+#[derive(Debug)]
+pub struct Failure {
+    /// Exit status.
+    pub code: u8,
+    /// One-line reason.
+    pub message: String,
+}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Self {
+        Failure::new(1, format!("{:?}: {}", s.code(), s.message()))
+    }
+}
+
+async fn channel(endpoint: &str) -> Result<Channel, Failure> {
+    tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|e| Failure::new(EXIT_USAGE, format!("--endpoint {endpoint:?}: {e}")))?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| {
+            Failure::new(
+                EXIT_UNAVAILABLE,
+                format!("cannot reach the control plane at {endpoint}: {e}"),
+            )
+        })
+}
+
+async fn engine(endpoint: &str) -> Result<EngineServiceClient<Channel>, Failure> {
+    Ok(EngineServiceClient::new(channel(endpoint).await?)
+        .max_decoding_message_size(64 * 1024 * 1024))
+}
+
+async fn admin(endpoint: &str) -> Result<AdminServiceClient<Channel>, Failure> {
+    Ok(AdminServiceClient::new(channel(endpoint).await?))
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serialises"));
+}
+
+fn parse_json_text(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// Runs a command.
+pub async fn run(cli: Cli) -> Result<(), Failure> {
+    let ep = cli.endpoint.as_str();
+    match cli.command {
+        Command::Up { config } => {
+            let config =
+                Config::load(&config).map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+            crate::up::run(config)
+                .await
+                .map_err(|e| Failure::new(1, format!("{e:#}")))
+        }
+        Command::CheckConfig { file } => {
+            let c = Config::load(&file).map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+            println!("{}: ok ({} servers)", file.display(), c.servers.len());
+            Ok(())
+        }
+        Command::Tools { session, json } => {
+            let resp = engine(ep)
+                .await?
+                .list_tools(pb::ListToolsRequest {
+                    session_id: session.unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            if json {
+                let tools: Vec<Value> = resp
+                    .tools
+                    .iter()
+                    .map(|t| {
+                        let h = t.hints.unwrap_or_default();
+                        json!({
+                            "name": t.name, "server": t.server, "upstreamName": t.upstream_name,
+                            "title": t.title, "description": t.description,
+                            "inputSchema": parse_json_text(&t.input_schema_json),
+                            "hints": {"readOnlyHint": h.read_only_hint, "destructiveHint": h.destructive_hint,
+                                      "idempotentHint": h.idempotent_hint, "openWorldHint": h.open_world_hint},
+                        })
+                    })
+                    .collect();
+                print_json(
+                    &json!({"tools": tools, "unavailableServers": resp.unavailable_servers}),
+                );
+            } else {
+                for t in &resp.tools {
+                    let first = t.description.lines().next().unwrap_or("");
+                    println!(
+                        "{:<40} {}",
+                        t.name,
+                        if t.title != t.upstream_name {
+                            &t.title
+                        } else {
+                            first
+                        }
+                    );
+                }
+                for s in &resp.unavailable_servers {
+                    eprintln!("(server {s} is unavailable: its tools are not listed)");
+                }
+            }
+            Ok(())
+        }
+        Command::Call {
+            tool,
+            args,
+            session,
+            json,
+            timeout_ms,
+        } => {
+            let parsed: Value = serde_json::from_str(&args)
+                .map_err(|e| Failure::new(EXIT_USAGE, format!("--args is not valid JSON: {e}")))?;
+            if !parsed.is_object() {
+                return Err(Failure::new(EXIT_USAGE, "--args must be a JSON object"));
+            }
+            let resp = engine(ep)
+                .await?
+                .call_tool(pb::CallToolRequest {
+                    session_id: session.unwrap_or_default(),
+                    tool: tool.clone(),
+                    arguments_json: args,
+                    timeout_ms,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            if json {
+                print_json(&parse_json_text(&resp.result_json));
+            } else {
+                if !resp.text.is_empty() {
+                    println!("{}", resp.text);
+                }
+                if !resp.structured_content_json.is_empty() {
+                    println!("structuredContent: {}", resp.structured_content_json);
+                }
+            }
+            if resp.is_error {
+                return Err(Failure::new(1, format!("tool {tool} returned isError")));
+            }
+            Ok(())
+        }
+        Command::Servers(cmd) => servers(ep, cmd).await,
+        Command::Sessions(cmd) => sessions(ep, cmd).await,
+        Command::Events { session, json } => {
+            let mut stream = engine(ep)
+                .await?
+                .subscribe_events(pb::SubscribeEventsRequest {
+                    session_id: session,
+                })
+                .await?
+                .into_inner();
+            while let Some(ev) = stream.message().await? {
+                if json {
+                    println!(
+                        "{}",
+                        json!({"type": ev.r#type, "sessionId": ev.session_id, "atMs": ev.at_ms, "data": parse_json_text(&ev.data_json)})
+                    );
+                } else {
+                    println!("{} {} {}", ev.at_ms, ev.r#type, ev.data_json);
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn servers(ep: &str, cmd: ServersCommand) -> Result<(), Failure> {
+    let mut client = admin(ep).await?;
+    match cmd {
+        ServersCommand::List { json } => {
+            let resp = client
+                .list_servers(pb::ListServersRequest {})
+                .await?
+                .into_inner();
+            if json {
+                let list: Vec<Value> = resp.servers.iter().map(status_json).collect();
+                print_json(&json!({"servers": list}));
+            } else {
+                for s in &resp.servers {
+                    let name = s.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
+                    println!(
+                        "{name:<24} {:<9} tools={:<4} {}",
+                        s.state, s.tool_count, s.protocol_version
+                    );
+                }
+            }
+        }
+        ServersCommand::Add(a) => {
+            let transport = match a.transport.as_str() {
+                "stdio" => pb::Transport::Stdio,
+                "http" => pb::Transport::Http,
+                other => {
+                    return Err(Failure::new(
+                        EXIT_USAGE,
+                        format!("--transport {other:?}: expected stdio or http"),
+                    ));
+                }
+            };
+            let mut env = std::collections::HashMap::new();
+            for e in &a.env {
+                let (k, v) = e.split_once('=').ok_or_else(|| {
+                    Failure::new(EXIT_USAGE, format!("--env {e:?}: expected NAME=value"))
+                })?;
+                env.insert(k.to_owned(), v.to_owned());
+            }
+            let mut headers = std::collections::HashMap::new();
+            for h in &a.headers {
+                let (k, v) = h.split_once(':').ok_or_else(|| {
+                    Failure::new(
+                        EXIT_USAGE,
+                        format!("--header {h:?}: expected 'Name: value'"),
+                    )
+                })?;
+                headers.insert(k.trim().to_owned(), v.trim().to_owned());
+            }
+            let status = client
+                .add_server(pb::AddServerRequest {
+                    spec: Some(pb::ServerSpec {
+                        name: a.name,
+                        transport: transport as i32,
+                        command: a.command.unwrap_or_default(),
+                        args: a.args,
+                        env,
+                        cwd: a.cwd.unwrap_or_default(),
+                        url: a.url.unwrap_or_default(),
+                        headers,
+                        era: a.era,
+                        request_timeout_ms: 0,
+                    }),
+                })
+                .await?
+                .into_inner();
+            println!(
+                "added {} ({})",
+                status.spec.map(|s| s.name).unwrap_or_default(),
+                status.state
+            );
+        }
+        ServersCommand::Remove { name } => {
+            client
+                .remove_server(pb::RemoveServerRequest { name: name.clone() })
+                .await?;
+            println!("removed {name}");
+        }
+        ServersCommand::Status { name } => {
+            let s = client
+                .get_server_status(pb::GetServerStatusRequest { name })
+                .await?
+                .into_inner();
+            print_json(&status_json(&s));
+        }
+    }
+    Ok(())
+}
+
+fn status_json(s: &pb::ServerStatus) -> Value {
+    let spec = s.spec.clone().unwrap_or_default();
+    json!({
+        "name": spec.name,
+        "transport": if spec.transport == pb::Transport::Http as i32 { "http" } else { "stdio" },
+        "state": s.state,
+        "toolCount": s.tool_count,
+        "toolsUpdatedAtMs": s.tools_updated_at_ms,
+        "protocolVersion": s.protocol_version,
+        "serverInfo": parse_json_text(&s.server_info_json),
+        "sidecars": s.sidecars.iter().map(|c| json!({
+            "sidecarId": c.sidecar_id, "callAddress": c.call_address, "upstreamState": c.upstream_state,
+            "lastError": c.last_error, "registeredAtMs": c.registered_at_ms,
+        })).collect::<Vec<_>>(),
+        "nameCollisions": s.name_collisions,
+    })
+}
+
+fn mode(m: &str) -> Result<i32, Failure> {
+    Ok(match m {
+        "ask" => pb::PermissionMode::Ask,
+        "auto" => pb::PermissionMode::Auto,
+        "read_only" => pb::PermissionMode::ReadOnly,
+        other => {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!("--mode {other:?}: expected ask, auto or read_only"),
+            ));
+        }
+    } as i32)
+}
+
+fn session_json(s: &pb::Session) -> Value {
+    let mode = match pb::PermissionMode::try_from(s.permission_mode) {
+        Ok(pb::PermissionMode::Auto) => "auto",
+        Ok(pb::PermissionMode::ReadOnly) => "read_only",
+        _ => "ask",
+    };
+    json!({
+        "id": s.id, "enabledServers": s.enabled_servers, "permissionMode": mode,
+        "roots": s.roots.iter().map(|r| json!({"uri": r.uri, "name": r.name})).collect::<Vec<_>>(),
+        "createdAtMs": s.created_at_ms, "updatedAtMs": s.updated_at_ms,
+    })
+}
+
+async fn sessions(ep: &str, cmd: SessionsCommand) -> Result<(), Failure> {
+    let mut client = engine(ep).await?;
+    let roots = |r: Vec<String>| {
+        r.into_iter()
+            .map(|uri| pb::Root {
+                uri,
+                name: String::new(),
+            })
+            .collect()
+    };
+    match cmd {
+        SessionsCommand::Create(a) => {
+            let s = client
+                .create_session(pb::CreateSessionRequest {
+                    enabled_servers: a.servers,
+                    permission_mode: mode(&a.mode)?,
+                    roots: roots(a.roots),
+                })
+                .await?
+                .into_inner();
+            println!("{}", s.id);
+        }
+        SessionsCommand::List { json } => {
+            let resp = client
+                .list_sessions(pb::ListSessionsRequest {})
+                .await?
+                .into_inner();
+            if json {
+                print_json(
+                    &json!({"sessions": resp.sessions.iter().map(session_json).collect::<Vec<_>>()}),
+                );
+            } else {
+                for s in &resp.sessions {
+                    println!(
+                        "{}  {}",
+                        s.id,
+                        session_json(s)["permissionMode"].as_str().unwrap_or("")
+                    );
+                }
+            }
+        }
+        SessionsCommand::Get { id } => {
+            let s = client
+                .get_session(pb::GetSessionRequest { session_id: id })
+                .await?
+                .into_inner();
+            print_json(&session_json(&s));
+        }
+        SessionsCommand::Update { id, profile } => {
+            let s = client
+                .update_session(pb::UpdateSessionRequest {
+                    session_id: id,
+                    enabled_servers: profile.servers,
+                    permission_mode: mode(&profile.mode)?,
+                    roots: roots(profile.roots),
+                })
+                .await?
+                .into_inner();
+            print_json(&session_json(&s));
+        }
+        SessionsCommand::Delete { id } => {
+            client
+                .delete_session(pb::DeleteSessionRequest {
+                    session_id: id.clone(),
+                })
+                .await?;
+            println!("deleted {id}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! The Switchyard control plane: the shared brain behind the engine-facing
+//! gRPC API. It is responsible for the server registry (servers, tool
+//! catalogues, policies, hint overrides, OAuth clients and tokens), engine
+//! sessions and their interactions and background calls, routing calls to
+//! healthy sidecars and events back to the session that owns them, and the
+//! state store all of that lives in: etcd, or an embedded on-disk store when no
+//! etcd is configured. Replicas keep no state of their own; everything goes
+//! through [`store`].
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod metrics;
+pub mod model;
+pub mod names;
+pub mod registry;
+pub mod routing;
+pub mod server;
+pub mod state;
+pub mod store;
+pub mod up;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// The shared core of one replica, used by every service.
+#[derive(Debug)]
+pub struct ControlPlane {
+    /// The read model.
+    pub state: Arc<state::State>,
+    /// The write side.
+    pub registry: registry::Registry,
+    /// Call routing.
+    pub router: routing::Router,
+    /// Metrics.
+    pub metrics: metrics::Metrics,
+    /// Lease TTL of sidecar registrations.
+    pub lease_ttl: Duration,
+    /// Default engine call timeout.
+    pub call_timeout: Duration,
+    /// Readiness (false during start-up and shutdown).
+    pub ready: AtomicBool,
+}
+
+/// Logs to stderr; `SWITCHYARD_LOG` sets the filter (default `info`).
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+}

@@ -1,0 +1,138 @@
+//! Prometheus metrics of the control plane (catalogue in
+//! `docs/metrics.md`). Labels are bounded: server names from the registry,
+//! fixed outcome and operation names; never session ids or arguments.
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+use std::time::Duration;
+
+/// The control plane's metrics.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    calls: IntCounterVec,
+    call_duration: HistogramVec,
+    sessions: IntGauge,
+    sidecars_up: IntGaugeVec,
+    store_duration: HistogramVec,
+    store_errors: IntCounterVec,
+}
+
+impl Metrics {
+    /// Creates and registers every metric in a new registry.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let calls = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_calls_total",
+                "Engine tools/call requests, by server and outcome.",
+            ),
+            &["server", "outcome"],
+        )
+        .expect("valid metric");
+        let call_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "switchyard_control_plane_call_duration_seconds",
+                "Engine tools/call latency through the control plane, in seconds.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0, 60.0, 300.0, 600.0,
+            ]),
+            &["server"],
+        )
+        .expect("valid metric");
+        let sessions = IntGauge::new(
+            "switchyard_control_plane_sessions",
+            "Sessions in the store.",
+        )
+        .expect("valid");
+        let sidecars_up = IntGaugeVec::new(
+            Opts::new(
+                "switchyard_control_plane_sidecars_up",
+                "Live (registered, leased) sidecars per server.",
+            ),
+            &["server"],
+        )
+        .expect("valid metric");
+        let store_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "switchyard_control_plane_store_operation_duration_seconds",
+                "Store operation latency, by operation, in seconds.",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+                5.0,
+            ]),
+            &["operation"],
+        )
+        .expect("valid metric");
+        let store_errors = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_store_errors_total",
+                "Store operations that failed, by operation.",
+            ),
+            &["operation"],
+        )
+        .expect("valid metric");
+        for c in [
+            Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(call_duration.clone()),
+            Box::new(sessions.clone()),
+            Box::new(sidecars_up.clone()),
+            Box::new(store_duration.clone()),
+            Box::new(store_errors.clone()),
+        ] {
+            registry.register(c).expect("unique metric names");
+        }
+        Metrics {
+            registry,
+            calls,
+            call_duration,
+            sessions,
+            sidecars_up,
+            store_duration,
+            store_errors,
+        }
+    }
+
+    /// The registry, for `/metrics`.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Counts one engine call.
+    pub fn call(&self, server: &str, outcome: &str, elapsed: Duration) {
+        self.calls.with_label_values(&[server, outcome]).inc();
+        self.call_duration
+            .with_label_values(&[server])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one store operation.
+    pub fn store_op(&self, op: &'static str, elapsed: Duration, ok: bool) {
+        self.store_duration
+            .with_label_values(&[op])
+            .observe(elapsed.as_secs_f64());
+        if !ok {
+            self.store_errors.with_label_values(&[op]).inc();
+        }
+    }
+
+    /// Sets the gauges from the read model.
+    pub fn observe_state(&self, snap: &crate::state::Snapshot) {
+        self.sessions.set(snap.sessions.len() as i64);
+        self.sidecars_up.reset();
+        for name in snap.servers.keys() {
+            let n = snap.sidecars.get(name).map_or(0, |m| m.len());
+            self.sidecars_up.with_label_values(&[name]).set(n as i64);
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,384 @@
+//! Writes to the shared state: servers, sidecar registrations (under
+//! leases), catalogues with `toolsUpdatedAt`, the engine-visible name map,
+//! sessions. Every read-modify-write is a compare-and-swap transaction, so
+//! replicas never lose each other's updates.
+
+use crate::metrics::Metrics;
+use crate::model::*;
+use crate::names::NameMap;
+use crate::store::{AnyStore, Compare, LeaseId, Op, Revision, Store, StoreError, Txn};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use switchyard_sidecar::config::ServerConfig;
+
+/// How often a CAS loop retries before giving up.
+const MAX_CAS_ATTEMPTS: usize = 20;
+
+/// A registry operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No such server.
+    #[error("server {0:?} is not configured")]
+    UnknownServer(String),
+    /// The server exists already.
+    #[error("server {0:?} already exists")]
+    ServerExists(String),
+    /// No such session.
+    #[error("session {0:?} not found")]
+    UnknownSession(String),
+    /// A CAS loop kept losing.
+    #[error("too much contention updating {0}; try again")]
+    Contention(String),
+    /// Bad input.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The write side.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    store: AnyStore,
+    metrics: Metrics,
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("records serialise")
+}
+
+impl Registry {
+    /// A registry over `store`.
+    pub fn new(store: AnyStore, metrics: Metrics) -> Self {
+        Registry { store, metrics }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &AnyStore {
+        &self.store
+    }
+
+    async fn timed<T, F: std::future::Future<Output = Result<T, StoreError>>>(
+        &self,
+        op: &'static str,
+        f: F,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let r = f.await;
+        self.metrics.store_op(op, started.elapsed(), r.is_ok());
+        r
+    }
+
+    /// Adds a server. Errors: it exists already.
+    pub async fn add_server(
+        &self,
+        spec: ServerConfig,
+        origin: Origin,
+    ) -> Result<Revision, RegistryError> {
+        let key = server_key(&spec.name);
+        let rec = ServerRecord { spec, origin };
+        let r = self
+            .timed(
+                "txn",
+                self.store.txn(
+                    Txn::new()
+                        .when([Compare::absent(&key)])
+                        .and_then([Op::put(&key, json(&rec))]),
+                ),
+            )
+            .await?;
+        if !r.succeeded {
+            return Err(RegistryError::ServerExists(rec.spec.name));
+        }
+        Ok(r.revision)
+    }
+
+    /// Replaces a server's spec. Errors: unknown server.
+    pub async fn update_server(&self, spec: ServerConfig) -> Result<Revision, RegistryError> {
+        let key = server_key(&spec.name);
+        let Some(old) = self.timed("get", self.store.get(&key)).await? else {
+            return Err(RegistryError::UnknownServer(spec.name));
+        };
+        let origin = serde_json::from_slice::<ServerRecord>(&old.value)
+            .map(|r| r.origin)
+            .unwrap_or(Origin::Admin);
+        let rec = ServerRecord { spec, origin };
+        let r = self
+            .timed(
+                "txn",
+                self.store.txn(
+                    Txn::new()
+                        .when([Compare::mod_revision(&key, old.mod_revision)])
+                        .and_then([Op::put(&key, json(&rec))]),
+                ),
+            )
+            .await?;
+        if !r.succeeded {
+            return Err(RegistryError::Contention(key));
+        }
+        Ok(r.revision)
+    }
+
+    /// Removes a server and its catalogue; its names disappear from the map.
+    pub async fn remove_server(&self, name: &str) -> Result<Revision, RegistryError> {
+        let existed = self
+            .timed("delete", self.store.delete(&server_key(name)))
+            .await?;
+        if !existed {
+            return Err(RegistryError::UnknownServer(name.to_owned()));
+        }
+        self.timed("delete", self.store.delete(&tools_key(name)))
+            .await?;
+        self.recompute_names().await
+    }
+
+    /// Makes the configured servers the `config`-origin servers: upserts
+    /// each, removes `config`-origin servers that are no longer configured.
+    /// Servers added through the admin API are left alone.
+    pub async fn sync_config_servers(&self, servers: &[ServerConfig]) -> Result<(), RegistryError> {
+        let listing = self.timed("list", self.store.list("servers/")).await?;
+        for kv in &listing.kvs {
+            let Ok(rec) = serde_json::from_slice::<ServerRecord>(&kv.value) else {
+                continue;
+            };
+            if rec.origin == Origin::Config && !servers.iter().any(|s| s.name == rec.spec.name) {
+                self.remove_server(&rec.spec.name).await?;
+            }
+        }
+        for s in servers {
+            let rec = ServerRecord {
+                spec: s.clone(),
+                origin: Origin::Config,
+            };
+            self.timed(
+                "put",
+                self.store.put(&server_key(&s.name), json(&rec), None),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Registers a sidecar under a new lease of `ttl`; returns the lease.
+    pub async fn register_sidecar(
+        &self,
+        rec: SidecarRecord,
+        ttl: Duration,
+    ) -> Result<LeaseId, RegistryError> {
+        if self
+            .timed("get", self.store.get(&server_key(&rec.server)))
+            .await?
+            .is_none()
+        {
+            return Err(RegistryError::UnknownServer(rec.server));
+        }
+        let lease = self
+            .timed("grant_lease", self.store.grant_lease(ttl))
+            .await?;
+        self.timed(
+            "put",
+            self.store.put(
+                &sidecar_key(&rec.server, &rec.sidecar_id),
+                json(&rec),
+                Some(lease),
+            ),
+        )
+        .await?;
+        Ok(lease)
+    }
+
+    /// Updates a registration's reported state (same lease).
+    pub async fn update_sidecar(
+        &self,
+        rec: &SidecarRecord,
+        lease: LeaseId,
+    ) -> Result<(), RegistryError> {
+        self.timed(
+            "put",
+            self.store.put(
+                &sidecar_key(&rec.server, &rec.sidecar_id),
+                json(rec),
+                Some(lease),
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Keeps a registration's lease alive.
+    pub async fn keep_alive(&self, lease: LeaseId) -> Result<(), RegistryError> {
+        Ok(self
+            .timed("keep_alive", self.store.keep_alive(lease))
+            .await?)
+    }
+
+    /// Drops a registration now (its stream ended).
+    pub async fn revoke(&self, lease: LeaseId) -> Result<(), RegistryError> {
+        Ok(self.timed("revoke", self.store.revoke(lease)).await?)
+    }
+
+    /// Stores a catalogue snapshot. `toolsUpdatedAt` changes only when the
+    /// tool list or the capabilities really changed (compared as JSON
+    /// values). Returns whether they changed.
+    pub async fn update_catalogue(
+        &self,
+        server: &str,
+        tools: Vec<Value>,
+        capabilities: Value,
+        server_info: Value,
+        protocol_version: String,
+    ) -> Result<bool, RegistryError> {
+        let key = tools_key(server);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            if self
+                .timed("get", self.store.get(&server_key(server)))
+                .await?
+                .is_none()
+            {
+                return Err(RegistryError::UnknownServer(server.to_owned()));
+            }
+            let old = self.timed("get", self.store.get(&key)).await?;
+            let old_rec = old
+                .as_ref()
+                .and_then(|kv| serde_json::from_slice::<CatalogueRecord>(&kv.value).ok());
+            let changed = old_rec
+                .as_ref()
+                .is_none_or(|o| o.tools != tools || o.capabilities != capabilities);
+            let rec = CatalogueRecord {
+                tools: tools.clone(),
+                capabilities: capabilities.clone(),
+                server_info: server_info.clone(),
+                protocol_version: protocol_version.clone(),
+                tools_updated_at: match (&old_rec, changed) {
+                    (Some(o), false) => o.tools_updated_at,
+                    (Some(o), true) => now_ms().max(o.tools_updated_at + 1),
+                    (None, _) => now_ms(),
+                },
+            };
+            if old_rec.as_ref() == Some(&rec) {
+                return Ok(false);
+            }
+            let r = self
+                .timed(
+                    "txn",
+                    self.store.txn(
+                        Txn::new()
+                            .when([Compare::mod_revision(
+                                &key,
+                                old.map_or(0, |kv| kv.mod_revision),
+                            )])
+                            .and_then([Op::put(&key, json(&rec))]),
+                    ),
+                )
+                .await?;
+            if r.succeeded {
+                if changed {
+                    self.recompute_names().await?;
+                }
+                return Ok(changed);
+            }
+        }
+        Err(RegistryError::Contention(key))
+    }
+
+    /// Rebuilds the engine-visible name map from every catalogue and stores
+    /// it, unless another writer stored a newer one meanwhile.
+    pub async fn recompute_names(&self) -> Result<Revision, RegistryError> {
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let current = self.timed("get", self.store.get(TOOLNAMES_KEY)).await?;
+            let listing = self.timed("list", self.store.list("tools/")).await?;
+            let mut pairs = Vec::new();
+            for kv in &listing.kvs {
+                let server = kv.key.trim_start_matches("tools/").to_owned();
+                let Ok(rec) = serde_json::from_slice::<CatalogueRecord>(&kv.value) else {
+                    tracing::warn!(key = %kv.key, "ignoring a catalogue that does not parse");
+                    continue;
+                };
+                for t in &rec.tools {
+                    if let Some(name) = t.get("name").and_then(Value::as_str) {
+                        pairs.push((server.clone(), name.to_owned()));
+                    }
+                }
+            }
+            let map = NameMap::build(pairs.iter().map(|(s, t)| (s.as_str(), t.as_str())));
+            for c in &map.collisions {
+                tracing::warn!(collision = %c, "engine-visible tool name collision");
+            }
+            let rec = NamesRecord { map };
+            let value = json(&rec);
+            if current.as_ref().is_some_and(|kv| kv.value == value) {
+                return Ok(listing.revision);
+            }
+            // The listing must still be current: no catalogue written since.
+            let mut compares = vec![Compare::mod_revision(
+                TOOLNAMES_KEY,
+                current.as_ref().map_or(0, |kv| kv.mod_revision),
+            )];
+            for kv in &listing.kvs {
+                compares.push(Compare::mod_revision(&kv.key, kv.mod_revision));
+            }
+            let r = self
+                .timed(
+                    "txn",
+                    self.store.txn(
+                        Txn::new()
+                            .when(compares)
+                            .and_then([Op::put(TOOLNAMES_KEY, value)]),
+                    ),
+                )
+                .await?;
+            if r.succeeded {
+                return Ok(r.revision);
+            }
+        }
+        Err(RegistryError::Contention(TOOLNAMES_KEY.into()))
+    }
+
+    /// Creates or replaces a session record.
+    pub async fn put_session(&self, rec: &SessionRecord) -> Result<Revision, RegistryError> {
+        Ok(self
+            .timed(
+                "put",
+                self.store.put(&session_key(&rec.id), json(rec), None),
+            )
+            .await?)
+    }
+
+    /// Deletes a session. Errors: unknown session.
+    pub async fn delete_session(&self, id: &str) -> Result<(), RegistryError> {
+        if !self
+            .timed("delete", self.store.delete(&session_key(id)))
+            .await?
+        {
+            return Err(RegistryError::UnknownSession(id.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Reads a session straight from the store (for a replica whose read
+    /// model has not seen it yet).
+    pub async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, RegistryError> {
+        Ok(self
+            .timed("get", self.store.get(&session_key(id)))
+            .await?
+            .and_then(|kv| serde_json::from_slice(&kv.value).ok()))
+    }
+
+    /// Asks every replica to cancel a call (a short-lived key they watch).
+    pub async fn request_cancel(&self, session: &str, call_id: &str) -> Result<(), RegistryError> {
+        let lease = self
+            .timed(
+                "grant_lease",
+                self.store.grant_lease(Duration::from_secs(30)),
+            )
+            .await?;
+        self.timed(
+            "put",
+            self.store
+                .put(&cancel_key(session, call_id), Vec::new(), Some(lease)),
+        )
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,154 @@
+//! Routing calls to sidecars. A call goes to a live sidecar of its server
+//! (round robin over the registered ones); gRPC channels are cached per
+//! sidecar address. A server without a live sidecar, or whose sidecar
+//! cannot be reached, fails fast with UNAVAILABLE "server unavailable",
+//! naming the server. Calls in flight on this replica are tracked by
+//! `(session, call id)` so they can be cancelled, from this replica or any
+//! other (see [`crate::state::Change::Cancel`]).
+
+use crate::state::Snapshot;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
+use switchyard_proto::v1::{SidecarCallRequest, SidecarCallResponse};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+/// Routes calls and tracks the ones in flight.
+#[derive(Debug, Default)]
+pub struct Router {
+    channels: Mutex<HashMap<String, SidecarCallsClient<Channel>>>,
+    next: AtomicUsize,
+    in_flight: Mutex<HashMap<(String, String), CancellationToken>>,
+}
+
+/// "server unavailable", naming the server and why.
+pub fn unavailable(server: &str, why: impl std::fmt::Display) -> Status {
+    Status::unavailable(format!("server unavailable: {server}: {why}"))
+}
+
+impl Router {
+    /// A router.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn client(&self, address: &str) -> Result<SidecarCallsClient<Channel>, String> {
+        if let Some(c) = self.channels.lock().unwrap().get(address) {
+            return Ok(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(address.to_owned())
+            .map_err(|e| format!("bad sidecar address {address:?}: {e}"))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_while_idle(true);
+        let client = SidecarCallsClient::new(endpoint.connect_lazy())
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024);
+        self.channels
+            .lock()
+            .unwrap()
+            .insert(address.to_owned(), client.clone());
+        Ok(client)
+    }
+
+    /// Sends a call to a live sidecar of `server`.
+    pub async fn call(
+        &self,
+        snap: &Snapshot,
+        server: &str,
+        request: SidecarCallRequest,
+        timeout: Duration,
+    ) -> Result<SidecarCallResponse, Status> {
+        let sidecars: Vec<_> = snap
+            .sidecars
+            .get(server)
+            .map(|m| m.values().collect())
+            .unwrap_or_default();
+        if sidecars.is_empty() {
+            return Err(unavailable(server, "no live sidecar"));
+        }
+        let pick = sidecars[self.next.fetch_add(1, Ordering::Relaxed) % sidecars.len()];
+        let mut client = self
+            .client(&pick.call_address)
+            .map_err(|e| unavailable(server, e))?;
+        let mut req = tonic::Request::new(request);
+        req.set_timeout(timeout);
+        match client.call_tool(req).await {
+            Ok(resp) => Ok(resp.into_inner()),
+            Err(status) if is_transport_failure(&status) => {
+                self.channels.lock().unwrap().remove(&pick.call_address);
+                Err(unavailable(
+                    server,
+                    format!(
+                        "sidecar {} at {} unreachable: {}",
+                        pick.sidecar_id,
+                        pick.call_address,
+                        status.message()
+                    ),
+                ))
+            }
+            Err(status) => Err(status),
+        }
+    }
+
+    /// Tracks a call; the token is cancelled by [`Router::cancel`].
+    pub fn track(&self, session: &str, call_id: &str) -> Option<CallGuard<'_>> {
+        if call_id.is_empty() {
+            return None;
+        }
+        let token = CancellationToken::new();
+        let key = (session.to_owned(), call_id.to_owned());
+        self.in_flight
+            .lock()
+            .unwrap()
+            .insert(key.clone(), token.clone());
+        Some(CallGuard {
+            router: self,
+            key,
+            token,
+        })
+    }
+
+    /// Cancels a call running on this replica; false if none.
+    pub fn cancel(&self, session: &str, call_id: &str) -> bool {
+        match self
+            .in_flight
+            .lock()
+            .unwrap()
+            .get(&(session.to_owned(), call_id.to_owned()))
+        {
+            Some(t) => {
+                t.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Untracks a call when dropped.
+#[derive(Debug)]
+pub struct CallGuard<'a> {
+    router: &'a Router,
+    key: (String, String),
+    /// Cancelled when someone cancels the call.
+    pub token: CancellationToken,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.router.in_flight.lock().unwrap().remove(&self.key);
+    }
+}
+
+fn is_transport_failure(status: &Status) -> bool {
+    // tonic reports connection failures as UNAVAILABLE/UNKNOWN with a
+    // transport source and no server-provided message metadata.
+    matches!(status.code(), Code::Unavailable | Code::Unknown)
+        && std::error::Error::source(status).is_some()
+}

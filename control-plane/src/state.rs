@@ -1,0 +1,297 @@
+//! Each replica's read model of the store: servers, live sidecars,
+//! catalogues, the name map and sessions, kept current by one list and a
+//! watch from the next revision (the informer pattern). Reads on the call
+//! path never wait on the store; writes go to the store and come back
+//! through the watch, so every replica converges on the same state. A
+//! replica that wrote something can wait for its own write with
+//! [`State::wait_for`].
+//!
+//! A value that does not parse (a tampered or foreign key) is logged with
+//! its key and ignored; everything else keeps serving.
+
+use crate::model::*;
+use crate::names::{NameMap, ToolRef};
+use crate::store::{AnyStore, KeyValue, Revision, Store, WatchEvent};
+use futures::StreamExt;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::{broadcast, watch};
+
+/// Something that changed, for subscribers (session event streams, the
+/// sidecar supervisor of `switchyard up`, cancellations).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// A server's tool list or capabilities really changed.
+    ToolsChanged {
+        /// Server.
+        server: String,
+        /// Its new `toolsUpdatedAt`.
+        tools_updated_at: i64,
+    },
+    /// A server was added, updated or removed.
+    ServersChanged,
+    /// A session was deleted.
+    SessionDeleted(String),
+    /// Some replica asked to cancel a call.
+    Cancel {
+        /// Session.
+        session: String,
+        /// Call id.
+        call_id: String,
+    },
+}
+
+/// The read model.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    /// Last applied store revision.
+    pub revision: Revision,
+    /// Servers.
+    pub servers: BTreeMap<String, ServerRecord>,
+    /// Live sidecars per server.
+    pub sidecars: BTreeMap<String, BTreeMap<String, SidecarRecord>>,
+    /// Catalogues per server.
+    pub catalogues: BTreeMap<String, CatalogueRecord>,
+    /// Engine-visible names.
+    pub names: NameMap,
+    /// `(server, tool)` -> engine-visible name.
+    pub name_of: HashMap<(String, String), String>,
+    /// Sessions.
+    pub sessions: HashMap<String, SessionRecord>,
+}
+
+impl Snapshot {
+    /// Where an engine-visible name leads.
+    pub fn resolve(&self, name: &str) -> Option<&ToolRef> {
+        self.names.names.get(name)
+    }
+
+    /// The engine-visible name of a tool (computed directly when the name
+    /// map has not caught up with a new catalogue yet).
+    pub fn engine_name(&self, server: &str, tool: &str) -> String {
+        self.name_of
+            .get(&(server.to_owned(), tool.to_owned()))
+            .cloned()
+            .unwrap_or_else(|| crate::names::plain_name(server, tool))
+    }
+}
+
+/// Shared state of one replica.
+#[derive(Debug)]
+pub struct State {
+    snapshot: RwLock<Arc<Snapshot>>,
+    changes: broadcast::Sender<Change>,
+    applied: watch::Sender<Revision>,
+}
+
+impl State {
+    /// Loads everything under the root and follows the store's changes in
+    /// the background. Errors: the initial listing failed.
+    pub async fn start(store: AnyStore) -> Result<Arc<State>, crate::store::StoreError> {
+        let listing = store.list("").await?;
+        let mut snap = Snapshot::default();
+        let mut sink = Vec::new();
+        for kv in &listing.kvs {
+            apply_put(&mut snap, kv, &mut sink);
+        }
+        snap.revision = listing.revision;
+        let state = Arc::new(State {
+            snapshot: RwLock::new(Arc::new(snap)),
+            changes: broadcast::channel(1024).0,
+            applied: watch::channel(listing.revision).0,
+        });
+        let weak = Arc::downgrade(&state);
+        tokio::spawn(async move {
+            let mut from = listing.revision + 1;
+            loop {
+                let Some(state) = weak.upgrade() else { return };
+                match follow(&state, &store, from).await {
+                    Ok(next) => from = next,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "store watch ended; re-reading the store");
+                        drop(state);
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        let Some(state) = weak.upgrade() else { return };
+                        match store.list("").await {
+                            Ok(listing) => {
+                                state.replace(&listing.kvs, listing.revision);
+                                from = listing.revision + 1;
+                            }
+                            Err(e) => tracing::warn!(error = %e, "re-reading the store failed"),
+                        }
+                    }
+                }
+            }
+        });
+        Ok(state)
+    }
+
+    /// The current snapshot (cheap: an `Arc`).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.read().unwrap().clone()
+    }
+
+    /// Subscribes to changes.
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.changes.subscribe()
+    }
+
+    /// Waits (up to `limit`) until the snapshot has applied `revision`.
+    /// Returns false on timeout.
+    pub async fn wait_for(&self, revision: Revision, limit: Duration) -> bool {
+        let mut rx = self.applied.subscribe();
+        tokio::time::timeout(limit, rx.wait_for(|r| *r >= revision))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    fn apply(&self, events: &[WatchEvent]) {
+        let mut changes = Vec::new();
+        let revision = {
+            let mut guard = self.snapshot.write().unwrap();
+            let mut snap = (**guard).clone();
+            for ev in events {
+                match ev {
+                    WatchEvent::Put(kv) => apply_put(&mut snap, kv, &mut changes),
+                    WatchEvent::Delete { key, .. } => apply_delete(&mut snap, key, &mut changes),
+                }
+                snap.revision = snap.revision.max(ev.revision());
+            }
+            let revision = snap.revision;
+            *guard = Arc::new(snap);
+            revision
+        };
+        for c in changes {
+            let _ = self.changes.send(c);
+        }
+        self.applied.send_replace(revision);
+    }
+
+    fn replace(&self, kvs: &[KeyValue], revision: Revision) {
+        let mut snap = Snapshot::default();
+        let mut sink = Vec::new();
+        for kv in kvs {
+            apply_put(&mut snap, kv, &mut sink);
+        }
+        snap.revision = revision;
+        let old = std::mem::replace(&mut *self.snapshot.write().unwrap(), Arc::new(snap.clone()));
+        for (server, cat) in &snap.catalogues {
+            if old.catalogues.get(server).map(|c| c.tools_updated_at) != Some(cat.tools_updated_at)
+            {
+                let _ = self.changes.send(Change::ToolsChanged {
+                    server: server.clone(),
+                    tools_updated_at: cat.tools_updated_at,
+                });
+            }
+        }
+        let _ = self.changes.send(Change::ServersChanged);
+        self.applied.send_replace(revision);
+    }
+}
+
+/// Follows the watch; returns the next revision to resume from on a clean
+/// end, or the error.
+async fn follow(
+    state: &State,
+    store: &AnyStore,
+    from: Revision,
+) -> Result<Revision, crate::store::StoreError> {
+    let mut stream = store.watch("", Some(from)).await?;
+    let mut next = from;
+    while let Some(ev) = stream.next().await {
+        let ev = ev?;
+        next = ev.revision() + 1;
+        state.apply(std::slice::from_ref(&ev));
+    }
+    Ok(next)
+}
+
+fn parse<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Option<T> {
+    match serde_json::from_slice(&kv.value) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!(key = %kv.key, error = %e, "ignoring a store value that does not parse");
+            None
+        }
+    }
+}
+
+fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
+    let key = kv.key.as_str();
+    if let Some(name) = key.strip_prefix("servers/") {
+        if let Some(rec) = parse::<ServerRecord>(kv) {
+            snap.servers.insert(name.to_owned(), rec);
+            changes.push(Change::ServersChanged);
+        }
+    } else if let Some(rest) = key.strip_prefix("sidecars/") {
+        if let (Some((server, id)), Some(rec)) = (rest.split_once('/'), parse::<SidecarRecord>(kv))
+        {
+            snap.sidecars
+                .entry(server.to_owned())
+                .or_default()
+                .insert(id.to_owned(), rec);
+        }
+    } else if let Some(server) = key.strip_prefix("tools/") {
+        if let Some(rec) = parse::<CatalogueRecord>(kv) {
+            let changed = snap
+                .catalogues
+                .get(server)
+                .is_none_or(|old| old.tools_updated_at != rec.tools_updated_at);
+            if changed {
+                changes.push(Change::ToolsChanged {
+                    server: server.to_owned(),
+                    tools_updated_at: rec.tools_updated_at,
+                });
+            }
+            snap.catalogues.insert(server.to_owned(), rec);
+        }
+    } else if key == TOOLNAMES_KEY {
+        if let Some(rec) = parse::<NamesRecord>(kv) {
+            snap.name_of = rec
+                .map
+                .names
+                .iter()
+                .map(|(n, r)| ((r.server.clone(), r.tool.clone()), n.clone()))
+                .collect();
+            snap.names = rec.map;
+        }
+    } else if let Some(id) = key.strip_prefix("sessions/") {
+        if let Some(rec) = parse::<SessionRecord>(kv) {
+            snap.sessions.insert(id.to_owned(), rec);
+        }
+    } else if let Some(rest) = key.strip_prefix("cancels/")
+        && let Some((session, call_id)) = rest.split_once('/')
+    {
+        changes.push(Change::Cancel {
+            session: session.to_owned(),
+            call_id: call_id.to_owned(),
+        });
+    }
+}
+
+fn apply_delete(snap: &mut Snapshot, key: &str, changes: &mut Vec<Change>) {
+    if let Some(name) = key.strip_prefix("servers/") {
+        snap.servers.remove(name);
+        changes.push(Change::ServersChanged);
+    } else if let Some(rest) = key.strip_prefix("sidecars/") {
+        if let Some((server, id)) = rest.split_once('/')
+            && let Some(m) = snap.sidecars.get_mut(server)
+        {
+            m.remove(id);
+            if m.is_empty() {
+                snap.sidecars.remove(server);
+            }
+        }
+    } else if let Some(server) = key.strip_prefix("tools/") {
+        if snap.catalogues.remove(server).is_some() {
+            changes.push(Change::ToolsChanged {
+                server: server.to_owned(),
+                tools_updated_at: now_ms(),
+            });
+        }
+    } else if let Some(id) = key.strip_prefix("sessions/") {
+        snap.sessions.remove(id);
+        changes.push(Change::SessionDeleted(id.to_owned()));
+    }
+}

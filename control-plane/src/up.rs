@@ -1,0 +1,203 @@
+//! `switchyard up`: the all-in-one gateway for one machine. It starts a
+//! control-plane replica (embedded store, or etcd when the config names
+//! endpoints) and supervises one `switchyard-sidecar run` child process per
+//! registered server: a server added at runtime gets a sidecar, a removed
+//! one loses it, and a sidecar that dies is restarted with backoff. On
+//! SIGINT or SIGTERM every sidecar is asked to stop (they close their stdio
+//! servers' stdin, then SIGTERM, then SIGKILL), and the replica stops last.
+
+use crate::config::Config;
+use crate::server::{self, Running};
+use crate::state::Change;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use switchyard_sidecar::config::ServerConfig;
+use tokio::process::{Child, Command};
+
+/// How long sidecars get to stop before they are killed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Where the sidecar binary is: `SWITCHYARD_SIDECAR_BIN`, else beside this
+/// executable, else on `PATH`.
+pub fn sidecar_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("SWITCHYARD_SIDECAR_BIN") {
+        return PathBuf::from(p);
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .as_deref()
+        .and_then(Path::parent)
+    {
+        let candidate = dir.join("switchyard-sidecar");
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    PathBuf::from("switchyard-sidecar")
+}
+
+struct Managed {
+    spec: ServerConfig,
+    child: Option<Child>,
+    failures: u32,
+    next_start: tokio::time::Instant,
+}
+
+/// Runs until SIGINT/SIGTERM. Returns the process exit code.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let running = server::start(&config, true).await?;
+    let engine = format!("http://{}", running.grpc_addr);
+    let workdir = tempfile::Builder::new()
+        .prefix("switchyard-up-")
+        .tempdir()?;
+    println!("switchyard: engine endpoint {engine}");
+    println!(
+        "switchyard: metrics http://{}/metrics, store {}",
+        running.http_addr,
+        if config.store.etcd_endpoints.is_empty() {
+            format!("embedded ({})", config.store.path.display())
+        } else {
+            format!("etcd ({})", config.store.etcd_endpoints.join(","))
+        }
+    );
+    let names: Vec<_> = running
+        .cp
+        .state
+        .snapshot()
+        .servers
+        .keys()
+        .cloned()
+        .collect();
+    println!("switchyard: servers {}", names.join(", "));
+
+    let mut managed: BTreeMap<String, Managed> = BTreeMap::new();
+    let mut changes = running.cp.state.subscribe();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        reconcile(&running, &mut managed, &engine, workdir.path());
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = sigterm.recv() => break,
+            c = changes.recv() => {
+                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = c { break }
+                let _ = matches!(c, Ok(Change::ServersChanged));
+            }
+            _ = tick.tick() => {}
+        }
+    }
+    println!("switchyard: stopping");
+    let stops = managed
+        .into_values()
+        .filter_map(|m| m.child)
+        .map(|c| stop_child(c, STOP_GRACE));
+    futures::future::join_all(stops).await;
+    running.stop(Duration::from_secs(5)).await;
+    println!("switchyard: stopped");
+    Ok(())
+}
+
+fn reconcile(
+    running: &Running,
+    managed: &mut BTreeMap<String, Managed>,
+    engine: &str,
+    workdir: &Path,
+) {
+    let snap = running.cp.state.snapshot();
+    // Removed or changed servers lose their sidecar.
+    let gone: Vec<String> = managed
+        .iter()
+        .filter(|(name, m)| snap.servers.get(*name).is_none_or(|r| r.spec != m.spec))
+        .map(|(name, _)| name.clone())
+        .collect();
+    for name in gone {
+        if let Some(child) = managed.remove(&name).and_then(|m| m.child) {
+            tracing::info!(server = %name, "server removed or changed; stopping its sidecar");
+            tokio::spawn(stop_child(child, STOP_GRACE));
+        }
+    }
+    let now = tokio::time::Instant::now();
+    for (name, rec) in &snap.servers {
+        let m = managed.entry(name.clone()).or_insert_with(|| Managed {
+            spec: rec.spec.clone(),
+            child: None,
+            failures: 0,
+            next_start: now,
+        });
+        if let Some(child) = &mut m.child {
+            match child.try_wait() {
+                Ok(None) => continue,
+                Ok(Some(status)) => {
+                    m.failures += 1;
+                    let delay = Duration::from_millis(500 * (1u64 << m.failures.min(6)))
+                        .min(Duration::from_secs(30));
+                    tracing::warn!(server = %name, %status, retry_in_ms = delay.as_millis() as u64, "sidecar exited; restarting");
+                    m.child = None;
+                    m.next_start = now + delay;
+                }
+                Err(e) => {
+                    tracing::warn!(server = %name, error = %e, "cannot check the sidecar");
+                    continue;
+                }
+            }
+        }
+        if m.child.is_none() && now >= m.next_start {
+            match spawn_sidecar(&m.spec, engine, workdir) {
+                Ok(child) => m.child = Some(child),
+                Err(e) => {
+                    tracing::error!(server = %name, error = %e, "cannot start a sidecar");
+                    m.failures += 1;
+                    m.next_start = now + Duration::from_secs(5);
+                }
+            }
+        }
+    }
+}
+
+fn spawn_sidecar(spec: &ServerConfig, engine: &str, workdir: &Path) -> anyhow::Result<Child> {
+    #[derive(serde::Serialize)]
+    struct SidecarFile<'a> {
+        server: &'a ServerConfig,
+        sidecar: SidecarSection<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct SidecarSection<'a> {
+        control_plane: &'a str,
+        listen: &'a str,
+        http_listen: &'a str,
+    }
+    let file = workdir.join(format!("{}.toml", spec.name));
+    let text = toml::to_string(&SidecarFile {
+        server: spec,
+        sidecar: SidecarSection {
+            control_plane: engine,
+            listen: "127.0.0.1:0",
+            http_listen: "127.0.0.1:0",
+        },
+    })?;
+    std::fs::write(&file, text)?;
+    let child = Command::new(sidecar_binary())
+        .arg("run")
+        .arg("--config")
+        .arg(&file)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", sidecar_binary().display()))?;
+    tracing::info!(server = %spec.name, pid = child.id().unwrap_or(0), "sidecar started");
+    Ok(child)
+}
+
+/// SIGTERM, wait up to `grace`, then SIGKILL.
+pub async fn stop_child(mut child: Child, grace: Duration) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = child.kill().await;
+    }
+}

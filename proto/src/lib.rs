@@ -1,0 +1,17 @@
+//! Switchyard's gRPC contracts, package `switchyard.v1`, generated from
+//! `proto/switchyard/v1/*.proto`: the engine API (`EngineService`), the
+//! sidecar API (`SidecarRegistry` served by the control plane,
+//! `SidecarCalls` served by each sidecar) and the admin API
+//! (`AdminService`). MCP JSON travels as JSON text in `*_json` fields so
+//! nothing is lost in transit.
+
+/// Package `switchyard.v1`.
+pub mod v1 {
+    #![allow(
+        missing_docs,
+        missing_debug_implementations,
+        clippy::all,
+        clippy::pedantic
+    )]
+    tonic::include_proto!("switchyard.v1");
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs everything the tests need, then runs every test: formatting and
+# lints, unit and integration tests against real peers, and the official
+# conformance suite. This is the README's test command; .ci/run calls it.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+start=$(date +%s)
+
+scripts/install-test-peers.sh
+
+echo "== cargo fmt / clippy"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== build"
+cargo build --workspace --bins --locked
+
+echo "== cargo test"
+cargo test --workspace --locked -- --test-threads "${SWITCHYARD_TEST_THREADS:-4}"
+
+echo "== conformance suite (client side)"
+scripts/conformance.sh
+
+echo "== all tests passed in $(( $(date +%s) - start ))s"

@@ -1,0 +1,399 @@
+//! The sidecar's side of `switchyard.v1.SidecarRegistry`: it registers with
+//! the control plane and keeps the report stream open, sending `hello`, the
+//! upstream status whenever it changes and a catalogue snapshot after every
+//! (re)connection of the upstream server and every
+//! `notifications/tools/list_changed`.
+//!
+//! Two tasks cooperate:
+//! - [`watch_upstream`] follows the upstream session: it keeps it connected,
+//!   re-lists tools after each connection and each list change, and
+//!   publishes the latest [`UpstreamStatus`] and [`CatalogueSnapshot`] on
+//!   watch channels (an [`UpstreamView`]). It does not depend on the control
+//!   plane, so a catalogue is ready as soon as a stream opens.
+//! - [`report`] registers (retrying with exponential backoff, 0.5 s to
+//!   10 s: the control plane may start later), opens the report stream,
+//!   sends `hello`, the current status and catalogue, then every change.
+//!   When the stream breaks it registers again and reopens it. Calls are
+//!   served independently all the while.
+
+use crate::http_endpoints::Health;
+use crate::upstream::{Link, Upstream, UpstreamError};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient;
+use switchyard_proto::v1::{
+    CatalogueSnapshot, Hello, RegisterRequest, SidecarReport, UpstreamStatus, control_message,
+    sidecar_report,
+};
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+/// First delay between registration attempts.
+pub const MIN_BACKOFF: Duration = Duration::from_millis(500);
+/// Largest delay between registration attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Limit on one `Register` call and on opening the report stream.
+const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A failure talking to the control plane. Each one ends a registration
+/// attempt or a report stream; [`report`] retries.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The control plane URL is not usable.
+    #[error("control plane URL {url:?} is invalid: {source}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// No connection to the control plane.
+    #[error("cannot connect to the control plane at {url}: {source}")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// The transport error.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// `Register` or `Report` failed.
+    #[error("{rpc} failed: {source}")]
+    Rpc {
+        /// Which call.
+        rpc: &'static str,
+        /// The status.
+        #[source]
+        source: tonic::Status,
+    },
+    /// `Register` or opening `Report` took too long.
+    #[error("{rpc} got no answer within {}s", RPC_TIMEOUT.as_secs())]
+    Timeout {
+        /// Which call.
+        rpc: &'static str,
+    },
+    /// The control plane ended the report stream.
+    #[error("the control plane ended the report stream")]
+    StreamEnded,
+}
+
+/// How to reach the control plane and what to register.
+#[derive(Debug, Clone)]
+pub struct ControlSettings {
+    /// The control plane's URL, `http://` or `https://`.
+    pub control_plane: String,
+    /// PEM CA certificate(s) to trust for an `https://` control plane.
+    pub ca_pem: Option<Vec<u8>>,
+    /// The server this sidecar fronts.
+    pub server: String,
+    /// This sidecar's id.
+    pub sidecar_id: String,
+    /// Where `SidecarCalls` is served, as the control plane should dial it.
+    pub call_address: String,
+}
+
+/// The latest upstream status and catalogue, as published by
+/// [`watch_upstream`].
+#[derive(Debug, Clone)]
+pub struct UpstreamView {
+    /// The connection state: "connecting", "connected" or "down".
+    pub status: watch::Receiver<UpstreamStatus>,
+    /// The catalogue of the current connection; `None` while disconnected.
+    pub catalogue: watch::Receiver<Option<CatalogueSnapshot>>,
+}
+
+/// Starts following `upstream` (see the module docs). The task ends when
+/// the upstream session is shut down.
+pub fn watch_upstream(upstream: Upstream) -> (UpstreamView, JoinHandle<()>) {
+    let (status_tx, status) = watch::channel(UpstreamStatus {
+        state: "connecting".into(),
+        last_error: String::new(),
+    });
+    let (catalogue_tx, catalogue) = watch::channel(None);
+    let task = tokio::spawn(
+        UpstreamWatcher {
+            upstream,
+            status: status_tx,
+            catalogue: catalogue_tx,
+            seen_connections: 0,
+        }
+        .run(),
+    );
+    (UpstreamView { status, catalogue }, task)
+}
+
+struct UpstreamWatcher {
+    upstream: Upstream,
+    status: watch::Sender<UpstreamStatus>,
+    catalogue: watch::Sender<Option<CatalogueSnapshot>>,
+    seen_connections: u64,
+}
+
+type ConnectFuture = BoxFuture<'static, Result<(), UpstreamError>>;
+
+impl UpstreamWatcher {
+    fn connect(&self) -> ConnectFuture {
+        let upstream = self.upstream.clone();
+        Box::pin(async move { upstream.connect().await.map(|_| ()) })
+    }
+
+    async fn run(mut self) {
+        let mut link = self.upstream.link();
+        let mut notifications = Some(self.upstream.subscribe());
+        // Keeps the session connected: the upstream session applies its own
+        // backoff between failed attempts.
+        let mut keeper: Option<ConnectFuture> = Some(self.connect());
+        let current = link.borrow_and_update().clone();
+        self.on_link(current).await;
+        loop {
+            tokio::select! {
+                result = async { keeper.as_mut().expect("guarded").await }, if keeper.is_some() => {
+                    keeper = None;
+                    match result {
+                        Ok(()) => {}
+                        Err(UpstreamError::Closed { .. }) => return,
+                        Err(e) => {
+                            self.set_status("down", e.to_string());
+                            keeper = Some(self.connect());
+                        }
+                    }
+                }
+                changed = link.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let current = link.borrow_and_update().clone();
+                    let connected = current.connected;
+                    self.on_link(current).await;
+                    if !connected && keeper.is_none() {
+                        keeper = Some(self.connect());
+                    }
+                }
+                note = async { notifications.as_mut().expect("guarded").recv().await }, if notifications.is_some() => {
+                    match note {
+                        Ok(msg) if msg.get("method").and_then(Value::as_str) == Some("notifications/tools/list_changed") => {
+                            tracing::info!(server = %self.upstream.name(), "tool list changed; re-listing");
+                            self.refresh().await;
+                        }
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => self.refresh().await,
+                        Err(broadcast::error::RecvError::Closed) => notifications = None,
+                    }
+                }
+            }
+        }
+    }
+
+    async fn on_link(&mut self, link: Link) {
+        if link.connected {
+            if link.connections != self.seen_connections {
+                self.seen_connections = link.connections;
+                self.set_status("connected", String::new());
+                self.refresh().await;
+            }
+        } else {
+            self.catalogue.send_if_modified(|c| c.take().is_some());
+            if let Some(e) = link.last_error {
+                self.set_status("down", e);
+            }
+        }
+    }
+
+    fn set_status(&self, state: &str, last_error: String) {
+        let next = UpstreamStatus {
+            state: state.into(),
+            last_error,
+        };
+        self.status.send_if_modified(|s| {
+            if *s == next {
+                false
+            } else {
+                *s = next;
+                true
+            }
+        });
+    }
+
+    /// Lists tools and publishes a snapshot (always, even if unchanged:
+    /// the control plane decides what really changed).
+    async fn refresh(&self) {
+        match self.upstream.list_tools().await {
+            Ok(tools) => {
+                let Some(n) = self.upstream.negotiated() else {
+                    return;
+                };
+                let json = |v: &Value| {
+                    if v.is_null() {
+                        String::new()
+                    } else {
+                        v.to_string()
+                    }
+                };
+                let snapshot = CatalogueSnapshot {
+                    server: self.upstream.name().to_owned(),
+                    tools_json: tools.iter().map(Value::to_string).collect(),
+                    capabilities_json: json(&n.capabilities),
+                    server_info_json: json(&n.server_info),
+                    protocol_version: n.protocol_version.clone(),
+                };
+                tracing::info!(server = %self.upstream.name(), tools = tools.len(), "catalogue listed");
+                self.catalogue.send_replace(Some(snapshot));
+            }
+            Err(e) => {
+                tracing::warn!(server = %self.upstream.name(), error = %e, "listing tools failed");
+            }
+        }
+    }
+}
+
+/// Registers and keeps the report stream open, forever (abort the task to
+/// stop). `health` learns whether the sidecar is registered.
+pub async fn report(settings: ControlSettings, mut view: UpstreamView, health: Arc<Health>) {
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let outcome = session(&settings, &mut view, &health, &mut backoff).await;
+        health.set_registered(false);
+        match outcome {
+            Ok(()) => return,
+            Err(e) => {
+                let error = with_causes(&e);
+                tracing::warn!(control_plane = %settings.control_plane, %error, retry_in_ms = backoff.as_millis() as u64, "control plane unavailable");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// `e` with the causes its message does not already include.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
+}
+
+fn endpoint(settings: &ControlSettings) -> Result<Endpoint, ControlError> {
+    let url_error = |source| ControlError::Url {
+        url: settings.control_plane.clone(),
+        source,
+    };
+    let mut endpoint = Endpoint::from_shared(settings.control_plane.clone())
+        .map_err(url_error)?
+        .connect_timeout(Duration::from_secs(5))
+        .http2_keep_alive_interval(Duration::from_secs(15))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
+    if settings.control_plane.starts_with("https://") {
+        let mut tls = ClientTlsConfig::new().with_enabled_roots();
+        if let Some(pem) = &settings.ca_pem {
+            tls = tls.ca_certificate(Certificate::from_pem(pem));
+        }
+        endpoint = endpoint.tls_config(tls).map_err(url_error)?;
+    }
+    Ok(endpoint)
+}
+
+async fn with_timeout<T>(
+    rpc: &'static str,
+    f: impl Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, ControlError> {
+    match tokio::time::timeout(RPC_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|source| ControlError::Rpc { rpc, source }),
+        Err(_) => Err(ControlError::Timeout { rpc }),
+    }
+}
+
+/// One registration and report stream; returns `Ok` only when the upstream
+/// watcher is gone (shutting down).
+async fn session(
+    settings: &ControlSettings,
+    view: &mut UpstreamView,
+    health: &Health,
+    backoff: &mut Duration,
+) -> Result<(), ControlError> {
+    let channel: Channel =
+        endpoint(settings)?
+            .connect()
+            .await
+            .map_err(|source| ControlError::Connect {
+                url: settings.control_plane.clone(),
+                source,
+            })?;
+    let mut client = SidecarRegistryClient::new(channel);
+    let registered = with_timeout(
+        "Register",
+        client.register(RegisterRequest {
+            server: settings.server.clone(),
+            sidecar_id: settings.sidecar_id.clone(),
+            call_address: settings.call_address.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }),
+    )
+    .await?
+    .into_inner();
+    tracing::info!(control_plane = %settings.control_plane, lease_ttl_s = registered.lease_ttl_seconds, "registered");
+
+    let (tx, rx) = futures::channel::mpsc::unbounded::<SidecarReport>();
+    let send = |report: sidecar_report::Report| {
+        tx.unbounded_send(SidecarReport {
+            report: Some(report),
+        })
+        .map_err(|_| ControlError::StreamEnded)
+    };
+    send(sidecar_report::Report::Hello(Hello {
+        server: settings.server.clone(),
+        sidecar_id: settings.sidecar_id.clone(),
+    }))?;
+    let mut inbound = with_timeout("Report", client.report(rx))
+        .await?
+        .into_inner();
+    health.set_registered(true);
+    *backoff = MIN_BACKOFF;
+
+    let status = view.status.borrow_and_update().clone();
+    send(sidecar_report::Report::Status(status))?;
+    let catalogue = view.catalogue.borrow_and_update().clone();
+    if let Some(c) = catalogue {
+        send(sidecar_report::Report::Catalogue(c))?;
+    }
+    loop {
+        tokio::select! {
+            message = inbound.message() => match message {
+                Ok(Some(m)) => match m.message {
+                    Some(control_message::Message::Welcome(w)) => {
+                        tracing::debug!(lease_ttl_s = w.lease_ttl_seconds, "welcome");
+                    }
+                    None => {}
+                },
+                Ok(None) => return Err(ControlError::StreamEnded),
+                Err(source) => return Err(ControlError::Rpc { rpc: "Report", source }),
+            },
+            changed = view.status.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                let status = view.status.borrow_and_update().clone();
+                send(sidecar_report::Report::Status(status))?;
+            }
+            changed = view.catalogue.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                let catalogue = view.catalogue.borrow_and_update().clone();
+                if let Some(c) = catalogue {
+                    send(sidecar_report::Report::Catalogue(c))?;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,707 @@
+//! `switchyard-sidecar run`: the sidecar as a service. It serves
+//! `SidecarCalls` over gRPC ([`crate::service`]), registers with the control
+//! plane and keeps the report stream open ([`crate::control`]), serves
+//! `/metrics`, `/healthz` and `/readyz` ([`crate::http_endpoints`]), and on
+//! SIGINT/SIGTERM drains in-flight calls and stops the upstream server.
+//!
+//! Configuration comes from a TOML file (`--config`: a `[server]` table,
+//! the shared [`ServerConfig`], and a `[sidecar]` table,
+//! [`SidecarSection`]) or from flags; sidecar flags override the file.
+//! Keys and defaults are documented in `docs/sidecar.md`.
+
+use crate::config::{ConfigError, ServerConfig, TransportKind};
+use crate::control::{self, ControlSettings};
+use crate::http_endpoints::{self, Health};
+use crate::service::CallService;
+use crate::upstream::{Upstream, UpstreamError, UpstreamMetrics};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Exit status for a bad configuration (sysexits `EX_USAGE`).
+pub const EXIT_CONFIG: u8 = 64;
+/// Exit status for an internal failure (sysexits `EX_SOFTWARE`).
+pub const EXIT_INTERNAL: u8 = 70;
+
+/// Default drain period on shutdown, seconds.
+pub const DEFAULT_GRACE_SECS: u64 = 10;
+/// Default gRPC listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
+/// Default metrics/health listen address.
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:0";
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+#[command(
+    about = "Run the sidecar: serve tool calls for one MCP server and report to the control plane",
+    after_help = "Examples:\n  switchyard-sidecar run --config sidecar.toml\n  switchyard-sidecar run --server-name files --control-plane http://127.0.0.1:7700 -- npx -y @modelcontextprotocol/server-filesystem /data\n  switchyard-sidecar run --server-name web --url http://127.0.0.1:3001/mcp --header 'Authorization: Bearer T' --control-plane http://cp:7700"
+)]
+pub struct RunArgs {
+    /// TOML file with a [server] table and a [sidecar] table.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The server's name (without --config).
+    #[arg(long, conflicts_with = "config")]
+    pub server_name: Option<String>,
+    /// stdio or http (default: http with --url, else stdio).
+    #[arg(long, value_parser = ["stdio", "http"], conflicts_with = "config")]
+    pub transport: Option<String>,
+    /// stdio: the program (or give it as the first word after `--`).
+    #[arg(long, conflicts_with = "config")]
+    pub command: Option<String>,
+    /// http: the MCP endpoint URL.
+    #[arg(long, conflicts_with = "config")]
+    pub url: Option<String>,
+    /// http: a static header, 'Name: value' (repeatable).
+    #[arg(long = "header", value_name = "'K: V'", conflicts_with = "config")]
+    pub headers: Vec<String>,
+    /// stdio: an environment variable, NAME=value (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE", conflicts_with = "config")]
+    pub env: Vec<String>,
+    /// stdio: working directory.
+    #[arg(long, conflicts_with = "config")]
+    pub cwd: Option<PathBuf>,
+    /// Protocol era: auto, 2026-07-28 or 2025-11-25.
+    #[arg(long, conflicts_with = "config")]
+    pub era: Option<String>,
+    /// The control plane's URL, e.g. http://127.0.0.1:7700.
+    #[arg(long)]
+    pub control_plane: Option<String>,
+    /// gRPC listen address for SidecarCalls (default 127.0.0.1:0).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// The URL registered as the call address (default: http://<bound listen address>).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Listen address of /metrics, /healthz, /readyz (default 127.0.0.1:0).
+    #[arg(long)]
+    pub http_listen: Option<String>,
+    /// This sidecar's id (default: hostname-pid).
+    #[arg(long)]
+    pub sidecar_id: Option<String>,
+    /// Seconds to drain in-flight calls, and to wait for the server to exit, on shutdown (default 10).
+    #[arg(long)]
+    pub grace_secs: Option<u64>,
+    /// stdio: the server's arguments (or its command and arguments), after `--`.
+    #[arg(last = true, value_name = "CMD ARGS")]
+    pub args: Vec<String>,
+}
+
+/// The `[sidecar]` table of the configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SidecarSection {
+    /// The control plane's URL (required).
+    pub control_plane: Option<String>,
+    /// PEM file of the CA to trust for an `https://` control plane.
+    pub control_plane_ca: Option<PathBuf>,
+    /// gRPC listen address (default `127.0.0.1:0`).
+    pub listen: Option<String>,
+    /// Call address to register (default `http://<bound listen address>`).
+    pub advertise: Option<String>,
+    /// Metrics/health listen address (default `127.0.0.1:0`).
+    pub http_listen: Option<String>,
+    /// Sidecar id (default `hostname-pid`).
+    pub sidecar_id: Option<String>,
+    /// Drain period on shutdown, seconds (default 10).
+    pub grace_secs: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    server: ServerConfig,
+    #[serde(default)]
+    sidecar: SidecarSection,
+}
+
+/// The validated settings of `run`.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The upstream server.
+    pub server: ServerConfig,
+    /// The control plane's URL.
+    pub control_plane: String,
+    /// CA certificate(s) for an `https://` control plane.
+    pub control_plane_ca: Option<Vec<u8>>,
+    /// gRPC listen address.
+    pub listen: String,
+    /// Call address to register; derived from the bound address when `None`.
+    pub advertise: Option<String>,
+    /// Metrics/health listen address.
+    pub http_listen: String,
+    /// Sidecar id.
+    pub sidecar_id: String,
+    /// Drain period on shutdown.
+    pub grace: Duration,
+}
+
+/// Why `run` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The configuration is wrong; `origin` is the file, or "command line".
+    #[error("{origin}: {source}")]
+    Config {
+        /// The file path, or `command line`.
+        origin: String,
+        /// Which key and what is wrong.
+        #[source]
+        source: ConfigError,
+    },
+    /// A listener could not be bound.
+    #[error("{key}: cannot listen on {addr}: {source}")]
+    Bind {
+        /// The setting (`sidecar.listen` or `sidecar.http_listen`).
+        key: &'static str,
+        /// The address.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The upstream session could not be created.
+    #[error("cannot set up the upstream session: {source}")]
+    Upstream {
+        /// The cause.
+        #[source]
+        source: UpstreamError,
+    },
+    /// The metrics registry refused a metric.
+    #[error("cannot register metrics: {source}")]
+    Metrics {
+        /// The cause.
+        #[source]
+        source: prometheus::Error,
+    },
+    /// A server task failed.
+    #[error("the {what} server failed: {source}")]
+    Serve {
+        /// `gRPC` or `HTTP`.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl RunError {
+    /// The process exit status for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Config { .. } => EXIT_CONFIG,
+            RunError::Metrics { .. } => EXIT_INTERNAL,
+            RunError::Bind { .. } | RunError::Upstream { .. } | RunError::Serve { .. } => 1,
+        }
+    }
+}
+
+fn config_error(origin: &str, key: &str, problem: impl Into<String>) -> RunError {
+    RunError::Config {
+        origin: origin.to_owned(),
+        source: ConfigError {
+            key: key.to_owned(),
+            problem: problem.into(),
+        },
+    }
+}
+
+/// Reads and validates the configuration from the file and the flags.
+/// Errors name the file (or "command line"), the key and the problem.
+pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
+    let (origin, server, file) = match &args.config {
+        Some(path) => {
+            let origin = path.display().to_string();
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| config_error(&origin, "(file)", format!("cannot read it: {e}")))?;
+            let parsed: ConfigFile = toml::from_str(&text).map_err(|e| {
+                let key = toml_key(&e, &text);
+                config_error(&origin, &key, e.to_string().trim_end().to_owned())
+            })?;
+            if !args.args.is_empty() {
+                return Err(config_error(
+                    "command line",
+                    "--",
+                    "server arguments after `--` cannot be combined with --config",
+                ));
+            }
+            parsed
+                .server
+                .validate("server")
+                .map_err(|source| RunError::Config {
+                    origin: origin.clone(),
+                    source,
+                })?;
+            (origin, parsed.server, parsed.sidecar)
+        }
+        None => {
+            let origin = "command line".to_owned();
+            let server = server_from_flags(args)?;
+            server
+                .validate("server")
+                .map_err(|source| RunError::Config {
+                    origin: origin.clone(),
+                    source: ConfigError {
+                        key: flag_for(&source.key),
+                        problem: source.problem,
+                    },
+                })?;
+            (origin, server, SidecarSection::default())
+        }
+    };
+    // Flags override the file; an error names the flag when the value came
+    // from one (or when there is no file), else the file's key.
+    let from_file = args.config.is_some();
+    let pick = |flag: &Option<String>, file: &Option<String>, flag_name: &str, key: &str| match flag
+    {
+        None if from_file => (file.clone(), origin.clone(), key.to_owned()),
+        _ => (
+            flag.clone(),
+            "command line".to_owned(),
+            flag_name.to_owned(),
+        ),
+    };
+
+    let (control_plane, cp_origin, cp_key) = pick(
+        &args.control_plane,
+        &file.control_plane,
+        "--control-plane",
+        "sidecar.control_plane",
+    );
+    let control_plane = control_plane.ok_or_else(|| {
+        config_error(
+            &cp_origin,
+            &cp_key,
+            "is required: the control plane's URL, e.g. http://127.0.0.1:7700",
+        )
+    })?;
+    check_url(&control_plane).map_err(|p| config_error(&cp_origin, &cp_key, p))?;
+
+    let control_plane_ca = match &file.control_plane_ca {
+        Some(path) => Some(std::fs::read(path).map_err(|e| {
+            config_error(
+                &origin,
+                "sidecar.control_plane_ca",
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?),
+        None => None,
+    };
+
+    let (listen, l_origin, l_key) = pick(&args.listen, &file.listen, "--listen", "sidecar.listen");
+    let listen = listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
+    check_addr(&listen).map_err(|p| config_error(&l_origin, &l_key, p))?;
+
+    let (http_listen, h_origin, h_key) = pick(
+        &args.http_listen,
+        &file.http_listen,
+        "--http-listen",
+        "sidecar.http_listen",
+    );
+    let http_listen = http_listen.unwrap_or_else(|| DEFAULT_HTTP_LISTEN.into());
+    check_addr(&http_listen).map_err(|p| config_error(&h_origin, &h_key, p))?;
+
+    let (advertise, a_origin, a_key) = pick(
+        &args.advertise,
+        &file.advertise,
+        "--advertise",
+        "sidecar.advertise",
+    );
+    if let Some(a) = &advertise {
+        check_url(a).map_err(|p| config_error(&a_origin, &a_key, p))?;
+    }
+
+    let (sidecar_id, s_origin, s_key) = pick(
+        &args.sidecar_id,
+        &file.sidecar_id,
+        "--sidecar-id",
+        "sidecar.sidecar_id",
+    );
+    let sidecar_id = match sidecar_id {
+        Some(id) if id.trim().is_empty() => {
+            return Err(config_error(&s_origin, &s_key, "must not be empty"));
+        }
+        Some(id) => id,
+        None => format!("{}-{}", hostname(), std::process::id()),
+    };
+
+    let grace_secs = args
+        .grace_secs
+        .or(file.grace_secs)
+        .unwrap_or(DEFAULT_GRACE_SECS);
+
+    Ok(Settings {
+        server,
+        control_plane,
+        control_plane_ca,
+        listen,
+        advertise,
+        http_listen,
+        sidecar_id,
+        grace: Duration::from_secs(grace_secs),
+    })
+}
+
+/// The dotted key a TOML error is about, as well as it can be told: the
+/// table and field under the error's position.
+fn toml_key(e: &toml::de::Error, text: &str) -> String {
+    let Some(span) = e.span() else {
+        return "(file)".into();
+    };
+    let before = &text[..span.start.min(text.len())];
+    let table = before
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let l = l.trim();
+            (l.starts_with('[') && l.ends_with(']'))
+                .then(|| l.trim_matches(['[', ']']).trim().to_owned())
+        })
+        .unwrap_or_default();
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let field = line
+        .split_once('=')
+        .map(|(k, _)| k.trim().to_owned())
+        .filter(|k| !k.is_empty() && !k.starts_with('['));
+    match (table.is_empty(), field) {
+        (false, Some(f)) => format!("{table}.{f}"),
+        (true, Some(f)) => f,
+        (false, None) => table,
+        (true, None) => "(file)".into(),
+    }
+}
+
+/// Maps a `server.*` key to the flag that sets it.
+fn flag_for(key: &str) -> String {
+    match key.strip_prefix("server.").unwrap_or(key) {
+        "name" => "--server-name".into(),
+        "headers" => "--header".into(),
+        other => format!("--{}", other.replace('_', "-")),
+    }
+}
+
+fn server_from_flags(args: &RunArgs) -> Result<ServerConfig, RunError> {
+    let err = |key: &str, problem: String| config_error("command line", key, problem);
+    let name = args
+        .server_name
+        .clone()
+        .ok_or_else(|| err("--server-name", "is required without --config".into()))?;
+    let transport = match args.transport.as_deref() {
+        Some("http") => TransportKind::Http,
+        Some(_) => TransportKind::Stdio,
+        None if args.url.is_some() => TransportKind::Http,
+        None => TransportKind::Stdio,
+    };
+    let (command, rest) = match (&args.command, args.args.split_first()) {
+        (Some(c), _) => (Some(c.clone()), args.args.clone()),
+        (None, Some((c, rest))) => (Some(c.clone()), rest.to_vec()),
+        (None, None) => (None, Vec::new()),
+    };
+    let mut headers = BTreeMap::new();
+    for h in &args.headers {
+        let (k, v) = h.split_once(':').ok_or_else(|| {
+            err(
+                "--header",
+                format!("{h:?} is not of the form 'Name: value'"),
+            )
+        })?;
+        headers.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
+    let mut env = BTreeMap::new();
+    for e in &args.env {
+        let (k, v) = e
+            .split_once('=')
+            .ok_or_else(|| err("--env", format!("{e:?} is not of the form NAME=value")))?;
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    // Defaults come from the shared deserialiser, so flags and files agree.
+    let mut server: ServerConfig = toml::from_str(&format!(
+        "name = {}\ntransport = \"stdio\"\n",
+        toml_string(&name)
+    ))
+    .map_err(|e| err("--server-name", e.to_string()))?;
+    server.transport = transport;
+    server.command = command;
+    server.args = rest;
+    server.env = env;
+    server.cwd = args.cwd.clone();
+    server.url = args.url.clone();
+    server.headers = headers;
+    if let Some(era) = &args.era {
+        server.era = era.clone();
+    }
+    Ok(server)
+}
+
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+fn check_url(url: &str) -> Result<(), String> {
+    match reqwest::Url::parse(url) {
+        Ok(u) if (u.scheme() == "http" || u.scheme() == "https") && u.host().is_some() => Ok(()),
+        Ok(u) => Err(format!(
+            "{url:?} must be an http:// or https:// URL with a host (scheme {:?})",
+            u.scheme()
+        )),
+        Err(e) => Err(format!("{url:?} is not a URL: {e}")),
+    }
+}
+
+fn check_addr(addr: &str) -> Result<(), String> {
+    match addr.to_socket_addrs() {
+        Ok(addrs) if addrs.len() > 0 => Ok(()),
+        Ok(_) => Err(format!("{addr:?} resolves to no address")),
+        Err(e) => Err(format!("{addr:?} is not a HOST:PORT address: {e}")),
+    }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// The call address to register for a listener bound at `bound`.
+fn derived_advertise(bound: SocketAddr) -> String {
+    if bound.ip().is_unspecified() {
+        format!("http://{}:{}", hostname(), bound.port())
+    } else {
+        format!("http://{bound}")
+    }
+}
+
+async fn bind(key: &'static str, addr: &str) -> Result<(TcpListener, SocketAddr), RunError> {
+    let bind_error = |source| RunError::Bind {
+        key,
+        addr: addr.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        _ = terminate => tracing::info!("SIGTERM: shutting down"),
+    }
+}
+
+/// Runs the sidecar until SIGINT/SIGTERM, then drains and stops the
+/// upstream server. Prints `switchyard-sidecar: server NAME, calls on ADDR,
+/// http on ADDR` on stdout once both listeners are bound.
+pub async fn run(args: RunArgs) -> Result<(), RunError> {
+    let settings = settings(&args)?;
+    crate::tls::install_crypto_provider();
+    let registry = prometheus::Registry::new();
+    let metrics =
+        UpstreamMetrics::register(&registry).map_err(|source| RunError::Metrics { source })?;
+    let upstream = Upstream::new(settings.server.upstream(), &metrics)
+        .map_err(|source| RunError::Upstream { source })?;
+    let health = Health::new(upstream.clone());
+
+    let (grpc_listener, calls_addr) = bind("sidecar.listen", &settings.listen).await?;
+    let (http_listener, http_addr) = bind("sidecar.http_listen", &settings.http_listen).await?;
+    let call_address = settings
+        .advertise
+        .clone()
+        .unwrap_or_else(|| derived_advertise(calls_addr));
+
+    let stop = CancellationToken::new();
+    let grpc_stop = stop.clone();
+    let mut grpc = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(CallService::new(upstream.clone()).into_server())
+            .serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(grpc_listener),
+                async move { grpc_stop.cancelled().await },
+            ),
+    );
+    let http_stop = CancellationToken::new();
+    let http_stop_signal = http_stop.clone();
+    let mut http = tokio::spawn(
+        axum::serve(
+            http_listener,
+            http_endpoints::router(health.clone(), registry),
+        )
+        .with_graceful_shutdown(async move { http_stop_signal.cancelled().await })
+        .into_future(),
+    );
+
+    let (view, watcher) = control::watch_upstream(upstream.clone());
+    let reporter = tokio::spawn(control::report(
+        ControlSettings {
+            control_plane: settings.control_plane.clone(),
+            ca_pem: settings.control_plane_ca.clone(),
+            server: settings.server.name.clone(),
+            sidecar_id: settings.sidecar_id.clone(),
+            call_address: call_address.clone(),
+        },
+        view,
+        health.clone(),
+    ));
+
+    tracing::info!(server = %settings.server.name, %calls_addr, %call_address, %http_addr, sidecar_id = %settings.sidecar_id, "serving");
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "switchyard-sidecar: server {}, calls on {calls_addr}, http on {http_addr}",
+            settings.server.name
+        );
+        let _ = out.flush();
+    }
+
+    let mut failure = None;
+    tokio::select! {
+        _ = shutdown_signal() => {}
+        r = &mut grpc => {
+            failure = Some(RunError::Serve { what: "gRPC", source: match r {
+                Ok(Ok(())) => "stopped unexpectedly".into(),
+                Ok(Err(e)) => Box::new(e),
+                Err(e) => Box::new(e),
+            }});
+        }
+        r = &mut http => {
+            failure = Some(RunError::Serve { what: "HTTP", source: match r {
+                Ok(Ok(())) => "stopped unexpectedly".into(),
+                Ok(Err(e)) => Box::new(e),
+                Err(e) => Box::new(e),
+            }});
+        }
+    }
+
+    // Not ready any more; stop taking calls and let the running ones finish.
+    health.set_draining();
+    stop.cancel();
+    if !grpc.is_finished() {
+        match tokio::time::timeout(settings.grace, &mut grpc).await {
+            Ok(_) => tracing::info!("in-flight calls drained"),
+            Err(_) => {
+                tracing::warn!(
+                    grace_s = settings.grace.as_secs(),
+                    "grace period over; cancelling the remaining calls"
+                );
+                grpc.abort();
+            }
+        }
+    }
+    reporter.abort();
+    upstream.shutdown(settings.grace).await;
+    watcher.abort();
+    http_stop.cancel();
+    if !http.is_finished() {
+        let _ = tokio::time::timeout(Duration::from_secs(1), &mut http).await;
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn args(argv: &[&str]) -> RunArgs {
+        Cli::parse_from(std::iter::once("run").chain(argv.iter().copied())).run
+    }
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn flags_make_a_stdio_server() {
+        let s = settings(&args(&[
+            "--server-name",
+            "t",
+            "--control-plane",
+            "http://127.0.0.1:1",
+            "--",
+            "python3",
+            "x.py",
+        ]))
+        .unwrap();
+        assert_eq!(s.server.command.as_deref(), Some("python3"));
+        assert_eq!(s.server.args, ["x.py"]);
+        assert_eq!(s.listen, DEFAULT_LISTEN);
+        assert_eq!(s.grace, Duration::from_secs(10));
+        assert!(s.sidecar_id.ends_with(&format!("-{}", std::process::id())));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = settings(&args(&["--server-name", "t", "--", "srv"])).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_CONFIG);
+        assert!(e.to_string().contains("--control-plane"), "{e}");
+
+        let f = file(
+            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\nera = \"2024\"\n[sidecar]\ncontrol_plane = \"http://h:1\"\n",
+        );
+        let e = settings(&args(&["--config", f.path().to_str().unwrap()])).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(f.path().to_str().unwrap()) && text.contains("server.era"),
+            "{text}"
+        );
+
+        let f = file(
+            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://h:1\"\nlisen = \"x\"\n",
+        );
+        let text = settings(&args(&["--config", f.path().to_str().unwrap()]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("sidecar.lisen") && text.contains("line 7"),
+            "{text}"
+        );
+
+        let f = file(
+            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"ftp://h\"\n",
+        );
+        let text = settings(&args(&["--config", f.path().to_str().unwrap()]))
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("sidecar.control_plane"), "{text}");
+    }
+
+    #[test]
+    fn advertise_is_derived_from_the_bound_address() {
+        assert_eq!(
+            derived_advertise("127.0.0.1:7702".parse().unwrap()),
+            "http://127.0.0.1:7702"
+        );
+        assert!(derived_advertise("0.0.0.0:7702".parse().unwrap()).ends_with(":7702"));
+    }
+}

@@ -1,0 +1,167 @@
+//! The sidecar's gRPC service, `switchyard.v1.SidecarCalls`: the control
+//! plane routes engine tool calls here and they go to the upstream server
+//! through [`Upstream::call_tool`].
+//!
+//! Params and results are forwarded as JSON values, untouched. A tool's own
+//! failure (`isError`) is a successful RPC; upstream failures map to gRPC
+//! status codes ([`status_of`]). When the gRPC client cancels the call (or
+//! its deadline passes), tonic drops the handler future, which drops the
+//! upstream request future, which sends `notifications/cancelled` upstream.
+
+use crate::upstream::{Upstream, UpstreamError};
+use serde_json::{Value, json};
+use std::time::Duration;
+use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
+use switchyard_proto::v1::{SidecarCallRequest, SidecarCallResponse};
+use tonic::{Code, Request, Response, Status};
+
+/// The `SidecarCalls` implementation for one upstream server.
+#[derive(Debug, Clone)]
+pub struct CallService {
+    upstream: Upstream,
+}
+
+impl CallService {
+    /// A service calling tools on `upstream`.
+    pub fn new(upstream: Upstream) -> Self {
+        CallService { upstream }
+    }
+
+    /// The tonic service, ready for `Server::add_service`.
+    pub fn into_server(self) -> SidecarCallsServer<Self> {
+        SidecarCallsServer::new(self)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024)
+    }
+}
+
+#[tonic::async_trait]
+impl SidecarCalls for CallService {
+    async fn call_tool(
+        &self,
+        request: Request<SidecarCallRequest>,
+    ) -> Result<Response<SidecarCallResponse>, Status> {
+        let req = request.into_inner();
+        let params: Value = serde_json::from_str(&req.params_json)
+            .map_err(|e| Status::invalid_argument(format!("params_json is not valid JSON: {e}")))?;
+        if !params.is_object() {
+            return Err(Status::invalid_argument(
+                "params_json must be a JSON object (tools/call params)",
+            ));
+        }
+        let tool = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        tracing::debug!(server = %self.upstream.name(), %tool, session = %req.session_id, run = %req.run_id, "call");
+        let call = self.upstream.call_tool(params);
+        let result = if req.timeout_ms > 0 {
+            let limit = Duration::from_millis(req.timeout_ms);
+            match tokio::time::timeout(limit, call).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(Status::deadline_exceeded(format!(
+                        "server {}: tools/call {tool} did not finish within {} ms",
+                        self.upstream.name(),
+                        req.timeout_ms
+                    )));
+                }
+            }
+        } else {
+            call.await
+        };
+        match result {
+            Ok(result) => {
+                let result_json = serde_json::to_string(&result)
+                    .map_err(|e| Status::internal(format!("cannot serialise the result: {e}")))?;
+                Ok(Response::new(SidecarCallResponse { result_json }))
+            }
+            Err(e) => {
+                tracing::info!(server = %self.upstream.name(), %tool, error = %e, "call failed");
+                Err(status_of(&e))
+            }
+        }
+    }
+}
+
+/// The gRPC status for an upstream failure. A JSON-RPC error answer is
+/// `FAILED_PRECONDITION` with the error object (`code`, `message`, `data`
+/// when present) as JSON text in the status details; connection-level
+/// failures are `UNAVAILABLE`; a timeout is `DEADLINE_EXCEEDED`; the rest
+/// is `INTERNAL`. Messages are the error's text, which names the server.
+pub fn status_of(error: &UpstreamError) -> Status {
+    match error {
+        UpstreamError::Rpc {
+            code,
+            message,
+            data,
+            ..
+        } => {
+            let mut object = json!({"code": code, "message": message});
+            if let Some(data) = data {
+                object["data"] = data.clone();
+            }
+            Status::with_details(
+                Code::FailedPrecondition,
+                error.to_string(),
+                bytes::Bytes::from(object.to_string()),
+            )
+        }
+        UpstreamError::Exited { .. }
+        | UpstreamError::Spawn { .. }
+        | UpstreamError::Io { .. }
+        | UpstreamError::Closed { .. }
+        | UpstreamError::SessionExpired { .. }
+        | UpstreamError::Unauthorized { .. } => Status::unavailable(error.to_string()),
+        UpstreamError::Timeout { .. } => Status::deadline_exceeded(error.to_string()),
+        UpstreamError::HttpStatus { .. }
+        | UpstreamError::NoResponse { .. }
+        | UpstreamError::MessageTooLarge { .. }
+        | UpstreamError::Protocol { .. } => Status::internal(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rpc_errors_carry_the_error_object() {
+        let e = UpstreamError::Rpc {
+            server: "s".into(),
+            method: "tools/call".into(),
+            code: -32602,
+            message: "Unknown tool: x".into(),
+            data: Some(json!({"k": 1})),
+        };
+        let st = status_of(&e);
+        assert_eq!(st.code(), Code::FailedPrecondition);
+        assert!(st.message().contains("server s"));
+        let details: Value = serde_json::from_slice(st.details()).unwrap();
+        assert_eq!(
+            details,
+            json!({"code": -32602, "message": "Unknown tool: x", "data": {"k": 1}})
+        );
+    }
+
+    #[test]
+    fn connection_failures_are_unavailable() {
+        let e = UpstreamError::Exited {
+            server: "s".into(),
+            status: "exit status: 3".into(),
+            stderr_tail: String::new(),
+        };
+        assert_eq!(status_of(&e).code(), Code::Unavailable);
+        let e = UpstreamError::Timeout {
+            server: "s".into(),
+            method: "tools/call".into(),
+            after: Duration::from_secs(1),
+        };
+        assert_eq!(status_of(&e).code(), Code::DeadlineExceeded);
+        assert_eq!(
+            status_of(&UpstreamError::protocol("s", "bad")).code(),
+            Code::Internal
+        );
+    }
+}
