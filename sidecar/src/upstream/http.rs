@@ -25,6 +25,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// `MCP-Session-Id` (2025-11-25 transports, "Session Management").
 pub const SESSION_ID: &str = "mcp-session-id";
@@ -492,13 +493,16 @@ impl HttpConnection {
                 // answer is POSTed back.
                 let conn = self.clone();
                 let extra = extra.clone();
-                tokio::spawn(async move {
+                tokio::spawn(
+                    async move {
                     let reply = conn.inbound.request(msg).await;
                     let body = serde_json::to_vec(&reply).expect("serialises");
                     if let Err(e) = conn.post(body, &extra).send().await {
                         tracing::warn!(error = %e, "posting our answer to a server request failed");
                     }
-                });
+                    }
+                    .in_current_span(),
+                );
                 None
             }
             None => {
@@ -535,15 +539,18 @@ impl Drop for CancelOnDrop {
         let id = self.id;
         let extra = self.extra.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let msg = jsonrpc::notification(
-                    "notifications/cancelled",
-                    Some(json!({"requestId": id, "reason": "cancelled by the caller"})),
-                );
-                if let Err(e) = conn.notify(&msg, &extra).await {
-                    tracing::debug!(error = %e, "posting notifications/cancelled failed");
+            rt.spawn(
+                async move {
+                    let msg = jsonrpc::notification(
+                        "notifications/cancelled",
+                        Some(json!({"requestId": id, "reason": "cancelled by the caller"})),
+                    );
+                    if let Err(e) = conn.notify(&msg, &extra).await {
+                        tracing::debug!(error = %e, "posting notifications/cancelled failed");
+                    }
                 }
-            });
+                .in_current_span(),
+            );
         }
     }
 }

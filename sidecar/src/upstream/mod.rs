@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
+use tracing::Instrument;
 
 type ConnectFuture = Shared<BoxFuture<'static, Result<Arc<Connection>, UpstreamError>>>;
 
@@ -68,6 +69,8 @@ struct Inner {
     metrics: ServerMetrics,
     http_client: Option<reqwest::Client>,
     state: Mutex<State>,
+    /// `upstream{server=NAME}`: every log line of this session carries it.
+    span: tracing::Span,
     /// Connection attempts so far (the first start included).
     attempts: AtomicU64,
     /// Cancelled when the last handle is dropped, so the exit watcher lets
@@ -114,6 +117,7 @@ impl Upstream {
             ),
             TransportConfig::Stdio(_) => None,
         };
+        let span = tracing::info_span!("upstream", server = %config.name);
         Ok(Upstream {
             inner: Arc::new(Inner {
                 inbound: Arc::new(Inbound::new(&config.name)),
@@ -122,6 +126,7 @@ impl Upstream {
                 ids: Arc::new(AtomicU64::new(1)),
                 http_client,
                 state: Mutex::new(State::Idle { failures: 0 }),
+                span,
                 attempts: AtomicU64::new(0),
                 dropped: tokio_util::sync::CancellationToken::new(),
                 link: watch::Sender::new(Link::default()),
@@ -188,14 +193,18 @@ impl Upstream {
         method: &str,
         params: Option<Value>,
     ) -> Result<Value, UpstreamError> {
-        let conn = self.connection().await?;
-        match conn.request(method, params.clone()).await {
-            Err(UpstreamError::SessionExpired { .. }) => {
-                tracing::info!(server = %self.name(), %method, "session expired; re-negotiating and retrying once");
-                self.connection().await?.request(method, params).await
+        async {
+            let conn = self.connection().await?;
+            match conn.request(method, params.clone()).await {
+                Err(UpstreamError::SessionExpired { .. }) => {
+                    tracing::info!(%method, "session expired; re-negotiating and retrying once");
+                    self.connection().await?.request(method, params).await
+                }
+                other => other,
             }
-            other => other,
         }
+        .instrument(self.inner.span.clone())
+        .await
     }
 
     /// Every tool definition, exactly as the server sent them, following
@@ -300,6 +309,7 @@ impl Upstream {
     fn start_attempt(&self, failures: u32) -> ConnectFuture {
         let inner = self.inner.clone();
         let delay = inner.config.restart.delay(failures);
+        let span = inner.span.clone();
         let task = tokio::spawn(async move {
             if !delay.is_zero() {
                 tracing::info!(server = %inner.config.name, delay_ms = delay.as_millis() as u64, "waiting before reconnecting");
@@ -349,7 +359,8 @@ impl Upstream {
                 }
             }
             result
-        });
+        }
+        .instrument(span));
         let server = self.name().to_owned();
         async move {
             task.await.unwrap_or_else(|e| {
