@@ -42,7 +42,10 @@ fn check_everything_doc(doc: &Value) {
     assert!(doc["capabilities"]["tools"].is_object());
     let tools = doc["tools"].as_array().unwrap();
     assert!(tools.iter().any(|t| t["name"] == "get-sum"), "{tools:?}");
-    assert_eq!(doc["callResult"]["content"][0]["text"], "The sum of 2 and 40 is 42.");
+    assert_eq!(
+        doc["callResult"]["content"][0]["text"],
+        "The sum of 2 and 40 is 42."
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -59,7 +62,11 @@ async fn probes_server_everything_over_stdio() {
         "stdio",
     ])
     .await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     check_everything_doc(&stdout_json(&out));
 
     // The text form names the version, the server and every tool.
@@ -90,7 +97,11 @@ async fn probes_server_everything_over_streamable_http() {
         r#"{"a":2,"b":40}"#,
     ])
     .await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     check_everything_doc(&stdout_json(&out));
 }
 
