@@ -41,6 +41,9 @@ pub struct ControlPlane {
     pub call_timeout: Duration,
     /// Readiness (false during start-up and shutdown).
     pub ready: AtomicBool,
+    /// Cancelled when the replica stops: the long-lived streams (session
+    /// events, sidecar reports) end, so the gRPC server can stop at once.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 /// Logs to stderr; `SWITCHYARD_LOG` sets the filter (default `info`).

@@ -98,6 +98,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         registry.sync_config_servers(&config.servers).await?;
     }
     let state = State::start(store).await?;
+    let shutdown = CancellationToken::new();
     let cp = Arc::new(ControlPlane {
         state: state.clone(),
         registry,
@@ -106,6 +107,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         lease_ttl: Duration::from_secs(config.control_plane.sidecar_lease_ttl_sec),
         call_timeout: Duration::from_secs(config.control_plane.call_timeout_sec),
         ready: std::sync::atomic::AtomicBool::new(false),
+        shutdown: shutdown.clone(),
     });
 
     let grpc_listener = tokio::net::TcpListener::bind(&config.control_plane.listen)
@@ -122,7 +124,6 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         })?;
     let grpc_addr = grpc_listener.local_addr().expect("bound");
     let http_addr = http_listener.local_addr().expect("bound");
-    let shutdown = CancellationToken::new();
 
     // Cancellations requested on other replicas, and the state gauges.
     {

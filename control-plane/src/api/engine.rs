@@ -465,9 +465,14 @@ impl EngineService for EngineApi {
         self.session(&id).await?;
         let mut changes = self.cp.state.subscribe();
         let state = self.cp.state.clone();
+        let shutdown = self.cp.shutdown.clone();
         let stream = async_stream::try_stream! {
             loop {
-                let change = match changes.recv().await {
+                let received = tokio::select! {
+                    c = changes.recv() => c,
+                    _ = shutdown.cancelled() => break,
+                };
+                let change = match received {
                     Ok(c) => c,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                         tracing::warn!(session = %id, missed = n, "event subscriber lagged");
@@ -491,6 +496,12 @@ impl EngineService for EngineApi {
                     Change::SessionDeleted(deleted) if deleted == id => break,
                     _ => {}
                 }
+            }
+            if shutdown.is_cancelled() {
+                // This replica stops: the engine subscribes again (to another).
+                Err::<(), _>(Status::unavailable(
+                    "the control plane replica is shutting down; subscribe again",
+                ))?;
             }
         };
         Ok(Response::new(Box::pin(stream)))

@@ -160,6 +160,13 @@ impl SidecarRegistry for SidecarApi {
                         }
                     }
                     _ = tx.closed() => break,
+                    _ = cp.shutdown.cancelled() => {
+                        // This replica stops, not the sidecar: it stays
+                        // registered until it registers again (with another
+                        // replica) or its lease expires.
+                        let _ = tx.try_send(Err(Status::unavailable("the control plane replica is shutting down")));
+                        return;
+                    }
                 }
             }
             tracing::info!(%server, sidecar = %hello.sidecar_id, "sidecar gone; revoking its registration");
