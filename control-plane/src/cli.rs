@@ -3,8 +3,10 @@
 //! admin would (`tools`, `call`, `servers`, `sessions`, `events`).
 //!
 //! Exit status: 0 success; 1 a failed command or an `isError` tool result;
-//! 64 bad usage or a bad configuration file; 69 the control plane cannot be
-//! reached.
+//! 2 bad command-line syntax (clap); 64 a bad configuration file or a bad
+//! argument value (`--args` that is not a JSON object, an unknown
+//! `--mode`); 69 the control plane cannot be reached. Output that goes to a
+//! closed pipe (`switchyard tools | head -1`) ends the command quietly.
 
 use crate::config::Config;
 use clap::{Args, Parser, Subcommand};
@@ -218,7 +220,16 @@ impl Failure {
 
 impl From<tonic::Status> for Failure {
     fn from(s: tonic::Status) -> Self {
-        Failure::new(1, format!("{:?}: {}", s.code(), s.message()))
+        // "FailedPrecondition" -> "failed precondition".
+        let code = format!("{:?}", s.code());
+        let mut words = String::new();
+        for (i, c) in code.chars().enumerate() {
+            if c.is_uppercase() && i > 0 {
+                words.push(' ');
+            }
+            words.push(c.to_ascii_lowercase());
+        }
+        Failure::new(1, format!("{words}: {}", s.message()))
     }
 }
 
@@ -245,8 +256,21 @@ async fn admin(endpoint: &str) -> Result<AdminServiceClient<Channel>, Failure> {
     Ok(AdminServiceClient::new(channel(endpoint).await?))
 }
 
+/// Prints a line to stdout; a closed pipe ends the process quietly.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = writeln!(stdout, $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
 fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).expect("serialises"));
+    out!("{}", serde_json::to_string_pretty(v).expect("serialises"));
 }
 
 fn parse_json_text(text: &str) -> Value {
@@ -266,7 +290,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::CheckConfig { file } => {
             let c = Config::load(&file).map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
-            println!("{}: ok ({} servers)", file.display(), c.servers.len());
+            out!("{}: ok ({} servers)", file.display(), c.servers.len());
             Ok(())
         }
         Command::Tools { session, json } => {
@@ -298,7 +322,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             } else {
                 for t in &resp.tools {
                     let first = t.description.lines().next().unwrap_or("");
-                    println!(
+                    out!(
                         "{:<40} {}",
                         t.name,
                         if t.title != t.upstream_name {
@@ -341,10 +365,10 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
                 print_json(&parse_json_text(&resp.result_json));
             } else {
                 if !resp.text.is_empty() {
-                    println!("{}", resp.text);
+                    out!("{}", resp.text);
                 }
                 if !resp.structured_content_json.is_empty() {
-                    println!("structuredContent: {}", resp.structured_content_json);
+                    out!("structuredContent: {}", resp.structured_content_json);
                 }
             }
             if resp.is_error {
@@ -364,12 +388,12 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
                 .into_inner();
             while let Some(ev) = stream.message().await? {
                 if json {
-                    println!(
+                    out!(
                         "{}",
                         json!({"type": ev.r#type, "sessionId": ev.session_id, "atMs": ev.at_ms, "data": parse_json_text(&ev.data_json)})
                     );
                 } else {
-                    println!("{} {} {}", ev.at_ms, ev.r#type, ev.data_json);
+                    out!("{} {} {}", ev.at_ms, ev.r#type, ev.data_json);
                 }
             }
             Ok(())
@@ -391,9 +415,11 @@ async fn servers(ep: &str, cmd: ServersCommand) -> Result<(), Failure> {
             } else {
                 for s in &resp.servers {
                     let name = s.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
-                    println!(
+                    out!(
                         "{name:<24} {:<9} tools={:<4} {}",
-                        s.state, s.tool_count, s.protocol_version
+                        s.state,
+                        s.tool_count,
+                        s.protocol_version
                     );
                 }
             }
@@ -443,7 +469,7 @@ async fn servers(ep: &str, cmd: ServersCommand) -> Result<(), Failure> {
                 })
                 .await?
                 .into_inner();
-            println!(
+            out!(
                 "added {} ({})",
                 status.spec.map(|s| s.name).unwrap_or_default(),
                 status.state
@@ -453,7 +479,7 @@ async fn servers(ep: &str, cmd: ServersCommand) -> Result<(), Failure> {
             client
                 .remove_server(pb::RemoveServerRequest { name: name.clone() })
                 .await?;
-            println!("removed {name}");
+            out!("removed {name}");
         }
         ServersCommand::Status { name } => {
             let s = client
@@ -531,7 +557,7 @@ async fn sessions(ep: &str, cmd: SessionsCommand) -> Result<(), Failure> {
                 })
                 .await?
                 .into_inner();
-            println!("{}", s.id);
+            out!("{}", s.id);
         }
         SessionsCommand::List { json } => {
             let resp = client
@@ -544,7 +570,7 @@ async fn sessions(ep: &str, cmd: SessionsCommand) -> Result<(), Failure> {
                 );
             } else {
                 for s in &resp.sessions {
-                    println!(
+                    out!(
                         "{}  {}",
                         s.id,
                         session_json(s)["permissionMode"].as_str().unwrap_or("")
@@ -577,7 +603,7 @@ async fn sessions(ep: &str, cmd: SessionsCommand) -> Result<(), Failure> {
                     session_id: id.clone(),
                 })
                 .await?;
-            println!("deleted {id}");
+            out!("deleted {id}");
         }
     }
     Ok(())

@@ -158,9 +158,14 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         .max_encoding_message_size(MAX_MESSAGE);
     let stop = shutdown.clone();
     let grpc = tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+        // `Server::tcp_nodelay` only applies to sockets tonic accepts itself,
+        // not to an `incoming` stream: set it on the accepted sockets here.
+        // Without it, Nagle holds back the small response frames (headers,
+        // data and trailers go out in separate writes) until the peer's
+        // delayed ACK, up to 40 ms.
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
         let result = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .add_service(engine)

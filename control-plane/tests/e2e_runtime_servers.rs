@@ -97,7 +97,7 @@ async fn servers_added_and_removed_at_runtime() {
         .await;
     assert_eq!(again.status.code(), Some(1), "{again:?}");
     assert!(
-        String::from_utf8_lossy(&again.stderr).contains("AlreadyExists"),
+        String::from_utf8_lossy(&again.stderr).contains("already exists: "),
         "{again:?}"
     );
 
@@ -171,7 +171,7 @@ async fn servers_added_and_removed_at_runtime() {
     let out = gw.cli(&["call", "extra__get_order"]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("NotFound"),
+        String::from_utf8_lossy(&out.stderr).contains("not found: "),
         "{out:?}"
     );
     let status = gw

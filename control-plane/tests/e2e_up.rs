@@ -217,7 +217,7 @@ async fn gateway_serves_all_three(store: StoreKind) {
     let out = gw.cli(&["call", "orders__no_such_tool"]).await;
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("NotFound"),
+        String::from_utf8_lossy(&out.stderr).contains("not found: "),
         "{out:?}"
     );
 

@@ -27,7 +27,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let default_level = match cli.command {
         Command::Run(_) => "info",
-        Command::Probe(_) => "warn",
+        // The probe's failure is its one `error:` line; logs only on request.
+        Command::Probe(_) => "off",
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -52,6 +53,7 @@ fn main() -> std::process::ExitCode {
             Command::Probe(args) => match probe::run(args).await {
                 Ok(()) => 0,
                 Err(reason) => {
+                    let reason = reason.replace('\n', " ");
                     eprintln!("error: {reason}");
                     1
                 }

@@ -171,7 +171,14 @@ fn first_text(result: &Value) -> Option<String> {
         .as_array()?
         .iter()
         .find_map(|c| c.get("text").and_then(Value::as_str))
-        .map(|t| t.chars().take(300).collect())
+        .map(|t| {
+            t.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .chars()
+                .take(300)
+                .collect()
+        })
 }
 
 fn print_text(

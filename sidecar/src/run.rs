@@ -534,7 +534,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         tonic::transport::Server::builder()
             .add_service(CallService::new(upstream.clone()).into_server())
             .serve_with_incoming_shutdown(
-                tonic::transport::server::TcpIncoming::from(grpc_listener),
+                // TCP_NODELAY on the accepted sockets: calls are small
+                // request/response messages, and Nagle would hold back the
+                // response frames until the control plane's delayed ACK.
+                tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
                 async move { grpc_stop.cancelled().await },
             ),
     );

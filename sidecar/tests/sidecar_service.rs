@@ -22,7 +22,7 @@ use switchyard_proto::v1::{
     ControlMessage, RegisterRequest, RegisterResponse, SidecarCallRequest, SidecarReport, Welcome,
     control_message, sidecar_report,
 };
-use switchyard_test_support::{free_port, stub_script, workspace_bin};
+use switchyard_test_support::{stub_script, workspace_bin};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -105,17 +105,17 @@ struct Registry {
 }
 
 impl Registry {
-    /// Serves the fake registry on 127.0.0.1:`port`.
-    async fn start(port: u16) -> Registry {
+    /// Serves the fake registry on `listener` (bound early, so no other
+    /// process can take the port meanwhile).
+    async fn start(listener: std::net::TcpListener) -> Registry {
         let (tx, events) = mpsc::unbounded_channel();
         let streams = Arc::new(Mutex::new(CancellationToken::new()));
         let service = FakeRegistry {
             events: tx,
             streams: streams.clone(),
         };
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-            .await
-            .unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(SidecarRegistryServer::new(service))
@@ -311,11 +311,18 @@ fn process_gone(pid: u32) -> bool {
     }
 }
 
+/// A port bound now on 127.0.0.1, with its listener.
+fn reserve_port() -> (u16, std::net::TcpListener) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (l.local_addr().unwrap().port(), l)
+}
+
 // ---- tests --------------------------------------------------------------------
 
 #[tokio::test]
 async fn serves_calls_and_reports_to_the_control_plane() {
-    let cp_port = free_port();
+    // The port is reserved now; the registry serves on it only later.
+    let (cp_port, cp_listener) = reserve_port();
     let crashy = stub_script("crashy.py").display().to_string();
     let cp = format!("http://127.0.0.1:{cp_port}");
     let sidecar = Sidecar::start(&[
@@ -344,7 +351,7 @@ async fn serves_calls_and_reports_to_the_control_plane() {
     assert_eq!(text_of(&r.get_ref().result_json), "early");
 
     // The control plane comes up late: registration, hello, catalogue.
-    let mut registry = Registry::start(cp_port).await;
+    let mut registry = Registry::start(cp_listener).await;
     let reg = registry.register().await;
     assert_eq!(reg.server, "crashy");
     assert_eq!(reg.call_address, format!("http://{}", sidecar.calls_addr));
@@ -601,8 +608,8 @@ async fn a_tool_list_change_resends_the_catalogue() {
         .unwrap()
         .display()
         .to_string();
-    let cp_port = free_port();
-    let mut registry = Registry::start(cp_port).await;
+    let (cp_port, cp_listener) = reserve_port();
+    let mut registry = Registry::start(cp_listener).await;
     let cp = format!("http://127.0.0.1:{cp_port}");
     let script = script.display().to_string();
     let sidecar = Sidecar::start(&[

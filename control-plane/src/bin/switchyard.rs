@@ -4,14 +4,8 @@ use clap::Parser;
 use switchyard_control_plane::cli;
 
 fn main() -> std::process::ExitCode {
-    let cli = match cli::Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { cli::EXIT_USAGE } else { 0 };
-            let _ = e.print();
-            return std::process::ExitCode::from(code);
-        }
-    };
+    // Bad syntax exits 2 (clap's convention), like switchyard-sidecar.
+    let cli = cli::Cli::parse();
     switchyard_control_plane::init_logging();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
