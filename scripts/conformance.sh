@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the official MCP conformance suite's client scenarios (transport and
-# tools) against our conformance client, which drives the sidecar's upstream
+# Runs the official MCP conformance suite's client scenarios (transport,
+# tools, elicitation and multi round-trip requests) against our conformance client, which drives the sidecar's upstream
 # session. Needs the peers (scripts/install-test-peers.sh) and a built
 # switchyard-conformance-client. Prints one line per scenario and a closing
 # "N passed, M failed" line; exits non-zero if any scenario failed.
@@ -18,6 +18,7 @@ scenarios=(
   initialize tools_call sse-retry json-schema-2020-12-preservation json-schema-ref-no-deref
   request-metadata http-standard-headers http-custom-headers http-invalid-tool-headers
   tools_call@2026-07-28 json-schema-2020-12-preservation@2026-07-28
+  elicitation-sep1034-client-defaults sep-2322-client-request-state
 )
 passed=0 failed=0
 for entry in "${scenarios[@]}"; do

@@ -1,6 +1,7 @@
 //! The `switchyard` command line: run the all-in-one gateway (`up`), check
 //! a configuration, and talk to a running control plane as an engine or an
-//! admin would (`tools`, `call`, `servers`, `sessions`, `events`).
+//! admin would (`tools`, `call`, `servers`, `sessions`, `events`,
+//! `interactions`, `answer`).
 //!
 //! Exit status: 0 success; 1 a failed command or an `isError` tool result;
 //! 2 bad command-line syntax (clap); 64 a bad configuration file or a bad
@@ -9,6 +10,7 @@
 //! closed pipe (`switchyard tools | head -1`) ends the command quietly.
 
 use crate::config::Config;
+use crate::interactions::{self, form};
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -89,7 +91,7 @@ pub enum Command {
     /// Manage sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
-    /// Follow a session's events.
+    /// Follow a session's events (interactions are shown as cards).
     Events {
         /// The session.
         #[arg(long)]
@@ -98,6 +100,53 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List a session's interactions (open ones; `--all` adds the kept
+    /// resolved ones).
+    Interactions {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// Include resolved interactions.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer an interaction: exit 0 when accepted, 1 when refused (with
+    /// the control plane's reason).
+    Answer {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// The interaction id.
+        interaction: String,
+        /// The answer.
+        #[command(flatten)]
+        choice: AnswerChoice,
+    },
+}
+
+/// The one answer of `switchyard answer`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct AnswerChoice {
+    /// form, url: accept; form: with this content (a JSON object of the
+    /// form's fields; `{}` for url).
+    #[arg(long, value_name = "JSON")]
+    pub accept: Option<String>,
+    /// form, url: decline.
+    #[arg(long)]
+    pub decline: bool,
+    /// Any kind: cancel (dismiss).
+    #[arg(long)]
+    pub cancel: bool,
+    /// approval: approve the call.
+    #[arg(long)]
+    pub approve: bool,
+    /// approval: deny the call.
+    #[arg(long)]
+    pub deny: bool,
 }
 
 /// `switchyard servers ...`.
@@ -253,7 +302,9 @@ async fn engine(endpoint: &str) -> Result<EngineServiceClient<Channel>, Failure>
 }
 
 async fn admin(endpoint: &str) -> Result<AdminServiceClient<Channel>, Failure> {
-    Ok(AdminServiceClient::new(channel(endpoint).await?))
+    Ok(AdminServiceClient::new(channel(endpoint).await?)
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .max_encoding_message_size(64 * 1024 * 1024))
 }
 
 /// Prints a line to stdout; a closed pipe ends the process quietly.
@@ -376,6 +427,69 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
+        Command::Interactions { session, all, json } => {
+            let resp = engine(ep)
+                .await?
+                .list_interactions(pb::ListInteractionsRequest {
+                    session_id: session,
+                    include_resolved: all,
+                })
+                .await?
+                .into_inner();
+            if json {
+                let list: Vec<Value> = resp
+                    .interactions
+                    .iter()
+                    .map(interactions::pb_to_json)
+                    .collect();
+                print_json(&json!({"interactions": list}));
+            } else {
+                if resp.interactions.is_empty() {
+                    eprintln!("(no interactions)");
+                }
+                for i in &resp.interactions {
+                    for line in render_interaction(i, i.status == "open") {
+                        out!("{line}");
+                    }
+                    out!("");
+                }
+            }
+            Ok(())
+        }
+        Command::Answer {
+            session,
+            interaction,
+            choice,
+        } => {
+            let (action, content_json) = match choice {
+                AnswerChoice {
+                    accept: Some(content),
+                    ..
+                } => {
+                    serde_json::from_str::<Value>(&content).map_err(|e| {
+                        Failure::new(EXIT_USAGE, format!("--accept is not valid JSON: {e}"))
+                    })?;
+                    ("accept", content)
+                }
+                AnswerChoice { decline: true, .. } => ("decline", String::new()),
+                AnswerChoice { cancel: true, .. } => ("cancel", String::new()),
+                AnswerChoice { approve: true, .. } => ("approve", String::new()),
+                AnswerChoice { deny: true, .. } => ("deny", String::new()),
+                _ => return Err(Failure::new(EXIT_USAGE, "give one answer")),
+            };
+            let i = engine(ep)
+                .await?
+                .answer_interaction(pb::AnswerInteractionRequest {
+                    session_id: session,
+                    interaction_id: interaction,
+                    action: action.into(),
+                    content_json,
+                })
+                .await?
+                .into_inner();
+            out!("{}: {} ({})", i.id, i.outcome, i.status);
+            Ok(())
+        }
         Command::Servers(cmd) => servers(ep, cmd).await,
         Command::Sessions(cmd) => sessions(ep, cmd).await,
         Command::Events { session, json } => {
@@ -392,10 +506,17 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
                         "{}",
                         json!({"type": ev.r#type, "sessionId": ev.session_id, "atMs": ev.at_ms, "data": parse_json_text(&ev.data_json)})
                     );
+                } else if ev.r#type.starts_with("interaction.") {
+                    let i = interactions::pb_from_json(&parse_json_text(&ev.data_json));
+                    out!("{} {}", ev.at_ms, ev.r#type);
+                    for line in render_interaction(&i, ev.r#type == "interaction.required") {
+                        out!("  {line}");
+                    }
                 } else {
                     out!("{} {} {}", ev.at_ms, ev.r#type, ev.data_json);
                 }
             }
+            eprintln!("(the event stream ended: the session was deleted)");
             Ok(())
         }
     }
@@ -607,4 +728,201 @@ async fn sessions(ep: &str, cmd: SessionsCommand) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// An interaction as a card, one line per item: kind, id, who asks, the
+/// message, then per kind the form's fields, the URL and its domain, or the
+/// call to approve; with `how`, the `switchyard answer` flags that fit.
+pub fn render_interaction(i: &pb::Interaction, how: bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut head = format!("{} {} [{}", i.kind, i.id, i.status);
+    if !i.outcome.is_empty() {
+        head.push_str(&format!(": {}", i.outcome));
+    }
+    head.push_str(&format!("] server {}", i.server));
+    if !i.tool.is_empty() {
+        head.push_str(&format!(", tool {}", i.tool));
+    }
+    if !i.run_id.is_empty() {
+        head.push_str(&format!(", run {}", i.run_id));
+    }
+    lines.push(head);
+    let resolved = i.status == "resolved";
+    match i.kind.as_str() {
+        "approval" => lines.push(format!(
+            "approve the call to {} on {}? {}",
+            if i.tool.is_empty() { "a tool" } else { &i.tool },
+            i.server,
+            i.message
+        )),
+        _ => lines.push(format!("message: {}", i.message)),
+    }
+    if !resolved {
+        match i.kind.as_str() {
+            "form" => {
+                let schema = parse_json_text(&i.requested_schema_json);
+                let fields = form::summarize_schema(&schema);
+                if fields.is_empty() {
+                    lines.push("fields: none".into());
+                } else {
+                    lines.push("fields:".into());
+                }
+                for f in &fields {
+                    lines.push(format!("  {}", field_line(f)));
+                }
+            }
+            "url" => {
+                lines.push(format!("domain: {}", i.url_domain));
+                lines.push(format!("url:    {}", i.url));
+                lines.push(
+                    "(Switchyard never opens this URL; open it yourself only if you trust the domain.)"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+    }
+    if how && i.status == "open" {
+        let flags = match i.kind.as_str() {
+            "approval" => "--approve | --deny | --cancel",
+            "url" => "--accept '{}' | --decline | --cancel",
+            _ => "--accept JSON | --decline | --cancel",
+        };
+        lines.push(format!(
+            "answer: switchyard answer --session {} {} {flags}",
+            i.session_id, i.id
+        ));
+    }
+    if resolved && !i.content_json.is_empty() {
+        // The engine's own answer; shown as the field names only.
+        let names: Vec<String> = parse_json_text(&i.content_json)
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        lines.push(format!("answered fields: {}", names.join(", ")));
+    }
+    lines
+}
+
+fn field_line(f: &form::FieldSummary) -> String {
+    use form::FieldKind;
+    let kind = match f.kind {
+        FieldKind::String => "string",
+        FieldKind::Number => "number",
+        FieldKind::Integer => "integer",
+        FieldKind::Boolean => "boolean",
+        FieldKind::SingleSelect => "one of",
+        FieldKind::MultiSelect => "any of",
+        FieldKind::Unsupported => "unsupported",
+    };
+    let mut parts = vec![kind.to_owned()];
+    if f.required {
+        parts.push("required".into());
+    }
+    let l = &f.limits;
+    if let Some(fmt) = &l.format {
+        parts.push(format!("format {fmt}"));
+    }
+    if let Some(n) = l.min_length {
+        parts.push(format!("min length {n}"));
+    }
+    if let Some(n) = l.max_length {
+        parts.push(format!("max length {n}"));
+    }
+    if let Some(n) = &l.minimum {
+        parts.push(format!("min {n}"));
+    }
+    if let Some(n) = &l.maximum {
+        parts.push(format!("max {n}"));
+    }
+    if let Some(n) = l.min_items {
+        parts.push(format!("min items {n}"));
+    }
+    if let Some(n) = l.max_items {
+        parts.push(format!("max items {n}"));
+    }
+    if let Some(d) = &f.default {
+        parts.push(format!("default {d}"));
+    }
+    if !f.options.is_empty() {
+        let opts: Vec<String> = f
+            .options
+            .iter()
+            .map(|o| {
+                if o.label == o.value {
+                    o.value.clone()
+                } else {
+                    format!("{} ({})", o.value, o.label)
+                }
+            })
+            .collect();
+        parts.push(format!("options: {}", opts.join(", ")));
+    }
+    if let Some(why) = &f.unsupported {
+        parts.push(why.clone());
+    }
+    let mut line = format!("{:<16} {}", f.name, parts.join(", "));
+    if let Some(t) = f.title.as_ref().or(f.description.as_ref()) {
+        line.push_str(&format!(" - {t}"));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cards_show_fields_urls_and_approvals() {
+        let form = pb::Interaction {
+            id: "i1".into(),
+            session_id: "s".into(),
+            kind: "form".into(),
+            server: "orders".into(),
+            tool: "create_order".into(),
+            message: "Where to?".into(),
+            requested_schema_json: r#"{"type":"object","properties":{"city":{"type":"string","title":"City","maxLength":40},"size":{"type":"string","enum":["s","m"],"default":"m"}},"required":["city"]}"#.into(),
+            status: "open".into(),
+            ..Default::default()
+        };
+        let text = render_interaction(&form, true).join("\n");
+        assert!(
+            text.contains("city             string, required, max length 40 - City"),
+            "{text}"
+        );
+        assert!(
+            text.contains("size             one of, default \"m\", options: s, m"),
+            "{text}"
+        );
+        assert!(
+            text.contains("switchyard answer --session s i1 --accept JSON"),
+            "{text}"
+        );
+        let url = pb::Interaction {
+            kind: "url".into(),
+            url: "https://login.example.com/a?b=c".into(),
+            url_domain: "login.example.com".into(),
+            requested_schema_json: String::new(),
+            ..form.clone()
+        };
+        let text = render_interaction(&url, true).join("\n");
+        assert!(text.contains("domain: login.example.com"), "{text}");
+        assert!(
+            text.contains("url:    https://login.example.com/a?b=c"),
+            "{text}"
+        );
+        assert!(text.contains("never opens"), "{text}");
+        let approval = pb::Interaction {
+            kind: "approval".into(),
+            status: "resolved".into(),
+            outcome: "deny".into(),
+            ..url
+        };
+        let text = render_interaction(&approval, true).join("\n");
+        assert!(
+            text.contains("approval i1 [resolved: deny] server orders, tool create_order"),
+            "{text}"
+        );
+        assert!(!text.contains("switchyard answer"), "{text}");
+    }
 }

@@ -18,6 +18,12 @@ pub struct Config {
     /// `[store]`.
     #[serde(default)]
     pub store: StoreConfig,
+    /// `[limits]`.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// `[audit]`.
+    #[serde(default)]
+    pub audit: AuditConfig,
     /// `[[servers]]`.
     #[serde(default)]
     pub servers: Vec<ServerConfig>,
@@ -43,6 +49,12 @@ pub struct ControlPlaneConfig {
     /// (default 600).
     #[serde(default = "default_call_timeout")]
     pub call_timeout_sec: u64,
+    /// At start, remove the configured servers an earlier version of the
+    /// file had (default false; `switchyard up` always prunes, as it owns
+    /// its file). Keep it false when several replicas may run different
+    /// files.
+    #[serde(default)]
+    pub prune_config_servers: bool,
 }
 
 impl Default for ControlPlaneConfig {
@@ -52,6 +64,7 @@ impl Default for ControlPlaneConfig {
             http_listen: default_http_listen(),
             sidecar_lease_ttl_sec: default_lease_ttl(),
             call_timeout_sec: default_call_timeout(),
+            prune_config_servers: false,
         }
     }
 }
@@ -81,6 +94,42 @@ impl Default for StoreConfig {
             root: default_root(),
         }
     }
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// How long an interaction (form, URL, approval) waits for the user's
+    /// answer before it counts as `cancel`, seconds (default 600).
+    #[serde(
+        rename = "interactionTimeoutSec",
+        default = "default_interaction_timeout"
+    )]
+    pub interaction_timeout_sec: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            interaction_timeout_sec: default_interaction_timeout(),
+        }
+    }
+}
+
+/// `[audit]`: where audit records (JSON lines) go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// A file the records are appended to, one JSON object per line
+    /// (relative to the config file's directory). Default: none, the
+    /// records go to the log under the target `switchyard::audit`.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+}
+
+fn default_interaction_timeout() -> u64 {
+    600
 }
 
 fn default_listen() -> String {
@@ -163,6 +212,11 @@ impl Config {
         if config.store.path.is_relative() {
             config.store.path = base.join(&config.store.path);
         }
+        if let Some(p) = &config.audit.path
+            && p.is_relative()
+        {
+            config.audit.path = Some(base.join(p));
+        }
         for s in &mut config.servers {
             if let Some(cwd) = &s.cwd
                 && cwd.is_relative()
@@ -198,17 +252,32 @@ impl Config {
                 return Err((key.into(), format!("{addr:?} is not an IP:port address")));
             }
         }
-        if self.control_plane.sidecar_lease_ttl_sec < 2 {
+        if !(2..=3600).contains(&self.control_plane.sidecar_lease_ttl_sec) {
             return Err((
                 "control_plane.sidecar_lease_ttl_sec".into(),
-                "must be at least 2".into(),
+                "must be between 2 and 3600".into(),
             ));
         }
-        if self.control_plane.call_timeout_sec == 0 {
+        let max = switchyard_sidecar::config::MAX_TIMEOUT_SEC;
+        if self.control_plane.call_timeout_sec == 0 || self.control_plane.call_timeout_sec > max {
             return Err((
                 "control_plane.call_timeout_sec".into(),
-                "must be at least 1".into(),
+                format!("must be between 1 and {max} (7 days)"),
             ));
+        }
+        if !(1..=7 * 24 * 3600).contains(&self.limits.interaction_timeout_sec) {
+            return Err((
+                "limits.interactionTimeoutSec".into(),
+                "must be between 1 and 604800 (7 days)".into(),
+            ));
+        }
+        if self
+            .audit
+            .path
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            return Err(("audit.path".into(), "must not be empty".into()));
         }
         if !self.store.root.starts_with('/') || !self.store.root.ends_with('/') {
             return Err((
@@ -274,5 +343,33 @@ mod tests {
             }
             other => panic!("{other}"),
         }
+    }
+
+    #[test]
+    fn limits_and_audit() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.limits.interaction_timeout_sec, 600);
+        assert_eq!(c.audit.path, None);
+        let c = Config::parse(
+            "[limits]\ninteractionTimeoutSec = 5\n\n[audit]\npath = \"audit.jsonl\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.limits.interaction_timeout_sec, 5);
+        assert_eq!(c.audit.path, Some(PathBuf::from("audit.jsonl")));
+        match Config::parse("[limits]\ninteractionTimeoutSec = 0\n").unwrap_err() {
+            ConfigFileError::Invalid { key, .. } => assert_eq!(key, "limits.interactionTimeoutSec"),
+            other => panic!("{other}"),
+        }
+        match Config::parse("[limits]\ninteraction_timeout_sec = 5\n").unwrap_err() {
+            ConfigFileError::Parse { message, .. } => {
+                assert!(message.contains("interaction_timeout_sec"), "{message}")
+            }
+            other => panic!("{other}"),
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "[audit]\npath = \"logs/audit.jsonl\"\n").unwrap();
+        let c = Config::load(&file).unwrap();
+        assert_eq!(c.audit.path, Some(dir.path().join("logs/audit.jsonl")));
     }
 }

@@ -8,8 +8,10 @@
 //! through [`store`].
 
 pub mod api;
+pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod interactions;
 pub mod metrics;
 pub mod model;
 pub mod names;
@@ -33,6 +35,8 @@ pub struct ControlPlane {
     pub registry: registry::Registry,
     /// Call routing.
     pub router: routing::Router,
+    /// Interactions (forms, URLs, approvals).
+    pub interactions: interactions::Interactions,
     /// Metrics.
     pub metrics: metrics::Metrics,
     /// Lease TTL of sidecar registrations.

@@ -17,6 +17,8 @@ pub struct Metrics {
     sidecars_up: IntGaugeVec,
     store_duration: HistogramVec,
     store_errors: IntCounterVec,
+    interactions: IntCounterVec,
+    interactions_pending: IntGaugeVec,
 }
 
 impl Metrics {
@@ -76,6 +78,22 @@ impl Metrics {
             &["operation"],
         )
         .expect("valid metric");
+        let interactions = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_interactions_total",
+                "Interaction outcomes (form, url, approval), counted once by the replica that recorded them.",
+            ),
+            &["kind", "outcome"],
+        )
+        .expect("valid metric");
+        let interactions_pending = IntGaugeVec::new(
+            Opts::new(
+                "switchyard_control_plane_interactions_pending",
+                "Interactions waiting for the user (open) or, for url, for the server's completion (accepted).",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(call_duration.clone()),
@@ -83,6 +101,8 @@ impl Metrics {
             Box::new(sidecars_up.clone()),
             Box::new(store_duration.clone()),
             Box::new(store_errors.clone()),
+            Box::new(interactions.clone()),
+            Box::new(interactions_pending.clone()),
         ] {
             registry.register(c).expect("unique metric names");
         }
@@ -94,7 +114,14 @@ impl Metrics {
             sidecars_up,
             store_duration,
             store_errors,
+            interactions,
+            interactions_pending,
         }
+    }
+
+    /// Counts one interaction outcome.
+    pub fn interaction(&self, kind: &str, outcome: &str) {
+        self.interactions.with_label_values(&[kind, outcome]).inc();
     }
 
     /// The registry, for `/metrics`.
@@ -123,6 +150,17 @@ impl Metrics {
     /// Sets the gauges from the read model.
     pub fn observe_state(&self, snap: &crate::state::Snapshot) {
         self.sessions.set(snap.sessions.len() as i64);
+        for kind in ["form", "url", "approval"] {
+            let n = snap
+                .interactions
+                .values()
+                .flat_map(|m| m.values())
+                .filter(|r| r.is_pending() && r.kind.as_str() == kind)
+                .count();
+            self.interactions_pending
+                .with_label_values(&[kind])
+                .set(n as i64);
+        }
         self.sidecars_up.reset();
         for name in snap.servers.keys() {
             let n = snap.sidecars.get(name).map_or(0, |m| m.len());

@@ -10,6 +10,7 @@
 //! | `toolnames` | [`crate::names::NameMap`] + the catalogue epoch it was built from | derived |
 //! | `sessions/<id>` | [`SessionRecord`] | until deleted |
 //! | `cancels/<session>/<call id>` | empty | leased, short |
+//! | `interactions/<session>/<id>` | [`crate::interactions::InteractionRecord`] | until resolved, then leased (1 h) |
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

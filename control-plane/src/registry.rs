@@ -133,17 +133,28 @@ impl Registry {
         self.recompute_names().await
     }
 
-    /// Makes the configured servers the `config`-origin servers: upserts
-    /// each, removes `config`-origin servers that are no longer configured.
-    /// Servers added through the admin API are left alone.
-    pub async fn sync_config_servers(&self, servers: &[ServerConfig]) -> Result<(), RegistryError> {
+    /// Upserts the configured servers as `config`-origin servers. With
+    /// `prune`, `config`-origin servers the file no longer lists are removed
+    /// (logged by name); without it they are kept, so a replica started with
+    /// a different file never removes servers others serve. Servers added
+    /// through the admin API are always left alone.
+    pub async fn sync_config_servers(
+        &self,
+        servers: &[ServerConfig],
+        prune: bool,
+    ) -> Result<(), RegistryError> {
         let listing = self.timed("list", self.store.list("servers/")).await?;
         for kv in &listing.kvs {
             let Ok(rec) = serde_json::from_slice::<ServerRecord>(&kv.value) else {
                 continue;
             };
             if rec.origin == Origin::Config && !servers.iter().any(|s| s.name == rec.spec.name) {
-                self.remove_server(&rec.spec.name).await?;
+                if prune {
+                    tracing::warn!(server = %rec.spec.name, "removing a server that an earlier version of the configuration had");
+                    self.remove_server(&rec.spec.name).await?;
+                } else {
+                    tracing::info!(server = %rec.spec.name, "keeping a configured server this replica's file does not list (prune_config_servers is off)");
+                }
             }
         }
         for s in servers {

@@ -64,14 +64,22 @@ impl Router {
         request: SidecarCallRequest,
         timeout: Duration,
     ) -> Result<SidecarCallResponse, Status> {
-        let sidecars: Vec<_> = snap
+        let all: Vec<_> = snap
             .sidecars
             .get(server)
             .map(|m| m.values().collect())
             .unwrap_or_default();
-        if sidecars.is_empty() {
+        if all.is_empty() {
             return Err(unavailable(server, "no live sidecar"));
         }
+        // Prefer sidecars whose upstream is connected; the others may still
+        // be reconnecting, so they are used only when none is.
+        let connected: Vec<_> = all
+            .iter()
+            .copied()
+            .filter(|s| s.upstream_state == "connected")
+            .collect();
+        let sidecars = if connected.is_empty() { all } else { connected };
         let pick = sidecars[self.next.fetch_add(1, Ordering::Relaxed) % sidecars.len()];
         let mut client = self
             .client(&pick.call_address)
@@ -97,21 +105,30 @@ impl Router {
     }
 
     /// Tracks a call; the token is cancelled by [`Router::cancel`].
-    pub fn track(&self, session: &str, call_id: &str) -> Option<CallGuard<'_>> {
+    /// Errors when a call with the same id is already running in the
+    /// session (a second one could not be cancelled on its own).
+    pub fn track(
+        &self,
+        session: &str,
+        call_id: &str,
+    ) -> Result<Option<CallGuard<'_>>, DuplicateCall> {
         if call_id.is_empty() {
-            return None;
+            return Ok(None);
         }
         let token = CancellationToken::new();
         let key = (session.to_owned(), call_id.to_owned());
-        self.in_flight
-            .lock()
-            .unwrap()
-            .insert(key.clone(), token.clone());
-        Some(CallGuard {
+        {
+            let mut in_flight = self.in_flight.lock().unwrap();
+            if in_flight.contains_key(&key) {
+                return Err(DuplicateCall);
+            }
+            in_flight.insert(key.clone(), token.clone());
+        }
+        Ok(Some(CallGuard {
             router: self,
             key,
             token,
-        })
+        }))
     }
 
     /// Cancels a call running on this replica; false if none.
@@ -131,6 +148,10 @@ impl Router {
     }
 }
 
+/// A call with the same id is already running in the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DuplicateCall;
+
 /// Untracks a call when dropped.
 #[derive(Debug)]
 pub struct CallGuard<'a> {
@@ -149,6 +170,11 @@ impl Drop for CallGuard<'_> {
 fn is_transport_failure(status: &Status) -> bool {
     // tonic reports connection failures as UNAVAILABLE/UNKNOWN with a
     // transport source and no server-provided message metadata.
-    matches!(status.code(), Code::Unavailable | Code::Unknown)
-        && std::error::Error::source(status).is_some()
+    // A connection reset mid-call (the sidecar was killed) surfaces as
+    // CANCELLED from h2: the engine's own cancellations never come from
+    // this hop (they are handled by the call's token), so it means the
+    // sidecar went away.
+    status.code() == Code::Cancelled
+        || (matches!(status.code(), Code::Unavailable | Code::Unknown)
+            && std::error::Error::source(status).is_some())
 }

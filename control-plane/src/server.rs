@@ -12,7 +12,9 @@
 
 use crate::ControlPlane;
 use crate::api::{admin::AdminApi, engine::EngineApi, http, sidecar::SidecarApi};
+use crate::audit::Audit;
 use crate::config::Config;
+use crate::interactions::Interactions;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::routing::Router;
@@ -32,11 +34,20 @@ const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The store could not be opened or read.
-    #[error("store: {0}")]
+    #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     /// Registering the configured servers failed.
     #[error("registering the configured servers: {0}")]
     Registry(#[from] crate::registry::RegistryError),
+    /// The audit file could not be opened.
+    #[error("audit.path {path}: {source}")]
+    Audit {
+        /// The file.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// An address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -95,14 +106,32 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     let metrics = Metrics::new();
     let registry = Registry::new(store.clone(), metrics.clone());
     if sync_servers {
-        registry.sync_config_servers(&config.servers).await?;
+        registry
+            .sync_config_servers(&config.servers, config.control_plane.prune_config_servers)
+            .await?;
     }
-    let state = State::start(store).await?;
+    let audit = match &config.audit.path {
+        Some(path) => Audit::to_file(path).map_err(|source| StartError::Audit {
+            path: path.display().to_string(),
+            source,
+        })?,
+        None => Audit::to_log(),
+    };
+    let state = State::start(store.clone()).await?;
     let shutdown = CancellationToken::new();
+    let interactions = Interactions::new(
+        store,
+        state.clone(),
+        metrics.clone(),
+        Arc::new(audit),
+        Duration::from_secs(config.limits.interaction_timeout_sec),
+        shutdown.clone(),
+    );
     let cp = Arc::new(ControlPlane {
         state: state.clone(),
         registry,
         router: Router::new(),
+        interactions,
         metrics: metrics.clone(),
         lease_ttl: Duration::from_secs(config.control_plane.sidecar_lease_ttl_sec),
         call_timeout: Duration::from_secs(config.control_plane.call_timeout_sec),
@@ -149,10 +178,15 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         });
     }
 
+    // Expired interactions, and those of deleted sessions, on every replica.
+    cp.interactions.spawn_sweeper();
+
     let engine = EngineServiceServer::new(EngineApi::new(cp.clone()))
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
-    let admin = AdminServiceServer::new(AdminApi::new(cp.clone()));
+    let admin = AdminServiceServer::new(AdminApi::new(cp.clone()))
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
     let sidecars = SidecarRegistryServer::new(SidecarApi::new(cp.clone()))
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);

@@ -1,5 +1,5 @@
 //! Each replica's read model of the store: servers, live sidecars,
-//! catalogues, the name map and sessions, kept current by one list and a
+//! catalogues, the name map, sessions and their interactions, kept current by one list and a
 //! watch from the next revision (the informer pattern). Reads on the call
 //! path never wait on the store; writes go to the store and come back
 //! through the watch, so every replica converges on the same state. A
@@ -33,6 +33,8 @@ pub enum Change {
     ServersChanged,
     /// A session was deleted.
     SessionDeleted(String),
+    /// An interaction appeared, changed or vanished.
+    Interaction(Box<crate::interactions::InteractionChange>),
     /// Some replica asked to cancel a call.
     Cancel {
         /// Session.
@@ -59,6 +61,8 @@ pub struct Snapshot {
     pub name_of: HashMap<(String, String), String>,
     /// Sessions.
     pub sessions: HashMap<String, SessionRecord>,
+    /// Interactions per session, by id (pending and recently resolved).
+    pub interactions: HashMap<String, BTreeMap<String, crate::interactions::InteractionRecord>>,
 }
 
 impl Snapshot {
@@ -185,6 +189,9 @@ impl State {
                 });
             }
         }
+        for c in interaction_diff(&old, &snap) {
+            let _ = self.changes.send(c);
+        }
         let _ = self.changes.send(Change::ServersChanged);
         self.applied.send_replace(revision);
     }
@@ -220,12 +227,25 @@ fn parse<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Option<T> {
 fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
     let key = kv.key.as_str();
     if let Some(name) = key.strip_prefix("servers/") {
-        if let Some(rec) = parse::<ServerRecord>(kv) {
-            snap.servers.insert(name.to_owned(), rec);
-            changes.push(Change::ServersChanged);
+        match parse::<ServerRecord>(kv) {
+            Some(rec) if rec.spec.name == name && rec.spec.validate("spec").is_ok() => {
+                snap.servers.insert(name.to_owned(), rec);
+                changes.push(Change::ServersChanged);
+            }
+            Some(rec) => {
+                // Another server's name, or an invalid spec: never let a
+                // foreign key stand in for (or break) a real server.
+                tracing::warn!(key = %kv.key, spec_name = %rec.spec.name, "ignoring a server record whose spec is invalid or names another server");
+                if snap.servers.remove(name).is_some() {
+                    changes.push(Change::ServersChanged);
+                }
+            }
+            None => {}
         }
     } else if let Some(rest) = key.strip_prefix("sidecars/") {
         if let (Some((server, id)), Some(rec)) = (rest.split_once('/'), parse::<SidecarRecord>(kv))
+            && rec.server == server
+            && rec.sidecar_id == id
         {
             snap.sidecars
                 .entry(server.to_owned())
@@ -260,6 +280,28 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
         if let Some(rec) = parse::<SessionRecord>(kv) {
             snap.sessions.insert(id.to_owned(), rec);
         }
+    } else if let Some(rest) = key.strip_prefix("interactions/") {
+        if let Some((session, id)) = rest.split_once('/')
+            && let Some(rec) = parse::<crate::interactions::InteractionRecord>(kv)
+        {
+            if rec.session_id != session || rec.id != id {
+                tracing::warn!(key = %kv.key, "ignoring an interaction record stored under another key");
+                return;
+            }
+            let m = snap.interactions.entry(session.to_owned()).or_default();
+            let before = m.get(id).map(|r| r.status);
+            if m.get(id) != Some(&rec) {
+                m.insert(id.to_owned(), rec.clone());
+                changes.push(Change::Interaction(Box::new(
+                    crate::interactions::InteractionChange {
+                        session: session.to_owned(),
+                        id: id.to_owned(),
+                        before,
+                        after: Some(rec),
+                    },
+                )));
+            }
+        }
     } else if let Some(rest) = key.strip_prefix("cancels/")
         && let Some((session, call_id)) = rest.split_once('/')
     {
@@ -290,8 +332,64 @@ fn apply_delete(snap: &mut Snapshot, key: &str, changes: &mut Vec<Change>) {
                 tools_updated_at: now_ms(),
             });
         }
+    } else if let Some(rest) = key.strip_prefix("interactions/") {
+        if let Some((session, id)) = rest.split_once('/')
+            && let Some(m) = snap.interactions.get_mut(session)
+            && let Some(old) = m.remove(id)
+        {
+            if m.is_empty() {
+                snap.interactions.remove(session);
+            }
+            changes.push(Change::Interaction(Box::new(
+                crate::interactions::InteractionChange {
+                    session: session.to_owned(),
+                    id: id.to_owned(),
+                    before: Some(old.status),
+                    after: None,
+                },
+            )));
+        }
     } else if let Some(id) = key.strip_prefix("sessions/") {
         snap.sessions.remove(id);
         changes.push(Change::SessionDeleted(id.to_owned()));
     }
+}
+
+/// The interaction changes between two snapshots (after a re-read).
+fn interaction_diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
+    let mut out = Vec::new();
+    for (session, m) in &new.interactions {
+        for (id, rec) in m {
+            let before = old.interactions.get(session).and_then(|o| o.get(id));
+            if before != Some(rec) {
+                out.push(Change::Interaction(Box::new(
+                    crate::interactions::InteractionChange {
+                        session: session.clone(),
+                        id: id.clone(),
+                        before: before.map(|r| r.status),
+                        after: Some(rec.clone()),
+                    },
+                )));
+            }
+        }
+    }
+    for (session, m) in &old.interactions {
+        for (id, rec) in m {
+            if new
+                .interactions
+                .get(session)
+                .is_none_or(|n| !n.contains_key(id))
+            {
+                out.push(Change::Interaction(Box::new(
+                    crate::interactions::InteractionChange {
+                        session: session.clone(),
+                        id: id.clone(),
+                        before: Some(rec.status),
+                        after: None,
+                    },
+                )));
+            }
+        }
+    }
+    out
 }

@@ -15,8 +15,12 @@ use std::time::Duration;
 use switchyard_sidecar::config::ServerConfig;
 use tokio::process::{Child, Command};
 
-/// How long sidecars get to stop before they are killed.
-const STOP_GRACE: Duration = Duration::from_secs(10);
+/// The grace period `up` gives each sidecar for each of its stop steps
+/// (drain calls; close the server's stdin; SIGTERM), in seconds.
+const SIDECAR_GRACE_SECS: u64 = 3;
+/// How long sidecars get to stop before they are killed: longer than a
+/// sidecar's whole stop sequence, so its stdio server is never orphaned.
+const STOP_GRACE: Duration = Duration::from_secs(4 * SIDECAR_GRACE_SECS + 3);
 
 /// Where the sidecar binary is: `SWITCHYARD_SIDECAR_BIN`, else beside this
 /// executable, else on `PATH`.
@@ -45,7 +49,9 @@ struct Managed {
 }
 
 /// Runs until SIGINT/SIGTERM. Returns the process exit code.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+pub async fn run(mut config: Config) -> anyhow::Result<()> {
+    // `up` owns its file: servers dropped from it go.
+    config.control_plane.prune_config_servers = true;
     let running = server::start(&config, true).await?;
     let engine = format!("http://{}", running.grpc_addr);
     let workdir = tempfile::Builder::new()
@@ -166,6 +172,7 @@ fn spawn_sidecar(spec: &ServerConfig, engine: &str, workdir: &Path) -> anyhow::R
         control_plane: &'a str,
         listen: &'a str,
         http_listen: &'a str,
+        grace_secs: u64,
     }
     let file = workdir.join(format!("{}.toml", spec.name));
     let text = toml::to_string(&SidecarFile {
@@ -174,6 +181,7 @@ fn spawn_sidecar(spec: &ServerConfig, engine: &str, workdir: &Path) -> anyhow::R
             control_plane: engine,
             listen: "127.0.0.1:0",
             http_listen: "127.0.0.1:0",
+            grace_secs: SIDECAR_GRACE_SECS,
         },
     })?;
     std::fs::write(&file, text)?;

@@ -115,7 +115,7 @@ async fn bad_configs_exit_64_naming_file_key_and_problem() {
         (
             "ttl.toml",
             "[control_plane]\nsidecar_lease_ttl_sec = 1\n",
-            &["control_plane.sidecar_lease_ttl_sec", "at least 2"][..],
+            &["control_plane.sidecar_lease_ttl_sec", "between 2 and 3600"][..],
         ),
         (
             "etcd.toml",

@@ -88,7 +88,7 @@ async fn gateway_serves_all_three(store: StoreKind) {
     let count = |prefix: &str| cli_names.iter().filter(|n| n.starts_with(prefix)).count();
     assert_eq!(count("orders__"), 6, "{cli_names:?}");
     assert_eq!(count("orders-http__"), 6, "{cli_names:?}");
-    assert_eq!(count("everything__"), 13, "{cli_names:?}");
+    assert_eq!(count("everything__"), 16, "{cli_names:?}");
     let mut engine = gw.engine().await;
     let grpc_names: BTreeSet<String> = tool_names(&mut engine, "").await.into_iter().collect();
     assert_eq!(grpc_names, cli_names);
@@ -255,7 +255,7 @@ async fn gateway_serves_all_three(store: StoreKind) {
     };
     for (name, transport, version, tools) in [
         ("orders", "stdio", "2026-07-28", 6),
-        ("everything", "stdio", "2025-11-25", 13),
+        ("everything", "stdio", "2025-11-25", 16),
         ("orders-http", "http", "2025-11-25", 6),
     ] {
         let s = by_name(name);

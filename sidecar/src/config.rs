@@ -56,6 +56,9 @@ pub struct ServerConfig {
     pub max_message_bytes: usize,
 }
 
+/// Longest timeout accepted anywhere in the configuration: 7 days.
+pub const MAX_TIMEOUT_SEC: u64 = 7 * 24 * 3600;
+
 fn default_era() -> String {
     "auto".into()
 }
@@ -102,8 +105,19 @@ impl ServerConfig {
         if let Err(e) = self.era.parse::<EraPreference>() {
             return Err(err("era", e));
         }
-        if self.request_timeout_sec == 0 {
-            return Err(err("request_timeout_sec", "must be at least 1".into()));
+        if self.request_timeout_sec == 0 || self.request_timeout_sec > MAX_TIMEOUT_SEC {
+            return Err(err(
+                "request_timeout_sec",
+                format!("must be between 1 and {MAX_TIMEOUT_SEC} (7 days)"),
+            ));
+        }
+        for k in self.env.keys() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(err(
+                    "env",
+                    format!("{k:?} is not a valid environment variable name"),
+                ));
+            }
         }
         if self.max_message_bytes < 1024 {
             return Err(err("max_message_bytes", "must be at least 1024".into()));

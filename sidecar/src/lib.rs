@@ -5,12 +5,16 @@
 //! process-wide TLS set-up ([`tls`]), and the service `run` starts
 //! ([`run`]): the `SidecarCalls` gRPC server ([`service`]), the report
 //! stream to the control plane ([`control`]) and the metrics and health
-//! endpoints ([`http_endpoints`]). Later stages (results, tasks,
-//! elicitation) build on the upstream session.
+//! endpoints ([`http_endpoints`]). Interactions with the user
+//! (elicitation, roots, multi round-trip requests) are in [`elicitation`],
+//! per-session connections in [`pool`], audit records in [`audit`].
 
+pub mod audit;
 pub mod config;
 pub mod control;
+pub mod elicitation;
 pub mod http_endpoints;
+pub mod pool;
 pub mod probe;
 pub mod run;
 pub mod service;

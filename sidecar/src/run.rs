@@ -9,9 +9,12 @@
 //! [`SidecarSection`]) or from flags; sidecar flags override the file.
 //! Keys and defaults are documented in `docs/sidecar.md`.
 
+use crate::audit::Audit;
 use crate::config::{ConfigError, ServerConfig, TransportKind};
-use crate::control::{self, ControlSettings};
+use crate::control::{self, ControlPlaneInteractions, ControlSettings};
+use crate::elicitation::Interactions;
 use crate::http_endpoints::{self, Health};
+use crate::pool::SessionPool;
 use crate::service::CallService;
 use crate::upstream::{Upstream, UpstreamError, UpstreamMetrics};
 use serde::Deserialize;
@@ -19,6 +22,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -87,6 +91,15 @@ pub struct RunArgs {
     /// Seconds to drain in-flight calls, and to wait for the server to exit, on shutdown (default 10).
     #[arg(long)]
     pub grace_secs: Option<u64>,
+    /// File to append audit records to, as JSON lines (default: the log, target switchyard::audit).
+    #[arg(long, value_name = "FILE")]
+    pub audit_path: Option<PathBuf>,
+    /// Seconds one interaction (elicitation) may wait for the user before it is cancelled (default 600).
+    #[arg(long)]
+    pub interaction_timeout_secs: Option<u64>,
+    /// Retries of one call for a server's input_required results (default 8).
+    #[arg(long)]
+    pub max_input_rounds: Option<u32>,
     /// stdio: the server's arguments (or its command and arguments), after `--`.
     #[arg(last = true, value_name = "CMD ARGS")]
     pub args: Vec<String>,
@@ -110,6 +123,12 @@ pub struct SidecarSection {
     pub sidecar_id: Option<String>,
     /// Drain period on shutdown, seconds (default 10).
     pub grace_secs: Option<u64>,
+    /// Audit records file (JSON lines); default: the log.
+    pub audit_path: Option<PathBuf>,
+    /// Bound on one interaction, seconds (default 600).
+    pub interaction_timeout_secs: Option<u64>,
+    /// Retries of one call for `input_required` results (default 8).
+    pub max_input_rounds: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +158,12 @@ pub struct Settings {
     pub sidecar_id: String,
     /// Drain period on shutdown.
     pub grace: Duration,
+    /// Audit records file; `None`: the log.
+    pub audit_path: Option<PathBuf>,
+    /// Bound on one interaction.
+    pub interaction_timeout: Duration,
+    /// Retries of one call for `input_required` results.
+    pub max_input_rounds: u32,
 }
 
 /// Why `run` failed.
@@ -334,6 +359,23 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         .or(file.grace_secs)
         .unwrap_or(DEFAULT_GRACE_SECS);
 
+    let interaction_timeout = match args
+        .interaction_timeout_secs
+        .map(|v| (v, "command line", "--interaction-timeout-secs"))
+        .or(file
+            .interaction_timeout_secs
+            .map(|v| (v, origin.as_str(), "sidecar.interaction_timeout_secs")))
+    {
+        Some((0, origin, key)) => return Err(config_error(origin, key, "must be at least 1")),
+        Some((secs, _, _)) => Duration::from_secs(secs),
+        None => crate::elicitation::DEFAULT_INTERACTION_TIMEOUT,
+    };
+    let max_input_rounds = args
+        .max_input_rounds
+        .or(file.max_input_rounds)
+        .unwrap_or(crate::upstream::config::DEFAULT_MAX_INPUT_ROUNDS);
+    let audit_path = args.audit_path.clone().or(file.audit_path.clone());
+
     Ok(Settings {
         server,
         control_plane,
@@ -343,6 +385,9 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         http_listen,
         sidecar_id,
         grace: Duration::from_secs(grace_secs),
+        audit_path,
+        interaction_timeout,
+        max_input_rounds,
     })
 }
 
@@ -517,8 +562,32 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let registry = prometheus::Registry::new();
     let metrics =
         UpstreamMetrics::register(&registry).map_err(|source| RunError::Metrics { source })?;
-    let upstream = Upstream::new(settings.server.upstream(), &metrics)
+    let control_settings = ControlSettings {
+        control_plane: settings.control_plane.clone(),
+        ca_pem: settings.control_plane_ca.clone(),
+        server: settings.server.name.clone(),
+        sidecar_id: settings.sidecar_id.clone(),
+        call_address: String::new(), // known once the listener is bound
+    };
+    let audit = match &settings.audit_path {
+        Some(path) => Audit::to_file(path).map_err(|e| {
+            config_error(
+                &path.display().to_string(),
+                "sidecar.audit_path",
+                format!("cannot open it for appending: {e}"),
+            )
+        })?,
+        None => Audit::to_log(),
+    };
+    let handler = ControlPlaneInteractions::new(&control_settings)
+        .map_err(|e| config_error("control plane", "sidecar.control_plane", e.to_string()))?;
+    let mut interactions = Interactions::new(Arc::new(handler), audit);
+    interactions.timeout = settings.interaction_timeout;
+    let mut upstream_config = settings.server.upstream();
+    upstream_config.max_input_rounds = settings.max_input_rounds;
+    let upstream = Upstream::with_interactions(upstream_config, &metrics, interactions)
         .map_err(|source| RunError::Upstream { source })?;
+    let pool = SessionPool::new(upstream.clone());
     let health = Health::new(upstream.clone());
 
     let (grpc_listener, calls_addr) = bind("sidecar.listen", &settings.listen).await?;
@@ -530,16 +599,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 
     let stop = CancellationToken::new();
     let grpc_stop = stop.clone();
+    // TCP_NODELAY on the accepted sockets: calls are small request/response
+    // messages, and Nagle would hold back the response frames until the
+    // control plane's delayed ACK.
+    let incoming =
+        tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
     let mut grpc = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(CallService::new(upstream.clone()).into_server())
-            .serve_with_incoming_shutdown(
-                // TCP_NODELAY on the accepted sockets: calls are small
-                // request/response messages, and Nagle would hold back the
-                // response frames until the control plane's delayed ACK.
-                tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
-                async move { grpc_stop.cancelled().await },
-            ),
+            .add_service(CallService::with_pool(pool.clone()).into_server())
+            .serve_with_incoming_shutdown(incoming, async move { grpc_stop.cancelled().await }),
     );
     let http_stop = CancellationToken::new();
     let http_stop_signal = http_stop.clone();
@@ -555,11 +623,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let (view, watcher) = control::watch_upstream(upstream.clone());
     let reporter = tokio::spawn(control::report(
         ControlSettings {
-            control_plane: settings.control_plane.clone(),
-            ca_pem: settings.control_plane_ca.clone(),
-            server: settings.server.name.clone(),
-            sidecar_id: settings.sidecar_id.clone(),
             call_address: call_address.clone(),
+            ..control_settings
         },
         view,
         health.clone(),
@@ -611,7 +676,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         }
     }
     reporter.abort();
-    upstream.shutdown(settings.grace).await;
+    tokio::join!(
+        pool.shutdown(settings.grace),
+        upstream.shutdown(settings.grace)
+    );
     watcher.abort();
     http_stop.cancel();
     if !http.is_finished() {
@@ -627,6 +695,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 mod tests {
     use super::*;
     use clap::Parser;
+    use std::path::Path;
 
     #[derive(Debug, Parser)]
     struct Cli {
@@ -660,6 +729,9 @@ mod tests {
         assert_eq!(s.server.args, ["x.py"]);
         assert_eq!(s.listen, DEFAULT_LISTEN);
         assert_eq!(s.grace, Duration::from_secs(10));
+        assert_eq!(s.interaction_timeout, Duration::from_secs(600));
+        assert_eq!(s.max_input_rounds, 8);
+        assert!(s.audit_path.is_none());
         assert!(s.sidecar_id.ends_with(&format!("-{}", std::process::id())));
     }
 
@@ -697,6 +769,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(text.contains("sidecar.control_plane"), "{text}");
+    }
+
+    #[test]
+    fn interaction_settings_come_from_the_file_and_flags() {
+        let f = file(
+            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://h:1\"\naudit_path = \"/var/log/a.jsonl\"\ninteraction_timeout_secs = 30\nmax_input_rounds = 3\n",
+        );
+        let path = f.path().to_str().unwrap();
+        let s = settings(&args(&["--config", path])).unwrap();
+        assert_eq!(s.audit_path.as_deref(), Some(Path::new("/var/log/a.jsonl")));
+        assert_eq!(s.interaction_timeout, Duration::from_secs(30));
+        assert_eq!(s.max_input_rounds, 3);
+        let s = settings(&args(&[
+            "--config",
+            path,
+            "--interaction-timeout-secs",
+            "5",
+        ]))
+        .unwrap();
+        assert_eq!(s.interaction_timeout, Duration::from_secs(5));
+        let e = settings(&args(&[
+            "--config",
+            path,
+            "--interaction-timeout-secs",
+            "0",
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("--interaction-timeout-secs"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The sidecar's gRPC service, `switchyard.v1.SidecarCalls`: the control
 //! plane routes engine tool calls here and they go to the upstream server
-//! through [`Upstream::call_tool`].
+//! through [`Upstream::call_tool_in`], on the connection the
+//! [`SessionPool`] picks for the call's session. The call's session, run
+//! and roots make its [`CallContext`], for interactions.
 //!
 //! Params and results are forwarded as JSON values, untouched. A tool's own
 //! failure (`isError`) is a successful RPC; upstream failures map to gRPC
@@ -8,6 +10,8 @@
 //! its deadline passes), tonic drops the handler future, which drops the
 //! upstream request future, which sends `notifications/cancelled` upstream.
 
+use crate::elicitation::CallContext;
+use crate::pool::SessionPool;
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -18,13 +22,19 @@ use tonic::{Code, Request, Response, Status};
 /// The `SidecarCalls` implementation for one upstream server.
 #[derive(Debug, Clone)]
 pub struct CallService {
-    upstream: Upstream,
+    pool: SessionPool,
 }
 
 impl CallService {
-    /// A service calling tools on `upstream`.
+    /// A service calling tools on `upstream` (and, for a Streamable HTTP
+    /// server that handles interactions, on per-session connections).
     pub fn new(upstream: Upstream) -> Self {
-        CallService { upstream }
+        Self::with_pool(SessionPool::new(upstream))
+    }
+
+    /// A service calling tools through `pool`.
+    pub fn with_pool(pool: SessionPool) -> Self {
+        CallService { pool }
     }
 
     /// The tonic service, ready for `Server::add_service`.
@@ -54,8 +64,27 @@ impl SidecarCalls for CallService {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned();
-        tracing::debug!(server = %self.upstream.name(), %tool, session = %req.session_id, run = %req.run_id, "call");
-        let call = self.upstream.call_tool(params);
+        let roots = match req.roots_json.trim() {
+            "" => Vec::new(),
+            text => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Array(roots)) => roots,
+                _ => {
+                    return Err(Status::invalid_argument(
+                        "roots_json must be a JSON array of MCP Root objects",
+                    ));
+                }
+            },
+        };
+        let context = CallContext {
+            session_id: req.session_id,
+            run_id: req.run_id,
+            tool: tool.clone(),
+            roots,
+        };
+        let lease = self.pool.lease(&context.session_id);
+        let upstream = lease.upstream();
+        tracing::debug!(server = %upstream.name(), %tool, session = %context.session_id, run = %context.run_id, "call");
+        let call = upstream.call_tool_in(params, &context);
         let result = if req.timeout_ms > 0 {
             let limit = Duration::from_millis(req.timeout_ms);
             match tokio::time::timeout(limit, call).await {
@@ -63,7 +92,7 @@ impl SidecarCalls for CallService {
                 Err(_) => {
                     return Err(Status::deadline_exceeded(format!(
                         "server {}: tools/call {tool} did not finish within {} ms",
-                        self.upstream.name(),
+                        upstream.name(),
                         req.timeout_ms
                     )));
                 }
@@ -78,7 +107,7 @@ impl SidecarCalls for CallService {
                 Ok(Response::new(SidecarCallResponse { result_json }))
             }
             Err(e) => {
-                tracing::info!(server = %self.upstream.name(), %tool, error = %e, "call failed");
+                tracing::info!(server = %upstream.name(), %tool, error = %e, "call failed");
                 Err(status_of(&e))
             }
         }

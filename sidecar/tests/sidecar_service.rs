@@ -53,6 +53,20 @@ type ControlStream = Pin<Box<dyn futures::Stream<Item = Result<ControlMessage, S
 
 #[tonic::async_trait]
 impl SidecarRegistry for FakeRegistry {
+    async fn interact(
+        &self,
+        _: Request<switchyard_proto::v1::InteractRequest>,
+    ) -> Result<Response<switchyard_proto::v1::InteractResponse>, Status> {
+        Err(Status::unimplemented("this fake asks nobody"))
+    }
+
+    async fn complete_interaction(
+        &self,
+        _: Request<switchyard_proto::v1::CompleteInteractionRequest>,
+    ) -> Result<Response<switchyard_proto::v1::CompleteInteractionResponse>, Status> {
+        Err(Status::unimplemented("this fake asks nobody"))
+    }
+
     async fn register(
         &self,
         request: Request<RegisterRequest>,

@@ -82,7 +82,7 @@ pub fn spec_to_pb(s: &ServerConfig) -> pb::ServerSpec {
         url: s.url.clone().unwrap_or_default(),
         headers: s.headers.clone().into_iter().collect(),
         era: s.era.clone(),
-        request_timeout_ms: s.request_timeout_sec * 1000,
+        request_timeout_ms: s.request_timeout_sec.saturating_mul(1000),
     }
 }
 
@@ -106,10 +106,15 @@ pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
         })
         .unwrap_or_default();
     let cat = snap.catalogues.get(name);
-    let state = match (sidecars.is_empty(), cat) {
-        (true, _) => "down",
-        (false, None) => "starting",
-        (false, Some(_)) => "up",
+    // From what the sidecars report about their upstream connection: a
+    // registered sidecar whose server is down does not make the server up.
+    let connected = sidecars.iter().any(|s| s.upstream_state == "connected");
+    let all_down = sidecars.iter().all(|s| s.upstream_state == "down");
+    let state = match (sidecars.is_empty(), connected, cat) {
+        (true, _, _) => "down",
+        (false, true, Some(_)) => "up",
+        (false, false, _) if all_down => "down",
+        _ => "starting",
     };
     pb::ServerStatus {
         spec: Some(spec_to_pb(&rec.spec)),

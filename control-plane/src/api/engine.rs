@@ -1,7 +1,9 @@
 //! The engine API (`switchyard.v1.EngineService`): sessions, tools, calls,
-//! cancellation and the session events stream.
+//! cancellation, the session events stream and interactions (listing and
+//! answering them; [`crate::interactions`]).
 
 use crate::ControlPlane;
+use crate::interactions::{InteractionRecord, Status as InteractionStatus, pb_to_json};
 use crate::model::{self, PermissionMode, RootRecord, SessionRecord};
 use crate::registry::RegistryError;
 use crate::routing::unavailable;
@@ -62,7 +64,9 @@ pub fn registry_status(e: RegistryError) -> Status {
         RegistryError::ServerExists(_) => Status::already_exists(e.to_string()),
         RegistryError::Invalid(_) => Status::invalid_argument(e.to_string()),
         RegistryError::Contention(_) => Status::aborted(e.to_string()),
-        RegistryError::Store(_) => Status::unavailable(format!("store unavailable: {e}")),
+        RegistryError::Store(_) => {
+            Status::unavailable(format!("store unavailable: {}", error_chain(&e)))
+        }
     }
 }
 
@@ -147,7 +151,10 @@ pub fn tools_for(snap: &Snapshot, session: Option<&SessionRecord>) -> (Vec<pb::T
         if session.is_some_and(|s| !s.enables(name)) {
             continue;
         }
-        let live = snap.sidecars.get(name).is_some_and(|m| !m.is_empty());
+        let live = snap
+            .sidecars
+            .get(name)
+            .is_some_and(|m| m.values().any(|s| s.upstream_state == "connected"));
         let Some(cat) = snap.catalogues.get(name).filter(|_| live) else {
             unavailable.push(name.clone());
             continue;
@@ -290,11 +297,23 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::DeleteSessionRequest>,
     ) -> Result<Response<pb::DeleteSessionResponse>, Status> {
+        let id = req.into_inner().session_id;
         self.cp
             .registry
-            .delete_session(&req.into_inner().session_id)
+            .delete_session(&id)
             .await
             .map_err(registry_status)?;
+        // Its pending interactions are cancelled (the sweeper of any
+        // replica does it too, should this fail or this replica die).
+        match self.cp.interactions.cancel_session(&id).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(session = %id, cancelled = n, "session deleted; its open interactions were cancelled")
+            }
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "cancelling a deleted session's interactions failed; the sweeper will")
+            }
+        }
         Ok(Response::new(pb::DeleteSessionResponse {}))
     }
 
@@ -373,6 +392,13 @@ impl EngineService for EngineApi {
         if let Some(meta) = parse_object("meta_json", &r.meta_json)? {
             params["_meta"] = meta;
         }
+        let max_ms = switchyard_sidecar::config::MAX_TIMEOUT_SEC * 1000;
+        if r.timeout_ms > max_ms {
+            return Err(Status::invalid_argument(format!(
+                "timeout_ms: {} is over the maximum {max_ms} (7 days)",
+                r.timeout_ms
+            )));
+        }
         let timeout = if r.timeout_ms > 0 {
             Duration::from_millis(r.timeout_ms)
         } else {
@@ -383,8 +409,25 @@ impl EngineService for EngineApi {
             timeout_ms: timeout.as_millis() as u64,
             session_id: r.session_id.clone(),
             run_id: r.run_id.clone(),
+            roots_json: session
+                .as_ref()
+                .filter(|s| !s.roots.is_empty())
+                .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
+                .unwrap_or_default(),
         };
-        let guard = self.cp.router.track(&r.session_id, &r.call_id);
+        if !r.call_id.is_empty() {
+            check_id("call_id", &r.call_id)?;
+        }
+        let guard = self
+            .cp
+            .router
+            .track(&r.session_id, &r.call_id)
+            .map_err(|_| {
+                Status::already_exists(format!(
+                    "call_id: a call {:?} is already running in this session",
+                    r.call_id
+                ))
+            })?;
         let call = self
             .cp
             .router
@@ -443,6 +486,8 @@ impl EngineService for EngineApi {
         if r.call_id.is_empty() {
             return Err(Status::invalid_argument("call_id: required"));
         }
+        check_id("call_id", &r.call_id)?;
+        check_id("session_id", &r.session_id)?;
         if self.cp.router.cancel(&r.session_id, &r.call_id) {
             return Ok(Response::new(pb::CancelCallResponse { cancelled: true }));
         }
@@ -453,6 +498,34 @@ impl EngineService for EngineApi {
             .await
             .map_err(registry_status)?;
         Ok(Response::new(pb::CancelCallResponse { cancelled: false }))
+    }
+
+    async fn list_interactions(
+        &self,
+        req: Request<pb::ListInteractionsRequest>,
+    ) -> Result<Response<pb::ListInteractionsResponse>, Status> {
+        let r = req.into_inner();
+        let list = self
+            .cp
+            .interactions
+            .list(&r.session_id, r.include_resolved)
+            .await?;
+        Ok(Response::new(pb::ListInteractionsResponse {
+            interactions: list.iter().map(|i| i.to_pb()).collect(),
+        }))
+    }
+
+    async fn answer_interaction(
+        &self,
+        req: Request<pb::AnswerInteractionRequest>,
+    ) -> Result<Response<pb::Interaction>, Status> {
+        let r = req.into_inner();
+        let rec = self
+            .cp
+            .interactions
+            .answer(&r.session_id, &r.interaction_id, &r.action, &r.content_json)
+            .await?;
+        Ok(Response::new(rec.to_pb()))
     }
 
     type SubscribeEventsStream = EventStream;
@@ -466,7 +539,27 @@ impl EngineService for EngineApi {
         let mut changes = self.cp.state.subscribe();
         let state = self.cp.state.clone();
         let shutdown = self.cp.shutdown.clone();
+        // The session's open interactions first (an engine that subscribes
+        // again, perhaps at another replica, sees what still waits), then
+        // changes; `announced` keeps `interaction.required` to one per id.
+        let mut open: Vec<_> = state
+            .snapshot()
+            .interactions
+            .get(&id)
+            .map(|m| {
+                m.values()
+                    .filter(|r| r.status == InteractionStatus::Open)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        open.sort_by_key(|r| r.created_at_ms);
         let stream = async_stream::try_stream! {
+            let mut announced = std::collections::HashSet::new();
+            for rec in open {
+                announced.insert(rec.id.clone());
+                yield interaction_event("interaction.required", &rec);
+            }
             loop {
                 let received = tokio::select! {
                     c = changes.recv() => c,
@@ -493,6 +586,16 @@ impl EngineService for EngineApi {
                             };
                         }
                     }
+                    Change::Interaction(c) if c.session == id => {
+                        if let Some(rec) = c.required() {
+                            if announced.insert(rec.id.clone()) {
+                                yield interaction_event("interaction.required", rec);
+                            }
+                        } else if let Some(rec) = c.resolved() {
+                            announced.remove(&rec.id);
+                            yield interaction_event("interaction.resolved", rec);
+                        }
+                    }
                     Change::SessionDeleted(deleted) if deleted == id => break,
                     _ => {}
                 }
@@ -506,6 +609,43 @@ impl EngineService for EngineApi {
         };
         Ok(Response::new(Box::pin(stream)))
     }
+}
+
+/// An `interaction.*` event: the Interaction in its proto3 JSON form.
+fn interaction_event(kind: &str, rec: &InteractionRecord) -> pb::SessionEvent {
+    pb::SessionEvent {
+        r#type: kind.into(),
+        session_id: rec.session_id.clone(),
+        at_ms: model::now_ms(),
+        data_json: pb_to_json(&rec.to_pb()).to_string(),
+    }
+}
+
+/// An error with its causes (`a: b: c`), without repeats: etcd's reason
+/// (e.g. "request is too large") sits in the source chain.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cur = c.source();
+    }
+    out
+}
+
+/// Ids that become store key segments: 1 to 128 characters, no `/`, no
+/// control characters.
+fn check_id(field: &str, id: &str) -> Result<(), Status> {
+    if id.len() > 128 || id.contains('/') || id.chars().any(char::is_control) {
+        return Err(Status::invalid_argument(format!(
+            "{field}: at most 128 characters, without '/' or control characters"
+        )));
+    }
+    Ok(())
 }
 
 /// A new random id (128 bits, hex).

@@ -3,7 +3,8 @@
 //! stream ends (the sidecar stopped, crashed or lost its connection), the
 //! lease is revoked at once; if this replica dies instead, the lease
 //! expires within its TTL. Either way the server is marked down and calls
-//! to it fail fast.
+//! to it fail fast. `Interact` and `CompleteInteraction` carry a server's
+//! elicitations to the session's user ([`crate::interactions`]).
 
 use crate::ControlPlane;
 use crate::api::admin::spec_to_pb;
@@ -50,13 +51,28 @@ impl SidecarRegistry for SidecarApi {
         req: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
         let r = req.into_inner();
-        if r.sidecar_id.is_empty() || r.sidecar_id.contains('/') {
+        if r.sidecar_id.is_empty()
+            || r.sidecar_id.len() > 256
+            || !r
+                .sidecar_id
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'/')
+        {
             return Err(Status::invalid_argument(
-                "sidecar_id: required, without '/'",
+                "sidecar_id: 1 to 256 visible ASCII characters, without '/'",
             ));
         }
-        if r.call_address.is_empty() {
-            return Err(Status::invalid_argument("call_address: required"));
+        match r.call_address.parse::<http::Uri>() {
+            Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {}
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "call_address: {:?} is not an http(s)://host:port URL",
+                    r.call_address.chars().take(200).collect::<String>()
+                )));
+            }
+        }
+        if r.version.len() > 256 {
+            return Err(Status::invalid_argument("version: at most 256 characters"));
         }
         let rec = SidecarRecord {
             server: r.server.clone(),
@@ -85,6 +101,39 @@ impl SidecarRegistry for SidecarApi {
             lease_ttl_seconds: ttl.as_secs() as u32,
             spec,
         }))
+    }
+
+    async fn interact(
+        &self,
+        req: Request<pb::InteractRequest>,
+    ) -> Result<Response<pb::InteractResponse>, Status> {
+        let r = req.into_inner();
+        let request = crate::interactions::InteractRequest {
+            interaction_id: r.interaction_id,
+            server: r.server,
+            session_id: r.session_id,
+            run_id: r.run_id,
+            tool: r.tool,
+            kind: r.kind,
+            params_json: r.params_json,
+        };
+        let result = self.cp.interactions.interact(&request).await?;
+        Ok(Response::new(pb::InteractResponse {
+            result_json: result.to_string(),
+        }))
+    }
+
+    async fn complete_interaction(
+        &self,
+        req: Request<pb::CompleteInteractionRequest>,
+    ) -> Result<Response<pb::CompleteInteractionResponse>, Status> {
+        let r = req.into_inner();
+        let found = self
+            .cp
+            .interactions
+            .complete(&r.server, &r.session_id, &r.elicitation_id)
+            .await?;
+        Ok(Response::new(pb::CompleteInteractionResponse { found }))
     }
 
     type ReportStream = ControlStream;
@@ -199,8 +248,32 @@ async fn handle_report(
                 .enumerate()
                 .map(|(i, t)| parse_json(&format!("catalogue.tools_json[{i}]"), t))
                 .collect::<Result<Vec<_>, _>>()?;
+            let mut names = std::collections::HashSet::new();
+            for (i, t) in tools.iter().enumerate() {
+                let name = t.get("name").and_then(Value::as_str).unwrap_or("");
+                if !t.is_object() || name.is_empty() {
+                    return Err(Status::invalid_argument(format!(
+                        "catalogue.tools_json[{i}]: a tool definition is an object with a non-empty string `name`"
+                    )));
+                }
+                if !names.insert(name) {
+                    return Err(Status::invalid_argument(format!(
+                        "catalogue.tools_json[{i}]: tool name {name:?} appears twice"
+                    )));
+                }
+            }
             let capabilities = parse_json("catalogue.capabilities_json", &c.capabilities_json)?;
+            if !(capabilities.is_object() || capabilities.is_null()) {
+                return Err(Status::invalid_argument(
+                    "catalogue.capabilities_json: must be a JSON object",
+                ));
+            }
             let server_info = parse_json("catalogue.server_info_json", &c.server_info_json)?;
+            if !(server_info.is_object() || server_info.is_null()) {
+                return Err(Status::invalid_argument(
+                    "catalogue.server_info_json: must be a JSON object",
+                ));
+            }
             let changed = cp
                 .registry
                 .update_catalogue(server, tools, capabilities, server_info, c.protocol_version)

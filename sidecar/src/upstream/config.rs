@@ -12,6 +12,9 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 /// treating the server as legacy (basic/transports/stdio, "Backward
 /// Compatibility": "does not respond within a reasonable timeout").
 pub const DEFAULT_DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default limit on multi round-trip retries of one request (2026-07-28
+/// `input_required` results).
+pub const DEFAULT_MAX_INPUT_ROUNDS: u32 = 8;
 
 /// How to reach the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,6 +146,12 @@ pub struct UpstreamConfig {
     pub client_name: String,
     /// `clientInfo` we present: version.
     pub client_version: String,
+    /// How often one `tools/call`, `prompts/get` or `resources/read` is
+    /// retried for an `input_required` result before it fails (default 8).
+    pub max_input_rounds: u32,
+    /// Whether the session handles interactions (and so declares
+    /// elicitation and roots); set by [`super::Upstream::with_interactions`].
+    pub(crate) interactive: bool,
 }
 
 impl UpstreamConfig {
@@ -158,6 +167,8 @@ impl UpstreamConfig {
             restart: RestartPolicy::default(),
             client_name: "switchyard".into(),
             client_version: env!("CARGO_PKG_VERSION").into(),
+            max_input_rounds: DEFAULT_MAX_INPUT_ROUNDS,
+            interactive: false,
         }
     }
 }

@@ -130,6 +130,14 @@ impl Transport {
         }
     }
 
+    /// Listens on the standalone GET stream (Streamable HTTP, 2025-11-25;
+    /// see [`HttpConnection::listen`]); nothing for stdio.
+    pub fn listen(&self, version: &str) {
+        if let Kind::Http(h) = &self.kind {
+            h.listen(era::legacy_headers(version));
+        }
+    }
+
     /// Whether the connection can still carry requests.
     pub fn is_alive(&self) -> bool {
         match &self.kind {
@@ -141,6 +149,14 @@ impl Transport {
     /// Whether the transport is HTTP.
     pub fn is_http(&self) -> bool {
         matches!(self.kind, Kind::Http(_))
+    }
+
+    /// The `MCP-Session-Id` the server assigned (Streamable HTTP).
+    pub fn http_session_id(&self) -> Option<String> {
+        match &self.kind {
+            Kind::Stdio(_) => None,
+            Kind::Http(h) => h.session_id(),
+        }
     }
 
     /// The process id (stdio).

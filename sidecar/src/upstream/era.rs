@@ -17,6 +17,11 @@ use super::jsonrpc;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+/// Longest wait for the `initialize` answer: a server that never completes
+/// its handshake is reported instead of holding every call for the full
+/// request timeout.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The modern protocol version we speak.
 pub const MODERN_VERSION: &str = "2026-07-28";
 /// The legacy version we ask for in `initialize`.
@@ -73,10 +78,16 @@ impl Negotiated {
     }
 }
 
-/// The client capabilities we declare. None yet: elicitation and roots
-/// join with the interactions stage; sampling is never declared.
-pub fn client_capabilities() -> Value {
-    json!({})
+/// The client capabilities we declare: elicitation (form and URL) and
+/// roots when the session handles interactions
+/// ([`crate::elicitation::capabilities`]), else none. Sampling is never
+/// declared.
+pub fn client_capabilities(config: &UpstreamConfig) -> Value {
+    if config.interactive {
+        crate::elicitation::capabilities()
+    } else {
+        json!({})
+    }
 }
 
 /// The modern per-request `_meta` entries.
@@ -87,7 +98,7 @@ pub fn modern_meta(config: &UpstreamConfig) -> Map<String, Value> {
         META_CLIENT_INFO.into(),
         json!({"name": config.client_name, "version": config.client_version}),
     );
-    m.insert(META_CLIENT_CAPABILITIES.into(), client_capabilities());
+    m.insert(META_CLIENT_CAPABILITIES.into(), client_capabilities(config));
     m
 }
 
@@ -234,7 +245,7 @@ async fn initialize(
 ) -> Result<Negotiated, UpstreamError> {
     let params = json!({
         "protocolVersion": LEGACY_VERSION,
-        "capabilities": client_capabilities(),
+        "capabilities": client_capabilities(config),
         "clientInfo": {"name": config.client_name, "version": config.client_version},
     });
     let result = transport
@@ -242,7 +253,7 @@ async fn initialize(
             "initialize",
             Some(params),
             &Vec::new(),
-            config.request_timeout,
+            config.request_timeout.min(HANDSHAKE_TIMEOUT),
         )
         .await?;
     let version = result
@@ -267,6 +278,11 @@ async fn initialize(
             &legacy_headers(&version),
         )
         .await?;
+    if config.interactive {
+        // Server requests not tied to one of ours arrive on the standalone
+        // stream (a no-op for stdio).
+        transport.listen(&version);
+    }
     Ok(Negotiated {
         era: Era::Legacy,
         protocol_version: version,

@@ -81,7 +81,7 @@ pub enum UpstreamError {
         body: String,
     },
     /// A network or I/O failure talking to the server.
-    #[error("server {server}: {context}: {source}")]
+    #[error("server {server}: {context}: {}", chain(.source.as_ref()))]
     Io {
         /// Server name.
         server: String,
@@ -139,6 +139,23 @@ pub enum UpstreamError {
         /// Server name.
         server: String,
     },
+}
+
+/// An error and its causes, `a: b: c`, without repeating a cause that the
+/// outer message already contains (reqwest's "error sending request" hides
+/// "connection refused" in its sources).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cur = c.source();
+    }
+    out
 }
 
 fn stderr_hint(tail: &str) -> String {

@@ -10,7 +10,9 @@
 //! gone ([`UpstreamError::SessionExpired`]). A 2025-11-25 SSE stream that
 //! ends before the response is resumed with GET and `Last-Event-ID`, after
 //! the server's `retry` delay. Bodies and events are bounded by
-//! `max_message_bytes`.
+//! `max_message_bytes`. A 2025-11-25 session that handles interactions
+//! also listens on the standalone GET stream ([`HttpConnection::listen`]),
+//! where a server sends requests and notifications not tied to one of ours.
 
 use super::error::UpstreamError;
 use super::inbound::Inbound;
@@ -50,6 +52,14 @@ pub struct HttpConnection {
     max_message_bytes: usize,
     inbound: Arc<Inbound>,
     metrics: ServerMetrics,
+    /// Stops the standalone GET stream.
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for HttpConnection {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 impl std::fmt::Debug for HttpConnection {
@@ -100,6 +110,7 @@ impl HttpConnection {
             max_message_bytes,
             inbound,
             metrics,
+            stop: tokio_util::sync::CancellationToken::new(),
         })
     }
 
@@ -254,6 +265,7 @@ impl HttpConnection {
     /// Ends the session (HTTP DELETE), best effort.
     pub async fn close(&self) {
         self.alive.store(false, Ordering::Relaxed);
+        self.stop.cancel();
         let Some(sid) = self.session_id() else { return };
         let req = self
             .client
@@ -473,6 +485,114 @@ impl HttpConnection {
             });
         }
         Ok(self.events(resp))
+    }
+
+    /// Opens the standalone GET stream (2025-11-25 transports, "Listening
+    /// for Messages from the Server") in the background and keeps it open:
+    /// server requests on it are answered by POST, notifications fanned
+    /// out. When it ends it is reopened (with `Last-Event-ID` when the
+    /// server gave event ids) after the server's `retry` delay, backing
+    /// off while it yields nothing. A server without one (405, or any other
+    /// refusal) is left alone. Stops when the session is closed.
+    pub fn listen(self: &Arc<Self>, headers: ExtraHeaders) {
+        let weak = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        tokio::spawn(
+            async move {
+                let mut last_event_id = String::new();
+                let mut retry = DEFAULT_RETRY;
+                let mut idle_rounds = 0u32;
+                loop {
+                    let request = {
+                        let Some(conn) = weak.upgrade() else { return };
+                        if !conn.is_alive() {
+                            return;
+                        }
+                        let mut req = conn
+                            .client
+                            .get(conn.url.clone())
+                            .headers(conn.static_headers.clone())
+                            .header(ACCEPT, "text/event-stream");
+                        if let Some(sid) = conn.session_id() {
+                            req = req.header(SESSION_ID, sid);
+                        }
+                        if !last_event_id.is_empty() {
+                            req = req.header("last-event-id", last_event_id.as_str());
+                        }
+                        for (k, v) in &headers {
+                            req = req.header(k.as_str(), v.as_str());
+                        }
+                        req
+                    };
+                    let resp = tokio::select! {
+                        r = request.send() => r,
+                        () = stop.cancelled() => return,
+                    };
+                    let events = match resp {
+                        Ok(resp)
+                            if resp.status().is_success()
+                                && media_type(resp.headers()).as_deref()
+                                    == Some("text/event-stream") =>
+                        {
+                            let Some(conn) = weak.upgrade() else { return };
+                            conn.events(resp)
+                        }
+                        Ok(resp) => {
+                            tracing::debug!(status = resp.status().as_u16(), "the server offers no standalone event stream");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "opening the standalone event stream failed");
+                            idle_rounds += 1;
+                            if idle_rounds > MAX_RESUMES_WITHOUT_PROGRESS {
+                                return;
+                            }
+                            tokio::time::sleep(retry * idle_rounds).await;
+                            continue;
+                        }
+                    };
+                    tracing::debug!("listening on the standalone event stream");
+                    let mut events = events;
+                    let mut progressed = false;
+                    loop {
+                        let ev = tokio::select! {
+                            ev = events.next() => ev,
+                            () = stop.cancelled() => return,
+                        };
+                        let Some(Ok(ev)) = ev else { break };
+                        progressed = true;
+                        if !ev.id.is_empty() {
+                            last_event_id = ev.id.clone();
+                        }
+                        if let Some(r) = ev.retry {
+                            retry = r;
+                        }
+                        if ev.data.trim().is_empty() {
+                            continue;
+                        }
+                        let Some(conn) = weak.upgrade() else { return };
+                        let Ok(msg) = serde_json::from_str::<Value>(&ev.data) else {
+                            conn.metrics.skipped("not_json");
+                            continue;
+                        };
+                        if conn.dispatch(&Value::Null, msg, &headers).is_some() {
+                            tracing::debug!("dropping a response on the standalone event stream");
+                        }
+                    }
+                    idle_rounds = if progressed { 0 } else { idle_rounds + 1 };
+                    if idle_rounds > MAX_RESUMES_WITHOUT_PROGRESS {
+                        tracing::debug!("the standalone event stream keeps ending without events; giving up");
+                        return;
+                    }
+                    let delay = (retry * 2u32.pow(idle_rounds)).min(Duration::from_secs(30));
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = stop.cancelled() => return,
+                    }
+                }
+            }
+            .in_current_span(),
+        );
     }
 
     /// Routes one incoming message; returns it if it is the response to `id`.

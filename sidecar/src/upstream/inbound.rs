@@ -2,13 +2,16 @@
 //! subscribers) and server-to-client requests (2025-11-25 only; 2026-07-28
 //! replaced them with multi round-trip results).
 //!
-//! Today the session answers `ping` and refuses every other request with
-//! -32601: it declares no client capabilities yet, and sampling is never
-//! declared (design §4). Elicitation and roots join with the interactions
-//! stage.
+//! The session answers `ping` itself. `elicitation/create` and `roots/list`
+//! go to the interactions stage ([`Relay`]) when the session declared them;
+//! every other request (sampling, which is never declared, included) is
+//! refused with -32601. `notifications/elicitation/complete` is passed to
+//! the stage too, and fanned out like every notification.
 
 use super::jsonrpc;
+use crate::elicitation::Relay;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use tokio::sync::broadcast;
 
 /// Capacity of the notification fan-out; a subscriber that falls this far
@@ -20,14 +23,16 @@ const NOTIFICATION_BUFFER: usize = 256;
 pub struct Inbound {
     server: String,
     notifications: broadcast::Sender<Value>,
+    relay: Arc<Relay>,
 }
 
 impl Inbound {
-    /// A dispatcher for `server`.
-    pub fn new(server: &str) -> Self {
+    /// A dispatcher for `server`, answering server requests through `relay`.
+    pub fn new(server: &str, relay: Arc<Relay>) -> Self {
         Inbound {
             server: server.to_owned(),
             notifications: broadcast::channel(NOTIFICATION_BUFFER).0,
+            relay,
         }
     }
 
@@ -40,6 +45,7 @@ impl Inbound {
     /// server-everything does with `notifications/tools/list_changed`).
     pub fn notification(&self, msg: Value) {
         tracing::debug!(server = %self.server, method = %msg["method"], "notification from server");
+        self.relay.notification(&msg);
         // No subscriber is fine: nobody is interested yet.
         let _ = self.notifications.send(msg);
     }
@@ -53,6 +59,14 @@ impl Inbound {
             // basic/utilities/ping: "The receiver MUST respond promptly with an empty response."
             "ping" => jsonrpc::result_response(&id, json!({})),
             other => {
+                let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
+                match self.relay.server_request(other, params).await {
+                    Some(Ok(result)) => return jsonrpc::result_response(&id, result),
+                    Some(Err((code, message))) => {
+                        return jsonrpc::error_response(&id, code, &message);
+                    }
+                    None => {}
+                }
                 tracing::info!(server = %self.server, method = %other, "refusing server request: capability not declared");
                 jsonrpc::error_response(
                     &id,

@@ -14,6 +14,13 @@
 //!
 //! Everything is `serde_json::Value`: tool definitions and results come
 //! back exactly as the server sent them.
+//!
+//! Calls made with a [`CallContext`] ([`Upstream::call_tool_in`],
+//! [`Upstream::request_in`]) take part in interactions
+//! ([`crate::elicitation`]): the server's questions are attributed to the
+//! call's session, a 2026-07-28 `input_required` result is answered and the
+//! request retried, and a -32042 error becomes URL interactions and one
+//! retry.
 
 pub mod config;
 pub mod connection;
@@ -34,6 +41,7 @@ pub use era::{Era, Negotiated};
 pub use error::UpstreamError;
 pub use metrics::{ServerMetrics, UpstreamMetrics};
 
+use crate::elicitation::{self, CallContext, Interactions, Relay};
 use connection::Connection;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -78,6 +86,8 @@ struct Inner {
     dropped: tokio_util::sync::CancellationToken,
     /// What [`Upstream::link`] reports.
     link: watch::Sender<Link>,
+    /// Calls in flight and the answers to the server's questions.
+    relay: Arc<Relay>,
 }
 
 /// The state of the connection as [`Upstream::link`] reports it.
@@ -108,21 +118,80 @@ impl std::fmt::Debug for Upstream {
 
 impl Upstream {
     /// A session for `config`; nothing starts until the first request (or
-    /// [`Upstream::connect`]). Errors: the HTTP client cannot be built.
+    /// [`Upstream::connect`]). It declares no client capabilities and
+    /// refuses the server's questions. Errors: the HTTP client cannot be
+    /// built.
     pub fn new(config: UpstreamConfig, metrics: &UpstreamMetrics) -> Result<Self, UpstreamError> {
-        let http_client = match &config.transport {
-            TransportConfig::Http(_) => Some(
+        let metrics = metrics.server(&config.name);
+        Self::build(Arc::new(config), metrics, None, None, None)
+    }
+
+    /// A session that handles interactions: it declares elicitation (form
+    /// and URL) and roots, and asks `interactions.handler` on behalf of the
+    /// calls' sessions.
+    pub fn with_interactions(
+        mut config: UpstreamConfig,
+        metrics: &UpstreamMetrics,
+        interactions: Interactions,
+    ) -> Result<Self, UpstreamError> {
+        config.interactive = true;
+        let metrics = metrics.server(&config.name);
+        Self::build(Arc::new(config), metrics, Some(interactions), None, None)
+    }
+
+    /// Another session to the same server, with the same configuration and
+    /// interactions, whose connection belongs to `session_id`: the server's
+    /// questions on it are that session's (Streamable HTTP: one connection
+    /// per server and session).
+    pub fn for_session(&self, session_id: &str) -> Result<Self, UpstreamError> {
+        // The server's era is known once this session negotiated: no probe.
+        let config = match self.negotiated().map(|n| n.era) {
+            Some(era) if self.inner.config.era == EraPreference::Auto => {
+                let mut c = (*self.inner.config).clone();
+                c.era = match era {
+                    Era::Modern => EraPreference::Modern,
+                    Era::Legacy => EraPreference::Legacy,
+                };
+                Arc::new(c)
+            }
+            _ => self.inner.config.clone(),
+        };
+        Self::build(
+            config,
+            self.inner.metrics.clone(),
+            self.inner.relay.interactions().cloned(),
+            Some(session_id.to_owned()),
+            self.inner.http_client.clone(),
+        )
+    }
+
+    fn build(
+        config: Arc<UpstreamConfig>,
+        metrics: ServerMetrics,
+        interactions: Option<Interactions>,
+        bound_session: Option<String>,
+        http_client: Option<reqwest::Client>,
+    ) -> Result<Self, UpstreamError> {
+        let http_client = match (&config.transport, http_client) {
+            (TransportConfig::Http(_), Some(client)) => Some(client),
+            (TransportConfig::Http(_), None) => Some(
                 http::client()
                     .map_err(|e| UpstreamError::io(&config.name, "building the HTTP client", e))?,
             ),
-            TransportConfig::Stdio(_) => None,
+            (TransportConfig::Stdio(_), _) => None,
         };
-        let span = tracing::info_span!("upstream", server = %config.name);
+        let span = match &bound_session {
+            Some(session) => {
+                tracing::info_span!("upstream", server = %config.name, session = %session)
+            }
+            None => tracing::info_span!("upstream", server = %config.name),
+        };
+        let relay = Arc::new(Relay::new(&config.name, interactions, bound_session));
         Ok(Upstream {
             inner: Arc::new(Inner {
-                inbound: Arc::new(Inbound::new(&config.name)),
-                metrics: metrics.server(&config.name),
-                config: Arc::new(config),
+                inbound: Arc::new(Inbound::new(&config.name, relay.clone())),
+                metrics,
+                config,
                 ids: Arc::new(AtomicU64::new(1)),
                 http_client,
                 state: Mutex::new(State::Idle { failures: 0 }),
@@ -130,8 +199,29 @@ impl Upstream {
                 attempts: AtomicU64::new(0),
                 dropped: tokio_util::sync::CancellationToken::new(),
                 link: watch::Sender::new(Link::default()),
+                relay,
             }),
         })
+    }
+
+    /// Whether the session handles interactions (see
+    /// [`Upstream::with_interactions`]).
+    pub fn interactive(&self) -> bool {
+        self.inner.relay.interactive()
+    }
+
+    /// The contexts of the calls in flight, oldest first.
+    pub fn calls_in_flight(&self) -> Vec<CallContext> {
+        self.inner.relay.in_flight()
+    }
+
+    /// The `MCP-Session-Id` the server assigned to the current Streamable
+    /// HTTP connection, if any.
+    pub fn http_session_id(&self) -> Option<String> {
+        match &*self.inner.state.lock().unwrap() {
+            State::Ready { conn, .. } => conn.transport().http_session_id(),
+            _ => None,
+        }
     }
 
     /// The server's name.
@@ -219,35 +309,155 @@ impl Upstream {
         }
     }
 
-    /// Calls a tool. `params` is the whole `tools/call` params object
-    /// (`name`, `arguments`, `_meta`, anything else), forwarded as given;
-    /// the result is the raw `CallToolResult`. An `isError` result is a
-    /// successful call here. Counted in the call metrics by tool and outcome.
+    /// Calls a tool outside any session: [`Upstream::call_tool_in`] with an
+    /// empty context.
     pub async fn call_tool(&self, params: Value) -> Result<Value, UpstreamError> {
+        self.call_tool_in(params, &CallContext::default()).await
+    }
+
+    /// Calls a tool for the call in `context`. `params` is the whole
+    /// `tools/call` params object (`name`, `arguments`, `_meta`, anything
+    /// else), forwarded as given; the result is the raw `CallToolResult`.
+    /// An `isError` result is a successful call here. Interactions as in
+    /// [`Upstream::request_in`]. Counted in the call metrics by tool and
+    /// outcome.
+    pub async fn call_tool_in(
+        &self,
+        params: Value,
+        context: &CallContext,
+    ) -> Result<Value, UpstreamError> {
         let tool = params
             .get("name")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned();
         let started = Instant::now();
-        let mut result = self.request("tools/call", Some(params.clone())).await;
-        if let Err(UpstreamError::Rpc {
-            code: jsonrpc::HEADER_MISMATCH,
-            ..
-        }) = &result
-        {
-            // The tool's x-mcp-header annotations may have changed: re-list
-            // and retry once (streamable-http, "Client Behavior").
-            if self.list_tools().await.is_ok() {
-                result = self.request("tools/call", Some(params)).await;
-            }
-        }
+        let result = self.request_in("tools/call", params, context).await;
         let outcome = match &result {
             Ok(r) if r.get("isError") == Some(&Value::Bool(true)) => "tool_error",
             Ok(_) => "ok",
             Err(e) => e.outcome(),
         };
         self.inner.metrics.call(&tool, outcome, started.elapsed());
+        result
+    }
+
+    /// Sends `tools/call`, `prompts/get` or `resources/read` (any other
+    /// method is sent once, like [`Upstream::request`]) for the call in
+    /// `context`, which is in flight until this returns:
+    ///
+    /// - 2025-11-25 server requests meanwhile may be attributed to it;
+    /// - an `input_required` result (2026-07-28) is answered from the
+    ///   context and the request retried with a new id, the original
+    ///   params plus `inputResponses` and the `requestState` exactly as
+    ///   received, while the server asks, up to `max_input_rounds` retries;
+    /// - a -32042 error's URL elicitations are asked in the context's
+    ///   session; if all are accepted the request is retried once,
+    ///   otherwise the error is returned as is (`data` intact).
+    pub async fn request_in(
+        &self,
+        method: &str,
+        params: Value,
+        context: &CallContext,
+    ) -> Result<Value, UpstreamError> {
+        let mut context = context.clone();
+        if context.tool.is_empty() {
+            let key = if method == "resources/read" {
+                "uri"
+            } else {
+                "name"
+            };
+            if let Some(name) = params.get(key).and_then(Value::as_str) {
+                context.tool = name.to_owned();
+            }
+        }
+        let _in_flight = self.inner.relay.enter(context.clone());
+        let result = self.rounds(method, &params, &context).await;
+        if let Err(UpstreamError::Rpc {
+            code: elicitation::URL_ELICITATION_REQUIRED,
+            data,
+            ..
+        }) = &result
+            && self
+                .inner
+                .relay
+                .url_elicitations_required(&context, data.as_ref())
+                .instrument(self.inner.span.clone())
+                .await
+        {
+            tracing::info!(parent: &self.inner.span, %method, tool = %context.tool, "URL elicitations accepted; retrying the request once");
+            return self.rounds(method, &params, &context).await;
+        }
+        result
+    }
+
+    /// The multi round-trip loop (2026-07-28 basic/patterns/mrtr).
+    async fn rounds(
+        &self,
+        method: &str,
+        params: &Value,
+        context: &CallContext,
+    ) -> Result<Value, UpstreamError> {
+        let multi_round = matches!(method, "tools/call" | "prompts/get" | "resources/read");
+        let mut retry: Option<Value> = None;
+        let mut round = 0;
+        loop {
+            let result = self.send(method, retry.as_ref().unwrap_or(params)).await?;
+            if !multi_round
+                || result.get("resultType").and_then(Value::as_str) != Some("input_required")
+            {
+                return Ok(result);
+            }
+            if round >= self.inner.config.max_input_rounds {
+                return Err(UpstreamError::protocol(
+                    self.name(),
+                    format!(
+                        "{method}: the server still asks for input after {round} rounds (the limit)"
+                    ),
+                ));
+            }
+            round += 1;
+            let mut next = params.clone();
+            let Some(fields) = next.as_object_mut() else {
+                return Err(UpstreamError::protocol(
+                    self.name(),
+                    format!("{method}: cannot answer input_required: the params are not an object"),
+                ));
+            };
+            if let Some(requests) = result.get("inputRequests") {
+                let responses = self
+                    .inner
+                    .relay
+                    .answer_inputs(requests, context)
+                    .instrument(self.inner.span.clone())
+                    .await?;
+                fields.insert("inputResponses".into(), responses);
+            }
+            // Echoed exactly, never inspected; absent stays absent.
+            if let Some(state) = result.get("requestState") {
+                fields.insert("requestState".into(), state.clone());
+            }
+            retry = Some(next);
+            tracing::debug!(parent: &self.inner.span, %method, round, "retrying with the server's requested input");
+        }
+    }
+
+    /// One request; a `tools/call` answered with `HeaderMismatch` is
+    /// retried once after re-listing the tools.
+    async fn send(&self, method: &str, params: &Value) -> Result<Value, UpstreamError> {
+        let result = self.request(method, Some(params.clone())).await;
+        if method == "tools/call"
+            && let Err(UpstreamError::Rpc {
+                code: jsonrpc::HEADER_MISMATCH,
+                ..
+            }) = &result
+        {
+            // The tool's x-mcp-header annotations may have changed: re-list
+            // and retry once (streamable-http, "Client Behavior").
+            if self.list_tools().await.is_ok() {
+                return self.request(method, Some(params.clone())).await;
+            }
+        }
         result
     }
 

@@ -87,6 +87,18 @@ impl StdioConnection {
             // too (`npx` starts `node`, a shell script starts the server).
             .process_group(0);
         if let Some(cwd) = &config.cwd {
+            // Checked first: a missing working directory makes spawn fail
+            // with an ENOENT that would blame the command.
+            if !cwd.is_dir() {
+                return Err(UpstreamError::Spawn {
+                    server: server.to_owned(),
+                    command: config.command_line(),
+                    source: Arc::new(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("working directory {} does not exist", cwd.display()),
+                    )),
+                });
+            }
             cmd.current_dir(cwd);
         }
         let mut child = cmd.spawn().map_err(|e| UpstreamError::Spawn {
@@ -290,6 +302,7 @@ async fn read_loop(
         BufReader::with_capacity(64 * 1024, stdout),
         max_message_bytes,
     );
+    let mut noise: u64 = 0;
     loop {
         let frame = match reader.next_frame().await {
             Ok(Some(frame)) => frame,
@@ -324,7 +337,10 @@ async fn read_loop(
                 }
                 let Ok(msg) = serde_json::from_slice::<Value>(&line) else {
                     metrics.skipped("not_json");
-                    tracing::warn!(line = %jsonrpc::preview(&line, 200), "skipping a stdout line that is not JSON");
+                    noise += 1;
+                    if log_noise(noise) {
+                        tracing::warn!(line = %jsonrpc::preview(&line, 200), skipped_so_far = noise, "skipping a stdout line that is not JSON");
+                    }
                     continue;
                 };
                 match jsonrpc::classify(&msg) {
@@ -357,12 +373,22 @@ async fn read_loop(
                     }
                     None => {
                         metrics.skipped("not_jsonrpc");
-                        tracing::warn!(line = %jsonrpc::preview(&line, 200), "skipping a stdout line that is not JSON-RPC");
+                        noise += 1;
+                        if log_noise(noise) {
+                            tracing::warn!(line = %jsonrpc::preview(&line, 200), skipped_so_far = noise, "skipping a stdout line that is not JSON-RPC");
+                        }
                     }
                 }
             }
         }
     }
+}
+
+/// Skipped stdout lines are all counted in metrics, but only the first 20
+/// and then every 1000th are logged, so a server spewing garbage cannot
+/// flood the log.
+fn log_noise(n: u64) -> bool {
+    n <= 20 || n.is_multiple_of(1000)
 }
 
 async fn stderr_loop(stderr: tokio::process::ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {

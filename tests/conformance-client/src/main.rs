@@ -6,12 +6,64 @@
 //! `MCP_CONFORMANCE_SCENARIO` set (and `MCP_CONFORMANCE_CONTEXT` for
 //! scenarios that name the calls to make). Exit status 0 means the client
 //! did everything the scenario expects; the suite judges the wire traffic.
+//!
+//! The session handles interactions like the gateway's does, with an
+//! in-process user ([`DefaultsUser`]) who accepts every form with the
+//! schema's defaults and every URL.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use std::time::Duration;
+use switchyard_sidecar::audit::Audit;
+use switchyard_sidecar::elicitation::{
+    CallContext, Interaction, InteractionHandler, InteractionKind, Interactions,
+};
 use switchyard_sidecar::upstream::{
     HttpConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
 };
+
+/// A user who accepts: a form with every default its schema gives
+/// (SEP-1034), a URL as is.
+#[derive(Debug)]
+struct DefaultsUser;
+
+impl InteractionHandler for DefaultsUser {
+    fn interact(&self, interaction: Interaction) -> futures::future::BoxFuture<'static, Value> {
+        let answer = match interaction.kind {
+            InteractionKind::Url => json!({"action": "accept"}),
+            InteractionKind::Form => {
+                let mut content = Map::new();
+                let properties = &interaction.params["requestedSchema"]["properties"];
+                for (name, schema) in properties.as_object().into_iter().flatten() {
+                    if let Some(default) = schema.get("default") {
+                        content.insert(name.clone(), default.clone());
+                    }
+                }
+                json!({"action": "accept", "content": content})
+            }
+        };
+        tracing::info!(kind = interaction.kind.as_str(), %answer, "answering an elicitation");
+        Box::pin(async move { answer })
+    }
+
+    fn complete(
+        &self,
+        _server: &str,
+        _context: &CallContext,
+        elicitation_id: &str,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        tracing::info!(%elicitation_id, "URL elicitation completed");
+        Box::pin(async {})
+    }
+}
+
+/// The one session the client's calls belong to.
+fn context() -> CallContext {
+    CallContext {
+        session_id: "conformance".into(),
+        ..CallContext::default()
+    }
+}
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -55,8 +107,12 @@ async fn run() -> Result<()> {
     config.request_timeout = Duration::from_secs(20);
     config.discover_timeout = Duration::from_secs(5);
     config.restart.eager = false;
-    let upstream =
-        Upstream::new(config, &UpstreamMetrics::unregistered()).map_err(|e| e.to_string())?;
+    let upstream = Upstream::with_interactions(
+        config,
+        &UpstreamMetrics::unregistered(),
+        Interactions::new(Arc::new(DefaultsUser), Audit::to_log()),
+    )
+    .map_err(|e| e.to_string())?;
     let negotiated = upstream.connect().await.map_err(|e| e.to_string())?;
     tracing::info!(%scenario, era = ?negotiated.era, version = %negotiated.protocol_version, "connected");
 
@@ -114,6 +170,13 @@ async fn scenario_steps(upstream: &Upstream, scenario: &str, context: &Value) ->
             )
             .await?;
         }
+        "elicitation-sep1034-client-defaults" | "sep-2322-client-request-state" => {
+            // The server asks while the call is in flight (2025-11-25) or
+            // in the call's result (2026-07-28): the session relays it.
+            for t in &tools {
+                call(upstream, name_of(t), json!({})).await?;
+            }
+        }
         // initialize, request-metadata, json-schema-ref-no-deref and any
         // other scenario: negotiating and listing is the whole job.
         _ => {}
@@ -127,7 +190,7 @@ fn name_of(tool: &Value) -> &str {
 
 async fn call(upstream: &Upstream, name: &str, arguments: Value) -> Result<Value> {
     upstream
-        .call_tool(json!({"name": name, "arguments": arguments}))
+        .call_tool_in(json!({"name": name, "arguments": arguments}), &context())
         .await
         .map_err(|e| e.to_string())
 }

@@ -24,19 +24,27 @@ use std::borrow::Cow;
 use axum::{
     body::{Body, to_bytes},
     extract::{Request, State},
-    http::StatusCode,
+    http::{StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
 use rmcp::{
     ErrorData, RoleServer,
     model::{
-        ClientJsonRpcMessage, ClientRequest, ConstString, DiscoverRequestMethod, ErrorCode,
-        InitializeResultMethod, ProtocolVersion, ServerJsonRpcMessage,
+        ClientJsonRpcMessage, ClientRequest, ConstString, CustomResult, DiscoverRequestMethod,
+        ErrorCode, InitializeResultMethod, ProtocolVersion, ServerJsonRpcMessage, ServerResult,
     },
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
 };
+
+use crate::interactions;
+
+/// Whether a request of this negotiated version uses the 2026-07-28
+/// lifecycle (per-request `_meta`, MRTR instead of server-to-client requests).
+pub fn is_modern(version: Option<&ProtocolVersion>) -> bool {
+    version.is_some_and(|version| *version >= ProtocolVersion::V_2026_07_28)
+}
 
 /// Which protocol era(s) the server speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -113,8 +121,9 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for EraGate<T> {
 
     fn send(
         &mut self,
-        item: TxJsonRpcMessage<RoleServer>,
+        mut item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        fix_outgoing(&mut item);
         self.inner.send(item)
     }
 
@@ -170,6 +179,48 @@ pub async fn gate_http(State(era): State<Era>, request: Request, next: Next) -> 
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+/// Rewrites a response whose rmcp serialisation departs from the spec
+/// (see [`interactions::strip_empty_elicitation_ids`]) into the raw JSON it
+/// should be.
+fn fix_outgoing(message: &mut ServerJsonRpcMessage) {
+    if let ServerJsonRpcMessage::Response(response) = message
+        && let ServerResult::InputRequiredResult(_) = &response.result
+        && let Ok(mut value) = serde_json::to_value(&response.result)
+        && interactions::strip_empty_elicitation_ids(&mut value)
+    {
+        response.result = ServerResult::CustomResult(CustomResult(value));
+    }
+}
+
+/// Axum middleware doing [`fix_outgoing`]'s job on Streamable HTTP JSON
+/// responses (2026-07-28 answers are JSON, not SSE, on this server). Only
+/// installed with `--interactions`, the only source of such results.
+pub async fn fix_http_response(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = to_bytes(body, MAX_BODY_BYTES).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let may_need_fixing = bytes.windows(16).any(|w| w == b"\"input_required\"");
+    if may_need_fixing
+        && let Ok(mut message) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        && let Some(result) = message.get_mut("result")
+        && interactions::strip_empty_elicitation_ids(result)
+    {
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, Body::from(message.to_string()));
+    }
+    Response::from_parts(parts, Body::from(bytes))
 }
 
 /// Largest request body accepted over HTTP (rmcp's default).

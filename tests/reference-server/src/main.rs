@@ -4,11 +4,14 @@
 //! benchmarks put behind the gateway. It serves stdio (default) or Streamable
 //! HTTP at `/mcp`, in exactly one protocol era — the legacy `initialize`
 //! handshake (2025-11-25) or modern `server/discover` + per-request `_meta`
-//! (2026-07-28) — or both (`dual`). Logs go to stderr; stdout is the stdio
-//! transport.
+//! (2026-07-28) — or both (`dual`). With `--interactions` it also serves the
+//! tools that exercise elicitation, multi round-trip requests and roots (see
+//! README.md). Logs go to stderr; stdout is the stdio transport.
 
 mod era;
+mod interactions;
 mod orders;
+mod request_state;
 mod tools;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -46,6 +49,13 @@ struct Cli {
     /// (server/discover + per-request _meta only) or dual (both).
     #[arg(long, value_enum, default_value = "2026-07-28")]
     era: Era,
+
+    /// Also serve the interaction tools (elicitation, URL elicitation,
+    /// multi round-trip requests, roots): confirm_order_form, link_account,
+    /// link_account_required (2025-11-25), approve_refund (2026-07-28) and
+    /// workspace_roots. See README.md.
+    #[arg(long)]
+    interactions: bool,
 }
 
 #[tokio::main]
@@ -59,10 +69,10 @@ async fn main() -> anyhow::Result<()> {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
         )
         .init();
-    let server = OrderServer::new(cli.era, OrderStore::seeded());
+    let server = OrderServer::new(cli.era, OrderStore::seeded(), cli.interactions);
     match cli.http {
         None => serve_stdio(server, cli.era).await,
-        Some(addr) => serve_http(server, cli.era, addr).await,
+        Some(addr) => serve_http(server, cli.era, addr, cli.interactions).await,
     }
 }
 
@@ -81,7 +91,12 @@ async fn serve_stdio(server: OrderServer, era: Era) -> anyhow::Result<()> {
 }
 
 /// Serves Streamable HTTP at `http://ADDR/mcp` until Ctrl-C.
-async fn serve_http(server: OrderServer, era: Era, addr: SocketAddr) -> anyhow::Result<()> {
+async fn serve_http(
+    server: OrderServer,
+    era: Era,
+    addr: SocketAddr,
+    interactions: bool,
+) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         // 2026-07-28 has no sessions; rmcp serves it statelessly either way.
@@ -97,6 +112,9 @@ async fn serve_http(server: OrderServer, era: Era, addr: SocketAddr) -> anyhow::
         config,
     );
     let mut router = axum::Router::new().nest_service("/mcp", service);
+    if interactions {
+        router = router.layer(axum::middleware::from_fn(era::fix_http_response));
+    }
     if era != Era::Dual {
         router = router.layer(axum::middleware::from_fn_with_state(era, era::gate_http));
     }

@@ -17,7 +17,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    era::Era,
+    era::{self, Era},
+    interactions::{self, Interactions},
     orders::{Customer, Order, OrderStatus, OrderStore},
 };
 
@@ -92,22 +93,30 @@ pub struct AddArgs {
 }
 
 /// The reference server's MCP handler. Cheap to clone: HTTP builds one per
-/// request or session, all sharing the same store and tool router.
+/// request or session, all sharing the same store, interaction state and
+/// tool router.
 #[derive(Clone, Debug)]
 pub struct OrderServer {
     era: Era,
-    store: OrderStore,
+    pub(crate) store: OrderStore,
+    pub(crate) interactions: Arc<Interactions>,
     tool_router: Arc<ToolRouter<Self>>,
 }
 
 #[tool_router]
 impl OrderServer {
-    /// A handler speaking `era` over `store`.
-    pub fn new(era: Era, store: OrderStore) -> Self {
+    /// A handler speaking `era` over `store`, with the interaction tools
+    /// (elicitation, MRTR, roots; see [`interactions`]) when `interactions`.
+    pub fn new(era: Era, store: OrderStore, interactions: bool) -> Self {
+        let mut tool_router = Self::tool_router();
+        if interactions {
+            tool_router += Self::interaction_router();
+        }
         Self {
             era,
             store,
-            tool_router: Arc::new(Self::tool_router()),
+            interactions: Arc::default(),
+            tool_router: Arc::new(tool_router),
         }
     }
 
@@ -236,7 +245,13 @@ impl ServerHandler for OrderServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let tools = self.tool_router.list_all();
+        let modern = era::is_modern(context.protocol_version().as_ref());
+        let tools: Vec<_> = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .filter(|tool| interactions::offered(&tool.name, modern))
+            .collect();
         let start = match request.and_then(|r| r.cursor) {
             None => 0,
             Some(cursor) => cursor
@@ -251,10 +266,7 @@ impl ServerHandler for OrderServer {
         // Modern peers get cache hints (rmcp would default the scope to
         // private); the list is the same for every caller, as with rmcp's
         // generated `list_tools`. Legacy peers get neither field.
-        if context
-            .protocol_version()
-            .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
-        {
+        if modern {
             result = result.with_ttl_ms(0).with_cache_scope(CacheScope::Public);
         }
         Ok(result)

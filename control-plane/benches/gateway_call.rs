@@ -1,0 +1,860 @@
+//! `tools/call` throughput and latency through the whole gateway — engine ->
+//! control plane -> sidecar -> reference server — against a direct rmcp
+//! client on the same reference server binary, measured in one run.
+//!
+//! ```text
+//! cargo bench -p switchyard-control-plane --bench gateway_call             # full run
+//! cargo bench -p switchyard-control-plane --bench gateway_call -- --quick  # smoke run
+//! ```
+//!
+//! The gateway runs as real processes, release builds: one
+//! `switchyard-control-plane --config` (embedded store in a temp dir, free
+//! ports) and one `switchyard-sidecar run --config` for the reference server
+//! over stdio in the 2026-07-28 era. The bench is the engine: one tonic
+//! `EngineServiceClient` on one gRPC channel, calling `CallTool` with
+//! `orders__echo`. The baseline is rmcp's client on its own reference server
+//! process (one connection, `ClientLifecycleMode::Discover`, so it speaks
+//! 2026-07-28 too). Two more clients tell the hops apart: `sidecar` calls
+//! the sidecar's `SidecarCalls` directly (engine-side gRPC -> sidecar ->
+//! server, no control plane), and `cp-only` calls the control plane's
+//! `ListSessions` (engine -> control plane and back, no sidecar).
+//!
+//! For each concurrency (1 and 64 calls in flight on the one channel or
+//! connection) and each client: a warm-up, then `ROUNDS` fixed-duration
+//! rounds in which that many tokio tasks loop `call; record latency` until
+//! the deadline. The clients take turns, rotating which goes first each
+//! round, to spread drift over all of them; the table shows per client the
+//! median round by throughput (its p50 and p99 come from that same round)
+//! and the min..max throughput over the rounds as a noise gauge. CPU time
+//! per call is read from `/proc` for the bench process, the control plane,
+//! the sidecar and the server processes.
+//!
+//! Goals (gateway ÷ direct): calls/s at concurrency 64 >= 0.6, p50 at
+//! concurrency 1 <= 1.5.
+//!
+//! Options (or environment variables):
+//! * `--quick` (`SWITCHYARD_BENCH_QUICK=1`): short smoke run. Also the default
+//!   when the binary is started without `--bench`, as `cargo test --benches`
+//!   does.
+//! * `--no-hops`: leave out the `sidecar` and `cp-only` clients.
+//! * `--only gateway|direct|sidecar|cp-only` and `--measure-ms N`: run one
+//!   client, N ms per round, e.g. under `perf record` (no ratios then).
+//! * `--gateway-workers N`: start the control plane and the sidecar with
+//!   `TOKIO_WORKER_THREADS=N` (default: tokio's, one per core).
+//! * Binaries: `SWITCHYARD_CONTROL_PLANE_BIN`, `SWITCHYARD_SIDECAR_BIN`,
+//!   `SWITCHYARD_REFERENCE_SERVER`. Without them the bench runs
+//!   `cargo build --release` for the three (a no-op when they are fresh) and
+//!   uses the release builds in the target directory.
+
+use rmcp::model::{CallToolRequestParams, ClientConfig, JsonObject, ProtocolVersion};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use switchyard_proto::v1 as pb;
+use switchyard_proto::v1::engine_service_client::EngineServiceClient;
+use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tonic::transport::{Channel, Endpoint};
+
+const CONCURRENCY: [usize; 2] = [1, 64];
+const MESSAGE: &str = "hello from the switchyard benchmark";
+const ERA: &str = "2026-07-28";
+const SERVER: &str = "orders";
+const TOOL: &str = "orders__echo";
+/// Gateway ÷ direct calls/s at concurrency 64: at least this.
+const THROUGHPUT_GOAL: f64 = 0.6;
+/// Gateway ÷ direct p50 at concurrency 1: at most this.
+const P50_GOAL: f64 = 1.5;
+/// Upper bound on start-up waits.
+const START_LIMIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+struct Settings {
+    quick: bool,
+    hops: bool,
+    /// `--only LABEL`: run just that client (for profiling).
+    only: Option<String>,
+    /// `--gateway-workers N`: tokio workers of the gateway processes.
+    gateway_workers: Option<usize>,
+    warmup: Duration,
+    measure: Duration,
+    rounds: usize,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let env_quick =
+            std::env::var("SWITCHYARD_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+        // `cargo bench` passes `--bench`; `cargo test --benches` does not.
+        let quick = env_quick
+            || args.iter().any(|a| a == "--quick")
+            || !args.iter().any(|a| a == "--bench");
+        let hops = !args.iter().any(|a| a == "--no-hops");
+        let value = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1).cloned())
+        };
+        let only = value("--only");
+        let gateway_workers =
+            value("--gateway-workers").map(|n| n.parse().expect("--gateway-workers N"));
+        let mut settings = if quick {
+            Settings {
+                quick,
+                hops,
+                only,
+                gateway_workers,
+                warmup: Duration::from_millis(100),
+                measure: Duration::from_millis(300),
+                rounds: 1,
+            }
+        } else {
+            Settings {
+                quick,
+                hops,
+                only,
+                gateway_workers,
+                warmup: Duration::from_millis(500),
+                measure: Duration::from_millis(1500),
+                rounds: 5,
+            }
+        };
+        if let Some(ms) = value("--measure-ms") {
+            settings.measure = Duration::from_millis(ms.parse().expect("--measure-ms N"));
+        }
+        settings
+    }
+}
+
+// ---- binaries -----------------------------------------------------------------
+
+struct Binaries {
+    control_plane: PathBuf,
+    sidecar: PathBuf,
+    server: PathBuf,
+}
+
+/// The three release binaries: from the environment, or built here.
+fn binaries() -> Binaries {
+    let from_env = |var: &str| {
+        std::env::var_os(var).map(|p| {
+            let p = PathBuf::from(p);
+            assert!(p.exists(), "{var}={} does not exist", p.display());
+            p
+        })
+    };
+    let env = [
+        from_env("SWITCHYARD_CONTROL_PLANE_BIN"),
+        from_env("SWITCHYARD_SIDECAR_BIN"),
+        from_env("SWITCHYARD_REFERENCE_SERVER"),
+    ];
+    // target/<profile>/deps/<bench> -> target/release/<bin>
+    let release = switchyard_test_support::target_dir()
+        .parent()
+        .expect("the profile directory has a parent")
+        .join("release");
+    let packages = [
+        ("switchyard-control-plane", "switchyard-control-plane"),
+        ("switchyard-sidecar", "switchyard-sidecar"),
+        ("switchyard-reference-server", "switchyard-reference-server"),
+    ];
+    let mut build = Vec::new();
+    for ((package, bin), given) in packages.iter().zip(&env) {
+        if given.is_none() {
+            build.extend(["-p", package, "--bin", bin]);
+        }
+    }
+    if !build.is_empty() {
+        // A no-op when the binaries are fresh; rebuilds stale ones, so the
+        // bench never measures old code.
+        eprintln!("cargo build --release {}", build.join(" "));
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--release", "--quiet"])
+            .args(&build)
+            .current_dir(switchyard_test_support::repo_root())
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "cargo build --release failed");
+    }
+    let [cp, sidecar, server] = env;
+    let or_release = |given: Option<PathBuf>, bin: &str| {
+        let path = given.unwrap_or_else(|| release.join(bin));
+        assert!(path.exists(), "{} is missing", path.display());
+        path
+    };
+    Binaries {
+        control_plane: or_release(cp, "switchyard-control-plane"),
+        sidecar: or_release(sidecar, "switchyard-sidecar"),
+        server: or_release(server, "switchyard-reference-server"),
+    }
+}
+
+// ---- the gateway processes -------------------------------------------------------
+
+/// A started process and the line it printed when ready.
+struct Proc {
+    child: Child,
+    line: String,
+}
+
+impl Proc {
+    fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// SIGTERM, then wait (SIGKILL after 5 s).
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        if tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// Starts `cmd` (killed on drop) and waits for its stdout line starting
+/// with `prefix`. Logs (stderr) go to ours, at `warn`.
+async fn start(mut cmd: Command, prefix: &str, workers: Option<usize>) -> Proc {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .env("SWITCHYARD_LOG", "warn")
+        .kill_on_drop(true);
+    if let Some(n) = workers {
+        cmd.env("TOKIO_WORKER_THREADS", n.to_string());
+    }
+    let mut child = cmd.spawn().expect("start a gateway process");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let line = tokio::time::timeout(START_LIMIT, async {
+        while let Some(line) = lines.next_line().await.expect("read stdout") {
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+        panic!("the process exited without printing {prefix:?}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {prefix:?} line within {START_LIMIT:?}"));
+    // Keep draining stdout so the process never blocks on it.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Proc { child, line }
+}
+
+/// The address after `label ` in a ready line, up to the next comma.
+fn field<'a>(line: &'a str, label: &str) -> &'a str {
+    let rest = line
+        .split_once(label)
+        .unwrap_or_else(|| panic!("no {label:?} in {line:?}"))
+        .1;
+    rest.split(',').next().unwrap_or(rest).trim()
+}
+
+fn toml_str(s: &str) -> String {
+    // TOML basic strings accept JSON string escapes.
+    Value::from(s).to_string()
+}
+
+struct Gateway {
+    control_plane: Proc,
+    sidecar: Proc,
+    engine: EngineServiceClient<Channel>,
+    /// The sidecar's `SidecarCalls`, for the hop breakdown.
+    calls: SidecarCallsClient<Channel>,
+    /// The reference server started by the sidecar.
+    server_pid: Option<u32>,
+    _dir: tempfile::TempDir,
+}
+
+async fn channel(url: String) -> Channel {
+    Endpoint::from_shared(url)
+        .expect("endpoint")
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = toml_str(&bins.server.display().to_string());
+    let cp_config = dir.path().join("control-plane.toml");
+    std::fs::write(
+        &cp_config,
+        format!(
+            "[control_plane]\nlisten = \"127.0.0.1:0\"\nhttp_listen = \"127.0.0.1:0\"\n\n\
+             [store]\npath = \"store.redb\"\n\n\
+             [[servers]]\nname = \"{SERVER}\"\ntransport = \"stdio\"\ncommand = {server}\n\
+             args = [\"--era\", \"{ERA}\"]\nera = \"{ERA}\"\n"
+        ),
+    )
+    .expect("write the control plane's config");
+    let mut cmd = Command::new(&bins.control_plane);
+    cmd.arg("--config")
+        .arg(&cp_config)
+        .arg("--grace-secs")
+        .arg("2");
+    let control_plane = start(cmd, "switchyard-control-plane: grpc on", workers).await;
+    let grpc = field(&control_plane.line, "grpc on").to_owned();
+
+    let sidecar_config = dir.path().join("sidecar.toml");
+    std::fs::write(
+        &sidecar_config,
+        format!(
+            "[server]\nname = \"{SERVER}\"\ntransport = \"stdio\"\ncommand = {server}\n\
+             args = [\"--era\", \"{ERA}\"]\nera = \"{ERA}\"\n\n\
+             [sidecar]\ncontrol_plane = \"http://{grpc}\"\nsidecar_id = \"bench-sidecar\"\n\
+             grace_secs = 2\n"
+        ),
+    )
+    .expect("write the sidecar's config");
+    let mut cmd = Command::new(&bins.sidecar);
+    cmd.arg("run").arg("--config").arg(&sidecar_config);
+    let sidecar = start(cmd, "switchyard-sidecar: server", workers).await;
+    let calls_addr = field(&sidecar.line, "calls on").to_owned();
+
+    let engine = EngineServiceClient::new(channel(format!("http://{grpc}")).await);
+    let calls = SidecarCallsClient::new(channel(format!("http://{calls_addr}")).await);
+
+    // Ready when the tool is callable: registered, catalogue received.
+    let deadline = Instant::now() + START_LIMIT;
+    let gateway_client = Client::Gateway(engine.clone());
+    loop {
+        match gateway_client.call(true).await {
+            Ok(text) => {
+                assert_eq!(text.as_deref(), Some(MESSAGE), "gateway echo");
+                break;
+            }
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{TOOL} not callable within {START_LIMIT:?}: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let server_pid = sidecar
+        .pid()
+        .and_then(|pid| children(pid).into_iter().next());
+    Gateway {
+        control_plane,
+        sidecar,
+        engine,
+        calls,
+        server_pid,
+        _dir: dir,
+    }
+}
+
+/// Child process ids of `pid` (all threads).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+async fn start_direct(bin: &Path) -> (RunningService<RoleClient, ClientConfig>, Option<u32>) {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--era", ERA]);
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the reference server");
+    let pid = transport.id();
+    // rmcp's plain `serve` sends the legacy `initialize` with 2026-07-28,
+    // which a modern-only server refuses: discover instead.
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("rmcp client connects");
+    let version = client
+        .peer_info()
+        .map(|i| i.protocol_version.to_string())
+        .unwrap_or_default();
+    assert_eq!(version, ERA, "rmcp negotiated era");
+    (client, pid)
+}
+
+// ---- clients ----------------------------------------------------------------------
+
+/// One of the clients under test. Cheap to clone; clones share the one
+/// channel or connection.
+#[derive(Clone)]
+enum Client {
+    /// Engine -> control plane -> sidecar -> server.
+    Gateway(EngineServiceClient<Channel>),
+    /// Straight to the sidecar's `SidecarCalls` -> server.
+    Sidecar(SidecarCallsClient<Channel>),
+    /// rmcp -> its own server.
+    Direct(Peer<RoleClient>),
+    /// Engine -> control plane and back: `ListSessions`, no sidecar.
+    CpOnly(EngineServiceClient<Channel>),
+}
+
+impl Client {
+    fn label(&self) -> &'static str {
+        match self {
+            Client::Gateway(_) => "gateway",
+            Client::Sidecar(_) => "sidecar",
+            Client::Direct(_) => "direct",
+            Client::CpOnly(_) => "cp-only",
+        }
+    }
+
+    /// One `echo` call; returns the echoed text when `check` is set.
+    async fn call(&self, check: bool) -> Result<Option<String>, String> {
+        match self {
+            Client::Gateway(engine) => {
+                let request = pb::CallToolRequest {
+                    tool: TOOL.into(),
+                    arguments_json: json!({"message": MESSAGE}).to_string(),
+                    ..Default::default()
+                };
+                let resp = engine
+                    .clone()
+                    .call_tool(request)
+                    .await
+                    .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
+                    .into_inner();
+                if resp.is_error {
+                    return Err(format!("tool error: {}", resp.result_json));
+                }
+                Ok(check.then_some(resp.text))
+            }
+            Client::Sidecar(calls) => {
+                let request = pb::SidecarCallRequest {
+                    params_json: json!({"name": "echo", "arguments": {"message": MESSAGE}})
+                        .to_string(),
+                    ..Default::default()
+                };
+                let resp = calls
+                    .clone()
+                    .call_tool(request)
+                    .await
+                    .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
+                    .into_inner();
+                if !check {
+                    return Ok(None);
+                }
+                let result: Value = serde_json::from_str(&resp.result_json)
+                    .map_err(|e| format!("result is not JSON: {e}"))?;
+                Ok(Some(first_text(&result)))
+            }
+            Client::CpOnly(engine) => {
+                engine
+                    .clone()
+                    .list_sessions(pb::ListSessionsRequest::default())
+                    .await
+                    .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
+                // Nothing to echo: count it as checked.
+                Ok(check.then(|| MESSAGE.to_owned()))
+            }
+            Client::Direct(peer) => {
+                let mut arguments = JsonObject::new();
+                arguments.insert("message".into(), MESSAGE.into());
+                let params = CallToolRequestParams::new("echo").with_arguments(arguments);
+                let result = peer.call_tool(params).await.map_err(|e| e.to_string())?;
+                if result.is_error == Some(true) {
+                    return Err(format!("tool error: {result:?}"));
+                }
+                Ok(check.then(|| first_text(&serde_json::to_value(&result).unwrap_or_default())))
+            }
+        }
+    }
+}
+
+fn first_text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+// ---- measuring --------------------------------------------------------------------
+
+/// The processes whose CPU time is counted, in table order: the bench
+/// itself (None), the control plane, the sidecar, the client's server.
+#[derive(Debug, Clone, Copy)]
+struct Pids {
+    control_plane: Option<u32>,
+    sidecar: Option<u32>,
+    server: Option<u32>,
+}
+
+/// One measured run of one client at one concurrency.
+#[derive(Debug)]
+struct Run {
+    calls: usize,
+    errors: usize,
+    elapsed: Duration,
+    /// Sorted per-call latencies, in nanoseconds.
+    latencies: Vec<u64>,
+    /// CPU time of: bench, control plane, sidecar, server.
+    cpu: [Duration; 4],
+}
+
+impl Run {
+    fn throughput(&self) -> f64 {
+        self.calls as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Nearest-rank percentile, in microseconds.
+    fn percentile_us(&self, p: f64) -> f64 {
+        if self.latencies.is_empty() {
+            return f64::NAN;
+        }
+        let rank = ((p / 100.0) * self.latencies.len() as f64).ceil() as usize;
+        self.latencies[rank.clamp(1, self.latencies.len()) - 1] as f64 / 1000.0
+    }
+
+    /// CPU microseconds per call of each process.
+    fn cpu_per_call_us(&self) -> [f64; 4] {
+        self.cpu
+            .map(|d| d.as_secs_f64() * 1e6 / self.calls.max(1) as f64)
+    }
+}
+
+/// User + system CPU time of a process (`/proc/<pid>/stat`, all threads), in
+/// clock ticks of 1/100 s (Linux's `USER_HZ`); zero where unavailable.
+fn cpu_time(pid: Option<u32>) -> Duration {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".to_owned(),
+    };
+    let Ok(stat) = std::fs::read_to_string(path) else {
+        return Duration::ZERO;
+    };
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    Duration::from_millis(fields.iter().sum::<u64>() * 10)
+}
+
+fn cpu_all(pids: &Pids) -> [Duration; 4] {
+    [
+        cpu_time(None),
+        pids.control_plane
+            .map_or(Duration::ZERO, |p| cpu_time(Some(p))),
+        pids.sidecar.map_or(Duration::ZERO, |p| cpu_time(Some(p))),
+        pids.server.map_or(Duration::ZERO, |p| cpu_time(Some(p))),
+    ]
+}
+
+/// `concurrency` tasks call in a loop until `duration` has passed.
+async fn run(client: &Client, pids: &Pids, concurrency: usize, duration: Duration) -> Run {
+    let cpu0 = cpu_all(pids);
+    let started = Instant::now();
+    let deadline = started + duration;
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(4096);
+                let mut errors = 0usize;
+                let mut first_error = None;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    match client.call(false).await {
+                        Ok(_) => latencies.push(t.elapsed().as_nanos() as u64),
+                        Err(e) => {
+                            errors += 1;
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                (latencies, errors, first_error)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for task in tasks {
+        let (l, e, first) = task.await.expect("bench task");
+        if let Some(first) = first {
+            eprintln!("{} error: {first}", client.label());
+        }
+        latencies.extend(l);
+        errors += e;
+    }
+    let elapsed = started.elapsed();
+    let cpu1 = cpu_all(pids);
+    latencies.sort_unstable();
+    Run {
+        calls: latencies.len(),
+        errors,
+        elapsed,
+        latencies,
+        cpu: [0, 1, 2, 3].map(|i| cpu1[i].saturating_sub(cpu0[i])),
+    }
+}
+
+/// Per client: the median round by throughput, and the throughput spread.
+struct Summary {
+    median: Run,
+    min: f64,
+    max: f64,
+    calls: usize,
+    errors: usize,
+}
+
+fn summarise(mut runs: Vec<Run>) -> Summary {
+    runs.sort_by(|a, b| a.throughput().total_cmp(&b.throughput()));
+    let min = runs.first().map_or(f64::NAN, Run::throughput);
+    let max = runs.last().map_or(f64::NAN, Run::throughput);
+    let calls = runs.iter().map(|r| r.calls).sum();
+    let errors = runs.iter().map(|r| r.errors).sum();
+    let median = runs.swap_remove(runs.len() / 2);
+    Summary {
+        median,
+        min,
+        max,
+        calls,
+        errors,
+    }
+}
+
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_default();
+    format!("{cores} cores, {cpu}, load average {load}")
+}
+
+fn main() {
+    let settings = Settings::from_env();
+    let bins = binaries();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(bench(settings, bins));
+}
+
+fn optional(v: f64) -> String {
+    if v.is_nan() {
+        "-".into()
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+async fn bench(settings: Settings, bins: Binaries) {
+    println!(
+        "gateway_call: tools/call `echo`, engine -> control plane -> sidecar -> reference server \
+         (stdio, {ERA}) vs direct rmcp client"
+    );
+    println!("machine: {}", machine());
+    println!("control plane: {}", bins.control_plane.display());
+    println!("sidecar:       {}", bins.sidecar.display());
+    println!("server:        {} --era {ERA}", bins.server.display());
+    println!(
+        "mode:    {}: per cell {} ms warm-up + {} round(s) x {} ms per client, rotating order; \
+         median round by calls/s",
+        if settings.quick { "quick" } else { "full" },
+        settings.warmup.as_millis(),
+        settings.rounds,
+        settings.measure.as_millis(),
+    );
+
+    println!(
+        "gateway: tokio workers per process: {}",
+        settings
+            .gateway_workers
+            .map_or_else(|| "default (one per core)".to_owned(), |n| n.to_string())
+    );
+    let gateway = start_gateway(&bins, settings.gateway_workers).await;
+    let (direct, direct_pid) = start_direct(&bins.server).await;
+    println!(
+        "pids:    control plane {:?}, sidecar {:?}, its server {:?}; direct server {:?}",
+        gateway.control_plane.pid(),
+        gateway.sidecar.pid(),
+        gateway.server_pid,
+        direct_pid
+    );
+
+    let gateway_pids = Pids {
+        control_plane: gateway.control_plane.pid(),
+        sidecar: gateway.sidecar.pid(),
+        server: gateway.server_pid,
+    };
+    let sidecar_pids = Pids {
+        control_plane: None,
+        ..gateway_pids
+    };
+    let cp_pids = Pids {
+        sidecar: None,
+        server: None,
+        ..gateway_pids
+    };
+    let direct_pids = Pids {
+        control_plane: None,
+        sidecar: None,
+        server: direct_pid,
+    };
+    let mut clients = vec![
+        (Client::Gateway(gateway.engine.clone()), gateway_pids),
+        (Client::Direct(direct.peer().clone()), direct_pids),
+    ];
+    if settings.hops {
+        clients.push((Client::Sidecar(gateway.calls.clone()), sidecar_pids));
+        clients.push((Client::CpOnly(gateway.engine.clone()), cp_pids));
+    }
+    if let Some(only) = &settings.only {
+        clients.retain(|(c, _)| c.label() == only);
+        assert!(!clients.is_empty(), "--only {only}: no such client");
+    }
+    for (client, _) in &clients {
+        let echoed = client
+            .call(true)
+            .await
+            .expect("first call")
+            .unwrap_or_default();
+        assert_eq!(echoed, MESSAGE, "{} echo", client.label());
+    }
+
+    println!();
+    println!(
+        "{:>5}  {:<8} {:>9} {:>9} {:>9}  {:>7} {:>7} {:>7} {:>7} {:>7}  {:>18} {:>7}",
+        "conc",
+        "client",
+        "calls/s",
+        "p50 µs",
+        "p99 µs",
+        "bench",
+        "cp",
+        "sidecar",
+        "server",
+        "total",
+        "calls/s min..max",
+        "calls"
+    );
+    let mut goals = Vec::new();
+    for &concurrency in &CONCURRENCY {
+        for (client, pids) in &clients {
+            run(client, pids, concurrency, settings.warmup).await;
+        }
+        let mut runs: Vec<Vec<Run>> = clients.iter().map(|_| Vec::new()).collect();
+        for round in 0..settings.rounds {
+            for k in 0..clients.len() {
+                let i = (round + k) % clients.len();
+                let (client, pids) = &clients[i];
+                runs[i].push(run(client, pids, concurrency, settings.measure).await);
+            }
+        }
+        let summaries: Vec<Summary> = runs.into_iter().map(summarise).collect();
+        for ((client, pids), s) in clients.iter().zip(&summaries) {
+            let cpu = s.median.cpu_per_call_us();
+            let shown = |i: usize, present: bool| {
+                if present { cpu[i] } else { f64::NAN }
+            };
+            println!(
+                "{:>5}  {:<8} {:>9.0} {:>9.1} {:>9.1}  {:>7} {:>7} {:>7} {:>7} {:>7.1}  {:>8.0}..{:<8.0}  {:>7}{}",
+                concurrency,
+                client.label(),
+                s.median.throughput(),
+                s.median.percentile_us(50.0),
+                s.median.percentile_us(99.0),
+                optional(cpu[0]),
+                optional(shown(1, pids.control_plane.is_some())),
+                optional(shown(2, pids.sidecar.is_some())),
+                optional(shown(3, pids.server.is_some())),
+                cpu.iter().sum::<f64>(),
+                s.min,
+                s.max,
+                s.calls,
+                if s.errors > 0 {
+                    format!("  ({} errors)", s.errors)
+                } else {
+                    String::new()
+                },
+            );
+        }
+        if settings.only.is_some() {
+            continue;
+        }
+        let (gw, direct) = (&summaries[0].median, &summaries[1].median);
+        let tput = gw.throughput() / direct.throughput();
+        let p50 = gw.percentile_us(50.0) / direct.percentile_us(50.0);
+        let p99 = gw.percentile_us(99.0) / direct.percentile_us(99.0);
+        let cpu_total =
+            gw.cpu_per_call_us().iter().sum::<f64>() / direct.cpu_per_call_us().iter().sum::<f64>();
+        println!(
+            "{:>5}  {:<8} {:>9.2} {:>9.2} {:>9.2}  {:>7} {:>7} {:>7} {:>7} {:>7.2}  (gateway / direct)",
+            concurrency, "ratio", tput, p50, p99, "", "", "", "", cpu_total,
+        );
+        if concurrency == 64 {
+            goals.push((
+                "calls/s at 64",
+                tput,
+                tput >= THROUGHPUT_GOAL,
+                ">=",
+                THROUGHPUT_GOAL,
+            ));
+        }
+        if concurrency == 1 {
+            goals.push(("p50 at 1", p50, p50 <= P50_GOAL, "<=", P50_GOAL));
+        }
+    }
+    println!();
+    println!(
+        "ratio = gateway / direct (calls/s: higher is better; p50, p99, CPU: lower is better)"
+    );
+    println!(
+        "bench, cp, sidecar, server, total = user+sys CPU µs per call of each process (/proc, 10 ms \
+         ticks); server = the one that client's calls reach"
+    );
+    for (what, ratio, met, op, goal) in goals {
+        println!(
+            "goal: gateway / direct {what} {op} {goal}: {ratio:.2}, {}",
+            if met { "met" } else { "NOT met" }
+        );
+    }
+
+    let _ = direct.cancel().await;
+    gateway.sidecar.stop().await;
+    gateway.control_plane.stop().await;
+}

@@ -1,0 +1,173 @@
+//! The audit sink: one JSON object per line, for every interaction outcome
+//! (and, later, other auditable events). Records go to the file named by
+//! `[audit] path` (appended, flushed line by line), or, without one, to the
+//! log as JSON text under the tracing target `switchyard::audit`.
+//!
+//! Audit records never hold what the user typed into a form, nor a URL's
+//! path or query: only who asked (session, run, server, tool), what kind of
+//! interaction it was, how it ended and why. Audit records are not kept in
+//! the store.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Where audit records go.
+#[derive(Debug)]
+pub struct Audit {
+    file: Option<(PathBuf, Mutex<std::fs::File>)>,
+}
+
+/// One audit record about an interaction.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InteractionAudit {
+    /// `interaction.resolved` (the outcome the server or engine got) or
+    /// `interaction.completed` (a URL interaction's server said it is done).
+    pub kind: &'static str,
+    /// The session.
+    pub session: String,
+    /// The engine run; empty outside a call.
+    pub run: String,
+    /// The server.
+    pub server: String,
+    /// The tool (may be empty).
+    pub tool: String,
+    /// The interaction id.
+    pub interaction: String,
+    /// `form`, `url` or `approval`.
+    pub interaction_kind: String,
+    /// `accept`, `decline`, `cancel`, `approve`, `deny` or `timeout`.
+    pub outcome: String,
+    /// Why it ended: `answered`, `timeout`, `session_deleted`,
+    /// `call_ended`, `completed`, `not_completed`.
+    pub reason: String,
+    /// url: the URL's host (never its path or query).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub url_domain: String,
+    /// Milliseconds from creation to this outcome.
+    pub waited_ms: i64,
+}
+
+impl Audit {
+    /// Records to the log (target `switchyard::audit`).
+    pub fn to_log() -> Self {
+        Audit { file: None }
+    }
+
+    /// Records appended to `path` (created if missing). Errors: the file
+    /// cannot be opened for appending.
+    pub fn to_file(path: &Path) -> std::io::Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Audit {
+            file: Some((path.to_owned(), Mutex::new(f))),
+        })
+    }
+
+    /// Writes one interaction record, stamped with `ts` (RFC 3339, UTC,
+    /// milliseconds).
+    pub fn interaction(&self, rec: &InteractionAudit) {
+        let mut v = serde_json::to_value(rec).expect("audit records serialise");
+        if let Value::Object(m) = &mut v {
+            let mut out = serde_json::Map::new();
+            out.insert(
+                "ts".into(),
+                Value::String(rfc3339_ms(crate::model::now_ms())),
+            );
+            out.extend(std::mem::take(m));
+            *m = out;
+        }
+        self.write(&v);
+    }
+
+    fn write(&self, v: &Value) {
+        let line = v.to_string();
+        match &self.file {
+            Some((path, f)) => {
+                let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = writeln!(f, "{line}").and_then(|_| f.flush()) {
+                    tracing::error!(file = %path.display(), error = %e, "cannot write an audit record; logging it instead");
+                    tracing::info!(target: "switchyard::audit", "{line}");
+                }
+            }
+            None => tracing::info!(target: "switchyard::audit", "{line}"),
+        }
+    }
+}
+
+/// `ms` since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn rfc3339_ms(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let milli = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(rfc3339_ms(1_767_225_599_999), "2025-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn file_sink_writes_json_lines_without_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/audit.jsonl");
+        let audit = Audit::to_file(&path).unwrap();
+        let rec = InteractionAudit {
+            kind: "interaction.resolved",
+            session: "s".into(),
+            run: "r".into(),
+            server: "orders".into(),
+            tool: "book".into(),
+            interaction: "i".into(),
+            interaction_kind: "form".into(),
+            outcome: "accept".into(),
+            reason: "answered".into(),
+            url_domain: String::new(),
+            waited_ms: 5,
+        };
+        audit.interaction(&rec);
+        audit.interaction(&rec);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["kind"], "interaction.resolved");
+        assert_eq!(lines[0]["interactionKind"], "form");
+        assert!(lines[0]["ts"].as_str().unwrap().ends_with('Z'));
+        assert!(lines[0].get("content").is_none());
+        assert!(lines[0].get("urlDomain").is_none());
+    }
+}

@@ -1,0 +1,1511 @@
+//! Interactions: what a server (a form or URL elicitation) or a policy (an
+//! approval before a `confirm` tool runs) needs from a session's user.
+//!
+//! Every interaction is a record in the store, `interactions/<session>/<id>`
+//! ([`InteractionRecord`], JSON), so it survives the restart of any replica
+//! and reaches the engine whichever replica it is subscribed to: the record
+//! appears in every replica's read model through the store watch
+//! ([`crate::state`]), and a session's event streams emit
+//! `interaction.required` when one appears open and `interaction.resolved`
+//! when it is resolved. Nothing depends on sticky routing.
+//!
+//! - **Create.** A sidecar calls `Interact` with an id of its choosing; the
+//!   record is created if absent, so a sidecar whose replica went away asks
+//!   again, at another replica, with the same id and waits on the same
+//!   record. [`Interactions::request_approval`] does the same for approvals.
+//! - **Answer.** `AnswerInteraction` moves the record from `open` to
+//!   `resolved` (or, for `accept` of a URL, to `accepted`) with a
+//!   compare-and-swap, so one answer wins. Form content is re-validated
+//!   against `requestedSchema` ([`form::validate_answer`]); an invalid answer
+//!   is refused and the interaction stays open.
+//! - **Wait.** The replica running `Interact` waits for the record to leave
+//!   `open` in its read model, then returns the MCP `ElicitResult`.
+//! - **Timeout.** `expires_at = created + limits.interactionTimeoutSec`. The
+//!   waiting replica resolves an expired interaction as `timeout` (a
+//!   `cancel` towards the server), and every replica sweeps every
+//!   [`SWEEP_EVERY`] for expired ones, so a dead replica cannot leave one open.
+//! - **Session deleted.** Its pending interactions are cancelled (by the
+//!   replica deleting it, and by the sweeper for whatever that one missed).
+//! - **Kept.** A resolved record is kept for [`KEEP_RESOLVED`] (attached to a
+//!   store lease), then it vanishes. Open ones have no lease.
+//!
+//! Every outcome is written to the audit sink ([`crate::audit`]), without
+//! the form content.
+
+pub mod form;
+
+#[cfg(test)]
+mod tests;
+
+use crate::audit::{Audit, InteractionAudit};
+use crate::metrics::Metrics;
+use crate::model::{SessionRecord, now_ms, server_key, session_key};
+use crate::state::State;
+use crate::store::{AnyStore, Compare, LeaseId, Op, Store, StoreError, Txn};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_proto::v1 as pb;
+use tokio_util::sync::CancellationToken;
+
+/// How often every replica looks for expired interactions.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
+/// How long a resolved interaction is kept (for `ListInteractions --all`
+/// and late `Interact` retries) before it vanishes.
+pub const KEEP_RESOLVED: Duration = Duration::from_secs(3600);
+/// Largest accepted form content (`content_json`), in bytes.
+pub const MAX_CONTENT_BYTES: usize = 1024 * 1024;
+/// Largest accepted elicitation params (`params_json`), in bytes.
+pub const MAX_PARAMS_BYTES: usize = 256 * 1024;
+/// Longest id (interaction ids are chosen by sidecars).
+pub const MAX_ID_LEN: usize = 128;
+const MAX_TEXT_LEN: usize = 1024;
+const MAX_CAS_ATTEMPTS: usize = 20;
+
+/// Key of an interaction.
+pub fn interaction_key(session: &str, id: &str) -> String {
+    format!("interactions/{session}/{id}")
+}
+
+/// Prefix of a session's interactions.
+pub fn session_prefix(session: &str) -> String {
+    format!("interactions/{session}/")
+}
+
+/// What kind of interaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A form elicitation: fields from `requestedSchema`.
+    Form,
+    /// A URL elicitation: the user opens a URL themselves.
+    Url,
+    /// An approval before a `confirm` tool runs.
+    Approval,
+}
+
+impl Kind {
+    /// `form`, `url`, `approval`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Form => "form",
+            Kind::Url => "url",
+            Kind::Approval => "approval",
+        }
+    }
+}
+
+/// Where an interaction is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Waiting for the user.
+    Open,
+    /// url: accepted, waiting for the server's completion notification.
+    Accepted,
+    /// Done.
+    Resolved,
+}
+
+impl Status {
+    /// `open`, `accepted`, `resolved`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Open => "open",
+            Status::Accepted => "accepted",
+            Status::Resolved => "resolved",
+        }
+    }
+}
+
+/// An answer's action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// form, url: go ahead (form: with content).
+    Accept,
+    /// form, url: no.
+    Decline,
+    /// form, url, approval: dismissed.
+    Cancel,
+    /// approval: yes.
+    Approve,
+    /// approval: no.
+    Deny,
+}
+
+impl Action {
+    /// Parses an action name.
+    pub fn parse(s: &str) -> Option<Action> {
+        Some(match s {
+            "accept" => Action::Accept,
+            "decline" => Action::Decline,
+            "cancel" => Action::Cancel,
+            "approve" => Action::Approve,
+            "deny" => Action::Deny,
+            _ => return None,
+        })
+    }
+
+    /// The name.
+    pub fn as_str(self) -> &'static str {
+        self.outcome().as_str()
+    }
+
+    /// Whether the action answers an interaction of `kind`: form and url
+    /// take accept, decline, cancel; approval takes approve, deny, cancel.
+    pub fn fits(self, kind: Kind) -> bool {
+        match kind {
+            Kind::Form | Kind::Url => {
+                matches!(self, Action::Accept | Action::Decline | Action::Cancel)
+            }
+            Kind::Approval => matches!(self, Action::Approve | Action::Deny | Action::Cancel),
+        }
+    }
+
+    fn outcome(self) -> Outcome {
+        match self {
+            Action::Accept => Outcome::Accept,
+            Action::Decline => Outcome::Decline,
+            Action::Cancel => Outcome::Cancel,
+            Action::Approve => Outcome::Approve,
+            Action::Deny => Outcome::Deny,
+        }
+    }
+}
+
+/// The actions that fit `kind`, for messages.
+pub fn actions_for(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Form | Kind::Url => "accept, decline or cancel",
+        Kind::Approval => "approve, deny or cancel",
+    }
+}
+
+/// How an interaction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Accepted.
+    Accept,
+    /// Declined.
+    Decline,
+    /// Cancelled (by the user, the call's end or the session's deletion).
+    Cancel,
+    /// Approved.
+    Approve,
+    /// Denied.
+    Deny,
+    /// Nobody answered in time; a `cancel` towards the server.
+    Timeout,
+}
+
+impl Outcome {
+    /// The name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Accept => "accept",
+            Outcome::Decline => "decline",
+            Outcome::Cancel => "cancel",
+            Outcome::Approve => "approve",
+            Outcome::Deny => "deny",
+            Outcome::Timeout => "timeout",
+        }
+    }
+}
+
+/// Why an interaction reached its status (`reason` of the record and of
+/// its audit record).
+pub mod reason {
+    /// The user answered.
+    pub const ANSWERED: &str = "answered";
+    /// Nobody answered before `expires_at`.
+    pub const TIMEOUT: &str = "timeout";
+    /// The session was deleted.
+    pub const SESSION_DELETED: &str = "session_deleted";
+    /// The engine call waiting for an approval ended first.
+    pub const CALL_ENDED: &str = "call_ended";
+    /// url: the server sent `notifications/elicitation/complete`.
+    pub const COMPLETED: &str = "completed";
+    /// url: accepted, but no completion came before `expires_at`.
+    pub const NOT_COMPLETED: &str = "not_completed";
+}
+
+/// `interactions/<session>/<id>`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InteractionRecord {
+    /// Id (chosen by the sidecar; random for approvals).
+    pub id: String,
+    /// The owning session.
+    pub session_id: String,
+    /// The engine run; empty outside a call (background tasks).
+    #[serde(default)]
+    pub run_id: String,
+    /// Kind.
+    pub kind: Kind,
+    /// The server concerned.
+    pub server: String,
+    /// The tool concerned (may be empty).
+    #[serde(default)]
+    pub tool: String,
+    /// The message to the user.
+    #[serde(default)]
+    pub message: String,
+    /// The `elicitation/create` params exactly as the server sent them
+    /// (absent for approvals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Box<RawValue>>,
+    /// url: the URL (never opened by the gateway).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub url: String,
+    /// url: its full host.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub url_domain: String,
+    /// url: the `elicitationId`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub elicitation_id: String,
+    /// Status.
+    pub status: Status,
+    /// The outcome once answered (also set for an `accepted` URL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    /// Why (see [`reason`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// form, accept: the validated content forwarded to the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
+    /// Created, ms since the epoch.
+    pub created_at_ms: i64,
+    /// When it times out, ms since the epoch.
+    pub expires_at_ms: i64,
+    /// Resolved, ms since the epoch (0 while pending).
+    #[serde(default)]
+    pub resolved_at_ms: i64,
+}
+
+impl PartialEq for InteractionRecord {
+    fn eq(&self, o: &Self) -> bool {
+        self.id == o.id
+            && self.session_id == o.session_id
+            && self.run_id == o.run_id
+            && self.kind == o.kind
+            && self.server == o.server
+            && self.tool == o.tool
+            && self.message == o.message
+            && self.params.as_ref().map(|p| p.get()) == o.params.as_ref().map(|p| p.get())
+            && self.url == o.url
+            && self.url_domain == o.url_domain
+            && self.elicitation_id == o.elicitation_id
+            && self.status == o.status
+            && self.outcome == o.outcome
+            && self.reason == o.reason
+            && self.content == o.content
+            && self.created_at_ms == o.created_at_ms
+            && self.expires_at_ms == o.expires_at_ms
+            && self.resolved_at_ms == o.resolved_at_ms
+    }
+}
+
+#[derive(Deserialize)]
+struct SchemaField<'a> {
+    #[serde(borrow, rename = "requestedSchema")]
+    requested_schema: Option<&'a RawValue>,
+}
+
+impl InteractionRecord {
+    /// Not resolved yet (open, or an accepted URL).
+    pub fn is_pending(&self) -> bool {
+        self.status != Status::Resolved
+    }
+
+    /// form: `requestedSchema` exactly as the server sent it.
+    pub fn requested_schema_raw(&self) -> Option<&str> {
+        let params = self.params.as_ref()?;
+        serde_json::from_str::<SchemaField<'_>>(params.get())
+            .ok()?
+            .requested_schema
+            .map(RawValue::get)
+    }
+
+    /// form: `requestedSchema` parsed.
+    pub fn requested_schema(&self) -> Value {
+        self.requested_schema_raw()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or(Value::Null)
+    }
+
+    /// The MCP `ElicitResult` for the server, once the record left `open`:
+    /// an accepted URL or any accept is `accept` (form: with the content),
+    /// decline is `decline`, everything else (cancel, timeout) `cancel`.
+    pub fn elicit_result(&self) -> Value {
+        match (self.status, self.outcome) {
+            (Status::Open, _) => json!({"action": "cancel"}),
+            (_, Some(Outcome::Accept | Outcome::Approve)) => match &self.content {
+                Some(c) if self.kind == Kind::Form => json!({"action": "accept", "content": c}),
+                _ => json!({"action": "accept"}),
+            },
+            (_, Some(Outcome::Decline | Outcome::Deny)) => json!({"action": "decline"}),
+            _ => json!({"action": "cancel"}),
+        }
+    }
+
+    /// The API's view.
+    pub fn to_pb(&self) -> pb::Interaction {
+        pb::Interaction {
+            id: self.id.clone(),
+            session_id: self.session_id.clone(),
+            run_id: self.run_id.clone(),
+            kind: self.kind.as_str().into(),
+            server: self.server.clone(),
+            tool: self.tool.clone(),
+            message: self.message.clone(),
+            requested_schema_json: self.requested_schema_raw().unwrap_or("").to_owned(),
+            url: self.url.clone(),
+            url_domain: self.url_domain.clone(),
+            status: self.status.as_str().into(),
+            outcome: self
+                .outcome
+                .map(|o| o.as_str().to_owned())
+                .unwrap_or_default(),
+            content_json: self
+                .content
+                .as_ref()
+                .map(Value::to_string)
+                .unwrap_or_default(),
+            created_at_ms: self.created_at_ms,
+            expires_at_ms: self.expires_at_ms,
+            resolved_at_ms: self.resolved_at_ms,
+        }
+    }
+}
+
+/// An interaction in its proto3 JSON form (camelCase names, every field;
+/// the `*Ms` numbers as JSON numbers), the data of `interaction.*` events.
+pub fn pb_to_json(i: &pb::Interaction) -> Value {
+    json!({
+        "id": i.id, "sessionId": i.session_id, "runId": i.run_id, "kind": i.kind,
+        "server": i.server, "tool": i.tool, "message": i.message,
+        "requestedSchemaJson": i.requested_schema_json, "url": i.url, "urlDomain": i.url_domain,
+        "status": i.status, "outcome": i.outcome, "contentJson": i.content_json,
+        "createdAtMs": i.created_at_ms, "expiresAtMs": i.expires_at_ms,
+        "resolvedAtMs": i.resolved_at_ms,
+    })
+}
+
+/// Reads back [`pb_to_json`] (the CLI renders events with it).
+pub fn pb_from_json(v: &Value) -> pb::Interaction {
+    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let n = |k: &str| {
+        v.get(k)
+            .and_then(|x| {
+                x.as_i64()
+                    .or_else(|| x.as_str().and_then(|t| t.parse().ok()))
+            })
+            .unwrap_or(0)
+    };
+    pb::Interaction {
+        id: s("id"),
+        session_id: s("sessionId"),
+        run_id: s("runId"),
+        kind: s("kind"),
+        server: s("server"),
+        tool: s("tool"),
+        message: s("message"),
+        requested_schema_json: s("requestedSchemaJson"),
+        url: s("url"),
+        url_domain: s("urlDomain"),
+        status: s("status"),
+        outcome: s("outcome"),
+        content_json: s("contentJson"),
+        created_at_ms: n("createdAtMs"),
+        expires_at_ms: n("expiresAtMs"),
+        resolved_at_ms: n("resolvedAtMs"),
+    }
+}
+
+/// A change of one interaction in a replica's read model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InteractionChange {
+    /// Session.
+    pub session: String,
+    /// Interaction id.
+    pub id: String,
+    /// Status before (None: it was not there).
+    pub before: Option<Status>,
+    /// The record now (None: it vanished).
+    pub after: Option<InteractionRecord>,
+}
+
+impl InteractionChange {
+    /// An open interaction appeared: `interaction.required`.
+    pub fn required(&self) -> Option<&InteractionRecord> {
+        self.after
+            .as_ref()
+            .filter(|r| self.before.is_none() && r.status == Status::Open)
+    }
+
+    /// It was resolved: `interaction.resolved`.
+    pub fn resolved(&self) -> Option<&InteractionRecord> {
+        self.after
+            .as_ref()
+            .filter(|r| r.status == Status::Resolved && self.before != Some(Status::Resolved))
+    }
+}
+
+/// Why an answer is refused (see [`apply_answer`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AnswerError {
+    /// Already resolved.
+    #[error("interaction {id} is already resolved (outcome {outcome})")]
+    AlreadyResolved {
+        /// Id.
+        id: String,
+        /// Its outcome.
+        outcome: String,
+    },
+    /// A URL interaction already accepted.
+    #[error(
+        "interaction {0} was accepted; it waits for the server to report the URL flow complete"
+    )]
+    AwaitingCompletion(String),
+    /// Expired, not yet swept.
+    #[error("interaction {0} timed out")]
+    Expired(String),
+    /// The action does not fit the kind.
+    #[error("action {action:?} does not fit a {kind} interaction; use {expected}")]
+    WrongAction {
+        /// The action.
+        action: &'static str,
+        /// The kind.
+        kind: &'static str,
+        /// The fitting actions.
+        expected: &'static str,
+    },
+    /// The form content does not match `requestedSchema`.
+    #[error("content_json: the answer does not match requestedSchema: {0}")]
+    Form(form::FormErrors),
+}
+
+/// The record after an answer, or why the answer is refused. `content` is
+/// the parsed `content_json` (`Null` when absent); it is only looked at for
+/// `accept` of a form, where a `Null` content counts as `{}` and the answer
+/// is re-validated against `requestedSchema`.
+pub fn apply_answer(
+    rec: &InteractionRecord,
+    action: Action,
+    content: &Value,
+    now: i64,
+) -> Result<InteractionRecord, AnswerError> {
+    match rec.status {
+        Status::Resolved => {
+            return Err(AnswerError::AlreadyResolved {
+                id: rec.id.clone(),
+                outcome: rec.outcome.map(Outcome::as_str).unwrap_or("").to_owned(),
+            });
+        }
+        Status::Accepted => return Err(AnswerError::AwaitingCompletion(rec.id.clone())),
+        Status::Open => {}
+    }
+    if !action.fits(rec.kind) {
+        return Err(AnswerError::WrongAction {
+            action: action.as_str(),
+            kind: rec.kind.as_str(),
+            expected: actions_for(rec.kind),
+        });
+    }
+    if now >= rec.expires_at_ms {
+        return Err(AnswerError::Expired(rec.id.clone()));
+    }
+    let mut next = rec.clone();
+    next.outcome = Some(action.outcome());
+    next.reason = reason::ANSWERED.into();
+    match (rec.kind, action) {
+        (Kind::Form, Action::Accept) => {
+            let content = if content.is_null() {
+                json!({})
+            } else {
+                content.clone()
+            };
+            let forwarded = form::validate_answer(&rec.requested_schema(), &content)
+                .map_err(AnswerError::Form)?;
+            next.content = Some(forwarded);
+            next.status = Status::Resolved;
+            next.resolved_at_ms = now;
+        }
+        (Kind::Url, Action::Accept) => next.status = Status::Accepted,
+        _ => {
+            next.status = Status::Resolved;
+            next.resolved_at_ms = now;
+        }
+    }
+    Ok(next)
+}
+
+/// The record resolved without an answer (timeout, session deleted, call
+/// ended, URL completion), or `None` if it is already resolved. An accepted
+/// URL keeps its `accept` outcome (the server already has it).
+pub fn apply_end(
+    rec: &InteractionRecord,
+    outcome: Outcome,
+    why: &str,
+    now: i64,
+) -> Option<InteractionRecord> {
+    let mut next = rec.clone();
+    match rec.status {
+        Status::Resolved => return None,
+        Status::Accepted => {
+            next.reason = if why == reason::TIMEOUT {
+                reason::NOT_COMPLETED.into()
+            } else {
+                why.into()
+            };
+        }
+        Status::Open => {
+            next.outcome = Some(outcome);
+            next.reason = why.into();
+        }
+    }
+    next.status = Status::Resolved;
+    next.resolved_at_ms = now;
+    Some(next)
+}
+
+/// An interaction operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InteractionError {
+    /// No such interaction in this session (another session's, or gone).
+    #[error("interaction {id:?} not found in session {session:?}")]
+    NotFound {
+        /// Session.
+        session: String,
+        /// Id.
+        id: String,
+    },
+    /// No such session.
+    #[error("session {0:?} not found")]
+    UnknownSession(String),
+    /// Bad input.
+    #[error("{0}")]
+    Invalid(String),
+    /// Refused in the interaction's current state.
+    #[error("{0}")]
+    Precondition(String),
+    /// The id is used by a different interaction.
+    #[error("{0}")]
+    Conflict(String),
+    /// The store failed.
+    #[error("store unavailable: {0}")]
+    Store(#[from] StoreError),
+    /// A CAS loop kept losing.
+    #[error("too much contention updating {0}; try again")]
+    Contention(String),
+    /// This replica stops.
+    #[error("the control plane replica is shutting down; ask again")]
+    ShuttingDown,
+}
+
+impl From<InteractionError> for tonic::Status {
+    fn from(e: InteractionError) -> Self {
+        let msg = e.to_string();
+        match e {
+            InteractionError::NotFound { .. } | InteractionError::UnknownSession(_) => {
+                tonic::Status::not_found(msg)
+            }
+            InteractionError::Invalid(_) => tonic::Status::invalid_argument(msg),
+            InteractionError::Precondition(_) => tonic::Status::failed_precondition(msg),
+            InteractionError::Conflict(_) => tonic::Status::already_exists(msg),
+            InteractionError::Store(_) | InteractionError::ShuttingDown => {
+                tonic::Status::unavailable(msg)
+            }
+            InteractionError::Contention(_) => tonic::Status::aborted(msg),
+        }
+    }
+}
+
+impl From<AnswerError> for InteractionError {
+    fn from(e: AnswerError) -> Self {
+        match e {
+            AnswerError::Form(_) => InteractionError::Invalid(e.to_string()),
+            _ => InteractionError::Precondition(e.to_string()),
+        }
+    }
+}
+
+/// Checks an id used in a key: 1 to [`MAX_ID_LEN`] visible ASCII
+/// characters, no `/`.
+pub fn check_id(field: &str, id: &str) -> Result<(), InteractionError> {
+    if id.is_empty() {
+        return Err(InteractionError::Invalid(format!("{field}: required")));
+    }
+    if id.len() > MAX_ID_LEN || !id.bytes().all(|b| b.is_ascii_graphic() && b != b'/') {
+        return Err(InteractionError::Invalid(format!(
+            "{field}: must be 1 to {MAX_ID_LEN} visible ASCII characters without '/'"
+        )));
+    }
+    Ok(())
+}
+
+fn check_text(field: &str, s: &str) -> Result<(), InteractionError> {
+    if s.len() > MAX_TEXT_LEN {
+        return Err(InteractionError::Invalid(format!(
+            "{field}: longer than {MAX_TEXT_LEN} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// What a sidecar asks (`SidecarRegistry.Interact`).
+#[derive(Debug, Clone, Default)]
+pub struct InteractRequest {
+    /// The idempotency key.
+    pub interaction_id: String,
+    /// Server.
+    pub server: String,
+    /// Session.
+    pub session_id: String,
+    /// Run (optional).
+    pub run_id: String,
+    /// Tool (optional).
+    pub tool: String,
+    /// `form` or `url`.
+    pub kind: String,
+    /// The `elicitation/create` params, JSON text.
+    pub params_json: String,
+}
+
+/// A new record from a sidecar's request (validated: kind, params, URL),
+/// created at `now` and expiring after `timeout`.
+pub fn record_from_request(
+    r: &InteractRequest,
+    now: i64,
+    timeout: Duration,
+) -> Result<InteractionRecord, InteractionError> {
+    check_id("interaction_id", &r.interaction_id)?;
+    check_id("session_id", &r.session_id)?;
+    if r.server.is_empty() {
+        return Err(InteractionError::Invalid("server: required".into()));
+    }
+    check_text("server", &r.server)?;
+    check_text("run_id", &r.run_id)?;
+    check_text("tool", &r.tool)?;
+    let kind = match r.kind.as_str() {
+        "form" => Kind::Form,
+        "url" => Kind::Url,
+        "approval" => {
+            return Err(InteractionError::Invalid(
+                "kind: approvals are raised by the control plane, not by servers".into(),
+            ));
+        }
+        other => {
+            return Err(InteractionError::Invalid(format!(
+                "kind: {other:?} is not \"form\" or \"url\""
+            )));
+        }
+    };
+    if r.params_json.len() > MAX_PARAMS_BYTES {
+        return Err(InteractionError::Invalid(format!(
+            "params_json: {} bytes is more than the {MAX_PARAMS_BYTES} allowed",
+            r.params_json.len()
+        )));
+    }
+    let raw: Box<RawValue> = serde_json::from_str(&r.params_json)
+        .map_err(|e| InteractionError::Invalid(format!("params_json: not valid JSON: {e}")))?;
+    let params: Value = serde_json::from_str(raw.get())
+        .map_err(|e| InteractionError::Invalid(format!("params_json: not valid JSON: {e}")))?;
+    let Some(obj) = params.as_object() else {
+        return Err(InteractionError::Invalid(
+            "params_json: must be a JSON object".into(),
+        ));
+    };
+    let message = match obj.get("message") {
+        Some(Value::String(m)) => m.clone(),
+        None => String::new(),
+        Some(_) => {
+            return Err(InteractionError::Invalid(
+                "params_json.message: must be a string".into(),
+            ));
+        }
+    };
+    let mode = match obj.get("mode") {
+        None => "form",
+        Some(Value::String(m)) => m.as_str(),
+        Some(_) => {
+            return Err(InteractionError::Invalid(
+                "params_json.mode: must be a string".into(),
+            ));
+        }
+    };
+    if mode != kind.as_str() {
+        return Err(InteractionError::Invalid(format!(
+            "params_json.mode: {mode:?} does not match kind {:?}",
+            kind.as_str()
+        )));
+    }
+    let mut rec = InteractionRecord {
+        id: r.interaction_id.clone(),
+        session_id: r.session_id.clone(),
+        run_id: r.run_id.clone(),
+        kind,
+        server: r.server.clone(),
+        tool: r.tool.clone(),
+        message,
+        params: Some(raw),
+        url: String::new(),
+        url_domain: String::new(),
+        elicitation_id: String::new(),
+        status: Status::Open,
+        outcome: None,
+        reason: String::new(),
+        content: None,
+        created_at_ms: now,
+        expires_at_ms: now.saturating_add(timeout.as_millis() as i64),
+        resolved_at_ms: 0,
+    };
+    match kind {
+        Kind::Form => {
+            let schema = obj.get("requestedSchema").ok_or_else(|| {
+                InteractionError::Invalid("params_json.requestedSchema: required for a form".into())
+            })?;
+            if let Err(errors) = form::validate_answer(schema, &json!({})) {
+                let broken: Vec<String> = errors
+                    .for_field(form::SCHEMA_FIELD)
+                    .map(|e| e.problem.clone())
+                    .collect();
+                if !broken.is_empty() {
+                    return Err(InteractionError::Invalid(format!(
+                        "params_json.requestedSchema: {}",
+                        broken.join("; ")
+                    )));
+                }
+            }
+        }
+        Kind::Url => {
+            let url = obj.get("url").and_then(Value::as_str).ok_or_else(|| {
+                InteractionError::Invalid("params_json.url: required (a string) for a url".into())
+            })?;
+            rec.url_domain = url_domain(url)
+                .map_err(|e| InteractionError::Invalid(format!("params_json.url: {e}")))?;
+            rec.url = url.to_owned();
+            rec.elicitation_id = obj
+                .get("elicitationId")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| {
+                    InteractionError::Invalid(
+                        "params_json.elicitationId: required (a non-empty string) for a url".into(),
+                    )
+                })?
+                .to_owned();
+        }
+        Kind::Approval => unreachable!("rejected above"),
+    }
+    Ok(rec)
+}
+
+/// The full host of an `http` or `https` URL (IDNs in their ASCII form, as
+/// browsers show them in the address bar's security check).
+pub fn url_domain(url: &str) -> Result<String, String> {
+    let u = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if u.scheme() != "https" && u.scheme() != "http" {
+        return Err(format!(
+            "scheme {:?} is not allowed (only https and http)",
+            u.scheme()
+        ));
+    }
+    match u.host_str() {
+        Some(h) if !h.is_empty() => Ok(h.to_owned()),
+        _ => Err(format!("{url:?} has no host")),
+    }
+}
+
+/// How an approval ended (see [`Interactions::request_approval`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalOutcome {
+    /// The user approved: call the tool.
+    Approved,
+    /// The user denied.
+    Denied,
+    /// Nobody answered within `limits.interactionTimeoutSec`.
+    TimedOut,
+    /// Cancelled: by the user, or the session was deleted (the reason).
+    Cancelled(String),
+    /// The approval could not be asked (the store failed, the replica stops).
+    Failed(String),
+}
+
+impl ApprovalOutcome {
+    /// Whether the call may go ahead.
+    pub fn is_approved(&self) -> bool {
+        matches!(self, ApprovalOutcome::Approved)
+    }
+
+    /// What the engine is told when the call does not go ahead: a clear
+    /// "not approved" sentence; empty when approved.
+    pub fn message(&self, server: &str, tool: &str) -> String {
+        match self {
+            ApprovalOutcome::Approved => String::new(),
+            ApprovalOutcome::Denied => {
+                format!("not approved: the user denied the call to {tool} on {server}")
+            }
+            ApprovalOutcome::TimedOut => {
+                format!("not approved: nobody answered the approval for {tool} on {server} in time")
+            }
+            ApprovalOutcome::Cancelled(why) => {
+                format!("not approved: the approval for {tool} on {server} was cancelled ({why})")
+            }
+            ApprovalOutcome::Failed(why) => format!(
+                "not approved: the approval for {tool} on {server} could not be asked: {why}"
+            ),
+        }
+    }
+
+    /// The `CallToolResult` the engine gets instead of calling the tool:
+    /// `isError` with [`ApprovalOutcome::message`]; `None` when approved.
+    pub fn not_approved_result(&self, server: &str, tool: &str) -> Option<Value> {
+        (!self.is_approved()).then(|| {
+            json!({"content": [{"type": "text", "text": self.message(server, tool)}], "isError": true})
+        })
+    }
+}
+
+/// The interactions of one replica: creating, waiting, answering, timing
+/// out and sweeping. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Interactions {
+    store: AnyStore,
+    state: Arc<State>,
+    metrics: Metrics,
+    audit: Arc<Audit>,
+    timeout: Duration,
+    shutdown: CancellationToken,
+    lease: Arc<tokio::sync::Mutex<Option<(LeaseId, Instant)>>>,
+}
+
+impl Interactions {
+    /// Interactions over `store`, followed through `state`; they time out
+    /// after `timeout`; waits end when `shutdown` is cancelled.
+    pub fn new(
+        store: AnyStore,
+        state: Arc<State>,
+        metrics: Metrics,
+        audit: Arc<Audit>,
+        timeout: Duration,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Interactions {
+            store,
+            state,
+            metrics,
+            audit,
+            timeout,
+            shutdown,
+            lease: Arc::default(),
+        }
+    }
+
+    /// The configured timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn timed<T, F: std::future::Future<Output = Result<T, StoreError>>>(
+        &self,
+        op: &'static str,
+        f: F,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let r = f.await;
+        self.metrics.store_op(op, started.elapsed(), r.is_ok());
+        r
+    }
+
+    /// Reads one interaction from the store, with its mod revision.
+    async fn read(
+        &self,
+        session: &str,
+        id: &str,
+    ) -> Result<Option<(InteractionRecord, i64)>, InteractionError> {
+        let key = interaction_key(session, id);
+        let Some(kv) = self.timed("get", self.store.get(&key)).await? else {
+            return Ok(None);
+        };
+        match serde_json::from_slice::<InteractionRecord>(&kv.value) {
+            Ok(r) => Ok(Some((r, kv.mod_revision))),
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "ignoring an interaction that does not parse");
+                Ok(None)
+            }
+        }
+    }
+
+    /// A session, from the read model or the store.
+    async fn session(&self, id: &str) -> Result<SessionRecord, InteractionError> {
+        if let Some(s) = self.state.snapshot().sessions.get(id) {
+            return Ok(s.clone());
+        }
+        let kv = self
+            .timed("get", self.store.get(&session_key(id)))
+            .await?
+            .ok_or_else(|| InteractionError::UnknownSession(id.to_owned()))?;
+        serde_json::from_slice(&kv.value)
+            .map_err(|_| InteractionError::UnknownSession(id.to_owned()))
+    }
+
+    /// The lease resolved records are kept under (shared for a minute).
+    async fn keep_lease(&self, fresh: bool) -> Result<LeaseId, StoreError> {
+        let mut guard = self.lease.lock().await;
+        if !fresh
+            && let Some((lease, at)) = *guard
+            && at.elapsed() < Duration::from_secs(60)
+        {
+            return Ok(lease);
+        }
+        let lease = self
+            .timed(
+                "grant_lease",
+                self.store
+                    .grant_lease(KEEP_RESOLVED + Duration::from_secs(60)),
+            )
+            .await?;
+        *guard = Some((lease, Instant::now()));
+        Ok(lease)
+    }
+
+    /// Creates `rec` unless an interaction with its id exists in its
+    /// session; returns the stored one and whether it was created here.
+    pub async fn create(
+        &self,
+        rec: InteractionRecord,
+    ) -> Result<(InteractionRecord, bool), InteractionError> {
+        let key = interaction_key(&rec.session_id, &rec.id);
+        let value = serde_json::to_vec(&rec).expect("records serialise");
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let r = self
+                .timed(
+                    "txn",
+                    self.store.txn(
+                        Txn::new()
+                            .when([Compare::absent(&key)])
+                            .and_then([Op::put(&key, value.clone())]),
+                    ),
+                )
+                .await?;
+            if r.succeeded {
+                self.state
+                    .wait_for(r.revision, Duration::from_secs(2))
+                    .await;
+                tracing::info!(session = %rec.session_id, interaction = %rec.id, kind = rec.kind.as_str(), server = %rec.server, "interaction required");
+                return Ok((rec, true));
+            }
+            if let Some((existing, _)) = self.read(&rec.session_id, &rec.id).await? {
+                if existing.server != rec.server || existing.kind != rec.kind {
+                    return Err(InteractionError::Conflict(format!(
+                        "interaction_id {:?} is used by another interaction ({} of {})",
+                        rec.id,
+                        existing.kind.as_str(),
+                        existing.server
+                    )));
+                }
+                return Ok((existing, false));
+            }
+            // Deleted between the txn and the read: try again.
+        }
+        Err(InteractionError::Contention(key))
+    }
+
+    /// Moves an interaction with a compare-and-swap: `f` gives the next
+    /// record (or `None`: nothing to do). Returns the record now stored and
+    /// whether this call changed it. The winner of a change to `accepted`
+    /// or `resolved` writes the audit record and counts it.
+    async fn transition<F>(
+        &self,
+        session: &str,
+        id: &str,
+        mut f: F,
+    ) -> Result<(InteractionRecord, bool), InteractionError>
+    where
+        F: FnMut(&InteractionRecord) -> Result<Option<InteractionRecord>, InteractionError>,
+    {
+        let key = interaction_key(session, id);
+        let mut fresh_lease = false;
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some((current, rev)) = self.read(session, id).await? else {
+                return Err(InteractionError::NotFound {
+                    session: session.to_owned(),
+                    id: id.to_owned(),
+                });
+            };
+            let Some(next) = f(&current)? else {
+                return Ok((current, false));
+            };
+            let value = serde_json::to_vec(&next).expect("records serialise");
+            let op = if next.status == Status::Resolved {
+                Op::put_with_lease(&key, value, self.keep_lease(fresh_lease).await?)
+            } else {
+                Op::put(&key, value)
+            };
+            let r = match self
+                .timed(
+                    "txn",
+                    self.store.txn(
+                        Txn::new()
+                            .when([Compare::mod_revision(&key, rev)])
+                            .and_then([op]),
+                    ),
+                )
+                .await
+            {
+                Ok(r) => r,
+                Err(StoreError::LeaseNotFound { .. }) => {
+                    fresh_lease = true;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if r.succeeded {
+                self.record_outcome(&current, &next);
+                self.state
+                    .wait_for(r.revision, Duration::from_secs(2))
+                    .await;
+                return Ok((next, true));
+            }
+        }
+        Err(InteractionError::Contention(key))
+    }
+
+    fn record_outcome(&self, before: &InteractionRecord, after: &InteractionRecord) {
+        if before.status == after.status {
+            return;
+        }
+        let (kind, outcome) = if before.status == Status::Accepted {
+            (
+                "interaction.completed",
+                if after.reason == reason::COMPLETED {
+                    "completed"
+                } else {
+                    "not_completed"
+                },
+            )
+        } else {
+            (
+                "interaction.resolved",
+                after.outcome.map(Outcome::as_str).unwrap_or("cancel"),
+            )
+        };
+        self.metrics.interaction(after.kind.as_str(), outcome);
+        let waited_ms = now_ms().saturating_sub(after.created_at_ms);
+        tracing::info!(session = %after.session_id, interaction = %after.id, kind = after.kind.as_str(), outcome, reason = %after.reason, "interaction {}", if kind == "interaction.completed" { "completed" } else { "resolved" });
+        self.audit.interaction(&InteractionAudit {
+            kind,
+            session: after.session_id.clone(),
+            run: after.run_id.clone(),
+            server: after.server.clone(),
+            tool: after.tool.clone(),
+            interaction: after.id.clone(),
+            interaction_kind: after.kind.as_str().into(),
+            outcome: outcome.into(),
+            reason: after.reason.clone(),
+            url_domain: after.url_domain.clone(),
+            waited_ms,
+        });
+    }
+
+    /// Ends a pending interaction without an answer (see [`apply_end`]).
+    pub async fn end(
+        &self,
+        session: &str,
+        id: &str,
+        outcome: Outcome,
+        why: &str,
+    ) -> Result<(InteractionRecord, bool), InteractionError> {
+        self.transition(session, id, |r| Ok(apply_end(r, outcome, why, now_ms())))
+            .await
+    }
+
+    /// Answers an interaction (`AnswerInteraction`). Errors: NotFound (also
+    /// for another session's), Invalid (unknown action, malformed or
+    /// oversized content, a form answer that does not match; the
+    /// interaction stays open), Precondition (resolved, wrong action for
+    /// the kind, timed out).
+    pub async fn answer(
+        &self,
+        session: &str,
+        id: &str,
+        action: &str,
+        content_json: &str,
+    ) -> Result<InteractionRecord, InteractionError> {
+        check_id("session_id", session)?;
+        check_id("interaction_id", id)?;
+        let action = Action::parse(action).ok_or_else(|| {
+            InteractionError::Invalid(format!(
+                "action: {action:?} is not one of accept, decline, cancel, approve, deny"
+            ))
+        })?;
+        if content_json.len() > MAX_CONTENT_BYTES {
+            return Err(InteractionError::Invalid(format!(
+                "content_json: {} bytes is more than the {MAX_CONTENT_BYTES} allowed",
+                content_json.len()
+            )));
+        }
+        let content: Value = if content_json.trim().is_empty() || action != Action::Accept {
+            Value::Null
+        } else {
+            serde_json::from_str(content_json).map_err(|e| {
+                InteractionError::Invalid(format!("content_json: not valid JSON: {e}"))
+            })?
+        };
+        let mut expired = false;
+        let result = self
+            .transition(session, id, |r| {
+                match apply_answer(r, action, &content, now_ms()) {
+                    Ok(next) => Ok(Some(next)),
+                    Err(AnswerError::Expired(_)) => {
+                        expired = true;
+                        Ok(apply_end(r, Outcome::Timeout, reason::TIMEOUT, now_ms()))
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            })
+            .await?;
+        if expired {
+            return Err(InteractionError::Precondition(format!(
+                "interaction {id} timed out"
+            )));
+        }
+        Ok(result.0)
+    }
+
+    /// A session's interactions, oldest first, read from the store: the
+    /// pending ones, or all kept ones.
+    pub async fn list(
+        &self,
+        session: &str,
+        include_resolved: bool,
+    ) -> Result<Vec<InteractionRecord>, InteractionError> {
+        check_id("session_id", session)?;
+        self.session(session).await?;
+        let listing = self
+            .timed("list", self.store.list(&session_prefix(session)))
+            .await?;
+        let mut out: Vec<InteractionRecord> = listing
+            .kvs
+            .iter()
+            .filter_map(|kv| serde_json::from_slice::<InteractionRecord>(&kv.value).ok())
+            .filter(|r| include_resolved || r.is_pending())
+            .collect();
+        out.sort_by(|a, b| a.created_at_ms.cmp(&b.created_at_ms).then(a.id.cmp(&b.id)));
+        Ok(out)
+    }
+
+    /// Waits until the interaction leaves `open` (or is gone: `None`),
+    /// resolving it as `timeout` when it expires. Errors: the store
+    /// failed, or this replica stops.
+    pub async fn wait(
+        &self,
+        session: &str,
+        id: &str,
+    ) -> Result<Option<InteractionRecord>, InteractionError> {
+        let mut changes = self.state.subscribe();
+        loop {
+            let seen = self
+                .state
+                .snapshot()
+                .interactions
+                .get(session)
+                .and_then(|m| m.get(id))
+                .cloned();
+            let rec = match seen {
+                Some(r) => r,
+                None => match self.read(session, id).await? {
+                    Some((r, _)) => r,
+                    None => return Ok(None),
+                },
+            };
+            if rec.status != Status::Open {
+                return Ok(Some(rec));
+            }
+            let now = now_ms();
+            if now >= rec.expires_at_ms {
+                match self
+                    .end(session, id, Outcome::Timeout, reason::TIMEOUT)
+                    .await
+                {
+                    Ok((r, _)) if r.status != Status::Open => return Ok(Some(r)),
+                    Ok(_) => continue,
+                    Err(InteractionError::NotFound { .. }) => return Ok(None),
+                    Err(e) => return Err(e),
+                }
+            }
+            let nap = Duration::from_millis((rec.expires_at_ms - now).clamp(1, 1000) as u64);
+            let relevant = async {
+                loop {
+                    match changes.recv().await {
+                        Ok(crate::state::Change::Interaction(c))
+                            if c.session == session && c.id == id =>
+                        {
+                            return;
+                        }
+                        Ok(_) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            // The read model is gone; poll.
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            return;
+                        }
+                    }
+                }
+            };
+            tokio::select! {
+                _ = relevant => {}
+                _ = tokio::time::sleep(nap) => {}
+                _ = self.shutdown.cancelled() => return Err(InteractionError::ShuttingDown),
+            }
+        }
+    }
+
+    /// `SidecarRegistry.Interact`: creates the interaction if absent and
+    /// waits for the answer; returns the MCP `ElicitResult`. Errors:
+    /// Invalid (bad request), UnknownSession, Precondition (the session
+    /// does not enable the server), Conflict (the id is another
+    /// interaction's), Store, ShuttingDown (ask again elsewhere).
+    pub async fn interact(&self, req: &InteractRequest) -> Result<Value, InteractionError> {
+        let rec = record_from_request(req, now_ms(), self.timeout)?;
+        let session = self.session(&rec.session_id).await?;
+        if !self.state.snapshot().servers.contains_key(&rec.server)
+            && self
+                .timed("get", self.store.get(&server_key(&rec.server)))
+                .await?
+                .is_none()
+        {
+            return Err(InteractionError::Invalid(format!(
+                "server: {:?} is not configured",
+                rec.server
+            )));
+        }
+        if !session.enables(&rec.server) {
+            return Err(InteractionError::Precondition(format!(
+                "session {} does not enable server {}",
+                session.id, rec.server
+            )));
+        }
+        let (rec, created) = self.create(rec).await?;
+        if !created {
+            tracing::info!(session = %rec.session_id, interaction = %rec.id, status = rec.status.as_str(), "interaction asked again; waiting on the existing record");
+        }
+        Ok(match self.wait(&rec.session_id, &rec.id).await? {
+            Some(r) => r.elicit_result(),
+            None => json!({"action": "cancel"}),
+        })
+    }
+
+    /// `SidecarRegistry.CompleteInteraction`: the server finished the URL
+    /// flow with `elicitationId`; resolves the matching pending URL
+    /// interaction of the session. Returns whether one was found.
+    pub async fn complete(
+        &self,
+        server: &str,
+        session: &str,
+        elicitation_id: &str,
+    ) -> Result<bool, InteractionError> {
+        check_id("session_id", session)?;
+        if elicitation_id.is_empty() {
+            return Err(InteractionError::Invalid("elicitation_id: required".into()));
+        }
+        let listing = self
+            .timed("list", self.store.list(&session_prefix(session)))
+            .await?;
+        let mut found = false;
+        for kv in &listing.kvs {
+            let Ok(r) = serde_json::from_slice::<InteractionRecord>(&kv.value) else {
+                continue;
+            };
+            if r.kind != Kind::Url || r.server != server || r.elicitation_id != elicitation_id {
+                continue;
+            }
+            found = true;
+            match self
+                .end(session, &r.id, Outcome::Accept, reason::COMPLETED)
+                .await
+            {
+                Ok(_) | Err(InteractionError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(found)
+    }
+
+    /// Cancels a (deleted) session's pending interactions.
+    pub async fn cancel_session(&self, session: &str) -> Result<usize, InteractionError> {
+        let listing = self
+            .timed("list", self.store.list(&session_prefix(session)))
+            .await?;
+        let mut n = 0;
+        for kv in &listing.kvs {
+            let Ok(r) = serde_json::from_slice::<InteractionRecord>(&kv.value) else {
+                continue;
+            };
+            if r.is_pending() {
+                match self
+                    .end(session, &r.id, Outcome::Cancel, reason::SESSION_DELETED)
+                    .await
+                {
+                    Ok((_, true)) => n += 1,
+                    Ok(_) | Err(InteractionError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// One sweep: resolves every pending interaction that expired (as
+    /// `timeout`) or whose session is gone (as `cancel`). Returns how many
+    /// this replica resolved.
+    pub async fn sweep(&self) -> usize {
+        let snap = self.state.snapshot();
+        let now = now_ms();
+        let mut todo = Vec::new();
+        for (session, m) in &snap.interactions {
+            let gone = !snap.sessions.contains_key(session);
+            for r in m.values().filter(|r| r.is_pending()) {
+                if gone {
+                    todo.push((r.clone(), Outcome::Cancel, reason::SESSION_DELETED));
+                } else if r.expires_at_ms <= now {
+                    todo.push((r.clone(), Outcome::Timeout, reason::TIMEOUT));
+                }
+            }
+        }
+        let mut n = 0;
+        for (r, outcome, why) in todo {
+            match self.end(&r.session_id, &r.id, outcome, why).await {
+                Ok((_, true)) => n += 1,
+                Ok(_) | Err(InteractionError::NotFound { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(session = %r.session_id, interaction = %r.id, error = %e, "sweeping an interaction failed; trying again later");
+                }
+            }
+        }
+        n
+    }
+
+    /// Sweeps every [`SWEEP_EVERY`] until the replica stops.
+    pub fn spawn_sweeper(&self) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => { this.sweep().await; }
+                    _ = this.shutdown.cancelled() => return,
+                }
+            }
+        })
+    }
+
+    /// Asks the session's user to approve a call of `tool` on `server`
+    /// (a `confirm` policy) and waits for the answer, at most
+    /// `limits.interactionTimeoutSec`. Deny, cancel, timeout or a failure
+    /// mean the call must not go ahead; [`ApprovalOutcome::message`] says
+    /// why. If the returned future is dropped first (the engine's call
+    /// ended), the approval is cancelled.
+    pub async fn request_approval(
+        &self,
+        session: &str,
+        run_id: &str,
+        server: &str,
+        tool: &str,
+        message: &str,
+    ) -> ApprovalOutcome {
+        if let Err(e) = self.session(session).await {
+            return ApprovalOutcome::Failed(e.to_string());
+        }
+        let now = now_ms();
+        let rec = InteractionRecord {
+            id: crate::api::engine::new_id(),
+            session_id: session.to_owned(),
+            run_id: run_id.to_owned(),
+            kind: Kind::Approval,
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+            message: if message.is_empty() {
+                format!("Allow the call to {tool} on {server}?")
+            } else {
+                message.to_owned()
+            },
+            params: None,
+            url: String::new(),
+            url_domain: String::new(),
+            elicitation_id: String::new(),
+            status: Status::Open,
+            outcome: None,
+            reason: String::new(),
+            content: None,
+            created_at_ms: now,
+            expires_at_ms: now.saturating_add(self.timeout.as_millis() as i64),
+            resolved_at_ms: 0,
+        };
+        let id = rec.id.clone();
+        // Armed before the record exists: the engine may see it (and the
+        // call may end) before `create` returns.
+        let mut guard = CancelOnDrop {
+            interactions: Some(self.clone()),
+            session: session.to_owned(),
+            id: id.clone(),
+        };
+        if let Err(e) = self.create(rec).await {
+            return ApprovalOutcome::Failed(e.to_string());
+        }
+        let outcome = match self.wait(session, &id).await {
+            Ok(Some(r)) => match r.outcome {
+                Some(Outcome::Approve) => ApprovalOutcome::Approved,
+                Some(Outcome::Deny) => ApprovalOutcome::Denied,
+                Some(Outcome::Timeout) => ApprovalOutcome::TimedOut,
+                _ => ApprovalOutcome::Cancelled(if r.reason.is_empty() {
+                    "cancelled".into()
+                } else {
+                    r.reason.replace('_', " ")
+                }),
+            },
+            Ok(None) => ApprovalOutcome::Cancelled("the approval vanished".into()),
+            Err(e) => ApprovalOutcome::Failed(e.to_string()),
+        };
+        if !matches!(outcome, ApprovalOutcome::Failed(_)) {
+            guard.interactions = None;
+        }
+        outcome
+    }
+}
+
+/// Cancels an approval whose waiter went away (the engine call ended).
+struct CancelOnDrop {
+    interactions: Option<Interactions>,
+    session: String,
+    id: String,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(this) = self.interactions.take() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (session, id) = (
+            std::mem::take(&mut self.session),
+            std::mem::take(&mut self.id),
+        );
+        handle.spawn(async move {
+            if let Err(e) = this
+                .end(&session, &id, Outcome::Cancel, reason::CALL_ENDED)
+                .await
+            {
+                tracing::debug!(%session, interaction = %id, error = %e, "cancelling an abandoned approval failed; the sweeper times it out");
+            }
+        });
+    }
+}
