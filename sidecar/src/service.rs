@@ -104,7 +104,10 @@ impl SidecarCalls for CallService {
             Ok(result) => {
                 let result_json = serde_json::to_string(&result)
                     .map_err(|e| Status::internal(format!("cannot serialise the result: {e}")))?;
-                Ok(Response::new(SidecarCallResponse { result_json }))
+                Ok(Response::new(SidecarCallResponse {
+                    result_json,
+                    ..Default::default()
+                }))
             }
             Err(e) => {
                 tracing::info!(server = %upstream.name(), %tool, error = %e, "call failed");

@@ -867,6 +867,7 @@ fn grpc_call(tool: &str, session: &str) -> SidecarCallRequest {
         session_id: session.into(),
         run_id: format!("run-{session}"),
         roots_json: Value::Array(ctx(session).roots).to_string(),
+        retry_safe: false,
     }
 }
 

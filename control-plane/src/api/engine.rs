@@ -414,6 +414,10 @@ impl EngineService for EngineApi {
                 .filter(|s| !s.roots.is_empty())
                 .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
                 .unwrap_or_default(),
+            retry_safe: {
+                let h = hints(def);
+                h.read_only_hint || h.idempotent_hint
+            },
         };
         if !r.call_id.is_empty() {
             check_id("call_id", &r.call_id)?;
@@ -468,6 +472,8 @@ impl EngineService for EngineApi {
                 server: server.to_owned(),
                 upstream_tool: target.tool.clone(),
                 duration_ms: started.elapsed().as_millis() as u64,
+                attachments: resp.attachments,
+                validation_errors: resp.validation_errors,
             })
         });
         let label = match &resp {
