@@ -10,7 +10,9 @@
 //! The gateway runs as real processes, release builds: one
 //! `switchyard-control-plane --config` (embedded store in a temp dir, free
 //! ports) and one `switchyard-sidecar run --config` for the reference server
-//! over stdio in the 2026-07-28 era. The bench is the engine: one tonic
+//! over stdio in the 2026-07-28 era, in their default configuration: their
+//! logs (default level, so the control plane's per-call audit records too)
+//! go to files in the temp dir. The bench is the engine: one tonic
 //! `EngineServiceClient` on one gRPC channel, calling `CallTool` with
 //! `orders__echo`. The baseline is rmcp's client on its own reference server
 //! process (one connection, `ClientLifecycleMode::Discover`, so it speaks
@@ -20,9 +22,9 @@
 //! `ListSessions` (engine -> control plane and back, no sidecar).
 //!
 //! For each concurrency (1 and 64 calls in flight on the one channel or
-//! connection) and each client: a warm-up, then `ROUNDS` fixed-duration
-//! rounds in which that many tokio tasks loop `call; record latency` until
-//! the deadline. The clients take turns, rotating which goes first each
+//! connection) and each client: a 0.5 s warm-up, then 5 rounds of 1.5 s
+//! in which that many tokio tasks loop `call; record latency` until the
+//! deadline. The clients take turns, rotating which goes first each
 //! round, to spread drift over all of them; the table shows per client the
 //! median round by throughput (its p50 and p99 come from that same round)
 //! and the min..max throughput over the rounds as a noise gauge. CPU time
@@ -227,28 +229,34 @@ impl Proc {
 }
 
 /// Starts `cmd` (killed on drop) and waits for its stdout line starting
-/// with `prefix`. Logs (stderr) go to ours, at `warn`.
-async fn start(mut cmd: Command, prefix: &str, workers: Option<usize>) -> Proc {
+/// with `prefix`. Its log (stderr, at the default level or
+/// `$SWITCHYARD_LOG`, so audit records included) goes to `log`.
+async fn start(mut cmd: Command, prefix: &str, workers: Option<usize>, log: &Path) -> Proc {
+    let log_file = std::fs::File::create(log).expect("create a log file");
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .env("SWITCHYARD_LOG", "warn")
+        .stderr(log_file)
         .kill_on_drop(true);
     if let Some(n) = workers {
         cmd.env("TOKIO_WORKER_THREADS", n.to_string());
     }
     let mut child = cmd.spawn().expect("start a gateway process");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let line = tokio::time::timeout(START_LIMIT, async {
-        while let Some(line) = lines.next_line().await.expect("read stdout") {
+    let found = tokio::time::timeout(START_LIMIT, async {
+        while let Ok(Some(line)) = lines.next_line().await {
             if line.starts_with(prefix) {
-                return line;
+                return Some(line);
             }
         }
-        panic!("the process exited without printing {prefix:?}");
+        None
     })
-    .await
-    .unwrap_or_else(|_| panic!("no {prefix:?} line within {START_LIMIT:?}"));
+    .await;
+    let Ok(Some(line)) = found else {
+        panic!(
+            "no {prefix:?} line within {START_LIMIT:?}; its log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    };
     // Keep draining stdout so the process never blocks on it.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Proc { child, line }
@@ -307,7 +315,13 @@ async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
         .arg(&cp_config)
         .arg("--grace-secs")
         .arg("2");
-    let control_plane = start(cmd, "switchyard-control-plane: grpc on", workers).await;
+    let control_plane = start(
+        cmd,
+        "switchyard-control-plane: grpc on",
+        workers,
+        &dir.path().join("control-plane.log"),
+    )
+    .await;
     let grpc = field(&control_plane.line, "grpc on").to_owned();
 
     let sidecar_config = dir.path().join("sidecar.toml");
@@ -323,7 +337,13 @@ async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
     .expect("write the sidecar's config");
     let mut cmd = Command::new(&bins.sidecar);
     cmd.arg("run").arg("--config").arg(&sidecar_config);
-    let sidecar = start(cmd, "switchyard-sidecar: server", workers).await;
+    let sidecar = start(
+        cmd,
+        "switchyard-sidecar: server",
+        workers,
+        &dir.path().join("sidecar.log"),
+    )
+    .await;
     let calls_addr = field(&sidecar.line, "calls on").to_owned();
 
     let engine = EngineServiceClient::new(channel(format!("http://{grpc}")).await);

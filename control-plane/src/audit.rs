@@ -1,10 +1,10 @@
 //! The audit sink: one JSON object per line, for every interaction outcome
-//! (and, later, other auditable events). Records go to the file named by
+//! and every engine tool call (`tool.called`). Records go to the file named by
 //! `[audit] path` (appended, flushed line by line), or, without one, to the
 //! log as JSON text under the tracing target `switchyard::audit`.
 //!
 //! Audit records never hold what the user typed into a form, nor a URL's
-//! path or query: only who asked (session, run, server, tool), what kind of
+//! path or query, nor a call's arguments or result: only who asked (session, run, server, tool), what kind of
 //! interaction it was, how it ended and why. Audit records are not kept in
 //! the store.
 
@@ -51,7 +51,61 @@ pub struct InteractionAudit {
     pub waited_ms: i64,
 }
 
+/// The effective hints of a called tool, as audited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditHints {
+    /// `readOnlyHint`.
+    pub read_only_hint: bool,
+    /// `destructiveHint`.
+    pub destructive_hint: bool,
+    /// `idempotentHint`.
+    pub idempotent_hint: bool,
+    /// `openWorldHint`.
+    pub open_world_hint: bool,
+}
+
+/// One audit record about an engine's tool call (`tool.called`). Never the
+/// arguments nor the result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallAudit {
+    /// Always `tool.called`.
+    pub kind: &'static str,
+    /// The session; empty for a call without one.
+    pub session: String,
+    /// The engine run; may be empty.
+    pub run: String,
+    /// The engine's call id; may be empty.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub call_id: String,
+    /// The server.
+    pub server: String,
+    /// The tool's name on the server.
+    pub tool: String,
+    /// `ok`, `tool_error`, `not_approved`, `unavailable`, `timeout`,
+    /// `cancelled`, `rpc_error` or `error`.
+    pub outcome: String,
+    /// The effective policy: `default` or `confirm`.
+    pub policy: &'static str,
+    /// Approval: `not_needed`, `approve`, `deny`, `timeout`, `cancel` or
+    /// `failed`.
+    pub approval: &'static str,
+    /// Milliseconds from the engine's request to the answer.
+    pub duration_ms: u64,
+    /// Effective hints (openWorldHint included).
+    pub hints: AuditHints,
+    /// `outputSchema` validation errors the sidecar reported.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub validation_errors: Vec<String>,
+}
+
 impl Audit {
+    /// Writes one `tool.called` record.
+    pub fn tool_call(&self, rec: &ToolCallAudit) {
+        self.stamped(serde_json::to_value(rec).expect("audit records serialise"));
+    }
+
     /// Records to the log (target `switchyard::audit`).
     pub fn to_log() -> Self {
         Audit { file: None }
@@ -75,7 +129,10 @@ impl Audit {
     /// Writes one interaction record, stamped with `ts` (RFC 3339, UTC,
     /// milliseconds).
     pub fn interaction(&self, rec: &InteractionAudit) {
-        let mut v = serde_json::to_value(rec).expect("audit records serialise");
+        self.stamped(serde_json::to_value(rec).expect("audit records serialise"));
+    }
+
+    fn stamped(&self, mut v: Value) {
         if let Value::Object(m) = &mut v {
             let mut out = serde_json::Map::new();
             out.insert(
@@ -169,5 +226,29 @@ mod tests {
         assert!(lines[0]["ts"].as_str().unwrap().ends_with('Z'));
         assert!(lines[0].get("content").is_none());
         assert!(lines[0].get("urlDomain").is_none());
+        audit.tool_call(&ToolCallAudit {
+            kind: "tool.called",
+            session: "s".into(),
+            run: String::new(),
+            call_id: String::new(),
+            server: "orders".into(),
+            tool: "create_order".into(),
+            outcome: "ok".into(),
+            policy: "default",
+            approval: "not_needed",
+            duration_ms: 3,
+            hints: AuditHints {
+                read_only_hint: false,
+                destructive_hint: false,
+                idempotent_hint: false,
+                open_world_hint: false,
+            },
+            validation_errors: vec![],
+        });
+        let text = std::fs::read_to_string(&path).unwrap();
+        let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["kind"], "tool.called");
+        assert_eq!(last["hints"]["openWorldHint"], false);
+        assert!(last.get("arguments").is_none() && last.get("callId").is_none());
     }
 }

@@ -1,7 +1,7 @@
 //! The `switchyard` command line: run the all-in-one gateway (`up`), check
 //! a configuration, and talk to a running control plane as an engine or an
-//! admin would (`tools`, `call`, `servers`, `sessions`, `events`,
-//! `interactions`, `answer`).
+//! admin would (`tools`, `call`, `servers`, `hints`, `policy`, `sessions`,
+//! `events`, `interactions`, `answer`).
 //!
 //! Exit status: 0 success; 1 a failed command or an `isError` tool result;
 //! 2 bad command-line syntax (clap); 64 a bad configuration file or a bad
@@ -88,6 +88,13 @@ pub enum Command {
     /// Manage servers.
     #[command(subcommand)]
     Servers(ServersCommand),
+    /// Override a tool's hints (readOnlyHint, destructiveHint,
+    /// idempotentHint), or clear the overrides.
+    #[command(subcommand)]
+    Hints(HintsCommand),
+    /// Set a tool's policy (default, confirm, disabled), or clear it.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Manage sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -165,10 +172,68 @@ pub enum ServersCommand {
         /// Its name.
         name: String,
     },
-    /// Show one server's status.
+    /// Show one server's status (with its tools).
     Status {
         /// Its name.
         name: String,
+    },
+    /// List a server's tools: engine name, title, effective hints and
+    /// where they come from, policy.
+    Tools {
+        /// Its name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `switchyard hints ...`.
+#[derive(Debug, Subcommand)]
+pub enum HintsCommand {
+    /// Override some of a tool's hints (the others keep their override).
+    Set {
+        /// The server.
+        server: String,
+        /// The tool's name on the server.
+        tool: String,
+        /// readOnlyHint.
+        #[arg(long, value_name = "BOOL")]
+        read_only: Option<bool>,
+        /// destructiveHint.
+        #[arg(long, value_name = "BOOL")]
+        destructive: Option<bool>,
+        /// idempotentHint.
+        #[arg(long, value_name = "BOOL")]
+        idempotent: Option<bool>,
+    },
+    /// Remove a tool's hint overrides.
+    Clear {
+        /// The server.
+        server: String,
+        /// The tool's name on the server.
+        tool: String,
+    },
+}
+
+/// `switchyard policy ...`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Set a tool's policy.
+    Set {
+        /// The server.
+        server: String,
+        /// The tool's name on the server.
+        tool: String,
+        /// default, confirm or disabled.
+        policy: String,
+    },
+    /// Remove the policy set by an administrator (back to the derived one).
+    Clear {
+        /// The server.
+        server: String,
+        /// The tool's name on the server.
+        tool: String,
     },
 }
 
@@ -491,6 +556,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Servers(cmd) => servers(ep, cmd).await,
+        cmd @ (Command::Hints(_) | Command::Policy(_)) => tool_settings(ep, cmd).await,
         Command::Sessions(cmd) => sessions(ep, cmd).await,
         Command::Events { session, json } => {
             let mut stream = engine(ep)
@@ -604,12 +670,150 @@ async fn servers(ep: &str, cmd: ServersCommand) -> Result<(), Failure> {
         }
         ServersCommand::Status { name } => {
             let s = client
-                .get_server_status(pb::GetServerStatusRequest { name })
+                .get_server_status(pb::GetServerStatusRequest { name: name.clone() })
                 .await?
                 .into_inner();
-            print_json(&status_json(&s));
+            let tools = client
+                .list_server_tools(pb::ListServerToolsRequest { server: name })
+                .await?
+                .into_inner();
+            let mut v = status_json(&s);
+            v["tools"] = tools.tools.iter().map(server_tool_json).collect();
+            print_json(&v);
+        }
+        ServersCommand::Tools { name, json } => {
+            let resp = client
+                .list_server_tools(pb::ListServerToolsRequest { server: name })
+                .await?
+                .into_inner();
+            if json {
+                print_json(
+                    &json!({"tools": resp.tools.iter().map(server_tool_json).collect::<Vec<_>>()}),
+                );
+            } else {
+                out!(
+                    "{:<36} {:<24} {:<9} {:<9} {:<9} {:<9} policy",
+                    "name",
+                    "title",
+                    "readOnly",
+                    "destruct",
+                    "idempot",
+                    "openWorld"
+                );
+                for t in &resp.tools {
+                    out!("{}", server_tool_line(t));
+                }
+            }
         }
     }
+    Ok(())
+}
+
+fn server_tool_json(t: &pb::ServerTool) -> Value {
+    let h = t.hints.unwrap_or_default();
+    let src = t.hint_sources.clone().unwrap_or_default();
+    json!({
+        "name": t.name, "upstreamName": t.upstream_name, "title": t.title,
+        "hints": {"readOnlyHint": h.read_only_hint, "destructiveHint": h.destructive_hint,
+                  "idempotentHint": h.idempotent_hint, "openWorldHint": h.open_world_hint},
+        "hintSources": {"readOnlyHint": src.read_only_hint, "destructiveHint": src.destructive_hint,
+                        "idempotentHint": src.idempotent_hint, "openWorldHint": src.open_world_hint},
+        "policy": t.policy, "policySet": t.policy_set, "inCatalogue": t.in_catalogue,
+    })
+}
+
+/// `name title readOnly destructive idempotent openWorld policy`, each hint
+/// as `value` with `*` for an override and `~` for the spec default.
+fn server_tool_line(t: &pb::ServerTool) -> String {
+    let h = t.hints.unwrap_or_default();
+    let src = t.hint_sources.clone().unwrap_or_default();
+    let cell = |v: bool, s: &str| {
+        format!(
+            "{v}{}",
+            match s {
+                "override" => "*",
+                "default" => "~",
+                _ => "",
+            }
+        )
+    };
+    let mut policy = t.policy.clone();
+    if t.policy_set {
+        policy.push_str(" (set)");
+    }
+    if !t.in_catalogue {
+        policy.push_str(" [not in catalogue]");
+    }
+    format!(
+        "{:<36} {:<24} {:<9} {:<9} {:<9} {:<9} {policy}",
+        t.name,
+        t.title,
+        cell(h.read_only_hint, &src.read_only_hint),
+        cell(h.destructive_hint, &src.destructive_hint),
+        cell(h.idempotent_hint, &src.idempotent_hint),
+        cell(h.open_world_hint, &src.open_world_hint),
+    )
+}
+
+async fn tool_settings(ep: &str, cmd: Command) -> Result<(), Failure> {
+    let mut client = admin(ep).await?;
+    let t = match cmd {
+        Command::Hints(HintsCommand::Set {
+            server,
+            tool,
+            read_only,
+            destructive,
+            idempotent,
+        }) => {
+            if read_only.is_none() && destructive.is_none() && idempotent.is_none() {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    "hints set: give at least one of --read-only, --destructive, --idempotent",
+                ));
+            }
+            client
+                .set_tool_hints(pb::SetToolHintsRequest {
+                    server,
+                    tool,
+                    read_only_hint: read_only,
+                    destructive_hint: destructive,
+                    idempotent_hint: idempotent,
+                })
+                .await?
+        }
+        Command::Hints(HintsCommand::Clear { server, tool }) => {
+            client
+                .clear_tool_hints(pb::ClearToolHintsRequest { server, tool })
+                .await?
+        }
+        Command::Policy(PolicyCommand::Set {
+            server,
+            tool,
+            policy,
+        }) => {
+            if crate::model::ToolPolicy::parse(&policy).is_none() {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    format!("policy {policy:?}: expected default, confirm or disabled"),
+                ));
+            }
+            client
+                .set_tool_policy(pb::SetToolPolicyRequest {
+                    server,
+                    tool,
+                    policy,
+                })
+                .await?
+        }
+        Command::Policy(PolicyCommand::Clear { server, tool }) => {
+            client
+                .clear_tool_policy(pb::ClearToolPolicyRequest { server, tool })
+                .await?
+        }
+        _ => unreachable!("only hints and policy commands"),
+    }
+    .into_inner();
+    out!("{}", server_tool_line(&t));
     Ok(())
 }
 

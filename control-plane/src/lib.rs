@@ -15,8 +15,10 @@ pub mod interactions;
 pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod policy;
 pub mod registry;
 pub mod routing;
+pub mod schema_summary;
 pub mod server;
 pub mod state;
 pub mod store;
@@ -37,6 +39,8 @@ pub struct ControlPlane {
     pub router: routing::Router,
     /// Interactions (forms, URLs, approvals).
     pub interactions: interactions::Interactions,
+    /// The audit sink (interactions, tool calls).
+    pub audit: Arc<audit::Audit>,
     /// Metrics.
     pub metrics: metrics::Metrics,
     /// Lease TTL of sidecar registrations.

@@ -11,6 +11,8 @@
 //! | `sessions/<id>` | [`SessionRecord`] | until deleted |
 //! | `cancels/<session>/<call id>` | empty | leased, short |
 //! | `interactions/<session>/<id>` | [`crate::interactions::InteractionRecord`] | until resolved, then leased (1 h) |
+//! | `hints/<server>/<tool>` | [`HintOverrideRecord`] (an administrator's `toolHints`) | until cleared |
+//! | `policies/<server>/<tool>` | [`PolicyRecord`] | until cleared |
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -37,6 +39,88 @@ pub fn session_key(id: &str) -> String {
 /// Key of a cancellation request.
 pub fn cancel_key(session: &str, call_id: &str) -> String {
     format!("cancels/{session}/{call_id}")
+}
+
+/// Key of a tool's hint overrides (`tool` is the upstream name).
+pub fn hints_key(server: &str, tool: &str) -> String {
+    format!("hints/{server}/{tool}")
+}
+/// Key of a tool's policy (`tool` is the upstream name).
+pub fn policy_key(server: &str, tool: &str) -> String {
+    format!("policies/{server}/{tool}")
+}
+
+/// `hints/<server>/<tool>`: an administrator's overrides of a tool's
+/// hints; an absent field is not overridden.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HintOverrideRecord {
+    /// `readOnlyHint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// `destructiveHint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// `idempotentHint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// Last set, ms since the epoch.
+    #[serde(default)]
+    pub updated_at_ms: i64,
+}
+
+impl HintOverrideRecord {
+    /// Whether it overrides nothing.
+    pub fn is_empty(&self) -> bool {
+        self.read_only_hint.is_none()
+            && self.destructive_hint.is_none()
+            && self.idempotent_hint.is_none()
+    }
+}
+
+/// A tool's policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolPolicy {
+    /// Offered and approved as the permission mode says.
+    #[default]
+    Default,
+    /// Approval for every call, in every permission mode.
+    Confirm,
+    /// Never offered.
+    Disabled,
+}
+
+impl ToolPolicy {
+    /// `default`, `confirm` or `disabled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolPolicy::Default => "default",
+            ToolPolicy::Confirm => "confirm",
+            ToolPolicy::Disabled => "disabled",
+        }
+    }
+
+    /// Parses [`ToolPolicy::as_str`].
+    pub fn parse(s: &str) -> Option<ToolPolicy> {
+        match s {
+            "default" => Some(ToolPolicy::Default),
+            "confirm" => Some(ToolPolicy::Confirm),
+            "disabled" => Some(ToolPolicy::Disabled),
+            _ => None,
+        }
+    }
+}
+
+/// `policies/<server>/<tool>`: an administrator's policy for a tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRecord {
+    /// The policy.
+    pub policy: ToolPolicy,
+    /// Last set, ms since the epoch.
+    #[serde(default)]
+    pub updated_at_ms: i64,
 }
 
 /// Where a server entry came from.

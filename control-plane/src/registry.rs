@@ -346,6 +346,101 @@ impl Registry {
         Err(RegistryError::Contention(TOOLNAMES_KEY.into()))
     }
 
+    /// Merges `set` into a tool's hint overrides (fields `set` leaves
+    /// unset keep their override). Returns the merged record and the
+    /// revision. Errors: unknown server.
+    pub async fn set_tool_hints(
+        &self,
+        server: &str,
+        tool: &str,
+        set: &HintOverrideRecord,
+    ) -> Result<(HintOverrideRecord, Revision), RegistryError> {
+        self.check_tool_key(server, tool).await?;
+        let key = hints_key(server, tool);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let old = self.timed("get", self.store.get(&key)).await?;
+            let mut rec = old
+                .as_ref()
+                .and_then(|kv| serde_json::from_slice::<HintOverrideRecord>(&kv.value).ok())
+                .unwrap_or_default();
+            rec.read_only_hint = set.read_only_hint.or(rec.read_only_hint);
+            rec.destructive_hint = set.destructive_hint.or(rec.destructive_hint);
+            rec.idempotent_hint = set.idempotent_hint.or(rec.idempotent_hint);
+            rec.updated_at_ms = now_ms();
+            let r = self
+                .timed(
+                    "txn",
+                    self.store.txn(
+                        Txn::new()
+                            .when([Compare::mod_revision(
+                                &key,
+                                old.map_or(0, |kv| kv.mod_revision),
+                            )])
+                            .and_then([Op::put(&key, json(&rec))]),
+                    ),
+                )
+                .await?;
+            if r.succeeded {
+                return Ok((rec, r.revision));
+            }
+        }
+        Err(RegistryError::Contention(key))
+    }
+
+    /// Sets a tool's policy. Errors: unknown server.
+    pub async fn set_tool_policy(
+        &self,
+        server: &str,
+        tool: &str,
+        policy: ToolPolicy,
+    ) -> Result<Revision, RegistryError> {
+        self.check_tool_key(server, tool).await?;
+        let rec = PolicyRecord {
+            policy,
+            updated_at_ms: now_ms(),
+        };
+        Ok(self
+            .timed(
+                "put",
+                self.store.put(&policy_key(server, tool), json(&rec), None),
+            )
+            .await?)
+    }
+
+    /// Deletes a tool setting key (`hints_key` or `policy_key`); returns the
+    /// revision to wait for. Errors: unknown server.
+    pub async fn clear_tool_setting(
+        &self,
+        server: &str,
+        tool: &str,
+        key: &str,
+    ) -> Result<Revision, RegistryError> {
+        self.check_tool_key(server, tool).await?;
+        let r = self
+            .timed(
+                "txn",
+                self.store.txn(Txn::new().and_then([Op::delete(key)])),
+            )
+            .await?;
+        Ok(r.revision)
+    }
+
+    async fn check_tool_key(&self, server: &str, tool: &str) -> Result<(), RegistryError> {
+        if tool.is_empty() || tool.chars().any(char::is_control) {
+            return Err(RegistryError::Invalid(
+                "tool: required, without control characters".into(),
+            ));
+        }
+        if self
+            .timed("get", self.store.get(&server_key(server)))
+            .await?
+            .is_none()
+        {
+            return Err(RegistryError::UnknownServer(server.to_owned()));
+        }
+        Ok(())
+    }
+
     /// Creates or replaces a session record.
     pub async fn put_session(&self, rec: &SessionRecord) -> Result<Revision, RegistryError> {
         Ok(self

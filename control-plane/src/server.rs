@@ -119,11 +119,12 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     };
     let state = State::start(store.clone()).await?;
     let shutdown = CancellationToken::new();
+    let audit = Arc::new(audit);
     let interactions = Interactions::new(
         store,
         state.clone(),
         metrics.clone(),
-        Arc::new(audit),
+        audit.clone(),
         Duration::from_secs(config.limits.interaction_timeout_sec),
         shutdown.clone(),
     );
@@ -132,6 +133,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         registry,
         router: Router::new(),
         interactions,
+        audit,
         metrics: metrics.clone(),
         lease_ttl: Duration::from_secs(config.control_plane.sidecar_lease_ttl_sec),
         call_timeout: Duration::from_secs(config.control_plane.call_timeout_sec),

@@ -1,5 +1,6 @@
 //! Each replica's read model of the store: servers, live sidecars,
-//! catalogues, the name map, sessions and their interactions, kept current by one list and a
+//! catalogues, the name map, tool hint overrides and policies, sessions and
+//! their interactions, kept current by one list and a
 //! watch from the next revision (the informer pattern). Reads on the call
 //! path never wait on the store; writes go to the store and come back
 //! through the watch, so every replica converges on the same state. A
@@ -28,6 +29,12 @@ pub enum Change {
         server: String,
         /// Its new `toolsUpdatedAt`.
         tools_updated_at: i64,
+    },
+    /// An administrator changed a server's tool hints or policies (what
+    /// engines see of its tools may have changed).
+    ToolSettingsChanged {
+        /// Server.
+        server: String,
     },
     /// A server was added, updated or removed.
     ServersChanged,
@@ -63,6 +70,10 @@ pub struct Snapshot {
     pub sessions: HashMap<String, SessionRecord>,
     /// Interactions per session, by id (pending and recently resolved).
     pub interactions: HashMap<String, BTreeMap<String, crate::interactions::InteractionRecord>>,
+    /// Hint overrides per `(server, tool)`.
+    pub hint_overrides: HashMap<(String, String), HintOverrideRecord>,
+    /// Administrators' policies per `(server, tool)`.
+    pub policies: HashMap<(String, String), PolicyRecord>,
 }
 
 impl Snapshot {
@@ -78,6 +89,26 @@ impl Snapshot {
             .get(&(server.to_owned(), tool.to_owned()))
             .cloned()
             .unwrap_or_else(|| crate::names::plain_name(server, tool))
+    }
+
+    /// The effective hints of `def`, a tool of `server`.
+    pub fn hints_of(&self, server: &str, def: &serde_json::Value) -> crate::policy::EffectiveHints {
+        let tool = def
+            .get("name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        crate::policy::effective_hints(
+            def,
+            self.hint_overrides
+                .get(&(server.to_owned(), tool.to_owned())),
+        )
+    }
+
+    /// The administrator's policy of a tool, if set.
+    pub fn policy_set(&self, server: &str, tool: &str) -> Option<ToolPolicy> {
+        self.policies
+            .get(&(server.to_owned(), tool.to_owned()))
+            .map(|p| p.policy)
     }
 }
 
@@ -302,6 +333,26 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
                 )));
             }
         }
+    } else if let Some(rest) = key.strip_prefix("hints/") {
+        if let Some((server, tool)) = rest.split_once('/')
+            && let Some(rec) = parse::<HintOverrideRecord>(kv)
+        {
+            snap.hint_overrides
+                .insert((server.to_owned(), tool.to_owned()), rec);
+            changes.push(Change::ToolSettingsChanged {
+                server: server.to_owned(),
+            });
+        }
+    } else if let Some(rest) = key.strip_prefix("policies/") {
+        if let Some((server, tool)) = rest.split_once('/')
+            && let Some(rec) = parse::<PolicyRecord>(kv)
+        {
+            snap.policies
+                .insert((server.to_owned(), tool.to_owned()), rec);
+            changes.push(Change::ToolSettingsChanged {
+                server: server.to_owned(),
+            });
+        }
     } else if let Some(rest) = key.strip_prefix("cancels/")
         && let Some((session, call_id)) = rest.split_once('/')
     {
@@ -348,6 +399,28 @@ fn apply_delete(snap: &mut Snapshot, key: &str, changes: &mut Vec<Change>) {
                     after: None,
                 },
             )));
+        }
+    } else if let Some(rest) = key.strip_prefix("hints/") {
+        if let Some((server, tool)) = rest.split_once('/')
+            && snap
+                .hint_overrides
+                .remove(&(server.to_owned(), tool.to_owned()))
+                .is_some()
+        {
+            changes.push(Change::ToolSettingsChanged {
+                server: server.to_owned(),
+            });
+        }
+    } else if let Some(rest) = key.strip_prefix("policies/") {
+        if let Some((server, tool)) = rest.split_once('/')
+            && snap
+                .policies
+                .remove(&(server.to_owned(), tool.to_owned()))
+                .is_some()
+        {
+            changes.push(Change::ToolSettingsChanged {
+                server: server.to_owned(),
+            });
         }
     } else if let Some(id) = key.strip_prefix("sessions/") {
         snap.sessions.remove(id);

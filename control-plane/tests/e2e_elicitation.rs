@@ -19,8 +19,17 @@ async fn an_engine_answers_a_server_everything_elicitation_through_the_cli() {
     let _heavy = HEAVY.lock().await;
     let gw = Gateway::start(StoreKind::Embedded, 10).await;
     let session = ok_stdout(
-        &gw.cli(&["sessions", "create", "--server", "everything"])
-            .await,
+        // auto: the tool is not read-only, so an `ask` session would need
+        // an approval first (crate::policy).
+        &gw.cli(&[
+            "sessions",
+            "create",
+            "--server",
+            "everything",
+            "--mode",
+            "auto",
+        ])
+        .await,
         "sessions create",
     )
     .trim()

@@ -6,7 +6,9 @@
 //!
 //! Two tasks cooperate:
 //! - [`watch_upstream`] follows the upstream session: it keeps it connected,
-//!   re-lists tools after each connection and each list change, and
+//!   re-lists tools after each connection and after list changes
+//!   (coalesced, see [`crate::catalogue`]: at most one re-list per window),
+//!   compiles the tools' output schemas into the shared [`Catalogue`], and
 //!   publishes the latest [`UpstreamStatus`] and [`CatalogueSnapshot`] on
 //!   watch channels (an [`UpstreamView`]). It does not depend on the control
 //!   plane, so a catalogue is ready as soon as a stream opens.
@@ -19,6 +21,7 @@
 //! [`ControlPlaneInteractions`] asks sessions' users through the same
 //! control plane (`SidecarRegistry.Interact`, `CompleteInteraction`).
 
+use crate::catalogue::{Catalogue, Coalescer, DEFAULT_LIST_CHANGED_WINDOW};
 use crate::elicitation::{CallContext, Interaction, InteractionHandler};
 use crate::http_endpoints::Health;
 use crate::upstream::{Link, Upstream, UpstreamError};
@@ -109,9 +112,20 @@ pub struct UpstreamView {
     pub catalogue: watch::Receiver<Option<CatalogueSnapshot>>,
 }
 
-/// Starts following `upstream` (see the module docs). The task ends when
-/// the upstream session is shut down.
+/// Starts following `upstream` (see the module docs) with a private
+/// catalogue and the default coalescing window. The task ends when the
+/// upstream session is shut down.
 pub fn watch_upstream(upstream: Upstream) -> (UpstreamView, JoinHandle<()>) {
+    watch_upstream_with(upstream, Catalogue::new(), DEFAULT_LIST_CHANGED_WINDOW)
+}
+
+/// Starts following `upstream`, keeping `catalogue` up to date and
+/// coalescing list-changed notifications within `window`.
+pub fn watch_upstream_with(
+    upstream: Upstream,
+    compiled: Catalogue,
+    window: Duration,
+) -> (UpstreamView, JoinHandle<()>) {
     let (status_tx, status) = watch::channel(UpstreamStatus {
         state: "connecting".into(),
         last_error: String::new(),
@@ -123,6 +137,8 @@ pub fn watch_upstream(upstream: Upstream) -> (UpstreamView, JoinHandle<()>) {
             status: status_tx,
             catalogue: catalogue_tx,
             seen_connections: 0,
+            compiled,
+            coalescer: Coalescer::new(window),
         }
         .run(),
     );
@@ -134,6 +150,8 @@ struct UpstreamWatcher {
     status: watch::Sender<UpstreamStatus>,
     catalogue: watch::Sender<Option<CatalogueSnapshot>>,
     seen_connections: u64,
+    compiled: Catalogue,
+    coalescer: Coalescer,
 }
 
 type ConnectFuture = BoxFuture<'static, Result<(), UpstreamError>>;
@@ -179,13 +197,23 @@ impl UpstreamWatcher {
                 note = async { notifications.as_mut().expect("guarded").recv().await }, if notifications.is_some() => {
                     match note {
                         Ok(msg) if msg.get("method").and_then(Value::as_str) == Some("notifications/tools/list_changed") => {
-                            tracing::info!(server = %self.upstream.name(), "tool list changed; re-listing");
-                            self.refresh().await;
+                            self.upstream.metrics().list_changed(1);
+                            if self.coalescer.deadline().is_none() {
+                                tracing::info!(server = %self.upstream.name(), "tool list changed; re-listing after the coalescing window");
+                            }
+                            self.coalescer.notified(tokio::time::Instant::now());
                         }
                         Ok(_) => {}
-                        Err(broadcast::error::RecvError::Lagged(_)) => self.refresh().await,
+                        // Dropped notifications may have been list changes.
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            self.upstream.metrics().list_changed(n);
+                            self.coalescer.notified(tokio::time::Instant::now());
+                        }
                         Err(broadcast::error::RecvError::Closed) => notifications = None,
                     }
+                }
+                () = async { tokio::time::sleep_until(self.coalescer.deadline().expect("guarded")).await }, if self.coalescer.deadline().is_some() => {
+                    self.refresh().await;
                 }
             }
         }
@@ -223,9 +251,14 @@ impl UpstreamWatcher {
 
     /// Lists tools and publishes a snapshot (always, even if unchanged:
     /// the control plane decides what really changed).
-    async fn refresh(&self) {
+    async fn refresh(&mut self) {
+        self.coalescer.refreshing();
+        self.upstream.metrics().refresh();
         match self.upstream.list_tools().await {
             Ok(tools) => {
+                if self.compiled.update(self.upstream.name(), &tools) {
+                    tracing::debug!(server = %self.upstream.name(), "output schemas compiled");
+                }
                 let Some(n) = self.upstream.negotiated() else {
                     return;
                 };

@@ -7,15 +7,19 @@
 //! stream to the control plane ([`control`]) and the metrics and health
 //! endpoints ([`http_endpoints`]). Interactions with the user
 //! (elicitation, roots, multi round-trip requests) are in [`elicitation`],
-//! per-session connections in [`pool`], audit records in [`audit`].
+//! per-session connections in [`pool`], audit records in [`audit`],
+//! result processing and output schema validation in [`results`], the
+//! catalogue's validators and list-change coalescing in [`catalogue`].
 
 pub mod audit;
+pub mod catalogue;
 pub mod config;
 pub mod control;
 pub mod elicitation;
 pub mod http_endpoints;
 pub mod pool;
 pub mod probe;
+pub mod results;
 pub mod run;
 pub mod service;
 pub mod tls;

@@ -10,6 +10,7 @@
 //! Keys and defaults are documented in `docs/sidecar.md`.
 
 use crate::audit::Audit;
+use crate::catalogue::Catalogue;
 use crate::config::{ConfigError, ServerConfig, TransportKind};
 use crate::control::{self, ControlPlaneInteractions, ControlSettings};
 use crate::elicitation::Interactions;
@@ -100,6 +101,9 @@ pub struct RunArgs {
     /// Retries of one call for a server's input_required results (default 8).
     #[arg(long)]
     pub max_input_rounds: Option<u32>,
+    /// Window, in ms, within which tools/list_changed notifications are coalesced into one re-list (default 2000).
+    #[arg(long)]
+    pub list_changed_window_ms: Option<u64>,
     /// stdio: the server's arguments (or its command and arguments), after `--`.
     #[arg(last = true, value_name = "CMD ARGS")]
     pub args: Vec<String>,
@@ -129,6 +133,8 @@ pub struct SidecarSection {
     pub interaction_timeout_secs: Option<u64>,
     /// Retries of one call for `input_required` results (default 8).
     pub max_input_rounds: Option<u32>,
+    /// Coalescing window of list-changed notifications, ms (default 2000).
+    pub list_changed_window_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -164,6 +170,8 @@ pub struct Settings {
     pub interaction_timeout: Duration,
     /// Retries of one call for `input_required` results.
     pub max_input_rounds: u32,
+    /// Coalescing window of list-changed notifications.
+    pub list_changed_window: Duration,
 }
 
 /// Why `run` failed.
@@ -375,6 +383,11 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         .or(file.max_input_rounds)
         .unwrap_or(crate::upstream::config::DEFAULT_MAX_INPUT_ROUNDS);
     let audit_path = args.audit_path.clone().or(file.audit_path.clone());
+    let list_changed_window = args
+        .list_changed_window_ms
+        .or(file.list_changed_window_ms)
+        .map(Duration::from_millis)
+        .unwrap_or(crate::catalogue::DEFAULT_LIST_CHANGED_WINDOW);
 
     Ok(Settings {
         server,
@@ -388,6 +401,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         audit_path,
         interaction_timeout,
         max_input_rounds,
+        list_changed_window,
     })
 }
 
@@ -581,7 +595,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     };
     let handler = ControlPlaneInteractions::new(&control_settings)
         .map_err(|e| config_error("control plane", "sidecar.control_plane", e.to_string()))?;
-    let mut interactions = Interactions::new(Arc::new(handler), audit);
+    let mut interactions = Interactions::new(Arc::new(handler), audit.clone());
     interactions.timeout = settings.interaction_timeout;
     let mut upstream_config = settings.server.upstream();
     upstream_config.max_input_rounds = settings.max_input_rounds;
@@ -597,6 +611,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         .clone()
         .unwrap_or_else(|| derived_advertise(calls_addr));
 
+    let catalogue = Catalogue::new();
     let stop = CancellationToken::new();
     let grpc_stop = stop.clone();
     // TCP_NODELAY on the accepted sockets: calls are small request/response
@@ -606,7 +621,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
     let mut grpc = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(CallService::with_pool(pool.clone()).into_server())
+            .add_service(
+                CallService::with_pool(pool.clone())
+                    .with_catalogue(catalogue.clone())
+                    .with_audit(audit)
+                    .into_server(),
+            )
             .serve_with_incoming_shutdown(incoming, async move { grpc_stop.cancelled().await }),
     );
     let http_stop = CancellationToken::new();
@@ -620,7 +640,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         .into_future(),
     );
 
-    let (view, watcher) = control::watch_upstream(upstream.clone());
+    let (view, watcher) =
+        control::watch_upstream_with(upstream.clone(), catalogue, settings.list_changed_window);
     let reporter = tokio::spawn(control::report(
         ControlSettings {
             call_address: call_address.clone(),
@@ -731,6 +752,7 @@ mod tests {
         assert_eq!(s.grace, Duration::from_secs(10));
         assert_eq!(s.interaction_timeout, Duration::from_secs(600));
         assert_eq!(s.max_input_rounds, 8);
+        assert_eq!(s.list_changed_window, Duration::from_secs(2));
         assert!(s.audit_path.is_none());
         assert!(s.sidecar_id.ends_with(&format!("-{}", std::process::id())));
     }
@@ -774,13 +796,14 @@ mod tests {
     #[test]
     fn interaction_settings_come_from_the_file_and_flags() {
         let f = file(
-            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://h:1\"\naudit_path = \"/var/log/a.jsonl\"\ninteraction_timeout_secs = 30\nmax_input_rounds = 3\n",
+            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://h:1\"\naudit_path = \"/var/log/a.jsonl\"\ninteraction_timeout_secs = 30\nmax_input_rounds = 3\nlist_changed_window_ms = 250\n",
         );
         let path = f.path().to_str().unwrap();
         let s = settings(&args(&["--config", path])).unwrap();
         assert_eq!(s.audit_path.as_deref(), Some(Path::new("/var/log/a.jsonl")));
         assert_eq!(s.interaction_timeout, Duration::from_secs(30));
         assert_eq!(s.max_input_rounds, 3);
+        assert_eq!(s.list_changed_window, Duration::from_millis(250));
         let s = settings(&args(&[
             "--config",
             path,

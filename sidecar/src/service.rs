@@ -4,25 +4,37 @@
 //! [`SessionPool`] picks for the call's session. The call's session, run
 //! and roots make its [`CallContext`], for interactions.
 //!
-//! Params and results are forwarded as JSON values, untouched. A tool's own
-//! failure (`isError`) is a successful RPC; upstream failures map to gRPC
-//! status codes ([`status_of`]). When the gRPC client cancels the call (or
+//! Params are forwarded as given and the raw result comes back in
+//! `result_json`; the processed result ([`crate::results`]: model text,
+//! attachments, structured content, outputSchema validation errors against
+//! the [`Catalogue`]'s validators) fills the other response fields, and a
+//! `tool.result` audit record is written. A tool's own failure (`isError`)
+//! is a successful RPC; upstream failures map to gRPC status codes
+//! ([`status_of`]). A call marked `retry_safe` that fails with a network
+//! error (server exited, I/O, spawn) is sent again once, after
+//! reconnecting; never otherwise. When the gRPC client cancels the call (or
 //! its deadline passes), tonic drops the handler future, which drops the
 //! upstream request future, which sends `notifications/cancelled` upstream.
 
+use crate::audit::Audit;
+use crate::catalogue::Catalogue;
 use crate::elicitation::CallContext;
 use crate::pool::SessionPool;
+use crate::results::{self, ResultLimits, Validation};
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::{Value, json};
 use std::time::Duration;
 use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
-use switchyard_proto::v1::{SidecarCallRequest, SidecarCallResponse};
+use switchyard_proto::v1::{Attachment, SidecarCallRequest, SidecarCallResponse};
 use tonic::{Code, Request, Response, Status};
 
 /// The `SidecarCalls` implementation for one upstream server.
 #[derive(Debug, Clone)]
 pub struct CallService {
     pool: SessionPool,
+    catalogue: Catalogue,
+    limits: ResultLimits,
+    audit: Audit,
 }
 
 impl CallService {
@@ -33,8 +45,86 @@ impl CallService {
     }
 
     /// A service calling tools through `pool`.
+    /// Results are processed with the default limits and not validated
+    /// (an empty [`Catalogue`]); audit records go to the log.
     pub fn with_pool(pool: SessionPool) -> Self {
-        CallService { pool }
+        CallService {
+            pool,
+            catalogue: Catalogue::new(),
+            limits: ResultLimits::default(),
+            audit: Audit::to_log(),
+        }
+    }
+
+    /// Validates structured results with `catalogue`'s validators (kept up
+    /// to date by [`crate::control::watch_upstream_with`]).
+    pub fn with_catalogue(mut self, catalogue: Catalogue) -> Self {
+        self.catalogue = catalogue;
+        self
+    }
+
+    /// Result size limits.
+    pub fn with_limits(mut self, limits: ResultLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Where `tool.result` audit records go.
+    pub fn with_audit(mut self, audit: Audit) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// The response for a raw result of `tool`, and the audit record.
+    fn respond(
+        &self,
+        server: &str,
+        tool: &str,
+        context: &CallContext,
+        result: &Value,
+    ) -> Result<SidecarCallResponse, Status> {
+        let result_json = serde_json::to_string(result)
+            .map_err(|e| Status::internal(format!("cannot serialise the result: {e}")))?;
+        let processed = results::process(result, &self.limits);
+        let validation = self.catalogue.validators().validate(tool, &processed);
+        if let Validation::Invalid(errors) = &validation {
+            tracing::warn!(%server, %tool, ?errors, "structuredContent does not match the tool's outputSchema; delivered anyway");
+        }
+        let validation_errors = validation.errors();
+        self.audit.record(json!({
+            "event": "tool.result",
+            "server": server,
+            "tool": tool,
+            "session_id": context.session_id,
+            "run_id": context.run_id,
+            "isError": processed.is_error,
+            "validated": validation != Validation::NotValidated,
+            "validation_errors": validation_errors,
+            "structuredContent": processed
+                .structured
+                .as_ref()
+                .map(|s| results::audit_structured(s, results::AUDIT_STRUCTURED_MAX)),
+        }));
+        Ok(SidecarCallResponse {
+            result_json,
+            model_text: processed.model_text,
+            attachments: processed
+                .attachments
+                .into_iter()
+                .map(|a| Attachment {
+                    size_bytes: a.data.len() as u64,
+                    name: a.name,
+                    mime_type: a.mime_type,
+                    data: a.data,
+                    uri: a.uri.unwrap_or_default(),
+                })
+                .collect(),
+            structured_content_json: processed
+                .structured
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+            validation_errors,
+        })
     }
 
     /// The tonic service, ready for `Server::add_service`.
@@ -84,7 +174,21 @@ impl SidecarCalls for CallService {
         let lease = self.pool.lease(&context.session_id);
         let upstream = lease.upstream();
         tracing::debug!(server = %upstream.name(), %tool, session = %context.session_id, run = %context.run_id, "call");
-        let call = upstream.call_tool_in(params, &context);
+        let retry_safe = req.retry_safe;
+        let call = async {
+            match upstream.call_tool_in(params.clone(), &context).await {
+                Err(e)
+                    if retry_safe
+                        && e.is_connection_failure()
+                        && !matches!(e, UpstreamError::Closed { .. }) =>
+                {
+                    upstream.metrics().retry();
+                    tracing::info!(server = %upstream.name(), %tool, error = %e, "network error on a retry-safe call; reconnecting and retrying once");
+                    upstream.call_tool_in(params, &context).await
+                }
+                other => other,
+            }
+        };
         let result = if req.timeout_ms > 0 {
             let limit = Duration::from_millis(req.timeout_ms);
             match tokio::time::timeout(limit, call).await {
@@ -101,14 +205,12 @@ impl SidecarCalls for CallService {
             call.await
         };
         match result {
-            Ok(result) => {
-                let result_json = serde_json::to_string(&result)
-                    .map_err(|e| Status::internal(format!("cannot serialise the result: {e}")))?;
-                Ok(Response::new(SidecarCallResponse {
-                    result_json,
-                    ..Default::default()
-                }))
-            }
+            Ok(result) => Ok(Response::new(self.respond(
+                upstream.name(),
+                &tool,
+                &context,
+                &result,
+            )?)),
             Err(e) => {
                 tracing::info!(server = %upstream.name(), %tool, error = %e, "call failed");
                 Err(status_of(&e))

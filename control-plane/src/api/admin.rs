@@ -1,8 +1,9 @@
-//! The admin API (`switchyard.v1.AdminService`): servers and their status.
+//! The admin API (`switchyard.v1.AdminService`): servers and their status;
+//! tools with their hint overrides (`toolHints`) and policies.
 
 use crate::ControlPlane;
 use crate::api::engine::registry_status;
-use crate::model::{Origin, ServerRecord};
+use crate::model::{HintOverrideRecord, Origin, ServerRecord, ToolPolicy, hints_key, policy_key};
 use crate::state::Snapshot;
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,8 +129,173 @@ pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
     }
 }
 
+/// One tool of `server` as an administrator sees it; `tool` may be missing
+/// from the catalogue (an override set before the server listed it).
+pub fn server_tool(snap: &Snapshot, server: &str, tool: &str) -> pb::ServerTool {
+    let def = snap
+        .catalogues
+        .get(server)
+        .and_then(|c| c.tools.iter().find(|t| t["name"] == tool));
+    let fallback = serde_json::json!({"name": tool});
+    let in_catalogue = def.is_some();
+    let def = def.unwrap_or(&fallback);
+    let view = crate::api::engine::tool_view(snap, server, def, crate::model::PermissionMode::Auto);
+    pb::ServerTool {
+        name: snap.engine_name(server, tool),
+        upstream_name: tool.to_owned(),
+        title: crate::api::engine::title_of(def).to_owned(),
+        hints: Some(view.hints.to_pb()),
+        hint_sources: Some(view.hints.sources_pb()),
+        policy: view.policy.as_str().into(),
+        policy_set: snap.policy_set(server, tool).is_some(),
+        in_catalogue,
+    }
+}
+
+impl AdminApi {
+    /// NOT_FOUND unless `server` is configured and (when its catalogue is
+    /// known) has `tool`.
+    fn check_tool(&self, server: &str, tool: &str) -> Result<(), Status> {
+        let snap = self.cp.state.snapshot();
+        if !snap.servers.contains_key(server) {
+            return Err(Status::not_found(format!(
+                "server {server:?} is not configured"
+            )));
+        }
+        if let Some(cat) = snap.catalogues.get(server)
+            && !cat.tools.iter().any(|t| t["name"] == tool)
+        {
+            return Err(Status::not_found(format!(
+                "tool not found: server {server} has no tool {tool:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn tool_after(
+        &self,
+        server: &str,
+        tool: &str,
+        rev: crate::store::Revision,
+    ) -> Response<pb::ServerTool> {
+        self.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+        Response::new(server_tool(&self.cp.state.snapshot(), server, tool))
+    }
+}
+
 #[tonic::async_trait]
 impl AdminService for AdminApi {
+    async fn set_tool_hints(
+        &self,
+        req: Request<pb::SetToolHintsRequest>,
+    ) -> Result<Response<pb::ServerTool>, Status> {
+        let r = req.into_inner();
+        let set = HintOverrideRecord {
+            read_only_hint: r.read_only_hint,
+            destructive_hint: r.destructive_hint,
+            idempotent_hint: r.idempotent_hint,
+            updated_at_ms: 0,
+        };
+        if set.is_empty() {
+            return Err(Status::invalid_argument(
+                "set at least one of read_only_hint, destructive_hint, idempotent_hint",
+            ));
+        }
+        self.check_tool(&r.server, &r.tool)?;
+        let (_, rev) = self
+            .cp
+            .registry
+            .set_tool_hints(&r.server, &r.tool, &set)
+            .await
+            .map_err(registry_status)?;
+        Ok(self.tool_after(&r.server, &r.tool, rev).await)
+    }
+
+    async fn clear_tool_hints(
+        &self,
+        req: Request<pb::ClearToolHintsRequest>,
+    ) -> Result<Response<pb::ServerTool>, Status> {
+        let r = req.into_inner();
+        let rev = self
+            .cp
+            .registry
+            .clear_tool_setting(&r.server, &r.tool, &hints_key(&r.server, &r.tool))
+            .await
+            .map_err(registry_status)?;
+        Ok(self.tool_after(&r.server, &r.tool, rev).await)
+    }
+
+    async fn set_tool_policy(
+        &self,
+        req: Request<pb::SetToolPolicyRequest>,
+    ) -> Result<Response<pb::ServerTool>, Status> {
+        let r = req.into_inner();
+        let policy = ToolPolicy::parse(&r.policy).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "policy: {:?} is not one of default, confirm, disabled",
+                r.policy
+            ))
+        })?;
+        self.check_tool(&r.server, &r.tool)?;
+        let rev = self
+            .cp
+            .registry
+            .set_tool_policy(&r.server, &r.tool, policy)
+            .await
+            .map_err(registry_status)?;
+        Ok(self.tool_after(&r.server, &r.tool, rev).await)
+    }
+
+    async fn clear_tool_policy(
+        &self,
+        req: Request<pb::ClearToolPolicyRequest>,
+    ) -> Result<Response<pb::ServerTool>, Status> {
+        let r = req.into_inner();
+        let rev = self
+            .cp
+            .registry
+            .clear_tool_setting(&r.server, &r.tool, &policy_key(&r.server, &r.tool))
+            .await
+            .map_err(registry_status)?;
+        Ok(self.tool_after(&r.server, &r.tool, rev).await)
+    }
+
+    async fn list_server_tools(
+        &self,
+        req: Request<pb::ListServerToolsRequest>,
+    ) -> Result<Response<pb::ListServerToolsResponse>, Status> {
+        let server = req.into_inner().server;
+        let snap = self.cp.state.snapshot();
+        if !snap.servers.contains_key(&server) {
+            return Err(Status::not_found(format!(
+                "server {server:?} is not configured"
+            )));
+        }
+        let mut names: Vec<String> = snap
+            .catalogues
+            .get(&server)
+            .map(|c| {
+                c.tools
+                    .iter()
+                    .filter_map(|t| t.get("name").and_then(serde_json::Value::as_str))
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Settings of tools the catalogue does not (or no longer) list.
+        for (s, t) in snap.hint_overrides.keys().chain(snap.policies.keys()) {
+            if *s == server && !names.contains(t) {
+                names.push(t.clone());
+            }
+        }
+        let mut tools: Vec<_> = names
+            .iter()
+            .map(|t| server_tool(&snap, &server, t))
+            .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Response::new(pb::ListServerToolsResponse { tools }))
+    }
+
     async fn list_servers(
         &self,
         _: Request<pb::ListServersRequest>,

@@ -3,8 +3,11 @@
 //! answering them; [`crate::interactions`]).
 
 use crate::ControlPlane;
+use crate::audit::{AuditHints, ToolCallAudit};
+use crate::interactions::ApprovalOutcome;
 use crate::interactions::{InteractionRecord, Status as InteractionStatus, pb_to_json};
-use crate::model::{self, PermissionMode, RootRecord, SessionRecord};
+use crate::model::{self, PermissionMode, RootRecord, SessionRecord, ToolPolicy};
+use crate::policy::{Decision, EffectiveHints, HintSource, decide, effective_policy};
 use crate::registry::RegistryError;
 use crate::routing::unavailable;
 use crate::state::{Change, Snapshot};
@@ -129,24 +132,72 @@ pub fn session_to_pb(s: &SessionRecord) -> pb::Session {
     }
 }
 
-/// Effective hints: the declared annotation, else the spec default
-/// (readOnly false, destructive true, idempotent false, openWorld true).
-/// Admin overrides join with stage A.
-pub fn hints(def: &Value) -> pb::ToolHints {
-    let a = &def["annotations"];
-    let flag = |k: &str, default: bool| a.get(k).and_then(Value::as_bool).unwrap_or(default);
-    pb::ToolHints {
-        read_only_hint: flag("readOnlyHint", false),
-        destructive_hint: flag("destructiveHint", true),
-        idempotent_hint: flag("idempotentHint", false),
-        open_world_hint: flag("openWorldHint", true),
+/// A tool's display name: `title`, else `annotations.title`, else its name.
+pub fn title_of(def: &Value) -> &str {
+    def.get("title")
+        .or_else(|| def["annotations"].get("title"))
+        .and_then(Value::as_str)
+        .or_else(|| def.get("name").and_then(Value::as_str))
+        .unwrap_or("")
+}
+
+/// The permission mode a call or listing is decided in: the session's, or
+/// `auto` without one (see [`crate::policy`]).
+pub fn mode_of(session: Option<&SessionRecord>) -> PermissionMode {
+    session.map_or(PermissionMode::Auto, |s| s.permission_mode)
+}
+
+/// A tool of `server` as the control plane decides about it: effective
+/// hints, policy, and the decision for a session in `mode`.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolView {
+    /// Effective hints.
+    pub hints: EffectiveHints,
+    /// Effective policy.
+    pub policy: ToolPolicy,
+    /// The decision.
+    pub decision: Decision,
+}
+
+/// The view of `def` (a tool of `server`) for a session in `mode`.
+pub fn tool_view(snap: &Snapshot, server: &str, def: &Value, mode: PermissionMode) -> ToolView {
+    let hints = snap.hints_of(server, def);
+    let tool = def.get("name").and_then(Value::as_str).unwrap_or("");
+    let policy = effective_policy(snap.policy_set(server, tool), &hints);
+    ToolView {
+        hints,
+        policy,
+        decision: decide(mode, policy, hints.read_only.value),
     }
+}
+
+/// The definition an engine gets: without `outputSchema` (summarised in
+/// the description instead), with overridden hints in `annotations`.
+pub fn engine_definition(def: &Value, hints: &EffectiveHints) -> Value {
+    let mut def = def.clone();
+    if let Some(m) = def.as_object_mut() {
+        m.remove("outputSchema");
+    }
+    for (key, hint) in [
+        ("readOnlyHint", hints.read_only),
+        ("destructiveHint", hints.destructive),
+        ("idempotentHint", hints.idempotent),
+    ] {
+        if hint.source == HintSource::Override {
+            if !def["annotations"].is_object() {
+                def["annotations"] = json!({});
+            }
+            def["annotations"][key] = Value::Bool(hint.value);
+        }
+    }
+    def
 }
 
 /// The tools a session may see, with engine-visible names.
 pub fn tools_for(snap: &Snapshot, session: Option<&SessionRecord>) -> (Vec<pb::Tool>, Vec<String>) {
     let mut tools = Vec::new();
     let mut unavailable = Vec::new();
+    let mode = mode_of(session);
     for name in snap.servers.keys() {
         if session.is_some_and(|s| !s.enables(name)) {
             continue;
@@ -163,33 +214,25 @@ pub fn tools_for(snap: &Snapshot, session: Option<&SessionRecord>) -> (Vec<pb::T
             let Some(upstream) = def.get("name").and_then(Value::as_str) else {
                 continue;
             };
-            let h = hints(def);
-            if session.is_some_and(|s| s.permission_mode == PermissionMode::ReadOnly)
-                && !h.read_only_hint
-            {
+            let view = tool_view(snap, name, def, mode);
+            if !view.decision.offered() {
                 continue;
             }
-            let title = def
-                .get("title")
-                .or_else(|| def["annotations"].get("title"))
-                .and_then(Value::as_str)
-                .unwrap_or(upstream);
             tools.push(pb::Tool {
                 name: snap.engine_name(name, upstream),
                 server: name.clone(),
                 upstream_name: upstream.to_owned(),
-                title: title.to_owned(),
-                description: def
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned(),
+                title: title_of(def).to_owned(),
+                description: crate::schema_summary::describe(
+                    def.get("description").and_then(Value::as_str).unwrap_or(""),
+                    def.get("outputSchema"),
+                ),
                 input_schema_json: def
                     .get("inputSchema")
                     .map(Value::to_string)
                     .unwrap_or_default(),
-                hints: Some(h),
-                definition_json: def.to_string(),
+                hints: Some(view.hints.to_pb()),
+                definition_json: engine_definition(def, &view.hints).to_string(),
             });
         }
     }
@@ -223,6 +266,15 @@ pub fn model_text(result: &Value) -> String {
                 .join("\n")
         })
         .unwrap_or_default()
+}
+
+/// A sidecar response carrying the "not approved" result (the upstream was
+/// never called).
+fn not_approved(result: Value) -> pb::SidecarCallResponse {
+    pb::SidecarCallResponse {
+        result_json: result.to_string(),
+        ..Default::default()
+    }
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> + Send>>;
@@ -350,15 +402,20 @@ impl EngineService for EngineApi {
             Some(t) => t.clone(),
             None => {
                 // The name map may lag a new catalogue by a moment.
-                let (tools, _) = tools_for(&snap, None);
-                let t = tools
+                snap.catalogues
                     .iter()
-                    .find(|t| t.name == r.tool)
-                    .ok_or_else(|| Status::not_found(format!("tool not found: {:?}", r.tool)))?;
-                crate::names::ToolRef {
-                    server: t.server.clone(),
-                    tool: t.upstream_name.clone(),
-                }
+                    .flat_map(|(server, cat)| {
+                        cat.tools
+                            .iter()
+                            .filter_map(|d| d.get("name").and_then(Value::as_str))
+                            .map(move |t| (server, t))
+                    })
+                    .find(|(server, t)| snap.engine_name(server, t) == r.tool)
+                    .map(|(server, t)| crate::names::ToolRef {
+                        server: server.clone(),
+                        tool: t.to_owned(),
+                    })
+                    .ok_or_else(|| Status::not_found(format!("tool not found: {:?}", r.tool)))?
             }
         };
         let server = target.server.as_str();
@@ -372,21 +429,41 @@ impl EngineService for EngineApi {
             return Err(unavailable(server, "no catalogue yet"));
         };
         let Some(def) = cat.tools.iter().find(|t| t["name"] == target.tool.as_str()) else {
-            return Err(Status::not_found(format!("tool not found: {:?}", r.tool)));
+            return Err(Status::not_found(format!(
+                "tool not found: {:?} (server {server} no longer has a tool {:?})",
+                r.tool, target.tool
+            )));
         };
-        if let Some(s) = &session {
-            if !s.enables(server) {
+        if let Some(s) = &session
+            && !s.enables(server)
+        {
+            return Err(Status::failed_precondition(format!(
+                "tool {:?} is not offered to session {}: server {server} is not enabled",
+                r.tool, s.id
+            )));
+        }
+        let view = tool_view(&snap, server, def, mode_of(session.as_ref()));
+        match (view.decision, &session) {
+            (Decision::NotOffered(why), Some(s)) => {
                 return Err(Status::failed_precondition(format!(
-                    "tool {:?} is not offered to session {}: server {server} is not enabled",
+                    "tool {:?} is not offered to session {}: {why}",
                     r.tool, s.id
                 )));
             }
-            if s.permission_mode == PermissionMode::ReadOnly && !hints(def).read_only_hint {
+            (Decision::NotOffered(why), None) => {
                 return Err(Status::failed_precondition(format!(
-                    "tool {:?} is not offered to session {}: it is not read-only and the session is read_only",
-                    r.tool, s.id
+                    "tool {:?} is not offered: {why}",
+                    r.tool
                 )));
             }
+            (Decision::Approve, None) => {
+                return Err(Status::failed_precondition(format!(
+                    "tool {:?} needs the user's approval (policy {}) and the call has no session to ask in",
+                    r.tool,
+                    view.policy.as_str()
+                )));
+            }
+            _ => {}
         }
         let mut params = json!({"name": target.tool, "arguments": parse_object("arguments_json", &r.arguments_json)?.unwrap_or_else(|| json!({}))});
         if let Some(meta) = parse_object("meta_json", &r.meta_json)? {
@@ -414,10 +491,7 @@ impl EngineService for EngineApi {
                 .filter(|s| !s.roots.is_empty())
                 .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
                 .unwrap_or_default(),
-            retry_safe: {
-                let h = hints(def);
-                h.read_only_hint || h.idempotent_hint
-            },
+            retry_safe: view.hints.retry_safe(),
         };
         if !r.call_id.is_empty() {
             check_id("call_id", &r.call_id)?;
@@ -432,14 +506,39 @@ impl EngineService for EngineApi {
                     r.call_id
                 ))
             })?;
-        let call = self
-            .cp
-            .router
-            .call(&snap, server, request, timeout + Duration::from_secs(1));
-        let outcome = match &guard {
+        let approval_needed = view.decision == Decision::Approve;
+        let cp = self.cp.clone();
+        let (session_id, run_id) = (r.session_id.clone(), r.run_id.clone());
+        let (server_name, tool_name) = (server.to_owned(), target.tool.clone());
+        let call = async move {
+            if approval_needed {
+                let outcome = cp
+                    .interactions
+                    .request_approval(&session_id, &run_id, &server_name, &tool_name, "")
+                    .await;
+                if let Some(result) = outcome.not_approved_result(&server_name, &tool_name) {
+                    return (Some(outcome), Ok(not_approved(result)));
+                }
+                let call = cp.router.call(
+                    &snap,
+                    &server_name,
+                    request,
+                    timeout + Duration::from_secs(1),
+                );
+                return (Some(outcome), call.await);
+            }
+            let call = cp.router.call(
+                &snap,
+                &server_name,
+                request,
+                timeout + Duration::from_secs(1),
+            );
+            (None, call.await)
+        };
+        let (approval, outcome) = match &guard {
             Some(g) => tokio::select! {
                 r = call => r,
-                _ = g.token.cancelled() => Err(Status::cancelled(format!("call {} cancelled", r.call_id))),
+                _ = g.token.cancelled() => (None, Err(Status::cancelled(format!("call {} cancelled", r.call_id)))),
             },
             None => call.await,
         };
@@ -476,11 +575,44 @@ impl EngineService for EngineApi {
                 validation_errors: resp.validation_errors,
             })
         });
+        let not_approved_call = approval.as_ref().is_some_and(|a| !a.is_approved());
         let label = match &resp {
+            Ok(_) if not_approved_call => "not_approved",
             Ok(r) if r.is_error => "tool_error",
             _ => label,
         };
         self.cp.metrics.call(server, label, started.elapsed());
+        let h = view.hints.to_pb();
+        self.cp.audit.tool_call(&ToolCallAudit {
+            kind: "tool.called",
+            session: r.session_id.clone(),
+            run: r.run_id.clone(),
+            call_id: r.call_id.clone(),
+            server: server.to_owned(),
+            tool: target.tool.clone(),
+            outcome: label.to_owned(),
+            policy: view.policy.as_str(),
+            approval: match &approval {
+                None if approval_needed => "cancel",
+                None => "not_needed",
+                Some(ApprovalOutcome::Approved) => "approve",
+                Some(ApprovalOutcome::Denied) => "deny",
+                Some(ApprovalOutcome::TimedOut) => "timeout",
+                Some(ApprovalOutcome::Cancelled(_)) => "cancel",
+                Some(ApprovalOutcome::Failed(_)) => "failed",
+            },
+            duration_ms: started.elapsed().as_millis() as u64,
+            hints: AuditHints {
+                read_only_hint: h.read_only_hint,
+                destructive_hint: h.destructive_hint,
+                idempotent_hint: h.idempotent_hint,
+                open_world_hint: h.open_world_hint,
+            },
+            validation_errors: resp
+                .as_ref()
+                .map(|r| r.validation_errors.clone())
+                .unwrap_or_default(),
+        });
         resp.map(Response::new)
     }
 
@@ -589,6 +721,19 @@ impl EngineService for EngineApi {
                                 session_id: id.clone(),
                                 at_ms: model::now_ms(),
                                 data_json: json!({"server": server, "toolsUpdatedAt": tools_updated_at}).to_string(),
+                            };
+                        }
+                    }
+                    Change::ToolSettingsChanged { server } => {
+                        let snap = state.snapshot();
+                        let Some(session) = snap.sessions.get(&id) else { break };
+                        if session.enables(&server) {
+                            let at = snap.catalogues.get(&server).map_or(0, |c| c.tools_updated_at);
+                            yield pb::SessionEvent {
+                                r#type: "tools.changed".into(),
+                                session_id: id.clone(),
+                                at_ms: model::now_ms(),
+                                data_json: json!({"server": server, "toolsUpdatedAt": at, "reason": "settings"}).to_string(),
                             };
                         }
                     }

@@ -14,6 +14,9 @@ pub struct UpstreamMetrics {
     received_bytes: IntCounterVec,
     sent_bytes: IntCounterVec,
     skipped: IntCounterVec,
+    retries: IntCounterVec,
+    list_changed: IntCounterVec,
+    refreshes: IntCounterVec,
 }
 
 impl UpstreamMetrics {
@@ -27,6 +30,9 @@ impl UpstreamMetrics {
         registry.register(Box::new(m.received_bytes.clone()))?;
         registry.register(Box::new(m.sent_bytes.clone()))?;
         registry.register(Box::new(m.skipped.clone()))?;
+        registry.register(Box::new(m.retries.clone()))?;
+        registry.register(Box::new(m.list_changed.clone()))?;
+        registry.register(Box::new(m.refreshes.clone()))?;
         Ok(m)
     }
 
@@ -72,6 +78,21 @@ impl UpstreamMetrics {
                 "switchyard_sidecar_upstream_skipped_messages_total",
                 "Messages from the server that were dropped, by reason (not_json, not_jsonrpc, oversized, late_response).",
                 &["server", "reason"],
+            ),
+            retries: counter(
+                "switchyard_sidecar_upstream_retries_total",
+                "Tool calls sent again, once, after reconnecting, because a network error ended a retry-safe call.",
+                &["server"],
+            ),
+            list_changed: counter(
+                "switchyard_sidecar_list_changed_received_total",
+                "notifications/tools/list_changed received from the server.",
+                &["server"],
+            ),
+            refreshes: counter(
+                "switchyard_sidecar_catalogue_refreshes_total",
+                "tools/list re-listings of the catalogue (after a connection or coalesced list changes).",
+                &["server"],
             ),
         }
     }
@@ -127,6 +148,54 @@ impl ServerMetrics {
             .sent_bytes
             .with_label_values(&[&self.server])
             .inc_by(n as u64);
+    }
+
+    /// Counts a retried call.
+    pub fn retry(&self) {
+        self.metrics
+            .retries
+            .with_label_values(&[&self.server])
+            .inc();
+    }
+
+    /// Counts `n` list-changed notifications.
+    pub fn list_changed(&self, n: u64) {
+        self.metrics
+            .list_changed
+            .with_label_values(&[&self.server])
+            .inc_by(n);
+    }
+
+    /// Counts a catalogue re-listing.
+    pub fn refresh(&self) {
+        self.metrics
+            .refreshes
+            .with_label_values(&[&self.server])
+            .inc();
+    }
+
+    /// Retries so far.
+    pub fn retries(&self) -> u64 {
+        self.metrics
+            .retries
+            .with_label_values(&[&self.server])
+            .get()
+    }
+
+    /// List-changed notifications received so far.
+    pub fn list_changed_received(&self) -> u64 {
+        self.metrics
+            .list_changed
+            .with_label_values(&[&self.server])
+            .get()
+    }
+
+    /// Catalogue re-listings so far.
+    pub fn refreshes(&self) -> u64 {
+        self.metrics
+            .refreshes
+            .with_label_values(&[&self.server])
+            .get()
     }
 
     /// Counts a dropped message.

@@ -229,6 +229,11 @@ impl Upstream {
         &self.inner.config.name
     }
 
+    /// This server's metrics.
+    pub fn metrics(&self) -> &ServerMetrics {
+        &self.inner.metrics
+    }
+
     /// The configuration.
     pub fn config(&self) -> &UpstreamConfig {
         &self.inner.config

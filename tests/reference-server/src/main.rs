@@ -6,12 +6,14 @@
 //! handshake (2025-11-25) or modern `server/discover` + per-request `_meta`
 //! (2026-07-28) — or both (`dual`). With `--interactions` it also serves the
 //! tools that exercise elicitation, multi round-trip requests and roots (see
-//! README.md). Logs go to stderr; stdout is the stdio transport.
+//! README.md); with `--stage-a`, the annotation-hint, structured-output and
+//! list_changed tools. Logs go to stderr; stdout is the stdio transport.
 
 mod era;
 mod interactions;
 mod orders;
 mod request_state;
+mod stage_a;
 mod tools;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -56,6 +58,12 @@ struct Cli {
     /// workspace_roots. See README.md.
     #[arg(long)]
     interactions: bool,
+
+    /// Also serve the stage-A tools (annotation hints, structured output and
+    /// outputSchema edge cases, tools/list_changed triggers) and declare
+    /// `tools.listChanged`. See README.md.
+    #[arg(long)]
+    stage_a: bool,
 }
 
 #[tokio::main]
@@ -69,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
         )
         .init();
-    let server = OrderServer::new(cli.era, OrderStore::seeded(), cli.interactions);
+    let server = OrderServer::new(cli.era, OrderStore::seeded(), cli.interactions, cli.stage_a);
     match cli.http {
         None => serve_stdio(server, cli.era).await,
         Some(addr) => serve_http(server, cli.era, addr, cli.interactions).await,

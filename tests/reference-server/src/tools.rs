@@ -8,9 +8,9 @@ use rmcp::{
     handler::server::{tool::ToolRouter, wrapper::Parameters},
     model::{
         CacheScope, DiscoverResult, Implementation, ListToolsResult, PaginatedRequestParams,
-        ProtocolVersion, ServerCapabilities, ServerConfig,
+        ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
     },
-    service::RequestContext,
+    service::{RequestContext, SubscriptionContext},
     tool, tool_handler, tool_router,
 };
 use schemars::JsonSchema;
@@ -20,6 +20,7 @@ use crate::{
     era::{self, Era},
     interactions::{self, Interactions},
     orders::{Customer, Order, OrderStatus, OrderStore},
+    stage_a::{self, StageA},
 };
 
 /// Tools per `tools/list` page, kept below the tool count so that clients
@@ -100,24 +101,37 @@ pub struct OrderServer {
     era: Era,
     pub(crate) store: OrderStore,
     pub(crate) interactions: Arc<Interactions>,
+    /// State of the stage-A tools, present with `--stage-a`.
+    stage_a: Option<Arc<StageA>>,
     tool_router: Arc<ToolRouter<Self>>,
 }
 
 #[tool_router]
 impl OrderServer {
     /// A handler speaking `era` over `store`, with the interaction tools
-    /// (elicitation, MRTR, roots; see [`interactions`]) when `interactions`.
-    pub fn new(era: Era, store: OrderStore, interactions: bool) -> Self {
+    /// (elicitation, MRTR, roots; see [`interactions`]) when `interactions`
+    /// and the hint / structured output / list_changed tools (see
+    /// [`stage_a`]) when `stage_a`.
+    pub fn new(era: Era, store: OrderStore, interactions: bool, stage_a: bool) -> Self {
         let mut tool_router = Self::tool_router();
         if interactions {
             tool_router += Self::interaction_router();
+        }
+        if stage_a {
+            tool_router += stage_a::router();
         }
         Self {
             era,
             store,
             interactions: Arc::default(),
+            stage_a: stage_a.then(Arc::default),
             tool_router: Arc::new(tool_router),
         }
+    }
+
+    /// The stage-A state, if `--stage-a`.
+    pub(crate) fn stage_a(&self) -> Option<&Arc<StageA>> {
+        self.stage_a.as_ref()
     }
 
     #[tool(
@@ -203,7 +217,15 @@ impl OrderServer {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for OrderServer {
     fn get_info(&self) -> ServerConfig {
-        let config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = if self.stage_a.is_some() {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        let config = ServerConfig::new(capabilities)
             .with_server_info(
                 Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"))
                     .with_title("Switchyard reference order server"),
@@ -238,6 +260,27 @@ impl ServerHandler for OrderServer {
         }
     }
 
+    /// With `--stage-a`, 2026-07-28 clients may listen for
+    /// `toolsListChanged` (the only list that changes).
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.stage_a
+            .is_some()
+            .then(|| SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let _registered = self
+            .stage_a
+            .as_ref()
+            .filter(|_| context.accepted().tools_list_changed == Some(true))
+            .map(|state| state.listen(context.sink().clone()));
+        context.cancelled().await;
+        Ok(())
+    }
+
     /// Pages of [`TOOLS_PAGE_SIZE`] tools in name order; the cursor is the
     /// index of the page's first tool.
     async fn list_tools(
@@ -251,6 +294,7 @@ impl ServerHandler for OrderServer {
             .list_all()
             .into_iter()
             .filter(|tool| interactions::offered(&tool.name, modern))
+            .filter(|tool| self.stage_a.as_ref().is_none_or(|s| s.offered(&tool.name)))
             .collect();
         let start = match request.and_then(|r| r.cursor) {
             None => 0,
