@@ -67,9 +67,10 @@ pub fn registry_status(e: RegistryError) -> Status {
         RegistryError::ServerExists(_) => Status::already_exists(e.to_string()),
         RegistryError::Invalid(_) => Status::invalid_argument(e.to_string()),
         RegistryError::Contention(_) => Status::aborted(e.to_string()),
-        RegistryError::Store(_) => {
-            Status::unavailable(format!("store unavailable: {}", error_chain(&e)))
-        }
+        RegistryError::Store(_) => Status::unavailable(format!(
+            "store unavailable: {}",
+            switchyard_sidecar::upstream::error::error_chain(&e)
+        )),
     }
 }
 
@@ -770,22 +771,6 @@ fn interaction_event(kind: &str, rec: &InteractionRecord) -> pb::SessionEvent {
         at_ms: model::now_ms(),
         data_json: pb_to_json(&rec.to_pb()).to_string(),
     }
-}
-
-/// An error with its causes (`a: b: c`), without repeats: etcd's reason
-/// (e.g. "request is too large") sits in the source chain.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cur = c.source();
-    }
-    out
 }
 
 /// Ids that become store key segments: 1 to 128 characters, no `/`, no

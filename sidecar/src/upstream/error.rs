@@ -81,7 +81,7 @@ pub enum UpstreamError {
         body: String,
     },
     /// A network or I/O failure talking to the server.
-    #[error("server {server}: {context}: {}", chain(.source.as_ref()))]
+    #[error("server {server}: {context}: {}", error_chain(.source.as_ref()))]
     Io {
         /// Server name.
         server: String,
@@ -144,7 +144,7 @@ pub enum UpstreamError {
 /// An error and its causes, `a: b: c`, without repeating a cause that the
 /// outer message already contains (reqwest's "error sending request" hides
 /// "connection refused" in its sources).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
