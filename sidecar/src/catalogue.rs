@@ -28,6 +28,8 @@ pub const DEFAULT_LIST_CHANGED_WINDOW: Duration = Duration::from_secs(2);
 pub struct Catalogue {
     validators: Arc<RwLock<Arc<OutputValidators>>>,
     tools: Arc<Mutex<Option<Vec<Value>>>>,
+    /// Effective hints pushed by the control plane (`ToolSettings`).
+    hints: Arc<RwLock<std::collections::HashMap<String, switchyard_proto::v1::ToolHints>>>,
 }
 
 impl Catalogue {
@@ -42,6 +44,23 @@ impl Catalogue {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Replaces the effective hints the control plane pushed.
+    pub fn set_hints(
+        &self,
+        hints: std::collections::HashMap<String, switchyard_proto::v1::ToolHints>,
+    ) {
+        *self.hints.write().unwrap_or_else(|e| e.into_inner()) = hints;
+    }
+
+    /// A tool's effective hints, if the control plane pushed them.
+    pub fn hints(&self, tool: &str) -> Option<switchyard_proto::v1::ToolHints> {
+        self.hints
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(tool)
+            .copied()
     }
 
     /// Takes a new listing of `server`'s tools; recompiles the validators

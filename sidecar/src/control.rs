@@ -110,6 +110,9 @@ pub struct UpstreamView {
     pub status: watch::Receiver<UpstreamStatus>,
     /// The catalogue of the current connection; `None` while disconnected.
     pub catalogue: watch::Receiver<Option<CatalogueSnapshot>>,
+    /// Where effective hints pushed by the control plane are kept (shared
+    /// with the call service).
+    pub settings: Catalogue,
 }
 
 /// Starts following `upstream` (see the module docs) with a private
@@ -131,6 +134,7 @@ pub fn watch_upstream_with(
         last_error: String::new(),
     });
     let (catalogue_tx, catalogue) = watch::channel(None);
+    let settings = compiled.clone();
     let task = tokio::spawn(
         UpstreamWatcher {
             upstream,
@@ -142,7 +146,14 @@ pub fn watch_upstream_with(
         }
         .run(),
     );
-    (UpstreamView { status, catalogue }, task)
+    (
+        UpstreamView {
+            status,
+            catalogue,
+            settings,
+        },
+        task,
+    )
 }
 
 struct UpstreamWatcher {
@@ -409,6 +420,10 @@ async fn session(
                 Ok(Some(m)) => match m.message {
                     Some(control_message::Message::Welcome(w)) => {
                         tracing::debug!(lease_ttl_s = w.lease_ttl_seconds, "welcome");
+                    }
+                    Some(control_message::Message::ToolSettings(s)) => {
+                        tracing::info!(tools = s.hints.len(), "effective tool hints received");
+                        view.settings.set_hints(s.hints);
                     }
                     None => {}
                 },

@@ -100,6 +100,12 @@ impl CallService {
             "isError": processed.is_error,
             "validated": validation != Validation::NotValidated,
             "validation_errors": validation_errors,
+            "hints": self.catalogue.hints(tool).map(|h| json!({
+                "readOnlyHint": h.read_only_hint,
+                "destructiveHint": h.destructive_hint,
+                "idempotentHint": h.idempotent_hint,
+                "openWorldHint": h.open_world_hint,
+            })),
             "structuredContent": processed
                 .structured
                 .as_ref()
@@ -174,7 +180,14 @@ impl SidecarCalls for CallService {
         let lease = self.pool.lease(&context.session_id);
         let upstream = lease.upstream();
         tracing::debug!(server = %upstream.name(), %tool, session = %context.session_id, run = %context.run_id, "call");
-        let retry_safe = req.retry_safe;
+        // The control plane marks the call, and also pushes the effective
+        // hints (admin overrides applied): either says read-only or
+        // idempotent.
+        let retry_safe = req.retry_safe
+            || self
+                .catalogue
+                .hints(&tool)
+                .is_some_and(|h| h.read_only_hint || h.idempotent_hint);
         let call = async {
             match upstream.call_tool_in(params.clone(), &context).await {
                 Err(e)

@@ -10,6 +10,7 @@ use crate::ControlPlane;
 use crate::api::admin::spec_to_pb;
 use crate::api::engine::registry_status;
 use crate::model::{SidecarRecord, now_ms, sidecar_key};
+use crate::state::Change;
 use crate::store::Store;
 use serde_json::Value;
 use std::pin::Pin;
@@ -185,8 +186,29 @@ impl SidecarRegistry for SidecarApi {
             let server = hello.server.clone();
             let mut keepalive = tokio::time::interval((ttl / 3).max(Duration::from_millis(500)));
             keepalive.tick().await;
+            // Push the effective hints now and whenever they change.
+            let mut changes = cp.state.subscribe();
+            let mut pushed = tool_settings(&cp.state.snapshot(), &server);
+            let _ = tx.send(Ok(settings_message(pushed.clone()))).await;
             loop {
                 tokio::select! {
+                    change = changes.recv() => {
+                        let relevant = match &change {
+                            Ok(Change::ToolsChanged { server: s, .. })
+                            | Ok(Change::ToolSettingsChanged { server: s }) => *s == server,
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+                            _ => false,
+                        };
+                        if relevant {
+                            let now = tool_settings(&cp.state.snapshot(), &server);
+                            if now != pushed {
+                                pushed = now;
+                                if tx.send(Ok(settings_message(pushed.clone()))).await.is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
                     msg = inbound.message() => match msg {
                         Ok(Some(report)) => {
                             if let Err(e) = handle_report(&cp, &server, &mut record, lease, report).await {
@@ -224,6 +246,32 @@ impl SidecarRegistry for SidecarApi {
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// The effective hints (overrides applied) of `server`'s tools.
+fn tool_settings(snap: &crate::state::Snapshot, server: &str) -> pb::ToolSettings {
+    let mut hints = std::collections::HashMap::new();
+    if let Some(cat) = snap.catalogues.get(server) {
+        for def in &cat.tools {
+            let Some(tool) = def.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let ov = snap
+                .hint_overrides
+                .get(&(server.to_owned(), tool.to_owned()));
+            hints.insert(
+                tool.to_owned(),
+                crate::policy::effective_hints(def, ov).to_pb(),
+            );
+        }
+    }
+    pb::ToolSettings { hints }
+}
+
+fn settings_message(settings: pb::ToolSettings) -> pb::ControlMessage {
+    pb::ControlMessage {
+        message: Some(pb::control_message::Message::ToolSettings(settings)),
     }
 }
 
