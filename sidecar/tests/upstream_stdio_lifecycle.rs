@@ -5,16 +5,18 @@
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use prometheus::Registry;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use switchyard_sidecar::upstream::{
     RestartPolicy, StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamError,
-    UpstreamMetrics,
 };
-use switchyard_test_support::{init_tracing, stub_script};
+use switchyard_test_support::stub_script;
 use tempfile::NamedTempFile;
+
+mod common;
+
+use common::{counter, upstream, upstream_with_registry};
 
 /// Upper bound on any single wait; a bug fails the test instead of hanging it.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -41,37 +43,6 @@ fn config_with(name: &str, env: &[(&str, String)]) -> UpstreamConfig {
             cwd: None,
         }),
     )
-}
-
-fn upstream(config: UpstreamConfig) -> Upstream {
-    init_tracing();
-    Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap()
-}
-
-fn upstream_with_registry(config: UpstreamConfig) -> (Upstream, Registry) {
-    init_tracing();
-    let registry = Registry::new();
-    let metrics = UpstreamMetrics::register(&registry).unwrap();
-    (Upstream::new(config, &metrics).unwrap(), registry)
-}
-
-/// The value of a counter (summed over series matching every label).
-fn counter(registry: &Registry, name: &str, labels: &[(&str, &str)]) -> u64 {
-    let text = prometheus::TextEncoder::new()
-        .encode_to_string(&registry.gather())
-        .unwrap();
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{'))
-        })
-        .filter(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64)
-        .sum()
 }
 
 async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {

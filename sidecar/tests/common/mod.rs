@@ -123,3 +123,36 @@ impl Harness {
             .collect()
     }
 }
+
+/// An upstream session with metrics exported nowhere.
+pub fn upstream(config: UpstreamConfig) -> Upstream {
+    support::init_tracing();
+    Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap()
+}
+
+/// An upstream session whose metrics are registered in the returned registry.
+pub fn upstream_with_registry(config: UpstreamConfig) -> (Upstream, prometheus::Registry) {
+    support::init_tracing();
+    let registry = prometheus::Registry::new();
+    let metrics = UpstreamMetrics::register(&registry).unwrap();
+    (Upstream::new(config, &metrics).unwrap(), registry)
+}
+
+/// The value of a counter (summed over series matching every label).
+pub fn counter(registry: &prometheus::Registry, name: &str, labels: &[(&str, &str)]) -> u64 {
+    let text = prometheus::TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{'))
+        })
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64)
+        .sum()
+}
