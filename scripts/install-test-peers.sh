@@ -2,7 +2,8 @@
 # Installs what the build and the tests need: protoc and etcd (Debian packages),
 # and the real MCP peers the tests drive, into project-local folders:
 #   tests/peers/node_modules  server-everything, the conformance suite, Node 22 (npm, pinned by package-lock.json)
-#   tests/peers/.venv         the official Python SDK (pip, pinned by requirements.txt)
+#   tests/peers/.venv         the official Python SDK (pip, pinned by requirements.txt), and the
+#                             Helm chart tests' tools (helm/tests/requirements.txt)
 # Idempotent: a second run only checks what is there.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,6 +18,8 @@ command -v etcdctl >/dev/null 2>&1 || need_apt+=(etcd-client)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
+# openssl makes the chart tests' certificates.
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "installing with apt: ${need_apt[*]}"
   apt-get update -qq
@@ -37,5 +40,12 @@ if [ ! -x "$peers/.venv/bin/python" ] || ! "$peers/.venv/bin/python" -c 'import 
   python3 -m venv "$peers/.venv"
   "$peers/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$peers/requirements.txt"
   touch "$peers/.venv/.installed"
+fi
+chart_reqs="$root/helm/tests/requirements.txt"
+if ! "$peers/.venv/bin/python" -c 'import helm_python, kubernetes_validate, yamllint' 2>/dev/null \
+  || [ "$chart_reqs" -nt "$peers/.venv/.chart-installed" ]; then
+  echo "installing the Helm chart tests' tools into tests/peers/.venv"
+  "$peers/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$chart_reqs"
+  touch "$peers/.venv/.chart-installed"
 fi
 echo "test peers ready"

@@ -19,6 +19,8 @@ cargo build --workspace --bins --locked
 echo "== cargo test"
 cargo test --workspace --locked -- --test-threads "${SWITCHYARD_TEST_THREADS:-4}"
 
+echo "== Helm chart"; scripts/chart-test.sh
+
 echo "== conformance suite (client side)"
 scripts/conformance.sh
 

@@ -70,7 +70,8 @@ pub struct AuditHints {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCallAudit {
-    /// Always `tool.called`.
+    /// `tool.called`, or `tool.backgrounded` for a call that moved to the
+    /// background (stage B).
     pub kind: &'static str,
     /// The session; empty for a call without one.
     pub session: String,

@@ -1,7 +1,7 @@
 //! The `switchyard` command line: run the all-in-one gateway (`up`), check
 //! a configuration, and talk to a running control plane as an engine or an
 //! admin would (`tools`, `call`, `servers`, `hints`, `policy`, `sessions`,
-//! `events`, `interactions`, `answer`).
+//! `events`, `interactions`, `answer`, `background`).
 //!
 //! Exit status: 0 success; 1 a failed command or an `isError` tool result;
 //! 2 bad command-line syntax (clap); 64 a bad configuration file or a bad
@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::admin_service_client::AdminServiceClient;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
-use tonic::transport::Channel;
+use switchyard_sidecar::tls::{AuthChannel, BearerToken, PemIdentity};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
 /// Exit status for a bad configuration or usage (sysexits EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;
@@ -40,6 +41,37 @@ pub struct Cli {
         default_value = "http://127.0.0.1:7700"
     )]
     pub endpoint: String,
+    /// A file holding the bearer token to send (content trimmed). Without
+    /// it, the token in SWITCHYARD_TOKEN is sent, if set.
+    #[arg(
+        long,
+        global = true,
+        env = "SWITCHYARD_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub token_file: Option<PathBuf>,
+    /// PEM CA file that signed the control plane's certificate (for an
+    /// https:// endpoint).
+    #[arg(long, global = true, env = "SWITCHYARD_CA_FILE", value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate for mTLS (with --key-file).
+    #[arg(
+        long,
+        global = true,
+        env = "SWITCHYARD_CERT_FILE",
+        value_name = "FILE",
+        requires = "key_file"
+    )]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of --cert-file.
+    #[arg(
+        long,
+        global = true,
+        env = "SWITCHYARD_KEY_FILE",
+        value_name = "FILE",
+        requires = "cert_file"
+    )]
+    pub key_file: Option<PathBuf>,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
@@ -92,9 +124,13 @@ pub enum Command {
     /// idempotentHint), or clear the overrides.
     #[command(subcommand)]
     Hints(HintsCommand),
-    /// Set a tool's policy (default, confirm, disabled), or clear it.
+    /// Set a tool's policy (default, confirm, disabled) and when its calls
+    /// move to the background (always, auto), or clear them.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Background calls (stage B): list them, or cancel one.
+    #[command(subcommand)]
+    Background(BackgroundCommand),
     /// Manage sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -219,21 +255,54 @@ pub enum HintsCommand {
 /// `switchyard policy ...`.
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
-    /// Set a tool's policy.
+    /// Set a tool's policy and/or when its calls move to the background.
     Set {
         /// The server.
         server: String,
         /// The tool's name on the server.
         tool: String,
-        /// default, confirm or disabled.
-        policy: String,
+        /// default, confirm or disabled (omitted: keep the current one;
+        /// then give --background).
+        policy: Option<String>,
+        /// always (every call moves to the background at once) or auto
+        /// (after backgroundCalls.autoAfterSec).
+        #[arg(long, value_name = "always|auto")]
+        background: Option<String>,
     },
-    /// Remove the policy set by an administrator (back to the derived one).
+    /// Remove the policy and background setting set by an administrator
+    /// (back to the derived policy, and `auto`).
     Clear {
         /// The server.
         server: String,
         /// The tool's name on the server.
         tool: String,
+    },
+}
+
+/// `switchyard background ...`.
+#[derive(Debug, Subcommand)]
+pub enum BackgroundCommand {
+    /// List background calls: running ones (`--all` adds the finished ones
+    /// still kept), of one session or of all.
+    List {
+        /// Only this session's.
+        #[arg(long)]
+        session: Option<String>,
+        /// Include finished calls.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a running background call (`tasks/cancel` upstream, best
+    /// effort; recorded as cancelled).
+    Cancel {
+        /// The background call's id.
+        id: String,
+        /// The session it must belong to.
+        #[arg(long)]
+        session: Option<String>,
     },
 }
 
@@ -347,26 +416,116 @@ impl From<tonic::Status> for Failure {
     }
 }
 
-async fn channel(endpoint: &str) -> Result<Channel, Failure> {
-    tonic::transport::Endpoint::from_shared(endpoint.to_owned())
-        .map_err(|e| Failure::new(EXIT_USAGE, format!("--endpoint {endpoint:?}: {e}")))?
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .connect()
-        .await
-        .map_err(|e| {
-            Failure::new(
-                EXIT_UNAVAILABLE,
-                format!("cannot reach the control plane at {endpoint}: {e}"),
-            )
-        })
+/// How the CLI authenticates to the control plane: the global flags
+/// `--token-file` (or `SWITCHYARD_TOKEN`), `--ca-file`, `--cert-file` and
+/// `--key-file`, read and checked when a command connects.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// Sent as `authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Trusted CA(s) for an `https://` endpoint.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate and key (mTLS).
+    pub identity: Option<PemIdentity>,
 }
 
-async fn engine(endpoint: &str) -> Result<EngineServiceClient<Channel>, Failure> {
+impl ConnectOptions {
+    /// Reads the files the flags name; a bad one exits 64 naming the flag
+    /// and the file.
+    pub fn from_flags(cli: &ConnectFlags) -> Result<ConnectOptions, Failure> {
+        let usage =
+            |e: switchyard_sidecar::tls::CredentialError| Failure::new(EXIT_USAGE, e.to_string());
+        let token = match &cli.token_file {
+            Some(f) => Some(switchyard_sidecar::tls::load_token("--token-file", f).map_err(usage)?),
+            None => std::env::var("SWITCHYARD_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty()),
+        };
+        let ca_pem = match &cli.ca_file {
+            Some(f) => {
+                Some(switchyard_sidecar::tls::load_certificates("--ca-file", f).map_err(usage)?)
+            }
+            None => None,
+        };
+        let identity = match (&cli.cert_file, &cli.key_file) {
+            (Some(c), Some(k)) => Some(
+                switchyard_sidecar::tls::load_identity("--cert-file", c, "--key-file", k)
+                    .map_err(usage)?,
+            ),
+            _ => None,
+        };
+        Ok(ConnectOptions {
+            token,
+            ca_pem,
+            identity,
+        })
+    }
+}
+
+/// The connection flags of the running command.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectFlags {
+    /// `--token-file`.
+    pub token_file: Option<PathBuf>,
+    /// `--ca-file`.
+    pub ca_file: Option<PathBuf>,
+    /// `--cert-file`.
+    pub cert_file: Option<PathBuf>,
+    /// `--key-file`.
+    pub key_file: Option<PathBuf>,
+}
+
+/// The connection flags of the running command (set by [`run`]); the
+/// connection helpers below read them, so every subcommand connects the
+/// same way (and commands that do not connect never read the files).
+static CONNECT: std::sync::Mutex<Option<ConnectFlags>> = std::sync::Mutex::new(None);
+
+async fn channel(endpoint: &str) -> Result<AuthChannel, Failure> {
+    let flags = CONNECT.lock().unwrap().clone().unwrap_or_default();
+    let options = ConnectOptions::from_flags(&flags)?;
+    let mut ep = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|e| Failure::new(EXIT_USAGE, format!("--endpoint {endpoint:?}: {e}")))?
+        .connect_timeout(std::time::Duration::from_secs(5));
+    if endpoint.starts_with("https://") {
+        switchyard_sidecar::tls::install_crypto_provider();
+        let Some(ca) = &options.ca_pem else {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "--endpoint {endpoint}: an https:// endpoint needs --ca-file (the CA that signed the control plane's certificate)"
+                ),
+            ));
+        };
+        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+        if let Some(identity) = &options.identity {
+            tls = tls.identity(identity.to_tonic());
+        }
+        ep = ep
+            .tls_config(tls)
+            .map_err(|e| Failure::new(EXIT_USAGE, format!("--endpoint {endpoint}: TLS: {e}")))?;
+    }
+    let channel: Channel = ep.connect().await.map_err(|e| {
+        Failure::new(
+            EXIT_UNAVAILABLE,
+            format!(
+                "cannot reach the control plane at {endpoint}: {}",
+                switchyard_sidecar::upstream::error::error_chain(&e)
+            ),
+        )
+    })?;
+    Ok(tonic::service::interceptor::InterceptedService::new(
+        channel,
+        BearerToken::new(options.token.as_deref()),
+    ))
+}
+
+async fn engine(endpoint: &str) -> Result<EngineServiceClient<AuthChannel>, Failure> {
     Ok(EngineServiceClient::new(channel(endpoint).await?)
         .max_decoding_message_size(64 * 1024 * 1024))
 }
 
-async fn admin(endpoint: &str) -> Result<AdminServiceClient<Channel>, Failure> {
+async fn admin(endpoint: &str) -> Result<AdminServiceClient<AuthChannel>, Failure> {
     Ok(AdminServiceClient::new(channel(endpoint).await?)
         .max_decoding_message_size(64 * 1024 * 1024)
         .max_encoding_message_size(64 * 1024 * 1024))
@@ -395,6 +554,12 @@ fn parse_json_text(text: &str) -> Value {
 
 /// Runs a command.
 pub async fn run(cli: Cli) -> Result<(), Failure> {
+    *CONNECT.lock().unwrap() = Some(ConnectFlags {
+        token_file: cli.token_file.clone(),
+        ca_file: cli.ca_file.clone(),
+        cert_file: cli.cert_file.clone(),
+        key_file: cli.key_file.clone(),
+    });
     let ep = cli.endpoint.as_str();
     match cli.command {
         Command::Up { config } => {
@@ -477,7 +642,12 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
                 })
                 .await?
                 .into_inner();
-            if json {
+            if let (true, Some(bg)) = (json, &resp.background) {
+                // Moved to the background: the record (its result comes
+                // later, see `switchyard events` / `background list`).
+                let rec = crate::background::BackgroundRecord::from_pb(bg.clone());
+                print_json(&json!({"movedToBackground": rec.to_json(), "text": resp.text}));
+            } else if json {
                 print_json(&parse_json_text(&resp.result_json));
             } else {
                 if !resp.text.is_empty() {
@@ -557,12 +727,14 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Servers(cmd) => servers(ep, cmd).await,
         cmd @ (Command::Hints(_) | Command::Policy(_)) => tool_settings(ep, cmd).await,
+        Command::Background(cmd) => background(ep, cmd).await,
         Command::Sessions(cmd) => sessions(ep, cmd).await,
         Command::Events { session, json } => {
             let mut stream = engine(ep)
                 .await?
                 .subscribe_events(pb::SubscribeEventsRequest {
                     session_id: session,
+                    background_after_ms: 0,
                 })
                 .await?
                 .into_inner();
@@ -572,6 +744,13 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
                         "{}",
                         json!({"type": ev.r#type, "sessionId": ev.session_id, "atMs": ev.at_ms, "data": parse_json_text(&ev.data_json)})
                     );
+                } else if ev.r#type.starts_with("background_call.") {
+                    let rec: crate::background::BackgroundRecord =
+                        serde_json::from_value(parse_json_text(&ev.data_json)).unwrap_or_default();
+                    out!("{} {}", ev.at_ms, ev.r#type);
+                    for line in render_background(&rec) {
+                        out!("  {line}");
+                    }
                 } else if ev.r#type.starts_with("interaction.") {
                     let i = interactions::pb_from_json(&parse_json_text(&ev.data_json));
                     out!("{} {}", ev.at_ms, ev.r#type);
@@ -719,6 +898,7 @@ fn server_tool_json(t: &pb::ServerTool) -> Value {
         "hintSources": {"readOnlyHint": src.read_only_hint, "destructiveHint": src.destructive_hint,
                         "idempotentHint": src.idempotent_hint, "openWorldHint": src.open_world_hint},
         "policy": t.policy, "policySet": t.policy_set, "inCatalogue": t.in_catalogue,
+        "background": t.background,
     })
 }
 
@@ -740,6 +920,9 @@ fn server_tool_line(t: &pb::ServerTool) -> String {
     let mut policy = t.policy.clone();
     if t.policy_set {
         policy.push_str(" (set)");
+    }
+    if t.background == "always" {
+        policy.push_str(" background=always");
     }
     if !t.in_catalogue {
         policy.push_str(" [not in catalogue]");
@@ -790,18 +973,36 @@ async fn tool_settings(ep: &str, cmd: Command) -> Result<(), Failure> {
             server,
             tool,
             policy,
+            background,
         }) => {
-            if crate::model::ToolPolicy::parse(&policy).is_none() {
+            if policy.is_none() && background.is_none() {
                 return Err(Failure::new(
                     EXIT_USAGE,
-                    format!("policy {policy:?}: expected default, confirm or disabled"),
+                    "policy set: give a policy (default, confirm, disabled), --background, or both",
+                ));
+            }
+            if let Some(p) = &policy
+                && crate::model::ToolPolicy::parse(p).is_none()
+            {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    format!("policy {p:?}: expected default, confirm or disabled"),
+                ));
+            }
+            if let Some(b) = &background
+                && crate::model::BackgroundMode::parse(b).is_none()
+            {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    format!("--background {b:?}: expected always or auto"),
                 ));
             }
             client
                 .set_tool_policy(pb::SetToolPolicyRequest {
                     server,
                     tool,
-                    policy,
+                    policy: policy.unwrap_or_default(),
+                    background: background.unwrap_or_default(),
                 })
                 .await?
         }
@@ -815,6 +1016,153 @@ async fn tool_settings(ep: &str, cmd: Command) -> Result<(), Failure> {
     .into_inner();
     out!("{}", server_tool_line(&t));
     Ok(())
+}
+
+async fn background(ep: &str, cmd: BackgroundCommand) -> Result<(), Failure> {
+    let mut client = engine(ep).await?;
+    match cmd {
+        BackgroundCommand::List { session, all, json } => {
+            let resp = client
+                .list_background_calls(pb::ListBackgroundCallsRequest {
+                    session_id: session.unwrap_or_default(),
+                    include_finished: all,
+                })
+                .await?
+                .into_inner();
+            let calls: Vec<crate::background::BackgroundRecord> = resp
+                .calls
+                .into_iter()
+                .map(crate::background::BackgroundRecord::from_pb)
+                .collect();
+            if json {
+                print_json(
+                    &json!({"calls": calls.iter().map(|c| c.to_json()).collect::<Vec<_>>()}),
+                );
+            } else if calls.is_empty() {
+                eprintln!("(no {}background calls)", if all { "" } else { "running " });
+            } else {
+                for line in background_table(&calls, crate::model::now_ms()) {
+                    out!("{line}");
+                }
+            }
+        }
+        BackgroundCommand::Cancel { id, session } => {
+            let c = client
+                .cancel_background_call(pb::CancelBackgroundCallRequest {
+                    id,
+                    session_id: session.unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            out!("{}: {} ({} on {})", c.id, c.status, c.tool, c.server);
+        }
+    }
+    Ok(())
+}
+
+/// A duration in ms as `45s`, `12m`, `3h`, `2d`.
+fn age(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// `switchyard background list` as a table: a header, then one line per
+/// call (id, status, mode, engine tool, session, age, message).
+pub fn background_table(calls: &[crate::background::BackgroundRecord], now_ms: i64) -> Vec<String> {
+    let tool_w = calls
+        .iter()
+        .map(|c| c.engine_tool.len().max(c.tool.len()))
+        .max()
+        .unwrap_or(0)
+        .clamp(4, 40);
+    let mut lines = vec![format!(
+        "{:<36}  {:<14}  {:<4}  {:<tool_w$}  {:<32}  {:>4}  MESSAGE",
+        "ID", "STATUS", "MODE", "TOOL", "SESSION", "AGE"
+    )];
+    for c in calls {
+        let tool = if c.engine_tool.is_empty() {
+            &c.tool
+        } else {
+            &c.engine_tool
+        };
+        // Finished with a result: what the model reads; else the status.
+        let mut message = match &c.result {
+            Some(r) if !r.model_text.is_empty() => {
+                r.model_text.lines().next().unwrap_or("").to_owned()
+            }
+            _ => c.status_message.clone(),
+        };
+        if c.poll_error_since_ms > 0 && !c.last_poll_error.is_empty() {
+            message = format!("polling fails: {}", c.last_poll_error);
+        }
+        let message: String = message.chars().take(80).collect();
+        lines.push(format!(
+            "{:<36}  {:<14}  {:<4}  {:<tool_w$}  {:<32}  {:>4}  {}",
+            c.id,
+            c.status,
+            c.mode,
+            tool,
+            if c.session_id.is_empty() {
+                "-"
+            } else {
+                &c.session_id
+            },
+            age(now_ms - c.created_at_ms),
+            message
+        ));
+    }
+    lines
+}
+
+/// A background call event as lines: what finished, then what the model
+/// reads (the wake-up message) or why it failed.
+pub fn render_background(c: &crate::background::BackgroundRecord) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{} [{}] {} on {} ({} mode{})",
+        c.id,
+        c.status,
+        if c.engine_tool.is_empty() {
+            &c.tool
+        } else {
+            &c.engine_tool
+        },
+        c.server,
+        c.mode,
+        if c.run_id.is_empty() {
+            String::new()
+        } else {
+            format!(", run {}", c.run_id)
+        }
+    )];
+    if !c.status_message.is_empty() {
+        lines.push(format!("message: {}", c.status_message));
+    }
+    if let Some(r) = &c.result {
+        if r.is_error {
+            lines.push("result: isError".into());
+        }
+        for l in r.model_text.lines() {
+            lines.push(format!("| {l}"));
+        }
+        if !r.structured_content_json.is_empty() {
+            lines.push(format!("structuredContent: {}", r.structured_content_json));
+        }
+        for a in &r.attachments {
+            lines.push(format!(
+                "attachment: {} ({}, {} bytes)",
+                a.name, a.mime_type, a.size_bytes
+            ));
+        }
+    }
+    if !c.error_json.is_empty() {
+        lines.push(format!("error: {}", c.error_json));
+    }
+    lines
 }
 
 fn status_json(s: &pb::ServerStatus) -> Value {

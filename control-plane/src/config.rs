@@ -24,6 +24,15 @@ pub struct Config {
     /// `[audit]`.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// `[tls]`: TLS on the gRPC listener, and towards the sidecars.
+    #[serde(default)]
+    pub tls: TlsConfig,
+    /// `[auth]`: who may call which gRPC service.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// `[backgroundCalls]`: background calls (stage B).
+    #[serde(rename = "backgroundCalls", default)]
+    pub background_calls: BackgroundCallsConfig,
     /// `[[servers]]`.
     #[serde(default)]
     pub servers: Vec<ServerConfig>,
@@ -84,6 +93,11 @@ pub struct StoreConfig {
     /// `/switchyard/v1/`).
     #[serde(default = "default_root")]
     pub root: String,
+    /// A file holding the 32-byte key that will encrypt OAuth tokens at
+    /// rest (stage D): 32 raw bytes, or their base64 (standard alphabet,
+    /// padding optional). Checked at start-up; not used yet.
+    #[serde(default)]
+    pub token_encryption_key_file: Option<PathBuf>,
 }
 
 impl Default for StoreConfig {
@@ -92,8 +106,79 @@ impl Default for StoreConfig {
             path: default_store_path(),
             etcd_endpoints: Vec::new(),
             root: default_root(),
+            token_encryption_key_file: None,
         }
     }
+}
+
+/// `[tls]`: TLS (rustls, ring) on the gRPC listener when `cert_file` and
+/// `key_file` are set, optionally verifying client certificates (mTLS);
+/// and the CA of the sidecars' `SidecarCalls` endpoints.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain of the gRPC listener (leaf first). It is also
+    /// presented as client certificate to `https://` sidecars.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// PEM CA(s) client certificates are verified against (mTLS). A
+    /// client without a certificate is still let through the handshake
+    /// unless `require_client_cert`.
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Refuse TLS clients without a certificate signed by `client_ca_file`
+    /// (default false).
+    #[serde(default)]
+    pub require_client_cert: bool,
+    /// PEM CA(s) that signed the sidecars' `SidecarCalls` certificates;
+    /// needed for sidecars that register an `https://` call address.
+    #[serde(default)]
+    pub sidecar_ca_file: Option<PathBuf>,
+}
+
+/// `[auth]`: callers of the gRPC services are identified by a bearer token
+/// (`[[auth.tokens]]`) or a verified client certificate (`[[auth.mtls]]`);
+/// each identity has one role. See `docs/configuration.md`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Refuse callers without credentials (default false: anonymous
+    /// callers may use every service; presented credentials are always
+    /// checked).
+    #[serde(default)]
+    pub required: bool,
+    /// `[[auth.tokens]]`.
+    #[serde(default)]
+    pub tokens: Vec<TokenEntry>,
+    /// `[[auth.mtls]]`.
+    #[serde(default)]
+    pub mtls: Vec<MtlsEntry>,
+}
+
+/// `[[auth.tokens]]`: a bearer token read from a file (a mounted secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    /// The caller's name (logs).
+    pub name: String,
+    /// `engine`, `admin` or `sidecar`.
+    pub role: String,
+    /// The file; the token is its content, trimmed.
+    pub token_file: PathBuf,
+}
+
+/// `[[auth.mtls]]`: a client certificate identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MtlsEntry {
+    /// The certificate's subject common name, or one of its DNS subject
+    /// alternative names.
+    pub name: String,
+    /// `engine`, `admin` or `sidecar`.
+    pub role: String,
 }
 
 /// `[limits]`.
@@ -115,6 +200,61 @@ impl Default for LimitsConfig {
             interaction_timeout_sec: default_interaction_timeout(),
         }
     }
+}
+
+/// `[backgroundCalls]`: tool calls that move to the background (stage B).
+/// Keys are camelCase, as in the stage B design.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackgroundCallsConfig {
+    /// Foreground phase of a call, seconds (default 180): a call not done
+    /// by then moves to the background. 0 moves every call at once.
+    #[serde(default = "default_auto_after")]
+    pub auto_after_sec: u64,
+    /// Running background calls per server (default 20); at the limit a
+    /// call stays in the foreground, at most 10 minutes.
+    #[serde(default = "default_max_per_target")]
+    pub max_per_target: u32,
+    /// Maximum duration of a background call, seconds (default 86400): the
+    /// task ttl asked of the server, and the deadline after which it fails.
+    #[serde(default = "default_max_duration")]
+    pub max_duration_sec: u64,
+    /// How long finished background calls are kept (listing, event replay),
+    /// seconds (default 604800, 7 days).
+    #[serde(default = "default_retention")]
+    pub retention_sec: u64,
+    /// How often each replica sweeps background calls (orphans, adoption,
+    /// deadlines, retention), milliseconds (default 2000).
+    #[serde(default = "default_sweep_interval")]
+    pub sweep_interval_ms: u64,
+}
+
+impl Default for BackgroundCallsConfig {
+    fn default() -> Self {
+        BackgroundCallsConfig {
+            auto_after_sec: default_auto_after(),
+            max_per_target: default_max_per_target(),
+            max_duration_sec: default_max_duration(),
+            retention_sec: default_retention(),
+            sweep_interval_ms: default_sweep_interval(),
+        }
+    }
+}
+
+fn default_auto_after() -> u64 {
+    180
+}
+fn default_max_per_target() -> u32 {
+    20
+}
+fn default_max_duration() -> u64 {
+    86_400
+}
+fn default_retention() -> u64 {
+    604_800
+}
+fn default_sweep_interval() -> u64 {
+    2000
 }
 
 /// `[audit]`: where audit records (JSON lines) go.
@@ -172,6 +312,16 @@ pub enum ConfigFileError {
         /// toml's message.
         message: String,
     },
+    /// A certificate, key, token or key file named by the configuration
+    /// cannot be used.
+    #[error("{}: {source}", file.display())]
+    Credential {
+        /// The configuration file.
+        file: PathBuf,
+        /// Which key, which file, what is wrong.
+        #[source]
+        source: switchyard_sidecar::tls::CredentialError,
+    },
     /// A value is wrong.
     #[error("{file}: {key}: {problem}")]
     Invalid {
@@ -224,7 +374,43 @@ impl Config {
                 s.cwd = Some(base.join(cwd));
             }
         }
+        let files = [
+            &mut config.tls.cert_file,
+            &mut config.tls.key_file,
+            &mut config.tls.client_ca_file,
+            &mut config.tls.sidecar_ca_file,
+            &mut config.store.token_encryption_key_file,
+        ];
+        for p in files.into_iter().flatten() {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        for t in &mut config.auth.tokens {
+            if t.token_file.is_relative() {
+                t.token_file = base.join(&t.token_file);
+            }
+        }
+        // The files the keys name must be usable too: a bad certificate,
+        // key or token stops `--check` and start-up alike.
+        config
+            .check_files()
+            .map_err(|source| ConfigFileError::Credential {
+                file: path.to_owned(),
+                source,
+            })?;
         Ok(config)
+    }
+
+    /// Reads every certificate, key and token file the configuration
+    /// names, and checks them (see [`crate::tls`] and [`crate::auth`]).
+    pub fn check_files(&self) -> Result<(), switchyard_sidecar::tls::CredentialError> {
+        crate::tls::TlsMaterial::load(&self.tls)?;
+        crate::auth::Authenticator::load(&self.auth, None)?;
+        if let Some(file) = &self.store.token_encryption_key_file {
+            load_encryption_key(file)?;
+        }
+        Ok(())
     }
 
     /// Parses and validates TOML text (no file context in errors).
@@ -271,6 +457,7 @@ impl Config {
                 "must be between 1 and 604800 (7 days)".into(),
             ));
         }
+        self.validate_background()?;
         if self
             .audit
             .path
@@ -293,6 +480,7 @@ impl Config {
                 ));
             }
         }
+        self.validate_security()?;
         let mut names = BTreeSet::new();
         for (i, s) in self.servers.iter().enumerate() {
             s.validate(&format!("servers[{i}]"))
@@ -305,6 +493,168 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+impl Config {
+    /// The `[backgroundCalls]` ranges.
+    fn validate_background(&self) -> Result<(), (String, String)> {
+        let b = &self.background_calls;
+        let checks: [(&str, u64, u64, u64); 5] = [
+            ("backgroundCalls.autoAfterSec", b.auto_after_sec, 0, 86_400),
+            (
+                "backgroundCalls.maxPerTarget",
+                u64::from(b.max_per_target),
+                1,
+                1_000_000,
+            ),
+            (
+                "backgroundCalls.maxDurationSec",
+                b.max_duration_sec,
+                1,
+                30 * 86_400,
+            ),
+            (
+                "backgroundCalls.retentionSec",
+                b.retention_sec,
+                0,
+                365 * 86_400,
+            ),
+            (
+                "backgroundCalls.sweepIntervalMs",
+                b.sweep_interval_ms,
+                50,
+                3_600_000,
+            ),
+        ];
+        for (key, value, min, max) in checks {
+            if !(min..=max).contains(&value) {
+                return Err((key.into(), format!("must be between {min} and {max}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The `[tls]` and `[auth]` rules that need no file.
+    fn validate_security(&self) -> Result<(), (String, String)> {
+        let tls = &self.tls;
+        let err = |key: &str, problem: &str| Err((key.to_owned(), problem.to_owned()));
+        match (&tls.cert_file, &tls.key_file) {
+            (Some(_), None) => return err("tls.key_file", "is required with tls.cert_file"),
+            (None, Some(_)) => return err("tls.cert_file", "is required with tls.key_file"),
+            _ => {}
+        }
+        if tls.client_ca_file.is_some() && tls.cert_file.is_none() {
+            return err(
+                "tls.client_ca_file",
+                "needs tls.cert_file and tls.key_file (client certificates are only verified over TLS)",
+            );
+        }
+        if tls.require_client_cert && tls.client_ca_file.is_none() {
+            return err(
+                "tls.require_client_cert",
+                "needs tls.client_ca_file (the CA client certificates are verified against)",
+            );
+        }
+        let roles = "expected \"engine\", \"admin\" or \"sidecar\"";
+        let mut names = BTreeSet::new();
+        for (i, t) in self.auth.tokens.iter().enumerate() {
+            if t.name.trim().is_empty() {
+                return err(&format!("auth.tokens[{i}].name"), "must not be empty");
+            }
+            if !names.insert(t.name.as_str()) {
+                return Err((
+                    format!("auth.tokens[{i}].name"),
+                    format!("{:?} is used by an earlier entry", t.name),
+                ));
+            }
+            if crate::auth::Role::parse(&t.role).is_none() {
+                return Err((
+                    format!("auth.tokens[{i}].role"),
+                    format!("unknown role {:?}: {roles}", t.role),
+                ));
+            }
+            if t.token_file.as_os_str().is_empty() {
+                return err(&format!("auth.tokens[{i}].token_file"), "must not be empty");
+            }
+        }
+        let mut names = BTreeSet::new();
+        for (i, m) in self.auth.mtls.iter().enumerate() {
+            if m.name.trim().is_empty() {
+                return err(&format!("auth.mtls[{i}].name"), "must not be empty");
+            }
+            if !names.insert(m.name.as_str()) {
+                return Err((
+                    format!("auth.mtls[{i}].name"),
+                    format!("{:?} is used by an earlier entry", m.name),
+                ));
+            }
+            if crate::auth::Role::parse(&m.role).is_none() {
+                return Err((
+                    format!("auth.mtls[{i}].role"),
+                    format!("unknown role {:?}: {roles}", m.role),
+                ));
+            }
+        }
+        if !self.auth.mtls.is_empty() && tls.client_ca_file.is_none() {
+            return err(
+                "auth.mtls",
+                "needs tls.client_ca_file: client certificates must be verified before their names are trusted",
+            );
+        }
+        if self.auth.required && self.auth.tokens.is_empty() && self.auth.mtls.is_empty() {
+            return err(
+                "auth.required",
+                "is true but there is no [[auth.tokens]] or [[auth.mtls]] entry: nobody could call",
+            );
+        }
+        if self
+            .store
+            .token_encryption_key_file
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            return err("store.token_encryption_key_file", "must not be empty");
+        }
+        Ok(())
+    }
+}
+
+/// Reads `[store] token_encryption_key_file`: exactly 32 raw bytes, or
+/// the base64 (standard alphabet, padding optional) of 32 bytes with
+/// surrounding white space. Errors name the key and the file.
+pub fn load_encryption_key(
+    file: &Path,
+) -> Result<[u8; 32], switchyard_sidecar::tls::CredentialError> {
+    use base64::Engine as _;
+    const KEY: &str = "store.token_encryption_key_file";
+    let bytes =
+        std::fs::read(file).map_err(|source| switchyard_sidecar::tls::CredentialError::Read {
+            key: KEY.into(),
+            file: file.to_owned(),
+            source,
+        })?;
+    if let Ok(raw) = <[u8; 32]>::try_from(bytes.as_slice()) {
+        return Ok(raw);
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let decoded = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(text.trim().trim_end_matches('='))
+        .ok();
+    match decoded.as_deref().map(<[u8; 32]>::try_from) {
+        Some(Ok(key)) => Ok(key),
+        _ => Err(switchyard_sidecar::tls::CredentialError::Key {
+            key: KEY.into(),
+            file: file.to_owned(),
+            problem: format!(
+                "must hold a 32-byte key: 32 raw bytes, or their base64 (it holds {} bytes{})",
+                bytes.len(),
+                match &decoded {
+                    Some(d) => format!(", base64 of {} bytes", d.len()),
+                    None => String::new(),
+                }
+            ),
+        }),
     }
 }
 
@@ -346,6 +696,83 @@ mod tests {
     }
 
     #[test]
+    fn tls_and_auth_rules_name_the_key() {
+        let key_of = |text: &str| match Config::parse(text).unwrap_err() {
+            ConfigFileError::Invalid { key, .. } => key,
+            other => panic!("{other}"),
+        };
+        assert_eq!(key_of("[tls]\ncert_file = \"c.pem\"\n"), "tls.key_file");
+        assert_eq!(key_of("[tls]\nkey_file = \"k.pem\"\n"), "tls.cert_file");
+        assert_eq!(
+            key_of("[tls]\nclient_ca_file = \"ca.pem\"\n"),
+            "tls.client_ca_file"
+        );
+        assert_eq!(
+            key_of("[tls]\ncert_file = \"c\"\nkey_file = \"k\"\nrequire_client_cert = true\n"),
+            "tls.require_client_cert"
+        );
+        assert_eq!(
+            key_of("[[auth.tokens]]\nname = \"a\"\nrole = \"root\"\ntoken_file = \"t\"\n"),
+            "auth.tokens[0].role"
+        );
+        assert_eq!(
+            key_of(
+                "[[auth.tokens]]\nname = \"a\"\nrole = \"engine\"\ntoken_file = \"t\"\n[[auth.tokens]]\nname = \"a\"\nrole = \"admin\"\ntoken_file = \"u\"\n"
+            ),
+            "auth.tokens[1].name"
+        );
+        assert_eq!(
+            key_of("[[auth.mtls]]\nname = \"engine-1\"\nrole = \"engine\"\n"),
+            "auth.mtls"
+        );
+        assert_eq!(key_of("[auth]\nrequired = true\n"), "auth.required");
+        // Files are only read by `load`.
+        let c = Config::parse(
+            "[tls]\ncert_file = \"c\"\nkey_file = \"k\"\nclient_ca_file = \"ca\"\n[auth]\nrequired = true\n[[auth.mtls]]\nname = \"ops\"\nrole = \"admin\"\n",
+        )
+        .unwrap();
+        assert!(!c.tls.require_client_cert);
+        assert_eq!(c.auth.mtls[0].role, "admin");
+    }
+
+    #[test]
+    fn credential_files_are_checked_by_load_relative_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "[[auth.tokens]]\nname = \"a\"\nrole = \"engine\"\ntoken_file = \"secrets/engine\"\n",
+        )
+        .unwrap();
+        let e = Config::load(&file).unwrap_err().to_string();
+        assert!(
+            e.contains("auth.tokens[0].token_file") && e.contains("secrets/engine"),
+            "{e}"
+        );
+        std::fs::create_dir(dir.path().join("secrets")).unwrap();
+        std::fs::write(dir.path().join("secrets/engine"), "tok\n").unwrap();
+        let c = Config::load(&file).unwrap();
+        assert_eq!(
+            c.auth.tokens[0].token_file,
+            dir.path().join("secrets/engine")
+        );
+
+        let key = dir.path().join("k");
+        std::fs::write(&key, [7u8; 32]).unwrap();
+        assert_eq!(load_encryption_key(&key).unwrap(), [7u8; 32]);
+        std::fs::write(&key, "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n").unwrap();
+        assert_eq!(load_encryption_key(&key).unwrap(), [7u8; 32]);
+        std::fs::write(&key, "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc\n").unwrap();
+        assert_eq!(load_encryption_key(&key).unwrap(), [7u8; 32]);
+        std::fs::write(&key, "short").unwrap();
+        let e = load_encryption_key(&key).unwrap_err().to_string();
+        assert!(
+            e.contains("store.token_encryption_key_file") && e.contains("32-byte"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn limits_and_audit() {
         let c = Config::parse("").unwrap();
         assert_eq!(c.limits.interaction_timeout_sec, 600);
@@ -371,5 +798,44 @@ mod tests {
         std::fs::write(&file, "[audit]\npath = \"logs/audit.jsonl\"\n").unwrap();
         let c = Config::load(&file).unwrap();
         assert_eq!(c.audit.path, Some(dir.path().join("logs/audit.jsonl")));
+    }
+
+    #[test]
+    fn background_calls_defaults_and_ranges() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.background_calls, BackgroundCallsConfig::default());
+        assert_eq!(
+            (
+                c.background_calls.auto_after_sec,
+                c.background_calls.max_per_target,
+                c.background_calls.max_duration_sec,
+                c.background_calls.retention_sec,
+                c.background_calls.sweep_interval_ms
+            ),
+            (180, 20, 86_400, 604_800, 2000)
+        );
+        let c = Config::parse(
+            "[backgroundCalls]\nautoAfterSec = 0\nmaxPerTarget = 3\nmaxDurationSec = 60\nretentionSec = 10\nsweepIntervalMs = 100\n",
+        )
+        .unwrap();
+        assert_eq!(c.background_calls.auto_after_sec, 0);
+        assert_eq!(c.background_calls.max_per_target, 3);
+        for (text, key) in [
+            ("maxPerTarget = 0", "backgroundCalls.maxPerTarget"),
+            ("maxDurationSec = 0", "backgroundCalls.maxDurationSec"),
+            ("sweepIntervalMs = 1", "backgroundCalls.sweepIntervalMs"),
+            ("autoAfterSec = 100000", "backgroundCalls.autoAfterSec"),
+        ] {
+            match Config::parse(&format!("[backgroundCalls]\n{text}\n")).unwrap_err() {
+                ConfigFileError::Invalid { key: k, .. } => assert_eq!(k, key),
+                other => panic!("{other}"),
+            }
+        }
+        match Config::parse("[backgroundCalls]\nauto_after_sec = 5\n").unwrap_err() {
+            ConfigFileError::Parse { message, .. } => {
+                assert!(message.contains("auto_after_sec"), "{message}")
+            }
+            other => panic!("{other}"),
+        }
     }
 }

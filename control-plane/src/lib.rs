@@ -9,6 +9,8 @@
 
 pub mod api;
 pub mod audit;
+pub mod auth;
+pub mod background;
 pub mod cli;
 pub mod config;
 pub mod interactions;
@@ -22,6 +24,7 @@ pub mod schema_summary;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod tls;
 pub mod up;
 
 use std::sync::Arc;
@@ -39,6 +42,8 @@ pub struct ControlPlane {
     pub router: routing::Router,
     /// Interactions (forms, URLs, approvals).
     pub interactions: interactions::Interactions,
+    /// Background calls (stage B).
+    pub background: background::Background,
     /// The audit sink (interactions, tool calls).
     pub audit: Arc<audit::Audit>,
     /// Metrics.

@@ -19,6 +19,9 @@ pub struct Metrics {
     store_errors: IntCounterVec,
     interactions: IntCounterVec,
     interactions_pending: IntGaugeVec,
+    background_calls: IntCounterVec,
+    background_moved: IntCounterVec,
+    auth_refusals: IntCounterVec,
 }
 
 impl Metrics {
@@ -94,6 +97,37 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric");
+        let auth_refusals = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_auth_refusals_total",
+                "gRPC calls refused by authentication or authorization, by service and reason.",
+            ),
+            &["service", "reason"],
+        )
+        .expect("valid metric");
+        // Every series exists from the start (at 0), so rates and alerts
+        // work before the first refusal.
+        for service in crate::auth::Service::ALL {
+            for reason in crate::auth::Refusal::ALL {
+                auth_refusals.with_label_values(&[service.label(), reason.label()]);
+            }
+        }
+        let background_calls = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_background_calls_total",
+                "Background calls that finished, by server, mode (wait, task) and outcome (completed, failed, cancelled); counted once, by the replica that recorded the outcome.",
+            ),
+            &["server", "mode", "outcome"],
+        )
+        .expect("valid metric");
+        let background_moved = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_background_moved_total",
+                "Engine calls that moved to the background, by server and mode (wait, task).",
+            ),
+            &["server", "mode"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(call_duration.clone()),
@@ -103,6 +137,9 @@ impl Metrics {
             Box::new(store_errors.clone()),
             Box::new(interactions.clone()),
             Box::new(interactions_pending.clone()),
+            Box::new(background_calls.clone()),
+            Box::new(background_moved.clone()),
+            Box::new(auth_refusals.clone()),
         ] {
             registry.register(c).expect("unique metric names");
         }
@@ -116,7 +153,34 @@ impl Metrics {
             store_errors,
             interactions,
             interactions_pending,
+            background_calls,
+            background_moved,
+            auth_refusals,
         }
+    }
+
+    /// Counts one refused gRPC call (labels from [`crate::auth::Service`]
+    /// and [`crate::auth::Refusal`]).
+    pub fn auth_refusal(&self, service: &str, reason: &str) {
+        self.auth_refusals
+            .with_label_values(&[service, reason])
+            .inc();
+    }
+
+    /// Counts a background call that finished (`mode`: `wait` or `task`;
+    /// `outcome`: `completed`, `failed` or `cancelled`).
+    pub fn background_finished(&self, server: &str, mode: &str, outcome: &str) {
+        self.background_calls
+            .with_label_values(&[server, mode, outcome])
+            .inc();
+    }
+
+    /// Counts a call that moved to the background (`mode`: `wait` or
+    /// `task`).
+    pub fn background_moved(&self, server: &str, mode: &str) {
+        self.background_moved
+            .with_label_values(&[server, mode])
+            .inc();
     }
 
     /// Counts one interaction outcome.

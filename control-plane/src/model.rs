@@ -13,6 +13,7 @@
 //! | `interactions/<session>/<id>` | [`crate::interactions::InteractionRecord`] | until resolved, then leased (1 h) |
 //! | `hints/<server>/<tool>` | [`HintOverrideRecord`] (an administrator's `toolHints`) | until cleared |
 //! | `policies/<server>/<tool>` | [`PolicyRecord`] | until cleared |
+//! | `background/<id>` | [`crate::background::BackgroundRecord`] (a background call, stage B) | running, then `backgroundCalls.retentionSec` once finished |
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -48,6 +49,11 @@ pub fn hints_key(server: &str, tool: &str) -> String {
 /// Key of a tool's policy (`tool` is the upstream name).
 pub fn policy_key(server: &str, tool: &str) -> String {
     format!("policies/{server}/{tool}")
+}
+
+/// Key of a background call (stage B).
+pub fn background_key(id: &str) -> String {
+    format!("background/{id}")
 }
 
 /// `hints/<server>/<tool>`: an administrator's overrides of a tool's
@@ -112,12 +118,47 @@ impl ToolPolicy {
     }
 }
 
-/// `policies/<server>/<tool>`: an administrator's policy for a tool.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// When a tool's calls move to the background (stage B).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BackgroundMode {
+    /// After `backgroundCalls.autoAfterSec` in the foreground.
+    #[default]
+    Auto,
+    /// At once: every call moves to the background.
+    Always,
+}
+
+impl BackgroundMode {
+    /// `auto` or `always`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackgroundMode::Auto => "auto",
+            BackgroundMode::Always => "always",
+        }
+    }
+
+    /// Parses [`BackgroundMode::as_str`].
+    pub fn parse(s: &str) -> Option<BackgroundMode> {
+        match s {
+            "auto" => Some(BackgroundMode::Auto),
+            "always" => Some(BackgroundMode::Always),
+            _ => None,
+        }
+    }
+}
+
+/// `policies/<server>/<tool>`: an administrator's policy for a tool, and
+/// when its calls move to the background. An absent field is not set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyRecord {
-    /// The policy.
-    pub policy: ToolPolicy,
+    /// The policy (`None`: derived from the hints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<ToolPolicy>,
+    /// `background: always|auto` (`None`: auto).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background: Option<BackgroundMode>,
     /// Last set, ms since the epoch.
     #[serde(default)]
     pub updated_at_ms: i64,

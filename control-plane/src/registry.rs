@@ -387,24 +387,45 @@ impl Registry {
         Err(RegistryError::Contention(key))
     }
 
-    /// Sets a tool's policy. Errors: unknown server.
+    /// Sets a tool's policy and/or when its calls move to the background
+    /// (stage B); a `None` keeps what is set (CAS merge). Errors: unknown
+    /// server.
     pub async fn set_tool_policy(
         &self,
         server: &str,
         tool: &str,
-        policy: ToolPolicy,
+        policy: Option<ToolPolicy>,
+        background: Option<BackgroundMode>,
     ) -> Result<Revision, RegistryError> {
         self.check_tool_key(server, tool).await?;
-        let rec = PolicyRecord {
-            policy,
-            updated_at_ms: now_ms(),
-        };
-        Ok(self
-            .timed(
-                "put",
-                self.store.put(&policy_key(server, tool), json(&rec), None),
-            )
-            .await?)
+        let key = policy_key(server, tool);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let old = self.timed("get", self.store.get(&key)).await?;
+            let mut rec = old
+                .as_ref()
+                .and_then(|kv| serde_json::from_slice::<PolicyRecord>(&kv.value).ok())
+                .unwrap_or_default();
+            rec.policy = policy.or(rec.policy);
+            rec.background = background.or(rec.background);
+            rec.updated_at_ms = now_ms();
+            let r = self
+                .timed(
+                    "txn",
+                    self.store.txn(
+                        Txn::new()
+                            .when([Compare::mod_revision(
+                                &key,
+                                old.map_or(0, |kv| kv.mod_revision),
+                            )])
+                            .and_then([Op::put(&key, json(&rec))]),
+                    ),
+                )
+                .await?;
+            if r.succeeded {
+                return Ok(r.revision);
+            }
+        }
+        Err(RegistryError::Contention(key))
     }
 
     /// Deletes a tool setting key (`hints_key` or `policy_key`); returns the

@@ -14,7 +14,7 @@ use std::time::Duration;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{SidecarCallRequest, SidecarCallResponse};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
 /// Routes calls and tracks the ones in flight.
@@ -23,6 +23,8 @@ pub struct Router {
     channels: Mutex<HashMap<String, SidecarCallsClient<Channel>>>,
     next: AtomicUsize,
     in_flight: Mutex<HashMap<(String, String), CancellationToken>>,
+    /// For `https://` call addresses (`[tls] sidecar_ca_file`).
+    tls: Option<ClientTlsConfig>,
 }
 
 /// "server unavailable", naming the server and why.
@@ -36,16 +38,43 @@ impl Router {
         Self::default()
     }
 
+    /// A router that calls `https://` sidecars with `tls` (see
+    /// [`crate::tls::TlsMaterial::sidecar_client`]); without it, such
+    /// sidecars are unavailable.
+    pub fn with_tls(tls: Option<ClientTlsConfig>) -> Self {
+        Router {
+            tls,
+            ..Self::default()
+        }
+    }
+
+    /// The (cached) `SidecarCalls` client of a sidecar's call address,
+    /// for calls other than `CallTool` (e.g. `CancelBackgroundCall`).
+    /// Errors: a bad address, or TLS that cannot be set up for it.
+    pub fn sidecar_client(&self, address: &str) -> Result<SidecarCallsClient<Channel>, String> {
+        self.client(address)
+    }
+
     fn client(&self, address: &str) -> Result<SidecarCallsClient<Channel>, String> {
         if let Some(c) = self.channels.lock().unwrap().get(address) {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(address.to_owned())
+        let mut endpoint = Endpoint::from_shared(address.to_owned())
             .map_err(|e| format!("bad sidecar address {address:?}: {e}"))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(20))
             .keep_alive_while_idle(true);
+        if address.starts_with("https://") {
+            let tls = self.tls.clone().ok_or_else(|| {
+                format!(
+                    "sidecar address {address} is https:// but [tls] sidecar_ca_file is not set"
+                )
+            })?;
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| format!("TLS for sidecar address {address}: {e}"))?;
+        }
         let client = SidecarCallsClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024);

@@ -5,14 +5,26 @@
 //! The tower/tonic stack, in one place:
 //! - one `tonic::transport::Server` for the engine, admin and sidecar
 //!   registry services (engines, admins and sidecars share the endpoint);
+//! - TLS (rustls, ring) when `[tls]` has a certificate, verifying client
+//!   certificates against `client_ca_file` (mTLS; [`crate::tls`]);
+//! - per service, an [`crate::auth::Guard`] interceptor that authenticates
+//!   the caller (bearer token or client certificate) and checks its role
+//!   before the request reaches the service ([`crate::auth`]);
 //! - HTTP/2 keep-alive pings every 10 s, so a vanished sidecar's report
 //!   stream breaks (and its registration is revoked) without waiting for TCP;
 //! - `TCP_NODELAY`, because calls are small request/response messages;
 //! - message size limits raised to 64 MiB, as MCP results can be large.
+//!
+//! Shutdown ([`Running::stop`]): readiness goes false first; then the gRPC
+//! server stops accepting connections and requests (HTTP/2 GOAWAY) and the
+//! long-lived streams (session events, sidecar reports) end, while calls
+//! in flight run to completion for up to the grace period; `/metrics` and
+//! `/readyz` keep answering (503) until then.
 
 use crate::ControlPlane;
 use crate::api::{admin::AdminApi, engine::EngineApi, http, sidecar::SidecarApi};
 use crate::audit::Audit;
+use crate::auth::{Authenticator, Service};
 use crate::config::Config;
 use crate::interactions::Interactions;
 use crate::metrics::Metrics;
@@ -26,7 +38,9 @@ use std::time::Duration;
 use switchyard_proto::v1::admin_service_server::AdminServiceServer;
 use switchyard_proto::v1::engine_service_server::EngineServiceServer;
 use switchyard_proto::v1::sidecar_registry_server::SidecarRegistryServer;
+use switchyard_sidecar::tls::CredentialError;
 use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
@@ -48,6 +62,13 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// A certificate, key or token file of `[tls]` or `[auth]` cannot be
+    /// used.
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+    /// rustls refused the TLS configuration.
+    #[error("tls: cannot set up TLS on the gRPC listener: {0}")]
+    Tls(#[source] tonic::transport::Error),
     /// An address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -57,6 +78,17 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl StartError {
+    /// The process exit status: 64 (EX_USAGE) for unusable credentials or
+    /// TLS settings, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Credential(_) | StartError::Tls(_) => crate::cli::EXIT_USAGE,
+            _ => 1,
+        }
+    }
 }
 
 /// A running replica.
@@ -70,17 +102,41 @@ pub struct Running {
     pub http_addr: SocketAddr,
     shutdown: CancellationToken,
     grpc: tokio::task::JoinHandle<()>,
+    http_stop: CancellationToken,
+    http: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
-    /// Stops serving: readiness goes false, then the servers stop (in-flight
-    /// calls get up to `grace`).
-    pub async fn stop(self, grace: Duration) {
+    /// Stops serving: readiness goes false first; then the gRPC server
+    /// stops accepting work and the long-lived streams end, and calls in
+    /// flight get up to `grace` to finish (those still running then are
+    /// dropped); the HTTP endpoints stop last. Returns whether everything
+    /// in flight finished within `grace`.
+    pub async fn stop(self, grace: Duration) -> bool {
         self.cp
             .ready
             .store(false, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            grace_s = grace.as_secs_f64(),
+            "shutting down: not ready; draining in-flight calls"
+        );
         self.shutdown.cancel();
-        let _ = tokio::time::timeout(grace, self.grpc).await;
+        let drained = match tokio::time::timeout(grace, self.grpc).await {
+            Ok(_) => {
+                tracing::info!("in-flight calls drained");
+                true
+            }
+            Err(_) => {
+                tracing::warn!(
+                    grace_s = grace.as_secs_f64(),
+                    "grace period over; dropping the calls still in flight"
+                );
+                false
+            }
+        };
+        self.http_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.http).await;
+        drained
     }
 }
 
@@ -102,8 +158,19 @@ pub async fn open_store(config: &Config) -> Result<AnyStore, crate::store::Store
 /// Starts a replica. With `sync_servers`, the configured servers become
 /// the registry's config-origin servers.
 pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, StartError> {
-    let store = open_store(config).await?;
     let metrics = Metrics::new();
+    // Credentials first: a bad file is a configuration error (exit 64),
+    // reported before anything else is touched.
+    let tls = crate::tls::TlsMaterial::load(&config.tls)?;
+    let auth = Arc::new(Authenticator::load(&config.auth, Some(&metrics))?);
+    if let Some(file) = &config.store.token_encryption_key_file {
+        crate::config::load_encryption_key(file)?;
+    }
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(server_tls) = tls.server() {
+        builder = builder.tls_config(server_tls).map_err(StartError::Tls)?;
+    }
+    let store = open_store(config).await?;
     let registry = Registry::new(store.clone(), metrics.clone());
     if sync_servers {
         registry
@@ -121,7 +188,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     let shutdown = CancellationToken::new();
     let audit = Arc::new(audit);
     let interactions = Interactions::new(
-        store,
+        store.clone(),
         state.clone(),
         metrics.clone(),
         audit.clone(),
@@ -131,8 +198,13 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     let cp = Arc::new(ControlPlane {
         state: state.clone(),
         registry,
-        router: Router::new(),
+        router: Router::with_tls(tls.sidecar_client()),
         interactions,
+        background: crate::background::Background::new(
+            config.background_calls.clone(),
+            store.clone(),
+            metrics.clone(),
+        ),
         audit,
         metrics: metrics.clone(),
         lease_ttl: Duration::from_secs(config.control_plane.sidecar_lease_ttl_sec),
@@ -182,16 +254,30 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
 
     // Expired interactions, and those of deleted sessions, on every replica.
     cp.interactions.spawn_sweeper();
+    // Background calls (stage B): orphans, adoption, deadlines, retention.
+    crate::background::spawn_sweeper(cp.clone());
 
-    let engine = EngineServiceServer::new(EngineApi::new(cp.clone()))
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE);
-    let admin = AdminServiceServer::new(AdminApi::new(cp.clone()))
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE);
-    let sidecars = SidecarRegistryServer::new(SidecarApi::new(cp.clone()))
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE);
+    // Each service behind its authentication guard: the interceptor runs
+    // before the request is decoded and refuses it (UNAUTHENTICATED,
+    // PERMISSION_DENIED) without reaching the service.
+    let engine = InterceptedService::new(
+        EngineServiceServer::new(EngineApi::new(cp.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
+        auth.guard(Service::Engine),
+    );
+    let admin = InterceptedService::new(
+        AdminServiceServer::new(AdminApi::new(cp.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
+        auth.guard(Service::Admin),
+    );
+    let sidecars = InterceptedService::new(
+        SidecarRegistryServer::new(SidecarApi::new(cp.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
+        auth.guard(Service::SidecarRegistry),
+    );
     let stop = shutdown.clone();
     let grpc = tokio::spawn(async move {
         // `Server::tcp_nodelay` only applies to sockets tonic accepts itself,
@@ -201,7 +287,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         // delayed ACK, up to 40 ms.
         let incoming =
             tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
-        let result = tonic::transport::Server::builder()
+        let result = builder
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .add_service(engine)
@@ -213,14 +299,18 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             tracing::error!(error = %e, "gRPC server failed");
         }
     });
-    tokio::spawn(http::serve(http_listener, cp.clone(), shutdown.clone()));
+    // The HTTP endpoints outlive the gRPC drain (see `Running::stop`).
+    let http_stop = CancellationToken::new();
+    let http = tokio::spawn(http::serve(http_listener, cp.clone(), http_stop.clone()));
     cp.ready.store(true, std::sync::atomic::Ordering::Relaxed);
-    tracing::info!(%grpc_addr, %http_addr, "control plane serving");
+    tracing::info!(%grpc_addr, %http_addr, tls = tls.identity.is_some(), mtls = tls.client_ca.is_some(), auth_required = config.auth.required, "control plane serving");
     Ok(Running {
         cp,
         grpc_addr,
         http_addr,
         shutdown,
         grpc,
+        http_stop,
+        http,
     })
 }

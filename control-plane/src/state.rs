@@ -7,6 +7,12 @@
 //! replica that wrote something can wait for its own write with
 //! [`State::wait_for`].
 //!
+//! Background calls (`background/<id>`, stage B) are not part of the
+//! [`Snapshot`] (it is cloned per change, and there may be many thousands
+//! of them): each put is broadcast as [`Change::Background`], and a small
+//! index of them ([`BackgroundEntry`]) is kept beside the snapshot for the
+//! sweeper and the `maxPerTarget` count.
+//!
 //! A value that does not parse (a tampered or foreign key) is logged with
 //! its key and ignored; everything else keeps serving.
 
@@ -49,12 +55,36 @@ pub enum Change {
         /// Call id.
         call_id: String,
     },
+    /// A background call was created or updated (the record as written;
+    /// a terminal one is its `background_call.*` event).
+    Background(Box<crate::background::BackgroundRecord>),
+}
+
+/// What the read model keeps of a background call (the record itself
+/// stays in the store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackgroundEntry {
+    /// Server.
+    pub server: String,
+    /// Initiating session.
+    pub session_id: String,
+    /// Owning sidecar.
+    pub sidecar_id: String,
+    /// `wait` or `task`.
+    pub mode: String,
+    /// Status.
+    pub status: String,
+    /// Deadline, ms since the epoch.
+    pub deadline_ms: i64,
+    /// When it finished, ms since the epoch (0: running).
+    pub finished_at_ms: i64,
 }
 
 /// The read model.
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
-    /// Last applied store revision.
+    /// Last applied store revision (writes of background calls, which
+    /// are not in the snapshot, do not move it).
     pub revision: Revision,
     /// Servers.
     pub servers: BTreeMap<String, ServerRecord>,
@@ -108,7 +138,16 @@ impl Snapshot {
     pub fn policy_set(&self, server: &str, tool: &str) -> Option<ToolPolicy> {
         self.policies
             .get(&(server.to_owned(), tool.to_owned()))
-            .map(|p| p.policy)
+            .and_then(|p| p.policy)
+    }
+
+    /// Whether the administrator made the tool's calls move to the
+    /// background at once (`background: always`).
+    pub fn background_always(&self, server: &str, tool: &str) -> bool {
+        self.policies
+            .get(&(server.to_owned(), tool.to_owned()))
+            .and_then(|p| p.background)
+            == Some(BackgroundMode::Always)
     }
 }
 
@@ -116,6 +155,7 @@ impl Snapshot {
 #[derive(Debug)]
 pub struct State {
     snapshot: RwLock<Arc<Snapshot>>,
+    background: RwLock<HashMap<String, BackgroundEntry>>,
     changes: broadcast::Sender<Change>,
     applied: watch::Sender<Revision>,
 }
@@ -127,12 +167,16 @@ impl State {
         let listing = store.list("").await?;
         let mut snap = Snapshot::default();
         let mut sink = Vec::new();
+        let mut background = HashMap::new();
         for kv in &listing.kvs {
-            apply_put(&mut snap, kv, &mut sink);
+            if !background_put(&mut background, kv, &mut sink) {
+                apply_put(&mut snap, kv, &mut sink);
+            }
         }
         snap.revision = listing.revision;
         let state = Arc::new(State {
             snapshot: RwLock::new(Arc::new(snap)),
+            background: RwLock::new(background),
             changes: broadcast::channel(1024).0,
             applied: watch::channel(listing.revision).0,
         });
@@ -167,6 +211,26 @@ impl State {
         self.snapshot.read().unwrap().clone()
     }
 
+    /// The background calls index: `(id, entry)` of every record.
+    pub fn background_index(&self) -> Vec<(String, BackgroundEntry)> {
+        self.background
+            .read()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Running (non-terminal) background calls of `server`.
+    pub fn background_running(&self, server: &str) -> usize {
+        self.background
+            .read()
+            .unwrap()
+            .values()
+            .filter(|e| e.server == server && !crate::background::is_terminal(&e.status))
+            .count()
+    }
+
     /// Subscribes to changes.
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.changes.subscribe()
@@ -183,19 +247,47 @@ impl State {
 
     fn apply(&self, events: &[WatchEvent]) {
         let mut changes = Vec::new();
+        // Background calls alone do not need a new snapshot (nor its lock).
+        let only_background = events
+            .iter()
+            .all(|ev| ev.key().starts_with(crate::background::PREFIX));
         let revision = {
-            let mut guard = self.snapshot.write().unwrap();
-            let mut snap = (**guard).clone();
-            for ev in events {
-                match ev {
-                    WatchEvent::Put(kv) => apply_put(&mut snap, kv, &mut changes),
-                    WatchEvent::Delete { key, .. } => apply_delete(&mut snap, key, &mut changes),
+            if only_background {
+                let mut background = self.background.write().unwrap();
+                for ev in events {
+                    match ev {
+                        WatchEvent::Put(kv) => {
+                            background_put(&mut background, kv, &mut changes);
+                        }
+                        WatchEvent::Delete { key, .. } => background_delete(&mut background, key),
+                    }
                 }
-                snap.revision = snap.revision.max(ev.revision());
+                events
+                    .iter()
+                    .map(WatchEvent::revision)
+                    .fold(*self.applied.borrow(), i64::max)
+            } else {
+                let mut guard = self.snapshot.write().unwrap();
+                let mut background = self.background.write().unwrap();
+                let mut snap = (**guard).clone();
+                for ev in events {
+                    match ev {
+                        WatchEvent::Put(kv) => {
+                            if !background_put(&mut background, kv, &mut changes) {
+                                apply_put(&mut snap, kv, &mut changes)
+                            }
+                        }
+                        WatchEvent::Delete { key, .. } => {
+                            background_delete(&mut background, key);
+                            apply_delete(&mut snap, key, &mut changes)
+                        }
+                    }
+                    snap.revision = snap.revision.max(ev.revision());
+                }
+                let revision = snap.revision;
+                *guard = Arc::new(snap);
+                revision
             }
-            let revision = snap.revision;
-            *guard = Arc::new(snap);
-            revision
         };
         for c in changes {
             let _ = self.changes.send(c);
@@ -206,11 +298,26 @@ impl State {
     fn replace(&self, kvs: &[KeyValue], revision: Revision) {
         let mut snap = Snapshot::default();
         let mut sink = Vec::new();
+        let mut background = HashMap::new();
+        let mut background_changes = Vec::new();
         for kv in kvs {
-            apply_put(&mut snap, kv, &mut sink);
+            if !background_put(&mut background, kv, &mut background_changes) {
+                apply_put(&mut snap, kv, &mut sink);
+            }
         }
         snap.revision = revision;
         let old = std::mem::replace(&mut *self.snapshot.write().unwrap(), Arc::new(snap.clone()));
+        let old_background =
+            std::mem::replace(&mut *self.background.write().unwrap(), background.clone());
+        // Background calls that changed while the watch was down (event
+        // streams deduplicate by id).
+        for c in background_changes {
+            if let Change::Background(rec) = &c
+                && old_background.get(&rec.id) != background.get(&rec.id)
+            {
+                let _ = self.changes.send(c);
+            }
+        }
         for (server, cat) in &snap.catalogues {
             if old.catalogues.get(server).map(|c| c.tools_updated_at) != Some(cat.tools_updated_at)
             {
@@ -252,6 +359,33 @@ fn parse<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Option<T> {
             tracing::warn!(key = %kv.key, error = %e, "ignoring a store value that does not parse");
             None
         }
+    }
+}
+
+/// Applies a put if it is a background call's (returns false otherwise):
+/// the index is updated and the record broadcast.
+fn background_put(
+    index: &mut HashMap<String, BackgroundEntry>,
+    kv: &KeyValue,
+    changes: &mut Vec<Change>,
+) -> bool {
+    let Some(id) = kv.key.strip_prefix(crate::background::PREFIX) else {
+        return false;
+    };
+    if let Some(rec) = parse::<crate::background::BackgroundRecord>(kv) {
+        if rec.id != id {
+            tracing::warn!(key = %kv.key, "ignoring a background call record stored under another key");
+            return true;
+        }
+        index.insert(id.to_owned(), rec.entry());
+        changes.push(Change::Background(Box::new(rec)));
+    }
+    true
+}
+
+fn background_delete(index: &mut HashMap<String, BackgroundEntry>, key: &str) {
+    if let Some(id) = key.strip_prefix(crate::background::PREFIX) {
+        index.remove(id);
     }
 }
 

@@ -41,6 +41,66 @@ pub fn sidecar_binary() -> PathBuf {
     PathBuf::from("switchyard-sidecar")
 }
 
+/// How `up`'s sidecars reach its control plane: over `https://` when
+/// `[tls]` has a certificate (trusting `client_ca_file`, else `cert_file`
+/// itself), with the token of the first `[[auth.tokens]]` entry of role
+/// `sidecar`.
+#[derive(Debug, Clone)]
+struct SidecarLink {
+    control_plane: String,
+    ca_file: Option<PathBuf>,
+    token_file: Option<PathBuf>,
+}
+
+impl SidecarLink {
+    fn new(config: &Config, grpc_addr: std::net::SocketAddr) -> anyhow::Result<SidecarLink> {
+        if config.tls.require_client_cert {
+            anyhow::bail!(
+                "switchyard up: tls.require_client_cert = true is not supported: the sidecars `up` starts authenticate with a token; set it to false and add an [[auth.tokens]] entry with role \"sidecar\""
+            );
+        }
+        let token_file = config
+            .auth
+            .tokens
+            .iter()
+            .find(|t| t.role == "sidecar")
+            .map(|t| t.token_file.clone());
+        if config.auth.required && token_file.is_none() {
+            anyhow::bail!(
+                "switchyard up: auth.required = true needs an [[auth.tokens]] entry with role \"sidecar\" for the sidecars `up` starts"
+            );
+        }
+        let (control_plane, ca_file) = match &config.tls.cert_file {
+            Some(cert) => {
+                // Certificates for one machine name `localhost` (or
+                // 127.0.0.1); a wildcard listener is reached on loopback.
+                let ip = grpc_addr.ip();
+                let host = if ip.is_loopback() || ip.is_unspecified() {
+                    "localhost".to_owned()
+                } else {
+                    ip.to_string()
+                };
+                (
+                    format!("https://{host}:{}", grpc_addr.port()),
+                    Some(
+                        config
+                            .tls
+                            .client_ca_file
+                            .clone()
+                            .unwrap_or_else(|| cert.clone()),
+                    ),
+                )
+            }
+            None => (format!("http://{grpc_addr}"), None),
+        };
+        Ok(SidecarLink {
+            control_plane,
+            ca_file,
+            token_file,
+        })
+    }
+}
+
 struct Managed {
     spec: ServerConfig,
     child: Option<Child>,
@@ -53,7 +113,8 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     // `up` owns its file: servers dropped from it go.
     config.control_plane.prune_config_servers = true;
     let running = server::start(&config, true).await?;
-    let engine = format!("http://{}", running.grpc_addr);
+    let link = SidecarLink::new(&config, running.grpc_addr)?;
+    let engine = link.control_plane.clone();
     let workdir = tempfile::Builder::new()
         .prefix("switchyard-up-")
         .tempdir()?;
@@ -82,7 +143,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
-        reconcile(&running, &mut managed, &engine, workdir.path());
+        reconcile(&running, &mut managed, &link, workdir.path());
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = sigterm.recv() => break,
@@ -107,7 +168,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
 fn reconcile(
     running: &Running,
     managed: &mut BTreeMap<String, Managed>,
-    engine: &str,
+    link: &SidecarLink,
     workdir: &Path,
 ) {
     let snap = running.cp.state.snapshot();
@@ -149,7 +210,7 @@ fn reconcile(
             }
         }
         if m.child.is_none() && now >= m.next_start {
-            match spawn_sidecar(&m.spec, engine, workdir) {
+            match spawn_sidecar(&m.spec, link, workdir) {
                 Ok(child) => m.child = Some(child),
                 Err(e) => {
                     tracing::error!(server = %name, error = %e, "cannot start a sidecar");
@@ -161,7 +222,7 @@ fn reconcile(
     }
 }
 
-fn spawn_sidecar(spec: &ServerConfig, engine: &str, workdir: &Path) -> anyhow::Result<Child> {
+fn spawn_sidecar(spec: &ServerConfig, link: &SidecarLink, workdir: &Path) -> anyhow::Result<Child> {
     #[derive(serde::Serialize)]
     struct SidecarFile<'a> {
         server: &'a ServerConfig,
@@ -173,15 +234,21 @@ fn spawn_sidecar(spec: &ServerConfig, engine: &str, workdir: &Path) -> anyhow::R
         listen: &'a str,
         http_listen: &'a str,
         grace_secs: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        control_plane_ca_file: Option<&'a Path>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        token_file: Option<&'a Path>,
     }
     let file = workdir.join(format!("{}.toml", spec.name));
     let text = toml::to_string(&SidecarFile {
         server: spec,
         sidecar: SidecarSection {
-            control_plane: engine,
+            control_plane: &link.control_plane,
             listen: "127.0.0.1:0",
             http_listen: "127.0.0.1:0",
             grace_secs: SIDECAR_GRACE_SECS,
+            control_plane_ca_file: link.ca_file.as_deref(),
+            token_file: link.token_file.as_deref(),
         },
     })?;
     std::fs::write(&file, text)?;

@@ -65,6 +65,7 @@ async fn subscribe(gw: &Gateway, session: &str) -> Streaming<pb::SessionEvent> {
         .await
         .subscribe_events(pb::SubscribeEventsRequest {
             session_id: session.into(),
+            ..Default::default()
         })
         .await
         .expect("SubscribeEvents")

@@ -306,6 +306,7 @@ async fn replicas_share_sessions_and_sidecars_and_survive_one_dying() {
         .unwrap()
         .subscribe_events(pb::SubscribeEventsRequest {
             session_id: session_a.clone(),
+            ..Default::default()
         })
         .await
         .expect("subscribe through B")

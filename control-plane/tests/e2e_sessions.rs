@@ -226,6 +226,7 @@ async fn sessions_filter_tools_and_stream_events() {
     let mut all_stream = engine
         .subscribe_events(pb::SubscribeEventsRequest {
             session_id: everything_session.clone(),
+            ..Default::default()
         })
         .await
         .expect("subscribe (all servers)")
@@ -233,6 +234,7 @@ async fn sessions_filter_tools_and_stream_events() {
     let mut orders_stream = engine
         .subscribe_events(pb::SubscribeEventsRequest {
             session_id: only_orders.clone(),
+            ..Default::default()
         })
         .await
         .expect("subscribe (orders only)")
@@ -240,6 +242,7 @@ async fn sessions_filter_tools_and_stream_events() {
     let status = engine
         .subscribe_events(pb::SubscribeEventsRequest {
             session_id: "no-such-session".into(),
+            ..Default::default()
         })
         .await
         .expect_err("events of an unknown session");

@@ -184,6 +184,7 @@ async fn subscribe(endpoint: &str, session: &str) -> Streaming<pb::SessionEvent>
         .unwrap()
         .subscribe_events(pb::SubscribeEventsRequest {
             session_id: session.into(),
+            ..Default::default()
         })
         .await
         .expect("SubscribeEvents")

@@ -63,6 +63,26 @@ impl Catalogue {
             .copied()
     }
 
+    /// Whether the server's tools have been listed at least once.
+    pub fn is_listed(&self) -> bool {
+        self.tools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// The definition of `tool` in the latest listing, exactly as the
+    /// server sent it (its `execution.taskSupport` tells whether it runs as
+    /// a task, see [`crate::tasks`]); `None` when it is not listed or
+    /// nothing has been listed yet.
+    pub fn tool(&self, tool: &str) -> Option<Value> {
+        let last = self.tools.lock().unwrap_or_else(|e| e.into_inner());
+        last.as_deref()?
+            .iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))
+            .cloned()
+    }
+
     /// Takes a new listing of `server`'s tools; recompiles the validators
     /// only when the definitions changed. Returns whether they did.
     pub fn update(&self, server: &str, tools: &[Value]) -> bool {

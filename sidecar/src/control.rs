@@ -24,6 +24,7 @@
 use crate::catalogue::{Catalogue, Coalescer, DEFAULT_LIST_CHANGED_WINDOW};
 use crate::elicitation::{CallContext, Interaction, InteractionHandler};
 use crate::http_endpoints::Health;
+use crate::tls::{AuthChannel, BearerToken};
 use crate::upstream::{Link, Upstream, UpstreamError};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -94,6 +95,9 @@ pub struct ControlSettings {
     pub control_plane: String,
     /// PEM CA certificate(s) to trust for an `https://` control plane.
     pub ca_pem: Option<Vec<u8>>,
+    /// The client certificate (mTLS, `https://` only) and bearer token
+    /// presented to the control plane (see [`crate::tls`]).
+    pub credentials: crate::tls::ClientCredentials,
     /// The server this sidecar fronts.
     pub server: String,
     /// This sidecar's id.
@@ -299,10 +303,21 @@ impl UpstreamWatcher {
 
 /// Registers and keeps the report stream open, forever (abort the task to
 /// stop). `health` learns whether the sidecar is registered.
-pub async fn report(settings: ControlSettings, mut view: UpstreamView, health: Arc<Health>) {
+pub async fn report(settings: ControlSettings, view: UpstreamView, health: Arc<Health>) {
+    report_with(settings, view, health, None).await
+}
+
+/// [`report`], handing background calls the control plane asks this
+/// sidecar to adopt (`ControlMessage.adopt`) to `tasks` (stage B).
+pub async fn report_with(
+    settings: ControlSettings,
+    mut view: UpstreamView,
+    health: Arc<Health>,
+    tasks: Option<crate::tasks::Tasks>,
+) {
     let mut backoff = MIN_BACKOFF;
     loop {
-        let outcome = session(&settings, &mut view, &health, &mut backoff).await;
+        let outcome = session(&settings, &mut view, &health, &mut backoff, tasks.as_ref()).await;
         health.set_registered(false);
         match outcome {
             Ok(()) => return,
@@ -346,9 +361,32 @@ fn endpoint(settings: &ControlSettings) -> Result<Endpoint, ControlError> {
         if let Some(pem) = &settings.ca_pem {
             tls = tls.ca_certificate(Certificate::from_pem(pem));
         }
+        if let Some(identity) = &settings.credentials.identity {
+            tls = tls.identity(identity.to_tonic());
+        }
         endpoint = endpoint.tls_config(tls).map_err(url_error)?;
     }
     Ok(endpoint)
+}
+
+/// A `SidecarRegistry` client for `settings.control_plane`, connected
+/// lazily (and again after a failure, so a request retried after a
+/// replica went away reaches another one), sending the bearer token.
+/// Errors: the URL or TLS settings are unusable.
+pub fn registry_client(
+    settings: &ControlSettings,
+) -> Result<SidecarRegistryClient<AuthChannel>, ControlError> {
+    let channel = endpoint(settings)?.connect_lazy();
+    Ok(
+        SidecarRegistryClient::with_interceptor(channel, bearer(settings))
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024),
+    )
+}
+
+/// Sends the configured bearer token on every request.
+fn bearer(settings: &ControlSettings) -> BearerToken {
+    BearerToken::new(settings.credentials.token.as_deref())
 }
 
 async fn with_timeout<T>(
@@ -368,6 +406,7 @@ async fn session(
     view: &mut UpstreamView,
     health: &Health,
     backoff: &mut Duration,
+    tasks: Option<&crate::tasks::Tasks>,
 ) -> Result<(), ControlError> {
     let channel: Channel =
         endpoint(settings)?
@@ -377,7 +416,7 @@ async fn session(
                 url: settings.control_plane.clone(),
                 source,
             })?;
-    let mut client = SidecarRegistryClient::new(channel);
+    let mut client = SidecarRegistryClient::with_interceptor(channel, bearer(settings));
     let registered = with_timeout(
         "Register",
         client.register(RegisterRequest {
@@ -425,6 +464,13 @@ async fn session(
                         tracing::info!(tools = s.hints.len(), "effective tool hints received");
                         view.settings.set_hints(s.hints);
                     }
+                    Some(control_message::Message::Adopt(a)) => {
+                        tracing::info!(calls = a.calls.len(), "background calls to adopt");
+                        match tasks {
+                            Some(tasks) => tasks.adopt(a.calls),
+                            None => tracing::warn!("no tasks machinery here; not adopting"),
+                        }
+                    }
                     None => {}
                 },
                 Ok(None) => return Err(ControlError::StreamEnded),
@@ -461,7 +507,7 @@ const COMPLETE_ATTEMPTS: u32 = 5;
 /// interaction timeout ends the wait. Other errors answer `cancel`.
 #[derive(Debug, Clone)]
 pub struct ControlPlaneInteractions {
-    client: SidecarRegistryClient<Channel>,
+    client: SidecarRegistryClient<AuthChannel>,
 }
 
 impl ControlPlaneInteractions {
@@ -470,7 +516,7 @@ impl ControlPlaneInteractions {
     pub fn new(settings: &ControlSettings) -> Result<Self, ControlError> {
         let channel = endpoint(settings)?.connect_lazy();
         Ok(ControlPlaneInteractions {
-            client: SidecarRegistryClient::new(channel)
+            client: SidecarRegistryClient::with_interceptor(channel, bearer(settings))
                 .max_decoding_message_size(64 * 1024 * 1024)
                 .max_encoding_message_size(64 * 1024 * 1024),
         })

@@ -9,7 +9,8 @@
 //! (elicitation, roots, multi round-trip requests) are in [`elicitation`],
 //! per-session connections in [`pool`], audit records in [`audit`],
 //! result processing and output schema validation in [`results`], the
-//! catalogue's validators and list-change coalescing in [`catalogue`].
+//! catalogue's validators and list-change coalescing in [`catalogue`],
+//! background calls and MCP tasks (stage B) in [`tasks`].
 
 pub mod audit;
 pub mod catalogue;
@@ -22,5 +23,6 @@ pub mod probe;
 pub mod results;
 pub mod run;
 pub mod service;
+pub mod tasks;
 pub mod tls;
 pub mod upstream;

@@ -1,7 +1,10 @@
 //! `switchyard-sidecar`: the sidecar binary. `run` is the service (see
-//! `docs/sidecar.md`); `probe` checks an upstream server.
+//! `docs/sidecar.md`); `probe` checks an upstream server; `check-config`
+//! loads and validates a `run --config` file without running anything.
 
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use switchyard_sidecar::config::TransportKind;
 use switchyard_sidecar::{probe, run};
 
 #[derive(Debug, Parser)]
@@ -23,6 +26,48 @@ enum Command {
     Run(run::RunArgs),
     /// Check an upstream MCP server: negotiate, list tools, optionally call one.
     Probe(probe::ProbeArgs),
+    /// Check a `run --config` file and exit (0 valid, 64 invalid).
+    CheckConfig(CheckConfigArgs),
+}
+
+/// Arguments of `check-config`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Example:\n  switchyard-sidecar check-config --config sidecar.toml")]
+struct CheckConfigArgs {
+    /// The TOML file `run --config` would take ([server] and [sidecar] tables).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+/// `run`'s own arguments, parsed as `run --config FILE` would be, so the
+/// check applies exactly the loading and validation `run` does.
+#[derive(Debug, Parser)]
+#[command(name = "run")]
+struct RunOnly {
+    #[command(flatten)]
+    run: run::RunArgs,
+}
+
+/// Loads and validates `args.config` with [`run::settings`]. Returns the
+/// line to print on success, or the error (file, key, problem) and its
+/// exit status (64 for a bad configuration).
+fn check_config(args: &CheckConfigArgs) -> Result<String, (String, u8)> {
+    // `--config=FILE`, so a file name starting with `-` is still a value.
+    let mut flag = std::ffi::OsString::from("--config=");
+    flag.push(args.config.as_os_str());
+    let parsed = RunOnly::try_parse_from([std::ffi::OsString::from("run"), flag])
+        .map_err(|e| (e.to_string(), run::EXIT_CONFIG))?;
+    let settings = run::settings(&parsed.run).map_err(|e| (e.to_string(), e.exit_code()))?;
+    Ok(format!(
+        "{}: ok (server {}, transport {}, control plane {})",
+        args.config.display(),
+        settings.server.name,
+        match settings.server.transport {
+            TransportKind::Stdio => "stdio",
+            TransportKind::Http => "http",
+        },
+        settings.control_plane
+    ))
 }
 
 fn main() -> std::process::ExitCode {
@@ -31,6 +76,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(_) => "info",
         // The probe's failure is its one `error:` line; logs only on request.
         Command::Probe(_) => "off",
+        Command::CheckConfig(_) => "warn",
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -40,6 +86,18 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .init();
+    if let Command::CheckConfig(args) = &cli.command {
+        return match check_config(args) {
+            Ok(line) => {
+                println!("{line}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err((message, code)) => {
+                eprintln!("error: {message}");
+                std::process::ExitCode::from(code)
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -67,6 +125,7 @@ fn main() -> std::process::ExitCode {
                     e.exit_code()
                 }
             },
+            Command::CheckConfig(_) => unreachable!("handled before the runtime starts"),
         }
     });
     // Don't wait for tasks still blocked on I/O (e.g. a stuck control plane).

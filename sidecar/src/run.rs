@@ -74,9 +74,24 @@ pub struct RunArgs {
     /// Protocol era: auto, 2026-07-28 or 2025-11-25.
     #[arg(long, conflicts_with = "config")]
     pub era: Option<String>,
-    /// The control plane's URL, e.g. http://127.0.0.1:7700.
+    /// The control plane's URL, e.g. http://127.0.0.1:7700 (https:// for TLS).
     #[arg(long)]
     pub control_plane: Option<String>,
+    /// PEM file of the CA that signed an https:// control plane's certificate.
+    #[arg(long, value_name = "FILE")]
+    pub control_plane_ca_file: Option<PathBuf>,
+    /// PEM certificate (chain) served on SidecarCalls (TLS), and presented to the control plane as client certificate (mTLS).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM CA file: SidecarCalls then requires a client certificate signed by it (the control plane's).
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// File holding the bearer token sent to the control plane (content trimmed).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
     /// gRPC listen address for SidecarCalls (default 127.0.0.1:0).
     #[arg(long)]
     pub listen: Option<String>,
@@ -86,7 +101,7 @@ pub struct RunArgs {
     /// Listen address of /metrics, /healthz, /readyz (default 127.0.0.1:0).
     #[arg(long)]
     pub http_listen: Option<String>,
-    /// This sidecar's id (default: hostname-pid).
+    /// This sidecar's id (default: hostname-pid-random).
     #[arg(long)]
     pub sidecar_id: Option<String>,
     /// Seconds to drain in-flight calls, and to wait for the server to exit, on shutdown (default 10).
@@ -104,6 +119,12 @@ pub struct RunArgs {
     /// Window, in ms, within which tools/list_changed notifications are coalesced into one re-list (default 2000).
     #[arg(long)]
     pub list_changed_window_ms: Option<u64>,
+    /// Lower bound, in ms, of the interval between polls of an MCP task (the server's pollInterval is clamped to [this, 5 min]; default 5000).
+    #[arg(long, env = "SWITCHYARD_TASK_POLL_MIN_MS")]
+    pub task_poll_min_ms: Option<u64>,
+    /// Seconds of continuous failure to poll a task after which its background call fails (default 1800).
+    #[arg(long)]
+    pub task_poll_failure_limit_secs: Option<u64>,
     /// stdio: the server's arguments (or its command and arguments), after `--`.
     #[arg(last = true, value_name = "CMD ARGS")]
     pub args: Vec<String>,
@@ -115,15 +136,28 @@ pub struct RunArgs {
 pub struct SidecarSection {
     /// The control plane's URL (required).
     pub control_plane: Option<String>,
-    /// PEM file of the CA to trust for an `https://` control plane.
-    pub control_plane_ca: Option<PathBuf>,
+    /// PEM file of the CA to trust for an `https://` control plane
+    /// (`control_plane_ca` is accepted as an older spelling).
+    #[serde(alias = "control_plane_ca")]
+    pub control_plane_ca_file: Option<PathBuf>,
+    /// PEM certificate (chain) served on `SidecarCalls` (TLS), and
+    /// presented to an `https://` control plane as client certificate.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `tls_cert_file`.
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM CA file: `SidecarCalls` requires a client certificate signed by
+    /// it (mTLS). Needs `tls_cert_file`.
+    pub client_ca_file: Option<PathBuf>,
+    /// File holding the bearer token sent to the control plane (the
+    /// file's content, trimmed).
+    pub token_file: Option<PathBuf>,
     /// gRPC listen address (default `127.0.0.1:0`).
     pub listen: Option<String>,
     /// Call address to register (default `http://<bound listen address>`).
     pub advertise: Option<String>,
     /// Metrics/health listen address (default `127.0.0.1:0`).
     pub http_listen: Option<String>,
-    /// Sidecar id (default `hostname-pid`).
+    /// Sidecar id (default `hostname-pid-random`).
     pub sidecar_id: Option<String>,
     /// Drain period on shutdown, seconds (default 10).
     pub grace_secs: Option<u64>,
@@ -135,6 +169,12 @@ pub struct SidecarSection {
     pub max_input_rounds: Option<u32>,
     /// Coalescing window of list-changed notifications, ms (default 2000).
     pub list_changed_window_ms: Option<u64>,
+    /// Lower bound of a task's poll interval, ms (default 5000, at most
+    /// 300000).
+    pub task_poll_min_ms: Option<u64>,
+    /// Continuous poll failure that fails a background call, seconds
+    /// (default 1800).
+    pub task_poll_failure_limit_secs: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -154,6 +194,13 @@ pub struct Settings {
     pub control_plane: String,
     /// CA certificate(s) for an `https://` control plane.
     pub control_plane_ca: Option<Vec<u8>>,
+    /// Certificate and key served on `SidecarCalls`, and presented to the
+    /// control plane as client certificate.
+    pub tls_identity: Option<crate::tls::PemIdentity>,
+    /// CA that client certificates on `SidecarCalls` must chain to.
+    pub client_ca: Option<Vec<u8>>,
+    /// Bearer token sent to the control plane.
+    pub token: Option<String>,
     /// gRPC listen address.
     pub listen: String,
     /// Call address to register; derived from the bound address when `None`.
@@ -172,6 +219,10 @@ pub struct Settings {
     pub max_input_rounds: u32,
     /// Coalescing window of list-changed notifications.
     pub list_changed_window: Duration,
+    /// Lower bound of a task's poll interval.
+    pub task_poll_min: Duration,
+    /// Continuous poll failure that fails a background call.
+    pub task_poll_failure_limit: Duration,
 }
 
 /// Why `run` failed.
@@ -314,14 +365,94 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
     })?;
     check_url(&control_plane).map_err(|p| config_error(&cp_origin, &cp_key, p))?;
 
-    let control_plane_ca = match &file.control_plane_ca {
-        Some(path) => Some(std::fs::read(path).map_err(|e| {
-            config_error(
-                &origin,
-                "sidecar.control_plane_ca",
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?),
+    // TLS and credentials: a flag overrides the file's key; the error
+    // names the flag or the key, and the file it could not use.
+    let path_setting = |flag: &Option<PathBuf>,
+                        file_value: &Option<PathBuf>,
+                        flag_name: &str,
+                        key: &str| match (flag, file_value) {
+        (Some(p), _) => Some((p.clone(), "command line".to_owned(), flag_name.to_owned())),
+        (None, Some(p)) => Some((p.clone(), origin.clone(), key.to_owned())),
+        (None, None) => None,
+    };
+    let credential_error = |origin: &str, e: crate::tls::CredentialError| RunError::Config {
+        origin: origin.to_owned(),
+        source: ConfigError {
+            key: e.key().to_owned(),
+            problem: e.to_string(),
+        },
+    };
+    let control_plane_ca = match path_setting(
+        &args.control_plane_ca_file,
+        &file.control_plane_ca_file,
+        "--control-plane-ca-file",
+        "sidecar.control_plane_ca_file",
+    ) {
+        Some((path, o, key)) => {
+            Some(crate::tls::load_certificates(&key, &path).map_err(|e| credential_error(&o, e))?)
+        }
+        None => None,
+    };
+    let cert = path_setting(
+        &args.tls_cert_file,
+        &file.tls_cert_file,
+        "--tls-cert-file",
+        "sidecar.tls_cert_file",
+    );
+    let key = path_setting(
+        &args.tls_key_file,
+        &file.tls_key_file,
+        "--tls-key-file",
+        "sidecar.tls_key_file",
+    );
+    let tls_identity = match (cert, key) {
+        (Some((cert, o, cert_key)), Some((key, _, key_key))) => Some(
+            crate::tls::load_identity(&cert_key, &cert, &key_key, &key)
+                .map_err(|e| credential_error(&o, e))?,
+        ),
+        (Some((_, o, cert_key)), None) => {
+            return Err(config_error(
+                &o,
+                &cert_key,
+                "needs its private key: sidecar.tls_key_file (or --tls-key-file)",
+            ));
+        }
+        (None, Some((_, o, key_key))) => {
+            return Err(config_error(
+                &o,
+                &key_key,
+                "needs its certificate: sidecar.tls_cert_file (or --tls-cert-file)",
+            ));
+        }
+        (None, None) => None,
+    };
+    let client_ca = match path_setting(
+        &args.client_ca_file,
+        &file.client_ca_file,
+        "--client-ca-file",
+        "sidecar.client_ca_file",
+    ) {
+        Some((_, o, key)) if tls_identity.is_none() => {
+            return Err(config_error(
+                &o,
+                &key,
+                "needs sidecar.tls_cert_file and sidecar.tls_key_file (client certificates are only checked over TLS)",
+            ));
+        }
+        Some((path, o, key)) => {
+            Some(crate::tls::load_certificates(&key, &path).map_err(|e| credential_error(&o, e))?)
+        }
+        None => None,
+    };
+    let token = match path_setting(
+        &args.token_file,
+        &file.token_file,
+        "--token-file",
+        "sidecar.token_file",
+    ) {
+        Some((path, o, key)) => {
+            Some(crate::tls::load_token(&key, &path).map_err(|e| credential_error(&o, e))?)
+        }
         None => None,
     };
 
@@ -359,7 +490,15 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
             return Err(config_error(&s_origin, &s_key, "must not be empty"));
         }
         Some(id) => id,
-        None => format!("{}-{}", hostname(), std::process::id()),
+        // A random part too: a restarted container has the same hostname and
+        // often the same pid (1), and the control plane must tell the new
+        // process from the old one (background calls it held are lost).
+        None => format!(
+            "{}-{}-{:08x}",
+            hostname(),
+            std::process::id(),
+            rand::random::<u32>()
+        ),
     };
 
     let grace_secs = args
@@ -388,11 +527,45 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         .or(file.list_changed_window_ms)
         .map(Duration::from_millis)
         .unwrap_or(crate::catalogue::DEFAULT_LIST_CHANGED_WINDOW);
+    let task_poll_min = match args
+        .task_poll_min_ms
+        .map(|v| (v, "command line", "--task-poll-min-ms"))
+        .or(file
+            .task_poll_min_ms
+            .map(|v| (v, origin.as_str(), "sidecar.task_poll_min_ms")))
+    {
+        Some((ms, origin, key)) if ms == 0 || ms > crate::tasks::POLL_MAX.as_millis() as u64 => {
+            return Err(config_error(
+                origin,
+                key,
+                format!(
+                    "must be between 1 and {} (5 minutes)",
+                    crate::tasks::POLL_MAX.as_millis()
+                ),
+            ));
+        }
+        Some((ms, _, _)) => Duration::from_millis(ms),
+        None => crate::tasks::DEFAULT_POLL_MIN,
+    };
+    let task_poll_failure_limit = match args
+        .task_poll_failure_limit_secs
+        .map(|v| (v, "command line", "--task-poll-failure-limit-secs"))
+        .or(file
+            .task_poll_failure_limit_secs
+            .map(|v| (v, origin.as_str(), "sidecar.task_poll_failure_limit_secs")))
+    {
+        Some((0, origin, key)) => return Err(config_error(origin, key, "must be at least 1")),
+        Some((secs, _, _)) => Duration::from_secs(secs),
+        None => crate::tasks::DEFAULT_FAILURE_LIMIT,
+    };
 
     Ok(Settings {
         server,
         control_plane,
         control_plane_ca,
+        tls_identity,
+        client_ca,
+        token,
         listen,
         advertise,
         http_listen,
@@ -402,6 +575,8 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         interaction_timeout,
         max_input_rounds,
         list_changed_window,
+        task_poll_min,
+        task_poll_failure_limit,
     })
 }
 
@@ -528,12 +703,14 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// The call address to register for a listener bound at `bound`.
-fn derived_advertise(bound: SocketAddr) -> String {
+/// The call address to register for a listener bound at `bound`:
+/// `https://` when `SidecarCalls` is served over TLS.
+fn derived_advertise(bound: SocketAddr, tls: bool) -> String {
+    let scheme = if tls { "https" } else { "http" };
     if bound.ip().is_unspecified() {
-        format!("http://{}:{}", hostname(), bound.port())
+        format!("{scheme}://{}:{}", hostname(), bound.port())
     } else {
-        format!("http://{bound}")
+        format!("{scheme}://{bound}")
     }
 }
 
@@ -579,6 +756,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let control_settings = ControlSettings {
         control_plane: settings.control_plane.clone(),
         ca_pem: settings.control_plane_ca.clone(),
+        credentials: crate::tls::ClientCredentials {
+            identity: settings.tls_identity.clone(),
+            token: settings.token.clone(),
+        },
         server: settings.server.name.clone(),
         sidecar_id: settings.sidecar_id.clone(),
         call_address: String::new(), // known once the listener is bound
@@ -597,6 +778,25 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         .map_err(|e| config_error("control plane", "sidecar.control_plane", e.to_string()))?;
     let mut interactions = Interactions::new(Arc::new(handler), audit.clone());
     interactions.timeout = settings.interaction_timeout;
+    // Stage B: task-related server requests belong to the task's initiator.
+    let initiators = crate::tasks::Initiators::new();
+    interactions.tasks = Some(initiators.clone());
+    let tasks_config = crate::tasks::TasksConfig {
+        settings: crate::tasks::TaskSettings {
+            poll_min: settings.task_poll_min,
+            failure_limit: settings.task_poll_failure_limit,
+            sidecar_id: settings.sidecar_id.clone(),
+        },
+        registry: Some(Arc::new(crate::tasks::GrpcRegistry::new(
+            control::registry_client(&control_settings).map_err(|e| {
+                config_error("control plane", "sidecar.control_plane", e.to_string())
+            })?,
+        ))),
+        interactions: Some(interactions.clone()),
+        initiators,
+        metrics: crate::tasks::TaskMetrics::register(&registry)
+            .map_err(|source| RunError::Metrics { source })?,
+    };
     let mut upstream_config = settings.server.upstream();
     upstream_config.max_input_rounds = settings.max_input_rounds;
     let upstream = Upstream::with_interactions(upstream_config, &metrics, interactions)
@@ -609,7 +809,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let call_address = settings
         .advertise
         .clone()
-        .unwrap_or_else(|| derived_advertise(calls_addr));
+        .unwrap_or_else(|| derived_advertise(calls_addr, settings.tls_identity.is_some()));
 
     let catalogue = Catalogue::new();
     let stop = CancellationToken::new();
@@ -619,14 +819,33 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     // control plane's delayed ACK.
     let incoming =
         tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
-    let mut grpc = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(
-                CallService::with_pool(pool.clone())
-                    .with_catalogue(catalogue.clone())
-                    .with_audit(audit)
-                    .into_server(),
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(identity) = &settings.tls_identity {
+        // TLS on SidecarCalls; with a client CA, only clients with a
+        // certificate it signed (the control plane's) get through.
+        let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity.to_tonic());
+        if let Some(ca) = &settings.client_ca {
+            tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(tls).map_err(|e| {
+            config_error(
+                "TLS",
+                "sidecar.tls_cert_file",
+                format!(
+                    "cannot set up TLS: {}",
+                    crate::upstream::error::error_chain(&e)
+                ),
             )
+        })?;
+    }
+    let service = CallService::with_pool(pool.clone())
+        .with_catalogue(catalogue.clone())
+        .with_audit(audit)
+        .with_tasks(tasks_config);
+    let tasks = service.tasks();
+    let mut grpc = tokio::spawn(
+        builder
+            .add_service(service.into_server())
             .serve_with_incoming_shutdown(incoming, async move { grpc_stop.cancelled().await }),
     );
     let http_stop = CancellationToken::new();
@@ -642,13 +861,14 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 
     let (view, watcher) =
         control::watch_upstream_with(upstream.clone(), catalogue, settings.list_changed_window);
-    let reporter = tokio::spawn(control::report(
+    let reporter = tokio::spawn(control::report_with(
         ControlSettings {
             call_address: call_address.clone(),
             ..control_settings
         },
         view,
         health.clone(),
+        Some(tasks),
     ));
 
     tracing::info!(server = %settings.server.name, %calls_addr, %call_address, %http_addr, sidecar_id = %settings.sidecar_id, "serving");
@@ -753,8 +973,23 @@ mod tests {
         assert_eq!(s.interaction_timeout, Duration::from_secs(600));
         assert_eq!(s.max_input_rounds, 8);
         assert_eq!(s.list_changed_window, Duration::from_secs(2));
+        assert_eq!(s.task_poll_min, Duration::from_secs(5));
+        assert_eq!(s.task_poll_failure_limit, Duration::from_secs(1800));
         assert!(s.audit_path.is_none());
-        assert!(s.sidecar_id.ends_with(&format!("-{}", std::process::id())));
+        // hostname-pid-random: the random part tells a restarted process
+        // with the same hostname and pid from the old one.
+        let (head, random) = s.sidecar_id.rsplit_once('-').expect("hostname-pid-random");
+        assert!(
+            head.ends_with(&format!("-{}", std::process::id())),
+            "{}",
+            s.sidecar_id
+        );
+        assert_eq!(random.len(), 8, "{}", s.sidecar_id);
+        assert!(
+            random.chars().all(|c| c.is_ascii_hexdigit()),
+            "{}",
+            s.sidecar_id
+        );
     }
 
     #[test]
@@ -796,7 +1031,7 @@ mod tests {
     #[test]
     fn interaction_settings_come_from_the_file_and_flags() {
         let f = file(
-            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://h:1\"\naudit_path = \"/var/log/a.jsonl\"\ninteraction_timeout_secs = 30\nmax_input_rounds = 3\nlist_changed_window_ms = 250\n",
+            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://h:1\"\naudit_path = \"/var/log/a.jsonl\"\ninteraction_timeout_secs = 30\nmax_input_rounds = 3\nlist_changed_window_ms = 250\ntask_poll_min_ms = 100\ntask_poll_failure_limit_secs = 7\n",
         );
         let path = f.path().to_str().unwrap();
         let s = settings(&args(&["--config", path])).unwrap();
@@ -804,6 +1039,12 @@ mod tests {
         assert_eq!(s.interaction_timeout, Duration::from_secs(30));
         assert_eq!(s.max_input_rounds, 3);
         assert_eq!(s.list_changed_window, Duration::from_millis(250));
+        assert_eq!(s.task_poll_min, Duration::from_millis(100));
+        assert_eq!(s.task_poll_failure_limit, Duration::from_secs(7));
+        let s = settings(&args(&["--config", path, "--task-poll-min-ms", "20"])).unwrap();
+        assert_eq!(s.task_poll_min, Duration::from_millis(20));
+        let e = settings(&args(&["--config", path, "--task-poll-min-ms", "0"])).unwrap_err();
+        assert!(e.to_string().contains("--task-poll-min-ms"), "{e}");
         let s = settings(&args(&[
             "--config",
             path,
@@ -823,11 +1064,70 @@ mod tests {
     }
 
     #[test]
+    fn tls_and_token_settings_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = switchyard_test_support::pki::TestPki::new(dir.path(), "run");
+        let leaf = pki.leaf("sidecar", &[]);
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t0k3n\n").unwrap();
+        let q = |p: &Path| toml_string(&p.to_string_lossy());
+        let f = file(&format!(
+            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"https://h:1\"\ncontrol_plane_ca_file = {}\ntls_cert_file = {}\ntls_key_file = {}\nclient_ca_file = {}\ntoken_file = {}\n",
+            q(&pki.ca_file),
+            q(&leaf.cert_file),
+            q(&leaf.key_file),
+            q(&pki.ca_file),
+            q(&token),
+        ));
+        let path = f.path().to_str().unwrap();
+        let s = settings(&args(&["--config", path])).unwrap();
+        assert!(s.control_plane_ca.is_some() && s.client_ca.is_some());
+        assert!(s.tls_identity.is_some());
+        assert_eq!(s.token.as_deref(), Some("t0k3n"));
+
+        // A key without its certificate; a client CA without TLS.
+        let f = file(&format!(
+            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://h:1\"\ntls_key_file = {}\n",
+            q(&leaf.key_file)
+        ));
+        let e = settings(&args(&["--config", f.path().to_str().unwrap()])).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_CONFIG);
+        assert!(
+            e.to_string()
+                .contains("sidecar.tls_key_file: needs its certificate"),
+            "{e}"
+        );
+        let e = settings(&args(&[
+            "--server-name",
+            "t",
+            "--control-plane",
+            "http://h:1",
+            "--client-ca-file",
+            pki.ca_file.to_str().unwrap(),
+            "--",
+            "x",
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("--client-ca-file"), "{e}");
+        // The older key name still works.
+        let f = file(&format!(
+            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"https://h:1\"\ncontrol_plane_ca = {}\n",
+            q(&pki.ca_file)
+        ));
+        let s = settings(&args(&["--config", f.path().to_str().unwrap()])).unwrap();
+        assert!(s.control_plane_ca.is_some());
+    }
+
+    #[test]
     fn advertise_is_derived_from_the_bound_address() {
         assert_eq!(
-            derived_advertise("127.0.0.1:7702".parse().unwrap()),
+            derived_advertise("127.0.0.1:7702".parse().unwrap(), false),
             "http://127.0.0.1:7702"
         );
-        assert!(derived_advertise("0.0.0.0:7702".parse().unwrap()).ends_with(":7702"));
+        assert_eq!(
+            derived_advertise("127.0.0.1:7702".parse().unwrap(), true),
+            "https://127.0.0.1:7702"
+        );
+        assert!(derived_advertise("0.0.0.0:7702".parse().unwrap(), false).ends_with(":7702"));
     }
 }

@@ -21,6 +21,7 @@ use crate::catalogue::Catalogue;
 use crate::elicitation::CallContext;
 use crate::pool::SessionPool;
 use crate::results::{self, ResultLimits, Validation};
+use crate::tasks::{Plan, Tasks, TasksConfig};
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -32,9 +33,33 @@ use tonic::{Code, Request, Response, Status};
 #[derive(Debug, Clone)]
 pub struct CallService {
     pool: SessionPool,
-    catalogue: Catalogue,
-    limits: ResultLimits,
-    audit: Audit,
+    responder: Responder,
+    tasks_config: TasksConfig,
+    tasks: Tasks,
+}
+
+/// Processes raw results: the stage A result processing
+/// ([`crate::results`]), outputSchema validation against the
+/// [`Catalogue`]'s validators, and the `tool.result` audit record. Shared
+/// by foreground calls and background calls ([`crate::tasks`]).
+#[derive(Debug, Clone)]
+pub struct Responder {
+    /// The server's catalogue (validators, hints, tool definitions).
+    pub catalogue: Catalogue,
+    /// Result size limits.
+    pub limits: ResultLimits,
+    /// Where `tool.result` audit records go.
+    pub audit: Audit,
+}
+
+impl Default for Responder {
+    fn default() -> Self {
+        Responder {
+            catalogue: Catalogue::new(),
+            limits: ResultLimits::default(),
+            audit: Audit::to_log(),
+        }
+    }
 }
 
 impl CallService {
@@ -46,37 +71,78 @@ impl CallService {
 
     /// A service calling tools through `pool`.
     /// Results are processed with the default limits and not validated
-    /// (an empty [`Catalogue`]); audit records go to the log.
+    /// (an empty [`Catalogue`]); audit records go to the log. Calls never
+    /// move to the background until [`CallService::with_tasks`] gives a
+    /// registry.
     pub fn with_pool(pool: SessionPool) -> Self {
+        let responder = Responder::default();
+        let tasks_config = TasksConfig::default();
         CallService {
+            tasks: Tasks::new(pool.clone(), responder.clone(), tasks_config.clone()),
             pool,
-            catalogue: Catalogue::new(),
-            limits: ResultLimits::default(),
-            audit: Audit::to_log(),
+            responder,
+            tasks_config,
         }
+    }
+
+    fn rebuilt(mut self) -> Self {
+        self.tasks = Tasks::new(
+            self.pool.clone(),
+            self.responder.clone(),
+            self.tasks_config.clone(),
+        );
+        self
     }
 
     /// Validates structured results with `catalogue`'s validators (kept up
     /// to date by [`crate::control::watch_upstream_with`]).
     pub fn with_catalogue(mut self, catalogue: Catalogue) -> Self {
-        self.catalogue = catalogue;
-        self
+        self.responder.catalogue = catalogue;
+        self.rebuilt()
     }
 
     /// Result size limits.
     pub fn with_limits(mut self, limits: ResultLimits) -> Self {
-        self.limits = limits;
-        self
+        self.responder.limits = limits;
+        self.rebuilt()
     }
 
     /// Where `tool.result` audit records go.
     pub fn with_audit(mut self, audit: Audit) -> Self {
-        self.audit = audit;
-        self
+        self.responder.audit = audit;
+        self.rebuilt()
+    }
+
+    /// Background calls and tasks (stage B, [`crate::tasks`]): settings,
+    /// the control plane's registry, interactions and initiators. Call it
+    /// after the other `with_` methods, then take [`CallService::tasks`].
+    pub fn with_tasks(mut self, config: TasksConfig) -> Self {
+        self.tasks_config = config;
+        self.rebuilt()
+    }
+
+    /// The tasks machinery (for adoption by the report stream).
+    pub fn tasks(&self) -> Tasks {
+        self.tasks.clone()
     }
 
     /// The response for a raw result of `tool`, and the audit record.
     fn respond(
+        &self,
+        server: &str,
+        tool: &str,
+        context: &CallContext,
+        result: &Value,
+    ) -> Result<SidecarCallResponse, Status> {
+        self.responder.respond(server, tool, context, result)
+    }
+}
+
+impl Responder {
+    /// The response for a raw result of `tool` called in `context`, and the
+    /// audit record. Errors: `INTERNAL` when the result cannot be
+    /// serialised.
+    pub fn respond(
         &self,
         server: &str,
         tool: &str,
@@ -130,9 +196,12 @@ impl CallService {
                 .map(|s| s.to_string())
                 .unwrap_or_default(),
             validation_errors,
+            background: None,
         })
     }
+}
 
+impl CallService {
     /// The tonic service, ready for `Server::add_service`.
     pub fn into_server(self) -> SidecarCallsServer<Self> {
         SidecarCallsServer::new(self)
@@ -178,16 +247,45 @@ impl SidecarCalls for CallService {
             roots,
         };
         let lease = self.pool.lease(&context.session_id);
+        // Stage B: a task-capable tool, or a call that may move to the
+        // background, goes through the tasks machinery.
+        let plan = match self
+            .tasks
+            .plan(lease.upstream(), &tool, req.background.is_some())
+            .await
+        {
+            Ok(plan) => plan,
+            // A retry-safe call reconnects and retries below.
+            Err(e)
+                if retry_safe_request(req.retry_safe, &self.responder, &tool)
+                    && e.is_connection_failure() =>
+            {
+                Plan::Plain
+            }
+            Err(e) => {
+                tracing::info!(server = %lease.upstream().name(), %tool, error = %e, "call failed");
+                return Err(status_of(&e));
+            }
+        };
+        if plan != Plan::Plain {
+            tracing::debug!(server = %lease.upstream().name(), %tool, ?plan, session = %context.session_id, "call through the tasks machinery");
+            return self
+                .tasks
+                .call(
+                    plan,
+                    lease,
+                    params,
+                    context,
+                    req.background,
+                    req.timeout_ms,
+                    retry_safe_request(req.retry_safe, &self.responder, &tool),
+                )
+                .await
+                .map(Response::new);
+        }
         let upstream = lease.upstream();
         tracing::debug!(server = %upstream.name(), %tool, session = %context.session_id, run = %context.run_id, "call");
-        // The control plane marks the call, and also pushes the effective
-        // hints (admin overrides applied): either says read-only or
-        // idempotent.
-        let retry_safe = req.retry_safe
-            || self
-                .catalogue
-                .hints(&tool)
-                .is_some_and(|h| h.read_only_hint || h.idempotent_hint);
+        let retry_safe = retry_safe_request(req.retry_safe, &self.responder, &tool);
         let call = async {
             match upstream.call_tool_in(params.clone(), &context).await {
                 Err(e)
@@ -230,6 +328,31 @@ impl SidecarCalls for CallService {
             }
         }
     }
+
+    async fn cancel_background_call(
+        &self,
+        request: Request<switchyard_proto::v1::SidecarCancelBackgroundRequest>,
+    ) -> Result<Response<switchyard_proto::v1::SidecarCancelBackgroundResponse>, Status> {
+        let req = request.into_inner();
+        if req.id.is_empty() {
+            return Err(Status::invalid_argument("id is required"));
+        }
+        let found = self.tasks.cancel(&req.id, &req.task_id).await;
+        Ok(Response::new(
+            switchyard_proto::v1::SidecarCancelBackgroundResponse { found },
+        ))
+    }
+}
+
+/// Whether a call may be sent again after a network error: the control
+/// plane marks it, and also pushes the effective hints (admin overrides
+/// applied): either says read-only or idempotent.
+fn retry_safe_request(marked: bool, responder: &Responder, tool: &str) -> bool {
+    marked
+        || responder
+            .catalogue
+            .hints(tool)
+            .is_some_and(|h| h.read_only_hint || h.idempotent_hint)
 }
 
 /// The gRPC status for an upstream failure. A JSON-RPC error answer is

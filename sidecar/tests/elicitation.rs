@@ -868,6 +868,7 @@ fn grpc_call(tool: &str, session: &str) -> SidecarCallRequest {
         run_id: format!("run-{session}"),
         roots_json: Value::Array(ctx(session).roots).to_string(),
         retry_safe: false,
+        background: None,
     }
 }
 
@@ -997,6 +998,13 @@ struct FakeRegistry(Arc<Registry>);
 
 #[tonic::async_trait]
 impl SidecarRegistry for FakeRegistry {
+    async fn update_background_call(
+        &self,
+        _request: tonic::Request<switchyard_proto::v1::UpdateBackgroundCallRequest>,
+    ) -> Result<tonic::Response<switchyard_proto::v1::BackgroundCall>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not in this fake"))
+    }
+
     async fn register(
         &self,
         _: tonic::Request<RegisterRequest>,
@@ -1055,6 +1063,7 @@ async fn the_control_plane_handler_asks_again_with_the_same_id() {
     let handler = ControlPlaneInteractions::new(&ControlSettings {
         control_plane: format!("http://{addr}"),
         ca_pem: None,
+        credentials: Default::default(),
         server: "orders".into(),
         sidecar_id: "t".into(),
         call_address: String::new(),

@@ -53,6 +53,13 @@ type ControlStream = Pin<Box<dyn futures::Stream<Item = Result<ControlMessage, S
 
 #[tonic::async_trait]
 impl SidecarRegistry for FakeRegistry {
+    async fn update_background_call(
+        &self,
+        _request: tonic::Request<switchyard_proto::v1::UpdateBackgroundCallRequest>,
+    ) -> Result<tonic::Response<switchyard_proto::v1::BackgroundCall>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not in this fake"))
+    }
+
     async fn interact(
         &self,
         _: Request<switchyard_proto::v1::InteractRequest>,
@@ -371,7 +378,7 @@ async fn serves_calls_and_reports_to_the_control_plane() {
     assert_eq!(reg.call_address, format!("http://{}", sidecar.calls_addr));
     assert!(
         reg.sidecar_id
-            .ends_with(&format!("-{}", sidecar.child.id().unwrap())),
+            .contains(&format!("-{}-", sidecar.child.id().unwrap())),
         "{}",
         reg.sidecar_id
     );

@@ -1,9 +1,12 @@
 //! The admin API (`switchyard.v1.AdminService`): servers and their status;
-//! tools with their hint overrides (`toolHints`) and policies.
+//! tools with their hint overrides (`toolHints`) and policies (with
+//! `background: always|auto`); background calls of every session.
 
 use crate::ControlPlane;
 use crate::api::engine::registry_status;
-use crate::model::{HintOverrideRecord, Origin, ServerRecord, ToolPolicy, hints_key, policy_key};
+use crate::model::{
+    BackgroundMode, HintOverrideRecord, Origin, ServerRecord, ToolPolicy, hints_key, policy_key,
+};
 use crate::state::Snapshot;
 use std::sync::Arc;
 use std::time::Duration;
@@ -149,6 +152,11 @@ pub fn server_tool(snap: &Snapshot, server: &str, tool: &str) -> pb::ServerTool 
         policy: view.policy.as_str().into(),
         policy_set: snap.policy_set(server, tool).is_some(),
         in_catalogue,
+        background: if snap.background_always(server, tool) {
+            "always".into()
+        } else {
+            "auto".into()
+        },
     }
 }
 
@@ -185,6 +193,21 @@ impl AdminApi {
 
 #[tonic::async_trait]
 impl AdminService for AdminApi {
+    async fn list_background_calls(
+        &self,
+        req: Request<pb::ListBackgroundCallsRequest>,
+    ) -> Result<Response<pb::ListBackgroundCallsResponse>, Status> {
+        let r = req.into_inner();
+        let calls = self
+            .cp
+            .background
+            .list(&r.session_id, r.include_finished)
+            .await?;
+        Ok(Response::new(pb::ListBackgroundCallsResponse {
+            calls: calls.iter().map(|c| c.to_pb()).collect(),
+        }))
+    }
+
     async fn set_tool_hints(
         &self,
         req: Request<pb::SetToolHintsRequest>,
@@ -230,17 +253,31 @@ impl AdminService for AdminApi {
         req: Request<pb::SetToolPolicyRequest>,
     ) -> Result<Response<pb::ServerTool>, Status> {
         let r = req.into_inner();
-        let policy = ToolPolicy::parse(&r.policy).ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "policy: {:?} is not one of default, confirm, disabled",
-                r.policy
-            ))
-        })?;
+        let policy = if r.policy.is_empty() && !r.background.is_empty() {
+            None
+        } else {
+            Some(ToolPolicy::parse(&r.policy).ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "policy: {:?} is not one of default, confirm, disabled",
+                    r.policy
+                ))
+            })?)
+        };
+        let background = if r.background.is_empty() {
+            None
+        } else {
+            Some(BackgroundMode::parse(&r.background).ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "background: {:?} is not one of always, auto",
+                    r.background
+                ))
+            })?)
+        };
         self.check_tool(&r.server, &r.tool)?;
         let rev = self
             .cp
             .registry
-            .set_tool_policy(&r.server, &r.tool, policy)
+            .set_tool_policy(&r.server, &r.tool, policy, background)
             .await
             .map_err(registry_status)?;
         Ok(self.tool_after(&r.server, &r.tool, rev).await)

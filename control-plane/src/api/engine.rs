@@ -1,6 +1,8 @@
 //! The engine API (`switchyard.v1.EngineService`): sessions, tools, calls,
 //! cancellation, the session events stream and interactions (listing and
-//! answering them; [`crate::interactions`]).
+//! answering them; [`crate::interactions`]), and background calls (a call
+//! that moved to the background, its `background_call.*` events, listing
+//! and cancelling; [`crate::background`]).
 
 use crate::ControlPlane;
 use crate::audit::{AuditHints, ToolCallAudit};
@@ -282,6 +284,49 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> +
 
 #[tonic::async_trait]
 impl EngineService for EngineApi {
+    async fn list_background_calls(
+        &self,
+        req: Request<pb::ListBackgroundCallsRequest>,
+    ) -> Result<Response<pb::ListBackgroundCallsResponse>, Status> {
+        let r = req.into_inner();
+        let calls = self
+            .cp
+            .background
+            .list(&r.session_id, r.include_finished)
+            .await?;
+        Ok(Response::new(pb::ListBackgroundCallsResponse {
+            calls: calls.iter().map(|c| c.to_pb()).collect(),
+        }))
+    }
+
+    async fn get_background_call(
+        &self,
+        req: Request<pb::GetBackgroundCallRequest>,
+    ) -> Result<Response<pb::BackgroundCall>, Status> {
+        let r = req.into_inner();
+        let rec = self
+            .cp
+            .background
+            .get(&r.id)
+            .await?
+            .filter(|c| r.session_id.is_empty() || c.session_id == r.session_id)
+            .ok_or_else(|| Status::not_found(format!("background call {:?} not found", r.id)))?;
+        Ok(Response::new(rec.to_pb()))
+    }
+
+    async fn cancel_background_call(
+        &self,
+        req: Request<pb::CancelBackgroundCallRequest>,
+    ) -> Result<Response<pb::BackgroundCall>, Status> {
+        let r = req.into_inner();
+        let rec = self
+            .cp
+            .background
+            .cancel(&self.cp, &r.id, &r.session_id)
+            .await?;
+        Ok(Response::new(rec.to_pb()))
+    }
+
     async fn create_session(
         &self,
         req: Request<pb::CreateSessionRequest>,
@@ -477,10 +522,26 @@ impl EngineService for EngineApi {
                 r.timeout_ms
             )));
         }
+        // Stage B: the call may move to the background after its
+        // foreground phase; without a timeout of the engine's, the gRPC
+        // deadline covers that phase (and the 10-minute foreground poll at
+        // maxPerTarget) plus a margin.
+        let background = self.cp.background.policy(
+            &r.tool,
+            snap.background_always(server, &target.tool),
+            self.cp.state.background_running(server),
+        );
         let timeout = if r.timeout_ms > 0 {
             Duration::from_millis(r.timeout_ms)
         } else {
-            self.cp.call_timeout
+            let phase = if background.allowed {
+                background.auto_after_ms
+            } else {
+                background.foreground_limit_ms
+            };
+            self.cp
+                .call_timeout
+                .max(Duration::from_millis(phase) + Duration::from_secs(30))
         };
         let request = pb::SidecarCallRequest {
             params_json: params.to_string(),
@@ -493,6 +554,7 @@ impl EngineService for EngineApi {
                 .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
                 .unwrap_or_default(),
             retry_safe: view.hints.retry_safe(),
+            background: Some(background),
         };
         if !r.call_id.is_empty() {
             check_id("call_id", &r.call_id)?;
@@ -555,6 +617,18 @@ impl EngineService for EngineApi {
             },
         };
         let resp = outcome.and_then(|resp| {
+            if let Some(bg) = resp.background {
+                // Moved to the background (stage B): the model is told so,
+                // and the result arrives later as a session event.
+                return Ok(pb::CallToolResponse {
+                    text: crate::background::moved_text(&r.tool, &bg.id, &bg.immediate_response),
+                    server: server.to_owned(),
+                    upstream_tool: target.tool.clone(),
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    background: Some(bg),
+                    ..Default::default()
+                });
+            }
             let result: Value = serde_json::from_str(&resp.result_json).map_err(|e| {
                 Status::internal(format!(
                     "sidecar of {server} sent a result that is not JSON: {e}"
@@ -562,6 +636,7 @@ impl EngineService for EngineApi {
             })?;
             let is_error = result.get("isError") == Some(&Value::Bool(true));
             Ok(pb::CallToolResponse {
+                background: None,
                 text: model_text(&result),
                 structured_content_json: result
                     .get("structuredContent")
@@ -577,7 +652,13 @@ impl EngineService for EngineApi {
             })
         });
         let not_approved_call = approval.as_ref().is_some_and(|a| !a.is_approved());
+        let moved = resp.as_ref().ok().and_then(|r| r.background.as_ref());
+        if let Some(bg) = moved {
+            self.cp.background.count_moved(server, &bg.mode);
+            tracing::info!(id = %bg.id, %server, tool = %target.tool, mode = %bg.mode, "call moved to the background");
+        }
         let label = match &resp {
+            Ok(r) if r.background.is_some() => "backgrounded",
             Ok(_) if not_approved_call => "not_approved",
             Ok(r) if r.is_error => "tool_error",
             _ => label,
@@ -585,7 +666,11 @@ impl EngineService for EngineApi {
         self.cp.metrics.call(server, label, started.elapsed());
         let h = view.hints.to_pb();
         self.cp.audit.tool_call(&ToolCallAudit {
-            kind: "tool.called",
+            kind: if moved.is_some() {
+                "tool.backgrounded"
+            } else {
+                "tool.called"
+            },
             session: r.session_id.clone(),
             run: r.run_id.clone(),
             call_id: r.call_id.clone(),
@@ -673,9 +758,20 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::SubscribeEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        let id = req.into_inner().session_id;
+        let r = req.into_inner();
+        let id = r.session_id;
         self.session(&id).await?;
         let mut changes = self.cp.state.subscribe();
+        // Background calls that finished since `background_after_ms`, read
+        // after subscribing, so none falls between the two (duplicates are
+        // dropped by id).
+        let subscribed_at = model::now_ms();
+        let finished = self
+            .cp
+            .background
+            .finished_of(&id, r.background_after_ms)
+            .await?;
+        let cp = self.cp.clone();
         let state = self.cp.state.clone();
         let shutdown = self.cp.shutdown.clone();
         // The session's open interactions first (an engine that subscribes
@@ -699,6 +795,11 @@ impl EngineService for EngineApi {
                 announced.insert(rec.id.clone());
                 yield interaction_event("interaction.required", &rec);
             }
+            let mut delivered = std::collections::HashSet::new();
+            for rec in finished {
+                delivered.insert(rec.id.clone());
+                yield crate::background::event_of(&rec);
+            }
             loop {
                 let received = tokio::select! {
                     c = changes.recv() => c,
@@ -707,7 +808,20 @@ impl EngineService for EngineApi {
                 let change = match received {
                     Ok(c) => c,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(session = %id, missed = n, "event subscriber lagged");
+                        tracing::warn!(session = %id, missed = n, "event subscriber lagged; re-reading background calls");
+                        // Background results must not be lost: re-read
+                        // the ones finished since this stream began.
+                        let since = r.background_after_ms.max(subscribed_at - 60_000);
+                        match cp.background.finished_of(&id, since).await {
+                            Ok(recs) => {
+                                for rec in recs {
+                                    if delivered.insert(rec.id.clone()) {
+                                        yield crate::background::event_of(&rec);
+                                    }
+                                }
+                            }
+                            Err(e) => tracing::warn!(session = %id, error = %e, "re-reading background calls failed"),
+                        }
                         continue;
                     }
                     Err(_) => break,
@@ -747,6 +861,12 @@ impl EngineService for EngineApi {
                             announced.remove(&rec.id);
                             yield interaction_event("interaction.resolved", rec);
                         }
+                    }
+                    Change::Background(rec)
+                        if crate::background::is_event_for(&rec, &id)
+                            && delivered.insert(rec.id.clone()) =>
+                    {
+                        yield crate::background::event_of(&rec);
                     }
                     Change::SessionDeleted(deleted) if deleted == id => break,
                     _ => {}

@@ -5,6 +5,9 @@
 //! expires within its TTL. Either way the server is marked down and calls
 //! to it fail fast. `Interact` and `CompleteInteraction` carry a server's
 //! elicitations to the session's user ([`crate::interactions`]).
+//! `UpdateBackgroundCall` stores a background call's changes, and the
+//! report stream carries `adopt` messages for the tasks a sidecar is to
+//! poll ([`crate::background`]).
 
 use crate::ControlPlane;
 use crate::api::admin::spec_to_pb;
@@ -47,6 +50,23 @@ fn parse_json(field: &str, text: &str) -> Result<Value, Status> {
 
 #[tonic::async_trait]
 impl SidecarRegistry for SidecarApi {
+    async fn update_background_call(
+        &self,
+        req: Request<pb::UpdateBackgroundCallRequest>,
+    ) -> Result<Response<pb::BackgroundCall>, Status> {
+        let call = req
+            .into_inner()
+            .call
+            .ok_or_else(|| Status::invalid_argument("call: required"))?;
+        let incoming = crate::background::BackgroundRecord::from_pb(call);
+        let stored = self
+            .cp
+            .background
+            .upsert(&self.cp.state.snapshot(), incoming)
+            .await?;
+        Ok(Response::new(stored.to_pb()))
+    }
+
     async fn register(
         &self,
         req: Request<pb::RegisterRequest>,
@@ -184,12 +204,19 @@ impl SidecarRegistry for SidecarApi {
         let cp = self.cp.clone();
         tokio::spawn(async move {
             let server = hello.server.clone();
+            // Adopted background tasks (stage B) are sent on this stream.
+            let _adoption = cp
+                .background
+                .register_stream(&server, &hello.sidecar_id, tx.clone());
             let mut keepalive = tokio::time::interval((ttl / 3).max(Duration::from_millis(500)));
             keepalive.tick().await;
             // Push the effective hints now and whenever they change.
             let mut changes = cp.state.subscribe();
             let mut pushed = tool_settings(&cp.state.snapshot(), &server);
             let _ = tx.send(Ok(settings_message(pushed.clone()))).await;
+            cp.background
+                .on_hello(&cp, &server, &hello.sidecar_id, &tx)
+                .await;
             loop {
                 tokio::select! {
                     change = changes.recv() => {

@@ -19,7 +19,8 @@ struct Args {
     /// Only check the configuration and exit (0 valid, 64 invalid).
     #[arg(long)]
     check: bool,
-    /// Seconds in-flight calls get to finish on SIGTERM.
+    /// Seconds in-flight calls get to finish on SIGTERM (readiness goes
+    /// false first, then no new work is accepted).
     #[arg(long, default_value_t = 30)]
     grace_secs: u64,
 }
@@ -51,7 +52,7 @@ fn main() -> std::process::ExitCode {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("error: {e}");
-                return std::process::ExitCode::FAILURE;
+                return std::process::ExitCode::from(e.exit_code());
             }
         };
         println!(

@@ -161,30 +161,50 @@ pub struct Gateway {
 impl Gateway {
     /// Starts `up` and waits until all three servers are `up`.
     pub async fn start(store: StoreKind, lease_ttl: u64) -> Gateway {
-        switchyard_test_support::init_tracing();
         let http_server = start_http_reference_server().await;
+        let servers = quickstart_servers(&http_server.url);
+        Gateway::start_with(store, lease_ttl, http_server, &servers, "", &[], &SERVERS).await
+    }
+
+    /// Starts `up` on a config of `servers` (`[[servers]]` tables) plus
+    /// `extra` (more TOML tables, e.g. `[backgroundCalls]`), with `env`
+    /// added to `up`'s environment (its sidecars inherit it), and waits
+    /// until each of `wait_for` is `up`. `http_server` is kept alive with
+    /// the gateway.
+    pub async fn start_with(
+        store: StoreKind,
+        lease_ttl: u64,
+        http_server: HttpServer,
+        servers: &str,
+        extra: &str,
+        env: &[(&str, &str)],
+        wait_for: &[&str],
+    ) -> Gateway {
+        switchyard_test_support::init_tracing();
         let dir = tempfile::Builder::new()
             .prefix("switchyard-e2e-")
             .tempdir()
             .expect("temp dir");
-        let (text, grpc, http) = config_text(
-            dir.path(),
-            &store,
-            lease_ttl,
-            &quickstart_servers(&http_server.url),
-        );
+        let (mut text, grpc, http) = config_text(dir.path(), &store, lease_ttl, servers);
+        text.push('\n');
+        text.push_str(extra);
         let config = dir.path().join("switchyard.toml");
         std::fs::write(&config, text).expect("write the config");
         let log = dir.path().join("up.log");
         let out = std::fs::File::create(&log).expect("log file");
         let err = out.try_clone().expect("log file");
-        let up = Command::new(switchyard_bin())
+        let mut command = Command::new(switchyard_bin());
+        command
             .arg("up")
             .arg("--config")
             .arg(&config)
             .env("PATH", test_path())
             .env("SWITCHYARD_SIDECAR_BIN", sidecar_bin())
-            .env("SWITCHYARD_LOG", "info")
+            .env("SWITCHYARD_LOG", "info");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let up = command
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -202,7 +222,7 @@ impl Gateway {
             up: Some(up),
             log,
         };
-        gateway.wait_servers_up(&SERVERS, START_LIMIT).await;
+        gateway.wait_servers_up(wait_for, START_LIMIT).await;
         gateway
     }
 
@@ -699,4 +719,130 @@ impl Drop for Proc {
             let _ = self.child.start_kill();
         }
     }
+}
+
+// ---- separately started processes, TLS and credentials ---------------------------
+// (e2e_tls, e2e_auth, e2e_shutdown: `switchyard-control-plane --config` and
+// `switchyard-sidecar run --config` started one by one, as in Kubernetes.)
+
+/// `ADDR` out of "... grpc on ADDR, http on ADDR" style lines.
+fn addr_after<'a>(line: &'a str, label: &str) -> &'a str {
+    line.split(label)
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no {label:?} in {line:?}"))
+}
+
+/// Starts `switchyard-control-plane --config CONFIG` (log in
+/// `DIR/NAME.log`); returns it, its gRPC address and its HTTP address
+/// (`127.0.0.1:PORT`).
+pub async fn start_control_plane(name: &str, dir: &Path, config: &Path) -> (Proc, String, String) {
+    let mut cmd = Command::new(control_plane_bin());
+    cmd.arg("--config")
+        .arg(config)
+        .env("SWITCHYARD_LOG", "info");
+    let (proc, line) = Proc::start(
+        name,
+        cmd,
+        dir.join(format!("{name}.log")),
+        "switchyard-control-plane: grpc on ",
+    )
+    .await;
+    let grpc = addr_after(&line, "grpc on ").to_owned();
+    let http = addr_after(&line, "http on ").to_owned();
+    (proc, grpc, http)
+}
+
+/// Starts `switchyard-sidecar run --config DIR/NAME.toml` whose file has
+/// `[server]` = `server_toml` and `[sidecar]` = `sidecar_toml`; returns it,
+/// its `SidecarCalls` address and its HTTP address.
+pub async fn start_sidecar(
+    name: &str,
+    dir: &Path,
+    server_toml: &str,
+    sidecar_toml: &str,
+) -> (Proc, String, String) {
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!("[server]\n{server_toml}\n\n[sidecar]\n{sidecar_toml}\n"),
+    )
+    .expect("write the sidecar config");
+    let mut cmd = Command::new(sidecar_bin());
+    cmd.arg("run")
+        .arg("--config")
+        .arg(&config)
+        .env("SWITCHYARD_LOG", "info");
+    let (proc, line) = Proc::start(
+        name,
+        cmd,
+        dir.join(format!("{name}.log")),
+        "switchyard-sidecar: server ",
+    )
+    .await;
+    let calls = addr_after(&line, "calls on ").to_owned();
+    let http = addr_after(&line, "http on ").to_owned();
+    (proc, calls, http)
+}
+
+/// The `[server]` table of the reference server over stdio (2026-07-28)
+/// named `name`.
+pub fn reference_server_toml(name: &str) -> String {
+    format!(
+        "name = {}\ntransport = \"stdio\"\ncommand = {}\nargs = [\"--era\", \"2026-07-28\"]",
+        toml_str(name),
+        toml_str(reference_server_bin().to_string_lossy()),
+    )
+}
+
+/// A channel to `endpoint`: plain for `http://`; for `https://`, trusting
+/// `ca_file` and presenting `client` (certificate, key) when given.
+pub async fn tls_channel(
+    endpoint: &str,
+    ca_file: Option<&Path>,
+    client: Option<(&Path, &Path)>,
+) -> Result<Channel, String> {
+    switchyard_sidecar::tls::install_crypto_provider();
+    let mut ep = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(2));
+    if endpoint.starts_with("https://") {
+        let mut tls = tonic::transport::ClientTlsConfig::new();
+        if let Some(ca) = ca_file {
+            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(
+                std::fs::read(ca).expect("read the CA"),
+            ));
+        }
+        if let Some((cert, key)) = client {
+            tls = tls.identity(tonic::transport::Identity::from_pem(
+                std::fs::read(cert).expect("read the certificate"),
+                std::fs::read(key).expect("read the key"),
+            ));
+        }
+        ep = ep.tls_config(tls).map_err(|e| e.to_string())?;
+    }
+    ep.connect().await.map_err(|e| {
+        format!(
+            "connect to {endpoint}: {}",
+            switchyard_sidecar::upstream::error::error_chain(&e)
+        )
+    })
+}
+
+/// `message` as a request carrying `authorization: Bearer TOKEN`.
+pub fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("header value"),
+    );
+    request
+}
+
+/// The value of `metric{labels}` on `http://ADDR/metrics` (0 if absent).
+pub async fn scrape(http_addr: &str, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    let (status, body) = http_get(http_addr, "/metrics").await;
+    assert_eq!(status, 200, "/metrics: {body}");
+    sample(&body, metric, labels).unwrap_or(0.0)
 }

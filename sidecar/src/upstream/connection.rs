@@ -280,9 +280,7 @@ impl Connection {
                     .entry("_meta")
                     .or_insert_with(|| Value::Object(Map::new()));
                 if let Value::Object(meta) = meta {
-                    for (k, v) in era::modern_meta(&self.config) {
-                        meta.insert(k, v);
-                    }
+                    era::apply_modern_meta(meta, &self.config);
                 }
                 let params = Value::Object(params);
                 let headers = self.modern_headers(method, Some(&params));
@@ -306,6 +304,8 @@ impl Connection {
         let name_field = match method {
             "tools/call" | "prompts/get" => "name",
             "resources/read" => "uri",
+            // SEP-2663 "Streamable HTTP: Routing Headers".
+            "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
             _ => return h,
         };
         let Some(name) = params

@@ -102,6 +102,34 @@ pub fn modern_meta(config: &UpstreamConfig) -> Map<String, Value> {
     m
 }
 
+/// Sets the modern per-request `_meta` entries in a request's `meta`
+/// (2026-07-28 schema `RequestMetaObject`), replacing whatever the request
+/// carried under those keys, except that the `extensions` of a
+/// `clientCapabilities` it already carries are kept and merged into ours:
+/// extension capabilities are declared per request (SEP-2663: the tasks
+/// stage, [`crate::tasks`], declares `io.modelcontextprotocol/tasks` on the
+/// requests that can handle a task).
+pub fn apply_modern_meta(meta: &mut Map<String, Value>, config: &UpstreamConfig) {
+    let extensions = meta
+        .get(META_CLIENT_CAPABILITIES)
+        .and_then(|c| c.get("extensions"))
+        .and_then(Value::as_object)
+        .cloned();
+    for (k, v) in modern_meta(config) {
+        meta.insert(k, v);
+    }
+    if let Some(extensions) = extensions
+        && let Some(Value::Object(caps)) = meta.get_mut(META_CLIENT_CAPABILITIES)
+        && let Value::Object(ours) = caps
+            .entry("extensions")
+            .or_insert_with(|| Value::Object(Map::new()))
+    {
+        for (k, v) in extensions {
+            ours.entry(k).or_insert(v);
+        }
+    }
+}
+
 /// Negotiates the era on a fresh transport.
 pub async fn negotiate(
     transport: &Transport,

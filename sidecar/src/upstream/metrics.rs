@@ -1,9 +1,22 @@
 //! Prometheus metrics of upstream sessions. Labels are bounded: server name,
-//! tool name (from the server's own catalogue), outcome, reason; never
-//! arguments or ids. The catalogue of names is in `docs/metrics.md`.
+//! tool name (from the server's own catalogue, at most [`MAX_TOOL_LABELS`]
+//! per server), outcome, reason; never arguments or ids. The catalogue of
+//! names is in `docs/metrics.md`.
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+/// How many distinct `tool` label values one server's call metrics use.
+/// The control plane only routes calls to catalogued tools, but the
+/// sidecar's call port takes any name: calls naming a tool beyond the
+/// first `MAX_TOOL_LABELS` names are counted under [`OTHER_TOOL`], so a
+/// caller sending made-up names cannot grow the series without bound.
+pub const MAX_TOOL_LABELS: usize = 1000;
+
+/// The `tool` label of calls beyond [`MAX_TOOL_LABELS`] distinct names.
+pub const OTHER_TOOL: &str = "_other";
 
 /// All upstream metrics, registered once per process.
 #[derive(Debug, Clone)]
@@ -17,6 +30,8 @@ pub struct UpstreamMetrics {
     retries: IntCounterVec,
     list_changed: IntCounterVec,
     refreshes: IntCounterVec,
+    /// The `tool` label values in use, per server.
+    tool_labels: Arc<Mutex<HashMap<String, HashSet<String>>>>,
 }
 
 impl UpstreamMetrics {
@@ -94,6 +109,26 @@ impl UpstreamMetrics {
                 "tools/list re-listings of the catalogue (after a connection or coalesced list changes).",
                 &["server"],
             ),
+            tool_labels: Arc::default(),
+        }
+    }
+
+    /// The `tool` label for a call of `tool` on `server`: the name itself
+    /// while the server has fewer than [`MAX_TOOL_LABELS`] names in use (or
+    /// already uses this one), else [`OTHER_TOOL`].
+    fn tool_label<'a>(&self, server: &str, tool: &'a str) -> &'a str {
+        let mut in_use = self
+            .tool_labels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let names = in_use.entry(server.to_owned()).or_default();
+        if names.contains(tool) {
+            tool
+        } else if names.len() < MAX_TOOL_LABELS {
+            names.insert(tool.to_owned());
+            tool
+        } else {
+            OTHER_TOOL
         }
     }
 
@@ -114,8 +149,10 @@ pub struct ServerMetrics {
 }
 
 impl ServerMetrics {
-    /// Counts one finished `tools/call`.
+    /// Counts one finished `tools/call` (under [`OTHER_TOOL`] once the
+    /// server has [`MAX_TOOL_LABELS`] other tool names in use).
     pub fn call(&self, tool: &str, outcome: &str, elapsed: Duration) {
+        let tool = self.metrics.tool_label(&self.server, tool);
         self.metrics
             .calls
             .with_label_values(&[&self.server, tool, outcome])
@@ -204,5 +241,65 @@ impl ServerMetrics {
             .skipped
             .with_label_values(&[&self.server, reason])
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `switchyard_sidecar_upstream_calls_total` series of
+    /// `registry`, as exported: (labels, value).
+    fn call_series(registry: &Registry) -> Vec<(String, u64)> {
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("encode");
+        text.lines()
+            .filter_map(|l| l.strip_prefix("switchyard_sidecar_upstream_calls_total{"))
+            .filter_map(|l| l.split_once("} "))
+            .map(|(labels, v)| (labels.to_owned(), v.parse().expect("a count")))
+            .collect()
+    }
+
+    /// The sum of the calls of `tool` on `server`, over outcomes.
+    fn calls(registry: &Registry, server: &str, tool: &str) -> Option<u64> {
+        let want = [format!("server=\"{server}\""), format!("tool=\"{tool}\"")];
+        let found: Vec<u64> = call_series(registry)
+            .into_iter()
+            .filter(|(labels, _)| want.iter().all(|w| labels.split(',').any(|l| l == w)))
+            .map(|(_, v)| v)
+            .collect();
+        (!found.is_empty()).then(|| found.iter().sum())
+    }
+
+    #[test]
+    fn tool_labels_are_capped_per_server() {
+        let registry = Registry::new();
+        let metrics = UpstreamMetrics::register(&registry).expect("register");
+        let a = metrics.server("a");
+        for i in 0..MAX_TOOL_LABELS {
+            a.call(&format!("tool{i}"), "ok", Duration::from_millis(1));
+        }
+        // Names in use keep their series; new ones go to `_other`.
+        a.call("tool0", "ok", Duration::from_millis(1));
+        a.call("made-up-1", "rpc_error", Duration::from_millis(1));
+        a.call("made-up-2", "rpc_error", Duration::from_millis(1));
+        assert_eq!(calls(&registry, "a", "tool0"), Some(2));
+        assert_eq!(calls(&registry, "a", "made-up-1"), None);
+        assert_eq!(calls(&registry, "a", OTHER_TOOL), Some(2));
+        // Another view of the same server shares the cap; another server
+        // has its own.
+        metrics
+            .server("a")
+            .call("made-up-3", "ok", Duration::from_millis(1));
+        assert_eq!(calls(&registry, "a", "made-up-3"), None);
+        assert_eq!(calls(&registry, "a", OTHER_TOOL), Some(3));
+        metrics
+            .server("b")
+            .call("made-up-1", "ok", Duration::from_millis(1));
+        assert_eq!(calls(&registry, "b", "made-up-1"), Some(1));
+        // tool0..tool999 once each (tool0 has one series: same outcome),
+        // `_other` twice (rpc_error, ok), and b's one.
+        assert_eq!(call_series(&registry).len(), MAX_TOOL_LABELS + 3);
     }
 }

@@ -7,25 +7,32 @@
 //! (2026-07-28) — or both (`dual`). With `--interactions` it also serves the
 //! tools that exercise elicitation, multi round-trip requests and roots (see
 //! README.md); with `--stage-a`, the annotation-hint, structured-output and
-//! list_changed tools. Logs go to stderr; stdout is the stdio transport.
+//! list_changed tools; with `--tasks`, task-augmented `tools/call` in both
+//! eras (2025-11-25 core tasks and the 2026-07-28 `io.modelcontextprotocol/tasks`
+//! extension, see the `tasks` module). Logs go to stderr; stdout is the stdio
+//! transport.
 
 mod era;
 mod interactions;
 mod orders;
 mod request_state;
 mod stage_a;
+mod tasks;
 mod tools;
 
 use std::{net::SocketAddr, sync::Arc};
 
 use anyhow::Context as _;
+use axum::serve::ListenerExt as _;
 use clap::Parser;
 use rmcp::{
-    ServiceExt,
+    RoleServer, ServiceExt,
     service::ServerInitializeError,
     transport::{
-        StreamableHttpServerConfig, StreamableHttpService, async_rw::AsyncRwTransport, stdio_pipes,
-        streamable_http_server::session::local::LocalSessionManager,
+        StreamableHttpServerConfig, StreamableHttpService, Transport,
+        async_rw::AsyncRwTransport,
+        stdio_pipes,
+        streamable_http_server::{SessionManager, session::local::LocalSessionManager},
     },
 };
 use tokio_util::sync::CancellationToken;
@@ -34,6 +41,7 @@ use tracing_subscriber::EnvFilter;
 use crate::{
     era::{Era, EraGate},
     orders::OrderStore,
+    tasks::{TaskServer, TaskSessions, TaskStdio},
     tools::OrderServer,
 };
 
@@ -64,6 +72,23 @@ struct Cli {
     /// `tools.listChanged`. See README.md.
     #[arg(long)]
     stage_a: bool,
+
+    /// Also serve MCP tasks on tools/call, in both eras: 2025-11-25
+    /// (capabilities.tasks, execution.taskSupport, params.task, tasks/get,
+    /// tasks/result, tasks/cancel, tasks/list) and 2026-07-28 (extension
+    /// io.modelcontextprotocol/tasks: resultType "task", tasks/get,
+    /// tasks/update, tasks/cancel). Tools: task_sleep, task_optional,
+    /// task_fail, task_ask, task_forever, task_stats. Tasks belong to the
+    /// caller's Authorization header (HTTP) or the process (stdio), not to a
+    /// connection. See README.md.
+    #[arg(long)]
+    tasks: bool,
+
+    /// Like --tasks, with tasks/get kept as cheap as possible for benchmarks
+    /// holding thousands of tasks: log level `error` unless RUST_LOG is set,
+    /// nothing logged per request.
+    #[arg(long)]
+    tasks_bench: bool,
 }
 
 #[tokio::main]
@@ -73,21 +98,44 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_ansi(false)
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
-        )
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+            // A benchmark's thousands of polls must not pay for logging.
+            EnvFilter::new(if cli.tasks_bench { "error" } else { "warn" })
+        }))
         .init();
-    let server = OrderServer::new(cli.era, OrderStore::seeded(), cli.interactions, cli.stage_a);
-    match cli.http {
-        None => serve_stdio(server, cli.era).await,
-        Some(addr) => serve_http(server, cli.era, addr, cli.interactions).await,
+    let tasks = (cli.tasks || cli.tasks_bench).then(|| TaskServer::new(cli.tasks_bench));
+    let with_tasks = tasks.is_some();
+    let server = OrderServer::new(
+        cli.era,
+        OrderStore::seeded(),
+        cli.interactions,
+        cli.stage_a,
+        tasks,
+    );
+    match (cli.http, with_tasks) {
+        (None, false) => {
+            let (stdin, stdout) = stdio_pipes();
+            serve_stdio(server, cli.era, AsyncRwTransport::new_server(stdin, stdout)).await
+        }
+        (None, true) => serve_stdio(server, cli.era, TaskStdio::new()).await,
+        (Some(addr), false) => {
+            let sessions = LocalSessionManager::default();
+            serve_http(server, cli.era, addr, cli.interactions, sessions, false).await
+        }
+        (Some(addr), true) => {
+            let sessions = TaskSessions::<LocalSessionManager>::default();
+            serve_http(server, cli.era, addr, cli.interactions, sessions, true).await
+        }
     }
 }
 
-/// Serves one client over stdin/stdout until it hangs up.
-async fn serve_stdio(server: OrderServer, era: Era) -> anyhow::Result<()> {
-    let (stdin, stdout) = stdio_pipes();
-    let transport = EraGate::new(AsyncRwTransport::new_server(stdin, stdout), era);
+/// Serves one client over stdin/stdout (`transport`) until it hangs up.
+async fn serve_stdio<T>(server: OrderServer, era: Era, transport: T) -> anyhow::Result<()>
+where
+    T: Transport<RoleServer> + Send + 'static,
+    T::Error: Send + Sync + 'static,
+{
+    let transport = EraGate::new(transport, era);
     let running = match server.serve(transport).await {
         Ok(running) => running,
         // The client left before opening a session: nothing to serve.
@@ -98,12 +146,16 @@ async fn serve_stdio(server: OrderServer, era: Era) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves Streamable HTTP at `http://ADDR/mcp` until Ctrl-C.
-async fn serve_http(
+/// Serves Streamable HTTP at `http://ADDR/mcp` until Ctrl-C, with legacy
+/// sessions kept by `sessions`; `tasks` renames 2025-11-25 task requests
+/// (see [`tasks::rewrite_http_request`]).
+async fn serve_http<M: SessionManager>(
     server: OrderServer,
     era: Era,
     addr: SocketAddr,
     interactions: bool,
+    sessions: M,
+    tasks: bool,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
@@ -114,14 +166,14 @@ async fn serve_http(
         .with_stateless_protocol_metadata_required(era == Era::Modern)
         .with_max_request_body_bytes(era::MAX_BODY_BYTES)
         .with_cancellation_token(shutdown.clone());
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let service =
+        StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config);
     let mut router = axum::Router::new().nest_service("/mcp", service);
     if interactions {
         router = router.layer(axum::middleware::from_fn(era::fix_http_response));
+    }
+    if tasks {
+        router = router.layer(axum::middleware::from_fn(tasks::rewrite_http_request));
     }
     if era != Era::Dual {
         router = router.layer(axum::middleware::from_fn_with_state(era, era::gate_http));
@@ -130,6 +182,13 @@ async fn serve_http(
         .await
         .with_context(|| format!("binding {addr}"))?;
     eprintln!("listening on http://{}/mcp", listener.local_addr()?);
+    // Without TCP_NODELAY, an SSE response's second small write (after the
+    // priming event) waits for the client's delayed ACK: ~40 ms per request.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::warn!(%error, "setting TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             let _ = tokio::signal::ctrl_c().await;

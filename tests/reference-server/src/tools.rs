@@ -7,8 +7,10 @@ use rmcp::{
     ErrorData as McpError, Json, RoleServer, ServerHandler,
     handler::server::{tool::ToolRouter, wrapper::Parameters},
     model::{
-        CacheScope, DiscoverResult, Implementation, ListToolsResult, PaginatedRequestParams,
-        ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
+        CacheScope, CancelTaskParams, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
+        GetTaskParams, GetTaskResult, Implementation, JsonObject, ListToolsResult,
+        PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+        SubscriptionFilter, TASKS_EXTENSION_ID, UpdateTaskParams,
     },
     service::{RequestContext, SubscriptionContext},
     tool, tool_handler, tool_router,
@@ -21,6 +23,7 @@ use crate::{
     interactions::{self, Interactions},
     orders::{Customer, Order, OrderStatus, OrderStore},
     stage_a::{self, StageA},
+    tasks::{self, TaskServer},
 };
 
 /// Tools per `tools/list` page, kept below the tool count so that clients
@@ -103,6 +106,8 @@ pub struct OrderServer {
     pub(crate) interactions: Arc<Interactions>,
     /// State of the stage-A tools, present with `--stage-a`.
     stage_a: Option<Arc<StageA>>,
+    /// Task state, present with `--tasks` (see [`tasks`]).
+    tasks: Option<Arc<TaskServer>>,
     tool_router: Arc<ToolRouter<Self>>,
 }
 
@@ -111,8 +116,15 @@ impl OrderServer {
     /// A handler speaking `era` over `store`, with the interaction tools
     /// (elicitation, MRTR, roots; see [`interactions`]) when `interactions`
     /// and the hint / structured output / list_changed tools (see
-    /// [`stage_a`]) when `stage_a`.
-    pub fn new(era: Era, store: OrderStore, interactions: bool, stage_a: bool) -> Self {
+    /// [`stage_a`]) when `stage_a`, and the task tools (see [`tasks`]) when
+    /// `tasks` is given.
+    pub fn new(
+        era: Era,
+        store: OrderStore,
+        interactions: bool,
+        stage_a: bool,
+        tasks: Option<Arc<TaskServer>>,
+    ) -> Self {
         let mut tool_router = Self::tool_router();
         if interactions {
             tool_router += Self::interaction_router();
@@ -120,11 +132,15 @@ impl OrderServer {
         if stage_a {
             tool_router += stage_a::router();
         }
+        if tasks.is_some() {
+            tool_router += tasks::router();
+        }
         Self {
             era,
             store,
             interactions: Arc::default(),
             stage_a: stage_a.then(Arc::default),
+            tasks,
             tool_router: Arc::new(tool_router),
         }
     }
@@ -132,6 +148,22 @@ impl OrderServer {
     /// The stage-A state, if `--stage-a`.
     pub(crate) fn stage_a(&self) -> Option<&Arc<StageA>> {
         self.stage_a.as_ref()
+    }
+
+    /// The task state, if `--tasks`.
+    pub(crate) fn tasks(&self) -> Option<&Arc<TaskServer>> {
+        self.tasks.as_ref()
+    }
+
+    /// The task state, or `-32601` for `method` without `--tasks`.
+    fn tasks_or_not_found(&self, method: &str) -> Result<&Arc<TaskServer>, McpError> {
+        self.tasks.as_ref().ok_or_else(|| {
+            McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("Method not found: {method}"),
+                None,
+            )
+        })
     }
 
     #[tool(
@@ -217,7 +249,7 @@ impl OrderServer {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for OrderServer {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = if self.stage_a.is_some() {
+        let mut capabilities = if self.stage_a.is_some() {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
@@ -225,6 +257,14 @@ impl ServerHandler for OrderServer {
         } else {
             ServerCapabilities::builder().enable_tools().build()
         };
+        if self.tasks.is_some() {
+            // SEP-2663; an `initialize` result gets the 2025-11-25
+            // `capabilities.tasks` instead (see `tasks::fix_outgoing`).
+            capabilities
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(TASKS_EXTENSION_ID.into(), JsonObject::new());
+        }
         let config = ServerConfig::new(capabilities)
             .with_server_info(
                 Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"))
@@ -305,7 +345,11 @@ impl ServerHandler for OrderServer {
                 .ok_or_else(|| McpError::invalid_params("invalid cursor", None))?,
         };
         let end = tools.len().min(start + TOOLS_PAGE_SIZE);
-        let mut result = ListToolsResult::with_all_items(tools[start..end].to_vec());
+        let mut page = tools[start..end].to_vec();
+        if self.tasks.is_some() && !modern {
+            tasks::mark_legacy_tools(&mut page);
+        }
+        let mut result = ListToolsResult::with_all_items(page);
         result.next_cursor = (end < tools.len()).then(|| end.to_string());
         // Modern peers get cache hints (rmcp would default the scope to
         // private); the list is the same for every caller, as with rmcp's
@@ -314,5 +358,49 @@ impl ServerHandler for OrderServer {
             result = result.with_ttl_ms(0).with_cache_scope(CacheScope::Public);
         }
         Ok(result)
+    }
+
+    /// SEP-2663 `tasks/get` (2026-07-28; see [`tasks`]).
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.tasks_or_not_found("tasks/get")?
+            .get_modern(&request, &context)
+    }
+
+    /// SEP-2663 `tasks/update` (2026-07-28; see [`tasks`]).
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks_or_not_found("tasks/update")?
+            .update_modern(request, &context)
+    }
+
+    /// SEP-2663 `tasks/cancel` (2026-07-28; see [`tasks`]).
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks_or_not_found("tasks/cancel")?
+            .cancel_modern(&request, &context)
+    }
+
+    /// 2025-11-25 task requests, renamed by [`tasks::rewrite_incoming`];
+    /// any other custom method is `-32601`.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        let CustomRequest { method, params, .. } = request;
+        match (method.strip_prefix(tasks::LEGACY_PREFIX), &self.tasks) {
+            (Some(legacy), Some(tasks)) => tasks.legacy_request(legacy, params, context).await,
+            _ => Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, method, None)),
+        }
     }
 }

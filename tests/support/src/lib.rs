@@ -3,6 +3,9 @@
 //! in the project's venv, our misbehaving stub servers (Python scripts in
 //! `tests/peers/servers/`) and the reference server binary. A missing peer
 //! is a loud failure naming the command that installs it, never a skip.
+//! [`pki`] generates the certificates of TLS tests at test time.
+
+pub mod pki;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -1,0 +1,567 @@
+//! Who may call which gRPC service of the control plane.
+//!
+//! A caller is identified by a bearer token (`authorization: Bearer
+//! <token>`, RFC 6750 section 2.1) listed in `[[auth.tokens]]`, or, when it
+//! sends no token, by the client certificate it presented over TLS (already
+//! verified against `[tls] client_ca_file` by rustls) whose subject common
+//! name or one of whose DNS subject alternative names is listed in
+//! `[[auth.mtls]]`. Each identity has one [`Role`]:
+//!
+//! | role | may call |
+//! |---|---|
+//! | `engine` | `EngineService` |
+//! | `admin` | `AdminService`, and `EngineService` (the CLI's `sessions`, `tools`, `call`, `events`, `answer` commands use it) |
+//! | `sidecar` | `SidecarRegistry` |
+//!
+//! Refusals: no credentials while `[auth] required` → `UNAUTHENTICATED`
+//! naming what is missing; a token that matches no entry, or a malformed
+//! `authorization` header → `UNAUTHENTICATED`; a certificate whose names
+//! match no entry (and no token) while required → `UNAUTHENTICATED`; a
+//! known caller whose role may not call the service → `PERMISSION_DENIED`
+//! naming the role needed. Every refusal is counted in
+//! `switchyard_control_plane_auth_refusals_total{service,reason}`.
+//! Presented credentials are checked even when `required` is false (a wrong
+//! token is refused, never silently ignored); only callers with no
+//! credentials at all are let through then.
+//!
+//! [`Guard`] is the tonic interceptor that applies this to one service; the
+//! stack is composed in [`crate::server`]. Health and metrics (HTTP) are
+//! not authenticated.
+
+use crate::config::AuthConfig;
+use crate::metrics::Metrics;
+use rustls::pki_types::CertificateDer;
+use sha2::{Digest, Sha256};
+use switchyard_sidecar::tls::{self as shared, CredentialError};
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Status};
+
+/// A caller's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// An agent engine: `EngineService`.
+    Engine,
+    /// An administrator: `AdminService` and `EngineService`.
+    Admin,
+    /// A sidecar: `SidecarRegistry`.
+    Sidecar,
+}
+
+impl Role {
+    /// `engine`, `admin` or `sidecar`; anything else is `None`.
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "engine" => Some(Role::Engine),
+            "admin" => Some(Role::Admin),
+            "sidecar" => Some(Role::Sidecar),
+            _ => None,
+        }
+    }
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Engine => "engine",
+            Role::Admin => "admin",
+            Role::Sidecar => "sidecar",
+        }
+    }
+}
+
+/// A guarded gRPC service (the `service` label of the refusal metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// `switchyard.v1.EngineService`.
+    Engine,
+    /// `switchyard.v1.AdminService`.
+    Admin,
+    /// `switchyard.v1.SidecarRegistry`.
+    SidecarRegistry,
+}
+
+impl Service {
+    /// All of them.
+    pub const ALL: [Service; 3] = [Service::Engine, Service::Admin, Service::SidecarRegistry];
+
+    /// The metric label: `engine`, `admin`, `sidecar_registry`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Service::Engine => "engine",
+            Service::Admin => "admin",
+            Service::SidecarRegistry => "sidecar_registry",
+        }
+    }
+
+    /// The gRPC service name.
+    pub fn grpc_name(self) -> &'static str {
+        match self {
+            Service::Engine => "EngineService",
+            Service::Admin => "AdminService",
+            Service::SidecarRegistry => "SidecarRegistry",
+        }
+    }
+
+    /// Whether `role` may call this service.
+    pub fn allows(self, role: Role) -> bool {
+        matches!(
+            (self, role),
+            (Service::Engine, Role::Engine | Role::Admin)
+                | (Service::Admin, Role::Admin)
+                | (Service::SidecarRegistry, Role::Sidecar)
+        )
+    }
+
+    fn needed(self) -> &'static str {
+        match self {
+            Service::Engine => "engine or admin",
+            Service::Admin => "admin",
+            Service::SidecarRegistry => "sidecar",
+        }
+    }
+}
+
+/// Why a call was refused (the `reason` label of the refusal metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// No token and no (known) client certificate while `required`.
+    MissingCredentials,
+    /// A token that matches no entry, or a malformed `authorization`.
+    InvalidToken,
+    /// A verified client certificate whose names match no entry, no
+    /// token, while `required`.
+    UnknownCertificate,
+    /// A known caller whose role may not call the service.
+    WrongRole,
+}
+
+impl Refusal {
+    /// All of them.
+    pub const ALL: [Refusal; 4] = [
+        Refusal::MissingCredentials,
+        Refusal::InvalidToken,
+        Refusal::UnknownCertificate,
+        Refusal::WrongRole,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::MissingCredentials => "missing_credentials",
+            Refusal::InvalidToken => "invalid_token",
+            Refusal::UnknownCertificate => "unknown_certificate",
+            Refusal::WrongRole => "wrong_role",
+        }
+    }
+}
+
+/// An authenticated caller; put in the request's extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The entry's name (`[[auth.tokens]] name`, or the certificate name
+    /// that matched `[[auth.mtls]] name`).
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+    /// `token` or `mtls`.
+    pub method: &'static str,
+}
+
+struct TokenIdentity {
+    digest: [u8; 32],
+    name: String,
+    role: Role,
+}
+
+/// The identities of `[auth]`, and the decision for one request.
+pub struct Authenticator {
+    required: bool,
+    tokens: Vec<TokenIdentity>,
+    mtls: Vec<(String, Role)>,
+    metrics: Option<Metrics>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("required", &self.required)
+            .field(
+                "tokens",
+                &self.tokens.iter().map(|t| &t.name).collect::<Vec<_>>(),
+            )
+            .field("mtls", &self.mtls)
+            .finish()
+    }
+}
+
+fn digest(token: &[u8]) -> [u8; 32] {
+    Sha256::digest(token).into()
+}
+
+/// Equality of two digests in time independent of where they differ.
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Authenticator {
+    /// Reads the token files of `config` (roles were checked with the
+    /// configuration). Two entries with the same token are refused: the
+    /// token would not tell which role applies. Refusals are counted in
+    /// `metrics` when given.
+    pub fn load(config: &AuthConfig, metrics: Option<&Metrics>) -> Result<Self, CredentialError> {
+        let mut tokens: Vec<TokenIdentity> = Vec::new();
+        for (i, t) in config.tokens.iter().enumerate() {
+            let key = format!("auth.tokens[{i}].token_file");
+            let token = shared::load_token(&key, &t.token_file)?;
+            let d = digest(token.as_bytes());
+            if let Some(other) = tokens.iter().find(|o| same(&o.digest, &d)) {
+                return Err(CredentialError::Token {
+                    key,
+                    file: t.token_file.clone(),
+                    problem: format!("holds the same token as the entry {:?}", other.name),
+                });
+            }
+            tokens.push(TokenIdentity {
+                digest: d,
+                name: t.name.clone(),
+                role: Role::parse(&t.role).unwrap_or(Role::Engine),
+            });
+        }
+        let mtls = config
+            .mtls
+            .iter()
+            .filter_map(|m| Some((m.name.clone(), Role::parse(&m.role)?)))
+            .collect();
+        Ok(Authenticator {
+            required: config.required,
+            tokens,
+            mtls,
+            metrics: metrics.cloned(),
+        })
+    }
+
+    /// The interceptor guarding `service`.
+    pub fn guard(self: &std::sync::Arc<Self>, service: Service) -> Guard {
+        Guard {
+            auth: self.clone(),
+            service,
+        }
+    }
+
+    fn refuse(&self, service: Service, reason: Refusal, status: Status) -> Status {
+        if let Some(m) = &self.metrics {
+            m.auth_refusal(service.label(), reason.label());
+        }
+        tracing::info!(
+            service = service.grpc_name(),
+            reason = reason.label(),
+            message = status.message(),
+            "call refused"
+        );
+        status
+    }
+
+    /// Decides one request to `service`: the caller (`None`: anonymous,
+    /// allowed because `required` is false) or the refusal status.
+    /// `peer_certs` are the client's verified certificates, leaf first.
+    pub fn check(
+        &self,
+        service: Service,
+        metadata: &MetadataMap,
+        peer_certs: Option<&[CertificateDer<'_>]>,
+    ) -> Result<Option<Caller>, Status> {
+        let name = service.grpc_name();
+        let caller = if let Some(value) = metadata.get("authorization") {
+            let token = value
+                .to_str()
+                .ok()
+                .and_then(|v| {
+                    let (scheme, token) = v.split_once(' ')?;
+                    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+                })
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| {
+                    self.refuse(
+                        service,
+                        Refusal::InvalidToken,
+                        Status::unauthenticated(format!(
+                            "{name}: the authorization header must be \"Bearer <token>\""
+                        )),
+                    )
+                })?;
+            let d = digest(token.as_bytes());
+            // Every entry is compared (no early exit), in constant time.
+            let found = self
+                .tokens
+                .iter()
+                .fold(None, |hit, t| if same(&t.digest, &d) { Some(t) } else { hit })
+                .ok_or_else(|| {
+                    self.refuse(
+                        service,
+                        Refusal::InvalidToken,
+                        Status::unauthenticated(format!(
+                            "{name}: the bearer token is not valid (it matches no [[auth.tokens]] entry)"
+                        )),
+                    )
+                })?;
+            Some(Caller {
+                name: found.name.clone(),
+                role: found.role,
+                method: "token",
+            })
+        } else if let Some(leaf) = peer_certs.and_then(<[_]>::first) {
+            let names = certificate_names(leaf);
+            let found = self.mtls.iter().find(|(n, _)| names.iter().any(|c| c == n));
+            match found {
+                Some((n, role)) => Some(Caller {
+                    name: n.clone(),
+                    role: *role,
+                    method: "mtls",
+                }),
+                None if self.required => {
+                    return Err(self.refuse(
+                        service,
+                        Refusal::UnknownCertificate,
+                        Status::unauthenticated(format!(
+                            "{name}: the client certificate ({}) matches no [[auth.mtls]] entry, and no bearer token was sent",
+                            if names.is_empty() {
+                                "no common name or DNS name".to_owned()
+                            } else {
+                                names.join(", ")
+                            }
+                        )),
+                    ));
+                }
+                None => None,
+            }
+        } else if self.required {
+            return Err(self.refuse(
+                service,
+                Refusal::MissingCredentials,
+                Status::unauthenticated(format!(
+                    "{name} requires authentication: no bearer token (authorization: Bearer <token>) and no client certificate was presented"
+                )),
+            ));
+        } else {
+            None
+        };
+        if let Some(c) = &caller
+            && !service.allows(c.role)
+        {
+            return Err(self.refuse(
+                service,
+                Refusal::WrongRole,
+                Status::permission_denied(format!(
+                    "{name}: caller {:?} has role {}; this service needs role {}",
+                    c.name,
+                    c.role.as_str(),
+                    service.needed()
+                )),
+            ));
+        }
+        Ok(caller)
+    }
+}
+
+/// The tonic interceptor guarding one service (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Guard {
+    auth: std::sync::Arc<Authenticator>,
+    service: Service,
+}
+
+impl tonic::service::Interceptor for Guard {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let certs = request.peer_certs();
+        let caller = self.auth.check(
+            self.service,
+            request.metadata(),
+            certs.as_deref().map(Vec::as_slice),
+        )?;
+        if let Some(c) = caller {
+            request.extensions_mut().insert(c);
+        }
+        Ok(request)
+    }
+}
+
+/// The names a certificate can be matched by: its subject common name(s)
+/// and its DNS subject alternative names. Empty if it does not parse.
+pub fn certificate_names(cert: &CertificateDer<'_>) -> Vec<String> {
+    let Ok(parsed) = webpki::EndEntityCert::try_from(cert) else {
+        return Vec::new();
+    };
+    let mut names = common_names(parsed.subject());
+    names.extend(parsed.valid_dns_names().map(str::to_owned));
+    names
+}
+
+/// One DER element: (tag, contents, rest).
+fn der(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (len, &rest[n..])
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// The commonName (OID 2.5.4.3) values of an X.501 Name's contents (RFC
+/// 5280 section 4.1.2.4): a sequence of SETs of `{type, value}` sequences.
+fn common_names(mut name: &[u8]) -> Vec<String> {
+    const CN: [u8; 3] = [0x55, 0x04, 0x03];
+    let mut out = Vec::new();
+    while let Some((0x31, mut set, rest)) = der(name) {
+        name = rest;
+        while let Some((0x30, attribute, more)) = der(set) {
+            set = more;
+            let Some((0x06, oid, value)) = der(attribute) else {
+                continue;
+            };
+            // UTF8String, PrintableString, IA5String.
+            if oid == CN
+                && let Some((0x0c | 0x13 | 0x16, text, _)) = der(value)
+                && let Ok(text) = std::str::from_utf8(text)
+            {
+                out.push(text.to_owned());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(cn: &str, dns: &[&str]) -> CertificateDer<'static> {
+        let mut params =
+            rcgen::CertificateParams::new(dns.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "Switchyard tests");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().clone()
+    }
+
+    #[test]
+    fn names_are_the_common_name_and_dns_sans() {
+        let c = cert("engine-1", &["engine.example.test", "e2.example.test"]);
+        assert_eq!(
+            certificate_names(&c),
+            ["engine-1", "engine.example.test", "e2.example.test"]
+        );
+        assert!(certificate_names(&CertificateDer::from(vec![0x30, 0x00])).is_empty());
+    }
+
+    #[test]
+    fn roles_and_services() {
+        assert!(Service::Engine.allows(Role::Admin));
+        assert!(Service::Engine.allows(Role::Engine));
+        assert!(!Service::Engine.allows(Role::Sidecar));
+        assert!(!Service::Admin.allows(Role::Engine));
+        assert!(!Service::SidecarRegistry.allows(Role::Admin));
+        assert_eq!(Role::parse("operator"), None);
+    }
+
+    #[test]
+    fn tokens_certificates_and_refusals() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("engine.token");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let config = AuthConfig {
+            required: true,
+            tokens: vec![crate::config::TokenEntry {
+                name: "engine-a".into(),
+                role: "engine".into(),
+                token_file: file,
+            }],
+            mtls: vec![crate::config::MtlsEntry {
+                name: "ops.example.test".into(),
+                role: "admin".into(),
+            }],
+        };
+        let metrics = Metrics::new();
+        let auth = Authenticator::load(&config, Some(&metrics)).unwrap();
+        let mut md = MetadataMap::new();
+        let e = auth.check(Service::Engine, &md, None).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        assert!(e.message().contains("no bearer token"), "{}", e.message());
+
+        md.insert("authorization", "Bearer s3cret".parse().unwrap());
+        let c = auth.check(Service::Engine, &md, None).unwrap().unwrap();
+        assert_eq!((c.name.as_str(), c.role), ("engine-a", Role::Engine));
+        let e = auth.check(Service::Admin, &md, None).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert!(e.message().contains("needs role admin"), "{}", e.message());
+
+        md.insert("authorization", "Bearer wrong".parse().unwrap());
+        let e = auth.check(Service::Engine, &md, None).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        md.insert("authorization", "Basic czNjcmV0".parse().unwrap());
+        assert!(auth.check(Service::Engine, &md, None).is_err());
+
+        let ops = cert("ops", &["ops.example.test"]);
+        let c = auth
+            .check(Service::Admin, &MetadataMap::new(), Some(&[ops]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.role, c.method), (Role::Admin, "mtls"));
+        let stranger = cert("stranger", &[]);
+        let e = auth
+            .check(Service::Admin, &MetadataMap::new(), Some(&[stranger]))
+            .unwrap_err();
+        assert!(e.message().contains("stranger"), "{}", e.message());
+
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&metrics.registry().gather())
+            .unwrap();
+        for (reason, n) in [
+            ("missing_credentials", 1),
+            ("invalid_token", 2),
+            ("unknown_certificate", 1),
+        ] {
+            let line = format!(
+                "switchyard_control_plane_auth_refusals_total{{reason=\"{reason}\",service=\"{}\"}} {n}",
+                if reason == "unknown_certificate" {
+                    "admin"
+                } else {
+                    "engine"
+                }
+            );
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+        assert!(text.contains(
+            "switchyard_control_plane_auth_refusals_total{reason=\"wrong_role\",service=\"admin\"} 1"
+        ));
+
+        // Not required: anonymous callers pass, wrong tokens do not.
+        let open = Authenticator::load(
+            &AuthConfig {
+                required: false,
+                ..config
+            },
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            open.check(Service::Admin, &MetadataMap::new(), None)
+                .unwrap(),
+            None
+        );
+        assert!(open.check(Service::Engine, &md, None).is_err());
+    }
+}

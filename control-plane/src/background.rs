@@ -1,0 +1,1356 @@
+//! Background calls (stage B): tool calls that outlived their foreground
+//! phase and go on without holding the engine's turn.
+//!
+//! The sidecar that ran the call keeps polling the server's task (`task`
+//! mode) or holding the `tools/call` request (`wait` mode) and reports
+//! every change with `SidecarRegistry.UpdateBackgroundCall`. This module
+//! keeps the records and everything the control plane does with them:
+//!
+//! - **Records** under `background/<id>` ([`BackgroundRecord`], the
+//!   proto `BackgroundCall` in its proto3 JSON form, camelCase). Every
+//!   write is a compare-and-swap on the key's revision; a terminal record
+//!   (`completed`, `failed`, `cancelled`) is never written again, only
+//!   deleted by retention ([`Background::upsert`]).
+//! - **The call path**: [`Background::policy`] builds the
+//!   `BackgroundPolicy` sent with every engine call; [`moved_text`] is what
+//!   the model reads when the call moved.
+//! - **Events**: a record turning terminal is broadcast by
+//!   [`crate::state::State`] as [`crate::state::Change::Background`]; the
+//!   engine API turns it into `background_call.completed|failed|cancelled`
+//!   ([`event_of`]) and replays finished calls from the store
+//!   ([`Background::finished_of`]), so an engine that subscribes again,
+//!   perhaps at another replica, misses none.
+//! - **Cancellation** ([`Background::cancel`]): recorded as `cancelled`
+//!   (CAS), then the owning sidecar's `SidecarCalls.CancelBackgroundCall`,
+//!   best effort.
+//! - **The sweeper** ([`spawn_sweeper`], on every replica; CAS makes
+//!   concurrent sweeps safe): a non-terminal call whose sidecar is no longer
+//!   registered fails (`wait` mode: the held request is gone) or is adopted
+//!   by a live sidecar of the server whose report stream this replica holds
+//!   (`task` mode: `ControlMessage.adopt`); a sidecar saying hello adopts
+//!   at once. A task without any live sidecar for 30 minutes fails, and so
+//!   does a call past its deadline. Finished records older than
+//!   `backgroundCalls.retentionSec` are deleted.
+
+use crate::ControlPlane;
+use crate::config::BackgroundCallsConfig;
+use crate::metrics::Metrics;
+use crate::model::{background_key, now_ms, server_key, sidecar_key};
+use crate::state::{BackgroundEntry, Snapshot};
+use crate::store::{AnyStore, Compare, KeyValue, Op, Store, StoreError, Txn};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use switchyard_proto::v1 as pb;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+/// Key prefix of the records.
+pub const PREFIX: &str = "background/";
+/// How long the foreground phase may last when `maxPerTarget` background
+/// calls are already running (stage B: "poll in the foreground until done,
+/// at most 10 min").
+pub const FOREGROUND_LIMIT_MS: u64 = 600_000;
+/// A task-mode call whose server has had no live sidecar for this long
+/// fails.
+pub const ORPHAN_LIMIT_MS: i64 = 30 * 60 * 1000;
+/// The sidecar cancels a call at its deadline; the control plane fails it
+/// itself only this long after, should the sidecar not have.
+pub const DEADLINE_GRACE_MS: i64 = 30_000;
+/// A record larger than this (JSON bytes) has its attachments' content
+/// dropped before it is stored (etcd refuses requests over 1.5 MiB).
+pub const MAX_RECORD_BYTES: usize = 1024 * 1024;
+/// How many calls one `ControlMessage.adopt` carries at most.
+const ADOPT_BATCH: usize = 500;
+/// How often a CAS loop retries before giving up.
+const MAX_CAS_ATTEMPTS: usize = 20;
+
+/// The statuses: the MCP task statuses (wait mode uses `working` and the
+/// terminal ones).
+pub const STATUSES: [&str; 5] = [
+    "working",
+    "input_required",
+    "completed",
+    "failed",
+    "cancelled",
+];
+
+/// Whether `status` is terminal (`completed`, `failed`, `cancelled`).
+pub fn is_terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled")
+}
+
+/// `background/<id>`: one background call, the proto `BackgroundCall` in
+/// its proto3 JSON form (camelCase field names; int64 as JSON numbers;
+/// attachment bytes as base64). Unknown fields of a stored value are
+/// ignored, absent ones take their defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BackgroundRecord {
+    /// Unique id (a UUID chosen by the control plane).
+    pub id: String,
+    /// The server.
+    pub server: String,
+    /// The tool's name on the server.
+    pub tool: String,
+    /// The engine-visible tool name.
+    pub engine_tool: String,
+    /// The initiating session (may be empty: a call without a session).
+    pub session_id: String,
+    /// The initiating run (turn).
+    pub run_id: String,
+    /// `wait` or `task`.
+    pub mode: String,
+    /// task mode: the server's taskId.
+    pub task_id: String,
+    /// One of [`STATUSES`].
+    pub status: String,
+    /// The server's statusMessage, or Switchyard's reason for a failure.
+    pub status_message: String,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+    /// Last write, ms since the epoch (set by the control plane).
+    pub updated_at_ms: i64,
+    /// task mode: next `tasks/get` due, ms since the epoch.
+    pub poll_after_ms: i64,
+    /// task mode: the polling interval in use, milliseconds.
+    pub poll_interval_ms: u64,
+    /// Since when polling has failed without a break (ms since the epoch;
+    /// 0 = the last poll worked).
+    pub poll_error_since_ms: i64,
+    /// The last polling failure.
+    pub last_poll_error: String,
+    /// When the call fails for good (created + maxDurationSec), ms since
+    /// the epoch.
+    pub deadline_ms: i64,
+    /// The sidecar instance polling or holding it.
+    pub sidecar_id: String,
+    /// The server's `io.modelcontextprotocol/model-immediate-response`.
+    pub immediate_response: String,
+    /// completed: the processed result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<BackgroundResultRecord>,
+    /// When it became terminal, ms since the epoch; 0 until then.
+    pub finished_at_ms: i64,
+    /// `2025-11-25` or `2026-07-28`.
+    pub protocol_version: String,
+    /// failed: the server's JSON-RPC error object, JSON text.
+    pub error_json: String,
+}
+
+/// The processed result of a finished call (proto `BackgroundResult`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BackgroundResultRecord {
+    /// The raw CallToolResult, JSON text.
+    pub result_json: String,
+    /// `isError`.
+    pub is_error: bool,
+    /// The text the model reads.
+    pub model_text: String,
+    /// structuredContent, JSON text.
+    pub structured_content_json: String,
+    /// Attachments.
+    pub attachments: Vec<AttachmentRecord>,
+    /// outputSchema validation errors.
+    pub validation_errors: Vec<String>,
+}
+
+/// An attachment (proto `Attachment`); `data` is base64 in JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AttachmentRecord {
+    /// File name.
+    pub name: String,
+    /// MIME type.
+    pub mime_type: String,
+    /// Content.
+    #[serde(with = "base64_bytes")]
+    pub data: Vec<u8>,
+    /// Resource URI, if any.
+    pub uri: String,
+    /// Size of the content in bytes.
+    pub size_bytes: u64,
+}
+
+mod base64_bytes {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl BackgroundRecord {
+    /// Whether the status is terminal.
+    pub fn is_terminal(&self) -> bool {
+        is_terminal(&self.status)
+    }
+
+    /// From the wire form.
+    pub fn from_pb(c: pb::BackgroundCall) -> Self {
+        BackgroundRecord {
+            id: c.id,
+            server: c.server,
+            tool: c.tool,
+            engine_tool: c.engine_tool,
+            session_id: c.session_id,
+            run_id: c.run_id,
+            mode: c.mode,
+            task_id: c.task_id,
+            status: c.status,
+            status_message: c.status_message,
+            created_at_ms: c.created_at_ms,
+            updated_at_ms: c.updated_at_ms,
+            poll_after_ms: c.poll_after_ms,
+            poll_interval_ms: c.poll_interval_ms,
+            poll_error_since_ms: c.poll_error_since_ms,
+            last_poll_error: c.last_poll_error,
+            deadline_ms: c.deadline_ms,
+            sidecar_id: c.sidecar_id,
+            immediate_response: c.immediate_response,
+            result: c.result.map(|r| BackgroundResultRecord {
+                result_json: r.result_json,
+                is_error: r.is_error,
+                model_text: r.model_text,
+                structured_content_json: r.structured_content_json,
+                attachments: r
+                    .attachments
+                    .into_iter()
+                    .map(|a| AttachmentRecord {
+                        name: a.name,
+                        mime_type: a.mime_type,
+                        data: a.data,
+                        uri: a.uri,
+                        size_bytes: a.size_bytes,
+                    })
+                    .collect(),
+                validation_errors: r.validation_errors,
+            }),
+            finished_at_ms: c.finished_at_ms,
+            protocol_version: c.protocol_version,
+            error_json: c.error_json,
+        }
+    }
+
+    /// The wire form.
+    pub fn to_pb(&self) -> pb::BackgroundCall {
+        let c = self.clone();
+        pb::BackgroundCall {
+            id: c.id,
+            server: c.server,
+            tool: c.tool,
+            engine_tool: c.engine_tool,
+            session_id: c.session_id,
+            run_id: c.run_id,
+            mode: c.mode,
+            task_id: c.task_id,
+            status: c.status,
+            status_message: c.status_message,
+            created_at_ms: c.created_at_ms,
+            updated_at_ms: c.updated_at_ms,
+            poll_after_ms: c.poll_after_ms,
+            poll_interval_ms: c.poll_interval_ms,
+            poll_error_since_ms: c.poll_error_since_ms,
+            last_poll_error: c.last_poll_error,
+            deadline_ms: c.deadline_ms,
+            sidecar_id: c.sidecar_id,
+            immediate_response: c.immediate_response,
+            result: c.result.map(|r| pb::BackgroundResult {
+                result_json: r.result_json,
+                is_error: r.is_error,
+                model_text: r.model_text,
+                structured_content_json: r.structured_content_json,
+                attachments: r
+                    .attachments
+                    .into_iter()
+                    .map(|a| pb::Attachment {
+                        name: a.name,
+                        mime_type: a.mime_type,
+                        data: a.data,
+                        uri: a.uri,
+                        size_bytes: a.size_bytes,
+                    })
+                    .collect(),
+                validation_errors: r.validation_errors,
+            }),
+            finished_at_ms: c.finished_at_ms,
+            protocol_version: c.protocol_version,
+            error_json: c.error_json,
+        }
+    }
+
+    /// The proto3 JSON form (event data, `--json` output).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("records serialise")
+    }
+
+    /// The index entry [`crate::state::State`] keeps of it.
+    pub fn entry(&self) -> BackgroundEntry {
+        BackgroundEntry {
+            server: self.server.clone(),
+            session_id: self.session_id.clone(),
+            sidecar_id: self.sidecar_id.clone(),
+            mode: self.mode.clone(),
+            status: self.status.clone(),
+            deadline_ms: self.deadline_ms,
+            finished_at_ms: self.finished_at_ms,
+        }
+    }
+}
+
+/// A background-call operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackgroundError {
+    /// The request is malformed (INVALID_ARGUMENT).
+    #[error("{0}")]
+    Invalid(String),
+    /// No such call, or another session's (NOT_FOUND).
+    #[error("background call {0:?} not found")]
+    NotFound(String),
+    /// The server is not configured (NOT_FOUND).
+    #[error("server {0:?} is not configured")]
+    UnknownServer(String),
+    /// The call already finished (FAILED_PRECONDITION).
+    #[error("background call {id:?} already finished ({status})")]
+    Finished {
+        /// The call.
+        id: String,
+        /// Its terminal status.
+        status: String,
+    },
+    /// A CAS loop kept losing (ABORTED).
+    #[error("too much contention updating background call {0:?}; try again")]
+    Contention(String),
+    /// The store failed (UNAVAILABLE).
+    #[error("store unavailable")]
+    Store(
+        #[from]
+        #[source]
+        StoreError,
+    ),
+}
+
+impl From<BackgroundError> for Status {
+    fn from(e: BackgroundError) -> Status {
+        match &e {
+            BackgroundError::Invalid(_) => Status::invalid_argument(e.to_string()),
+            BackgroundError::NotFound(_) | BackgroundError::UnknownServer(_) => {
+                Status::not_found(e.to_string())
+            }
+            BackgroundError::Finished { .. } => Status::failed_precondition(e.to_string()),
+            BackgroundError::Contention(_) => Status::aborted(e.to_string()),
+            BackgroundError::Store(_) => Status::unavailable(format!(
+                "store unavailable: {}",
+                switchyard_sidecar::upstream::error::error_chain(&e)
+            )),
+        }
+    }
+}
+
+/// A report stream held by this replica (where `adopt` messages go).
+#[derive(Debug, Clone)]
+struct LocalStream {
+    sidecar_id: String,
+    serial: u64,
+    tx: mpsc::Sender<Result<pb::ControlMessage, Status>>,
+}
+
+/// The background calls of one replica.
+#[derive(Debug)]
+pub struct Background {
+    config: BackgroundCallsConfig,
+    store: AnyStore,
+    metrics: Metrics,
+    streams: Mutex<HashMap<String, Vec<LocalStream>>>,
+    serial: AtomicUsize,
+    next_stream: AtomicUsize,
+    /// task-mode calls whose server has no live sidecar: since when (this
+    /// replica's view).
+    orphaned_since: Mutex<HashMap<String, i64>>,
+}
+
+/// Unregisters a report stream when dropped.
+#[derive(Debug)]
+pub struct StreamGuard<'a> {
+    background: &'a Background,
+    server: String,
+    serial: u64,
+}
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        let mut streams = self.background.streams.lock().unwrap();
+        if let Some(v) = streams.get_mut(&self.server) {
+            v.retain(|s| s.serial != self.serial);
+            if v.is_empty() {
+                streams.remove(&self.server);
+            }
+        }
+    }
+}
+
+fn json<T: Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("records serialise")
+}
+
+fn parse(kv: &KeyValue) -> Option<BackgroundRecord> {
+    match serde_json::from_slice::<BackgroundRecord>(&kv.value) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(key = %kv.key, error = %e, "ignoring a background call record that does not parse");
+            None
+        }
+    }
+}
+
+/// Ids that become store key segments: 1 to 128 characters, no `/`, no
+/// control characters.
+fn check_id(id: &str) -> Result<(), BackgroundError> {
+    if id.is_empty() || id.len() > 128 || id.contains('/') || id.chars().any(char::is_control) {
+        return Err(BackgroundError::Invalid(
+            "call.id: 1 to 128 characters, without '/' or control characters".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A new random UUID (version 4), for a background call's id.
+pub fn new_uuid() -> String {
+    use rand::Rng;
+    let mut b: [u8; 16] = rand::rng().random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// What the model reads when a call moved to the background: the fixed
+/// sentence, then the server's model-immediate-response text, if any.
+pub fn moved_text(engine_tool: &str, id: &str, immediate_response: &str) -> String {
+    let mut text = format!(
+        "The call to {engine_tool} is still running and has moved to the background (id {id}). Its result will arrive as a new message when it finishes. End this turn."
+    );
+    if !immediate_response.is_empty() {
+        text.push_str("\n\n");
+        text.push_str(immediate_response);
+    }
+    text
+}
+
+/// The session event of a terminal record: `background_call.<status>`,
+/// at its `finished_at_ms`, data = the record's proto3 JSON form.
+pub fn event_of(rec: &BackgroundRecord) -> pb::SessionEvent {
+    pb::SessionEvent {
+        r#type: format!("background_call.{}", rec.status),
+        session_id: rec.session_id.clone(),
+        at_ms: rec.finished_at_ms,
+        data_json: rec.to_json().to_string(),
+    }
+}
+
+/// Whether a change record is an event for `session`: terminal, the
+/// session's.
+pub fn is_event_for(rec: &BackgroundRecord, session: &str) -> bool {
+    rec.is_terminal() && rec.session_id == session
+}
+
+impl Background {
+    /// The background calls of a replica over `store`.
+    pub fn new(config: BackgroundCallsConfig, store: AnyStore, metrics: Metrics) -> Self {
+        Background {
+            config,
+            store,
+            metrics,
+            streams: Mutex::new(HashMap::new()),
+            serial: AtomicUsize::new(0),
+            next_stream: AtomicUsize::new(0),
+            orphaned_since: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BackgroundCallsConfig {
+        &self.config
+    }
+
+    async fn timed<T, F: std::future::Future<Output = Result<T, StoreError>>>(
+        &self,
+        op: &'static str,
+        f: F,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let r = f.await;
+        self.metrics.store_op(op, started.elapsed(), r.is_ok());
+        r
+    }
+
+    /// The `BackgroundPolicy` of an engine call of `tool` on `server`
+    /// (`always`: the tool's policy record says `background: always`;
+    /// `running`: non-terminal background calls of the server now).
+    pub fn policy(&self, engine_tool: &str, always: bool, running: usize) -> pb::BackgroundPolicy {
+        pb::BackgroundPolicy {
+            background_call_id: new_uuid(),
+            auto_after_ms: if always {
+                0
+            } else {
+                self.config.auto_after_sec.saturating_mul(1000)
+            },
+            allowed: running < self.config.max_per_target as usize,
+            foreground_limit_ms: FOREGROUND_LIMIT_MS,
+            max_duration_ms: self.config.max_duration_sec.saturating_mul(1000),
+            engine_tool: engine_tool.to_owned(),
+        }
+    }
+
+    /// Counts a call that moved to the background (by the replica that
+    /// answered the engine).
+    pub fn count_moved(&self, server: &str, mode: &str) {
+        self.metrics.background_moved(server, bounded_mode(mode));
+    }
+
+    fn count_finished(&self, rec: &BackgroundRecord) {
+        self.metrics
+            .background_finished(&rec.server, bounded_mode(&rec.mode), &rec.status);
+    }
+
+    /// One record straight from the store.
+    pub async fn get(&self, id: &str) -> Result<Option<BackgroundRecord>, BackgroundError> {
+        check_id(id)?;
+        Ok(self
+            .timed("get", self.store.get(&background_key(id)))
+            .await?
+            .as_ref()
+            .and_then(parse))
+    }
+
+    /// Every record from the store (a prefix list), oldest first.
+    pub async fn list_all(&self) -> Result<Vec<BackgroundRecord>, BackgroundError> {
+        let listing = self.timed("list", self.store.list(PREFIX)).await?;
+        let mut all: Vec<_> = listing
+            .kvs
+            .iter()
+            .filter_map(|kv| {
+                parse(kv).filter(|r| kv.key.strip_prefix(PREFIX) == Some(r.id.as_str()))
+            })
+            .collect();
+        all.sort_by(|a, b| a.created_at_ms.cmp(&b.created_at_ms).then(a.id.cmp(&b.id)));
+        Ok(all)
+    }
+
+    /// The records of `session` (all sessions when empty), running ones
+    /// unless `include_finished`, oldest first.
+    pub async fn list(
+        &self,
+        session: &str,
+        include_finished: bool,
+    ) -> Result<Vec<BackgroundRecord>, BackgroundError> {
+        Ok(self
+            .list_all()
+            .await?
+            .into_iter()
+            .filter(|r| session.is_empty() || r.session_id == session)
+            .filter(|r| include_finished || !r.is_terminal())
+            .collect())
+    }
+
+    /// The finished calls of `session` with `finished_at_ms > after_ms`,
+    /// in the order they finished (the replay of `SubscribeEvents`).
+    pub async fn finished_of(
+        &self,
+        session: &str,
+        after_ms: i64,
+    ) -> Result<Vec<BackgroundRecord>, BackgroundError> {
+        let mut done: Vec<_> = self
+            .list_all()
+            .await?
+            .into_iter()
+            .filter(|r| is_event_for(r, session) && r.finished_at_ms > after_ms)
+            .collect();
+        done.sort_by(|a, b| {
+            a.finished_at_ms
+                .cmp(&b.finished_at_ms)
+                .then(a.id.cmp(&b.id))
+        });
+        Ok(done)
+    }
+
+    /// `SidecarRegistry.UpdateBackgroundCall`: validates `incoming` and
+    /// creates or updates its record (CAS), returning the record as
+    /// stored. A terminal record is final: it is returned unchanged. On an
+    /// update, what the control plane fixed at creation (server, tool,
+    /// engine tool, session, run, mode, created_at_ms) is kept; a
+    /// non-terminal update from a sidecar that is not the record's owner
+    /// while that owner is live (the call was adopted) is ignored.
+    /// Errors: [`BackgroundError::Invalid`] (no id, unknown status or
+    /// mode, task mode without taskId), [`BackgroundError::UnknownServer`],
+    /// store failures.
+    pub async fn upsert(
+        &self,
+        snap: &Snapshot,
+        incoming: BackgroundRecord,
+    ) -> Result<BackgroundRecord, BackgroundError> {
+        check_id(&incoming.id)?;
+        if !STATUSES.contains(&incoming.status.as_str()) {
+            return Err(BackgroundError::Invalid(format!(
+                "call.status: {:?} is not one of {}",
+                incoming.status,
+                STATUSES.join(", ")
+            )));
+        }
+        if !matches!(incoming.mode.as_str(), "wait" | "task") {
+            return Err(BackgroundError::Invalid(format!(
+                "call.mode: {:?} is not \"wait\" or \"task\"",
+                incoming.mode
+            )));
+        }
+        if incoming.mode == "task" && incoming.task_id.is_empty() {
+            return Err(BackgroundError::Invalid(
+                "call.task_id: required in task mode".into(),
+            ));
+        }
+        if incoming.session_id.contains('/') || incoming.session_id.len() > 128 {
+            return Err(BackgroundError::Invalid(
+                "call.session_id: at most 128 characters, without '/'".into(),
+            ));
+        }
+        if !snap.servers.contains_key(&incoming.server)
+            && self
+                .timed("get", self.store.get(&server_key(&incoming.server)))
+                .await?
+                .is_none()
+        {
+            return Err(BackgroundError::UnknownServer(incoming.server));
+        }
+        let key = background_key(&incoming.id);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let old = self.timed("get", self.store.get(&key)).await?;
+            let stored = old.as_ref().and_then(parse);
+            let now = now_ms();
+            let mut rec = incoming.clone();
+            match &stored {
+                Some(s) if s.is_terminal() => return Ok(s.clone()),
+                Some(s) => {
+                    if s.server != rec.server {
+                        return Err(BackgroundError::Invalid(format!(
+                            "call.server: {:?}, but background call {} belongs to {:?}",
+                            rec.server, rec.id, s.server
+                        )));
+                    }
+                    if !rec.is_terminal()
+                        && s.sidecar_id != rec.sidecar_id
+                        && snap
+                            .sidecars
+                            .get(&s.server)
+                            .is_some_and(|m| m.contains_key(&s.sidecar_id))
+                    {
+                        tracing::info!(id = %rec.id, owner = %s.sidecar_id, from = %rec.sidecar_id, "ignoring an update from a sidecar that does not own the background call");
+                        return Ok(s.clone());
+                    }
+                    rec.tool = s.tool.clone();
+                    rec.engine_tool = s.engine_tool.clone();
+                    rec.session_id = s.session_id.clone();
+                    rec.run_id = s.run_id.clone();
+                    rec.mode = s.mode.clone();
+                    rec.created_at_ms = s.created_at_ms;
+                    if rec.deadline_ms == 0 {
+                        rec.deadline_ms = s.deadline_ms;
+                    }
+                    if rec.immediate_response.is_empty() {
+                        rec.immediate_response = s.immediate_response.clone();
+                    }
+                    // The same content again: nothing to write.
+                    let mut same = rec.clone();
+                    same.updated_at_ms = s.updated_at_ms;
+                    if same == *s {
+                        return Ok(s.clone());
+                    }
+                }
+                None => {
+                    if rec.created_at_ms == 0 {
+                        rec.created_at_ms = now;
+                    }
+                    if rec.deadline_ms == 0 {
+                        rec.deadline_ms = rec.created_at_ms.saturating_add(
+                            (self.config.max_duration_sec.saturating_mul(1000)) as i64,
+                        );
+                    }
+                }
+            }
+            rec.updated_at_ms = now;
+            if rec.is_terminal() {
+                if rec.finished_at_ms == 0 {
+                    rec.finished_at_ms = now;
+                }
+            } else {
+                rec.finished_at_ms = 0;
+            }
+            let value = fit(&mut rec);
+            let r = self
+                .timed(
+                    "txn",
+                    self.store.txn(
+                        Txn::new()
+                            .when([Compare::mod_revision(
+                                &key,
+                                old.as_ref().map_or(0, |kv| kv.mod_revision),
+                            )])
+                            .and_then([Op::put(&key, value)]),
+                    ),
+                )
+                .await?;
+            if r.succeeded {
+                if rec.is_terminal() {
+                    self.count_finished(&rec);
+                }
+                return Ok(rec);
+            }
+        }
+        Err(BackgroundError::Contention(incoming.id))
+    }
+
+    /// Changes a stored, non-terminal record with `f` (CAS). `f` returns
+    /// false to leave it alone. Returns the record after the change and
+    /// whether this call changed it; `Ok(None)` if absent. A terminal
+    /// record is returned unchanged (`false`).
+    async fn transition(
+        &self,
+        id: &str,
+        mut f: impl FnMut(&mut BackgroundRecord) -> bool,
+    ) -> Result<Option<(BackgroundRecord, bool)>, BackgroundError> {
+        let key = background_key(id);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some(old) = self.timed("get", self.store.get(&key)).await? else {
+                return Ok(None);
+            };
+            let Some(mut rec) = parse(&old) else {
+                return Ok(None);
+            };
+            if rec.is_terminal() {
+                return Ok(Some((rec, false)));
+            }
+            let before = rec.clone();
+            if !f(&mut rec) {
+                return Ok(Some((before, false)));
+            }
+            let now = now_ms();
+            rec.updated_at_ms = now;
+            if rec.is_terminal() && rec.finished_at_ms == 0 {
+                rec.finished_at_ms = now;
+            }
+            let r = self
+                .timed(
+                    "txn",
+                    self.store.txn(
+                        Txn::new()
+                            .when([Compare::mod_revision(&key, old.mod_revision)])
+                            .and_then([Op::put(&key, json(&rec))]),
+                    ),
+                )
+                .await?;
+            if r.succeeded {
+                if rec.is_terminal() {
+                    self.count_finished(&rec);
+                }
+                return Ok(Some((rec, true)));
+            }
+        }
+        Err(BackgroundError::Contention(id.to_owned()))
+    }
+
+    /// Makes a running call terminal with `status` (`failed` or
+    /// `cancelled`) and `message`. Returns the record and whether this
+    /// call finished it.
+    pub async fn finish(
+        &self,
+        id: &str,
+        status: &str,
+        message: &str,
+    ) -> Result<Option<(BackgroundRecord, bool)>, BackgroundError> {
+        self.transition(id, |r| {
+            r.status = status.to_owned();
+            r.status_message = message.to_owned();
+            true
+        })
+        .await
+    }
+
+    /// Fails a running call if `owner` still owns it (the index this
+    /// replica decided on may be a moment old).
+    async fn fail_if_owned(
+        &self,
+        id: &str,
+        owner: &str,
+        message: &str,
+    ) -> Result<Option<(BackgroundRecord, bool)>, BackgroundError> {
+        self.transition(id, |r| {
+            if r.sidecar_id != owner {
+                return false;
+            }
+            r.status = "failed".into();
+            r.status_message = message.to_owned();
+            true
+        })
+        .await
+    }
+
+    /// Cancels a running call (engine API, CLI): recorded as `cancelled`
+    /// first, then the owning sidecar's `CancelBackgroundCall` is called
+    /// (best effort, bounded: `tasks/cancel` upstream or dropping the held
+    /// request). With `session`, the call must be that session's.
+    /// Errors: [`BackgroundError::NotFound`], [`BackgroundError::Finished`].
+    pub async fn cancel(
+        &self,
+        cp: &ControlPlane,
+        id: &str,
+        session: &str,
+    ) -> Result<BackgroundRecord, BackgroundError> {
+        check_id(id)?;
+        let mut other_session = false;
+        let outcome = self
+            .transition(id, |r| {
+                if !session.is_empty() && r.session_id != session {
+                    other_session = true;
+                    return false;
+                }
+                r.status = "cancelled".into();
+                r.status_message = "cancelled by the user".into();
+                true
+            })
+            .await?;
+        let (rec, changed) = match outcome {
+            None => return Err(BackgroundError::NotFound(id.to_owned())),
+            Some(_) if other_session => return Err(BackgroundError::NotFound(id.to_owned())),
+            Some(x) => x,
+        };
+        if !session.is_empty() && rec.session_id != session {
+            return Err(BackgroundError::NotFound(id.to_owned()));
+        }
+        if !changed {
+            return Err(BackgroundError::Finished {
+                id: rec.id,
+                status: rec.status,
+            });
+        }
+        tracing::info!(id = %rec.id, server = %rec.server, tool = %rec.tool, "background call cancelled");
+        tell_sidecar_cancel(cp, &rec).await;
+        Ok(rec)
+    }
+
+    /// Registers a report stream of `sidecar_id` (of `server`) held by
+    /// this replica, for adoption; dropped with the guard.
+    pub fn register_stream(
+        &self,
+        server: &str,
+        sidecar_id: &str,
+        tx: mpsc::Sender<Result<pb::ControlMessage, Status>>,
+    ) -> StreamGuard<'_> {
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed) as u64;
+        self.streams
+            .lock()
+            .unwrap()
+            .entry(server.to_owned())
+            .or_default()
+            .push(LocalStream {
+                sidecar_id: sidecar_id.to_owned(),
+                serial,
+                tx,
+            });
+        StreamGuard {
+            background: self,
+            server: server.to_owned(),
+            serial,
+        }
+    }
+
+    /// A report stream of `server` held here, preferring sidecars whose
+    /// upstream is connected.
+    fn pick_stream(&self, snap: &Snapshot, server: &str) -> Option<LocalStream> {
+        let streams = self.streams.lock().unwrap();
+        let all = streams.get(server)?;
+        let live = |s: &&LocalStream| {
+            snap.sidecars
+                .get(server)
+                .and_then(|m| m.get(&s.sidecar_id))
+                .is_some()
+        };
+        let connected: Vec<&LocalStream> = all
+            .iter()
+            .filter(live)
+            .filter(|s| {
+                snap.sidecars
+                    .get(server)
+                    .and_then(|m| m.get(&s.sidecar_id))
+                    .is_some_and(|r| r.upstream_state == "connected")
+            })
+            .collect();
+        let candidates: Vec<&LocalStream> = if connected.is_empty() {
+            all.iter().filter(live).collect()
+        } else {
+            connected
+        };
+        if candidates.is_empty() {
+            return None;
+        }
+        let i = self.next_stream.fetch_add(1, Ordering::Relaxed) % candidates.len();
+        Some(candidates[i].clone())
+    }
+
+    /// Whether `sidecar_id` of `server` is registered: the read model
+    /// first, then the store (the read model may lag a new registration).
+    async fn sidecar_live(&self, snap: &Snapshot, server: &str, sidecar_id: &str) -> bool {
+        if sidecar_id.is_empty() {
+            return false;
+        }
+        if in_snapshot(snap, server, sidecar_id) {
+            return true;
+        }
+        // Unsure (a store failure): count it live, so nothing is failed
+        // or adopted on a guess.
+        self.timed("get", self.store.get(&sidecar_key(server, sidecar_id)))
+            .await
+            .map_or(true, |kv| kv.is_some())
+    }
+
+    /// Moves a task-mode call whose owner is gone to `to` (CAS on the old
+    /// owner). Returns the adopted record.
+    async fn adopt(
+        &self,
+        snap: &Snapshot,
+        id: &str,
+        to: &str,
+    ) -> Result<Option<BackgroundRecord>, BackgroundError> {
+        let Some(current) = self.get(id).await? else {
+            return Ok(None);
+        };
+        if current.is_terminal() || current.mode != "task" || current.sidecar_id == to {
+            return Ok(None);
+        }
+        if self
+            .sidecar_live(snap, &current.server, &current.sidecar_id)
+            .await
+        {
+            return Ok(None);
+        }
+        let from = current.sidecar_id.clone();
+        let adopted = self
+            .transition(id, |r| {
+                if r.sidecar_id != from {
+                    return false;
+                }
+                r.sidecar_id = to.to_owned();
+                true
+            })
+            .await?;
+        match adopted {
+            Some((rec, true)) => {
+                tracing::info!(id = %rec.id, server = %rec.server, from = %from, to = %to, "background task adopted by another sidecar");
+                self.orphaned_since.lock().unwrap().remove(id);
+                Ok(Some(rec))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A sidecar said hello on a report stream this replica holds: the
+    /// calls it owns (a sidecar that reconnected, or restarted with the
+    /// same id: task mode and wait mode) and the task-mode calls whose
+    /// sidecar is gone are sent to it in `adopt` messages.
+    pub async fn on_hello(
+        &self,
+        cp: &ControlPlane,
+        server: &str,
+        sidecar_id: &str,
+        tx: &mpsc::Sender<Result<pb::ControlMessage, Status>>,
+    ) {
+        let snap = cp.state.snapshot();
+        let mut calls = Vec::new();
+        for (id, e) in cp.state.background_index() {
+            if e.server != server || is_terminal(&e.status) {
+                continue;
+            }
+            // A wait-mode call is only ever sent back to the sidecar id that
+            // held it: a sidecar that restarted under the same id (a
+            // container restart in the same pod) does not hold it any more
+            // and reports it failed.
+            if e.mode != "task" && e.sidecar_id != sidecar_id {
+                continue;
+            }
+            let result = if e.sidecar_id == sidecar_id {
+                self.get(&id)
+                    .await
+                    .map(|r| r.filter(|r| !r.is_terminal() && r.sidecar_id == sidecar_id))
+            } else if !self.sidecar_live(&snap, server, &e.sidecar_id).await {
+                self.adopt(&snap, &id, sidecar_id).await
+            } else {
+                continue;
+            };
+            match result {
+                Ok(Some(rec)) => calls.push(rec.to_pb()),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(%id, %server, error = %e, "adopting a background call failed; the sweeper retries")
+                }
+            }
+        }
+        send_adopt(tx, server, sidecar_id, calls).await;
+    }
+
+    /// One sweep (see the module doc). Errors are logged; the next sweep
+    /// retries.
+    pub async fn sweep(&self, cp: &ControlPlane) {
+        let now = now_ms();
+        let snap = cp.state.snapshot();
+        let retention_ms = self.config.retention_sec.saturating_mul(1000) as i64;
+        let mut adopted: HashMap<(String, String), (LocalStream, Vec<pb::BackgroundCall>)> =
+            HashMap::new();
+        let index = cp.state.background_index();
+        {
+            let mut orphans = self.orphaned_since.lock().unwrap();
+            orphans.retain(|id, _| {
+                index
+                    .iter()
+                    .any(|(i, e)| i == id && !is_terminal(&e.status))
+            });
+        }
+        for (id, e) in index {
+            if cp.shutdown.is_cancelled() {
+                return;
+            }
+            if is_terminal(&e.status) {
+                if e.finished_at_ms > 0
+                    && now.saturating_sub(e.finished_at_ms) > retention_ms
+                    && let Err(err) = self.delete_finished(&id).await
+                {
+                    tracing::warn!(%id, error = %err, "deleting a finished background call failed");
+                }
+                continue;
+            }
+            if e.deadline_ms > 0 && now > e.deadline_ms.saturating_add(DEADLINE_GRACE_MS) {
+                let msg = format!(
+                    "the background call ran past its maximum duration (backgroundCalls.maxDurationSec = {} s)",
+                    self.config.max_duration_sec
+                );
+                match self.finish(&id, "failed", &msg).await {
+                    Ok(Some((rec, true))) => {
+                        tracing::warn!(%id, server = %rec.server, "background call failed: past its deadline");
+                        tell_sidecar_cancel(cp, &rec).await;
+                    }
+                    Ok(_) => {}
+                    Err(err) => {
+                        tracing::warn!(%id, error = %err, "failing a background call failed")
+                    }
+                }
+                continue;
+            }
+            // The read model first (cheap); the store confirms before
+            // anything is done.
+            if in_snapshot(&snap, &e.server, &e.sidecar_id) {
+                self.orphaned_since.lock().unwrap().remove(&id);
+                continue;
+            }
+            if e.mode == "wait" {
+                if self.sidecar_live(&snap, &e.server, &e.sidecar_id).await {
+                    continue;
+                }
+                let msg = "the sidecar holding the call restarted or went away";
+                match self.fail_if_owned(&id, &e.sidecar_id, msg).await {
+                    Ok(Some((rec, true))) => {
+                        tracing::warn!(%id, server = %rec.server, sidecar = %e.sidecar_id, "background call failed: {msg}")
+                    }
+                    Ok(_) => {}
+                    Err(err) => {
+                        tracing::warn!(%id, error = %err, "failing a background call failed")
+                    }
+                }
+                continue;
+            }
+            // task mode: adopted by a live sidecar whose stream is here.
+            if let Some(stream) = self.pick_stream(&snap, &e.server) {
+                match self.adopt(&snap, &id, &stream.sidecar_id).await {
+                    Ok(Some(rec)) => {
+                        adopted
+                            .entry((e.server.clone(), stream.sidecar_id.clone()))
+                            .or_insert_with(|| (stream.clone(), Vec::new()))
+                            .1
+                            .push(rec.to_pb());
+                    }
+                    Ok(None) => {}
+                    Err(err) => {
+                        tracing::warn!(%id, error = %err, "adopting a background call failed")
+                    }
+                }
+                continue;
+            }
+            let any_live = snap.sidecars.get(&e.server).is_some_and(|m| !m.is_empty());
+            if any_live {
+                // Another replica holds the live sidecars' streams.
+                self.orphaned_since.lock().unwrap().remove(&id);
+                continue;
+            }
+            let since = *self
+                .orphaned_since
+                .lock()
+                .unwrap()
+                .entry(id.clone())
+                .or_insert(now);
+            if now - since > ORPHAN_LIMIT_MS
+                && !self.sidecar_live(&snap, &e.server, &e.sidecar_id).await
+            {
+                let msg = format!(
+                    "no live sidecar of {} for {} minutes to poll the task",
+                    e.server,
+                    ORPHAN_LIMIT_MS / 60_000
+                );
+                match self.fail_if_owned(&id, &e.sidecar_id, &msg).await {
+                    Ok(Some((_, true))) => {
+                        tracing::warn!(%id, server = %e.server, "background call failed: {msg}")
+                    }
+                    Ok(_) => {}
+                    Err(err) => {
+                        tracing::warn!(%id, error = %err, "failing a background call failed")
+                    }
+                }
+            }
+        }
+        for ((server, sidecar_id), (stream, calls)) in adopted {
+            send_adopt(&stream.tx, &server, &sidecar_id, calls).await;
+        }
+    }
+
+    /// Deletes a finished record (retention): only while it is still
+    /// terminal at the revision read.
+    async fn delete_finished(&self, id: &str) -> Result<(), BackgroundError> {
+        let key = background_key(id);
+        let Some(kv) = self.timed("get", self.store.get(&key)).await? else {
+            return Ok(());
+        };
+        if parse(&kv).is_some_and(|r| !r.is_terminal()) {
+            return Ok(());
+        }
+        self.timed(
+            "txn",
+            self.store.txn(
+                Txn::new()
+                    .when([Compare::mod_revision(&key, kv.mod_revision)])
+                    .and_then([Op::delete(&key)]),
+            ),
+        )
+        .await?;
+        tracing::debug!(%id, "finished background call deleted (retention)");
+        Ok(())
+    }
+}
+
+/// Whether the read model has `sidecar_id` of `server` registered.
+fn in_snapshot(snap: &Snapshot, server: &str, sidecar_id: &str) -> bool {
+    snap.sidecars
+        .get(server)
+        .is_some_and(|m| m.contains_key(sidecar_id))
+}
+
+fn bounded_mode(mode: &str) -> &'static str {
+    match mode {
+        "task" => "task",
+        _ => "wait",
+    }
+}
+
+async fn send_adopt(
+    tx: &mpsc::Sender<Result<pb::ControlMessage, Status>>,
+    server: &str,
+    sidecar_id: &str,
+    calls: Vec<pb::BackgroundCall>,
+) {
+    for chunk in calls.chunks(ADOPT_BATCH) {
+        let msg = pb::ControlMessage {
+            message: Some(pb::control_message::Message::Adopt(pb::BackgroundCalls {
+                calls: chunk.to_vec(),
+            })),
+        };
+        match tokio::time::timeout(Duration::from_secs(5), tx.send(Ok(msg))).await {
+            Ok(Ok(())) => {
+                tracing::info!(%server, sidecar = %sidecar_id, calls = chunk.len(), "background tasks sent to the sidecar to poll")
+            }
+            // The stream is gone or stuck: the calls' owner is then not
+            // live, and the next sweep adopts them elsewhere.
+            _ => {
+                tracing::warn!(%server, sidecar = %sidecar_id, "could not send adopted background tasks to the sidecar");
+                return;
+            }
+        }
+    }
+}
+
+/// Best effort: `SidecarCalls.CancelBackgroundCall` at the record's
+/// owner, if it is live (bounded to 5 s; failures are logged).
+async fn tell_sidecar_cancel(cp: &ControlPlane, rec: &BackgroundRecord) {
+    let snap = cp.state.snapshot();
+    let Some(sidecar) = snap
+        .sidecars
+        .get(&rec.server)
+        .and_then(|m| m.get(&rec.sidecar_id))
+    else {
+        tracing::debug!(id = %rec.id, sidecar = %rec.sidecar_id, "the background call's sidecar is gone; nothing to cancel there");
+        return;
+    };
+    let mut client = match cp.router.sidecar_client(&sidecar.call_address) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(id = %rec.id, error = %e, "cannot reach the sidecar to cancel a background call");
+            return;
+        }
+    };
+    let mut req = tonic::Request::new(pb::SidecarCancelBackgroundRequest {
+        id: rec.id.clone(),
+        task_id: rec.task_id.clone(),
+    });
+    req.set_timeout(Duration::from_secs(5));
+    match client.cancel_background_call(req).await {
+        Ok(r) => {
+            tracing::info!(id = %rec.id, sidecar = %rec.sidecar_id, found = r.into_inner().found, "sidecar told to cancel the background call")
+        }
+        Err(e) => {
+            tracing::warn!(id = %rec.id, sidecar = %rec.sidecar_id, error = %e, "the sidecar did not take the background call's cancellation")
+        }
+    }
+}
+
+/// Runs [`Background::sweep`] every `backgroundCalls.sweepIntervalMs`
+/// until the replica shuts down.
+pub fn spawn_sweeper(cp: Arc<ControlPlane>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let every = Duration::from_millis(cp.background.config().sweep_interval_ms.max(50));
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => cp.background.sweep(&cp).await,
+                _ = cp.shutdown.cancelled() => return,
+            }
+        }
+    })
+}
+
+/// Keeps a record under [`MAX_RECORD_BYTES`]: drops the attachments'
+/// content (noted in `status_message`) if it is larger. Returns the JSON.
+fn fit(rec: &mut BackgroundRecord) -> Vec<u8> {
+    let value = json(rec);
+    if value.len() <= MAX_RECORD_BYTES {
+        return value;
+    }
+    if let Some(r) = rec.result.as_mut()
+        && r.attachments.iter().any(|a| !a.data.is_empty())
+    {
+        for a in &mut r.attachments {
+            a.data.clear();
+        }
+        let note = "(the result's attachments were too large to keep and were dropped)";
+        if rec.status_message.is_empty() {
+            rec.status_message = note.into();
+        } else {
+            rec.status_message = format!("{} {note}", rec.status_message);
+        }
+        tracing::warn!(id = %rec.id, bytes = value.len(), "background call record too large: attachments dropped");
+        return json(rec);
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_are_version_4() {
+        let id = new_uuid();
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "4");
+        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"), "{id}");
+        assert_ne!(id, new_uuid());
+    }
+
+    #[test]
+    fn records_round_trip_in_proto3_json_form() {
+        let rec = BackgroundRecord {
+            id: "b1".into(),
+            server: "s".into(),
+            mode: "task".into(),
+            task_id: "t".into(),
+            status: "completed".into(),
+            finished_at_ms: 5,
+            result: Some(BackgroundResultRecord {
+                model_text: "done".into(),
+                attachments: vec![AttachmentRecord {
+                    name: "a.bin".into(),
+                    data: vec![0, 1, 2],
+                    size_bytes: 3,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let v = rec.to_json();
+        assert_eq!(v["taskId"], "t");
+        assert_eq!(v["finishedAtMs"], 5);
+        assert_eq!(v["result"]["modelText"], "done");
+        assert_eq!(v["result"]["attachments"][0]["data"], "AAEC");
+        let back: BackgroundRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(back, rec);
+        assert_eq!(BackgroundRecord::from_pb(rec.to_pb()), rec);
+        let ev = event_of(&rec);
+        assert_eq!(ev.r#type, "background_call.completed");
+        assert_eq!(ev.at_ms, 5);
+    }
+
+    #[test]
+    fn moved_text_carries_the_immediate_response() {
+        let t = moved_text("s__t", "id-1", "Working on it.");
+        assert!(t.starts_with("The call to s__t is still running and has moved to the background (id id-1). Its result will arrive as a new message when it finishes. End this turn.\n\nWorking on it."), "{t}");
+        assert!(moved_text("s__t", "id-1", "").ends_with("End this turn."));
+    }
+
+    #[test]
+    fn oversized_records_lose_attachment_content() {
+        let mut rec = BackgroundRecord {
+            id: "b".into(),
+            status: "completed".into(),
+            result: Some(BackgroundResultRecord {
+                attachments: vec![AttachmentRecord {
+                    data: vec![7; MAX_RECORD_BYTES],
+                    size_bytes: MAX_RECORD_BYTES as u64,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let v = fit(&mut rec);
+        assert!(v.len() < MAX_RECORD_BYTES);
+        assert!(rec.status_message.contains("too large"));
+        assert_eq!(
+            rec.result.unwrap().attachments[0].size_bytes,
+            MAX_RECORD_BYTES as u64
+        );
+    }
+}

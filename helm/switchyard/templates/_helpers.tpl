@@ -1,0 +1,222 @@
+{{/* Names, labels and shared fragments of the Switchyard chart. */}}
+
+{{- define "switchyard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "switchyard.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "switchyard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "switchyard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "switchyard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "switchyard.labels" -}}
+helm.sh/chart: {{ include "switchyard.chart" . }}
+{{ include "switchyard.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: switchyard
+{{- end -}}
+
+{{- define "switchyard.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The control plane's effective replica count: 1 on the embedded store. */}}
+{{- define "switchyard.cpReplicas" -}}
+{{- if eq .Values.store.backend "embedded" -}}1{{- else -}}{{ .Values.controlPlane.replicas }}{{- end -}}
+{{- end -}}
+
+{{- define "switchyard.etcdName" -}}
+{{- printf "%s-etcd" (include "switchyard.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* etcd client URLs as a list (JSON), bundled members or external. */}}
+{{- define "switchyard.etcdEndpoints" -}}
+{{- $eps := list -}}
+{{- if .Values.etcd.bundled -}}
+{{- $name := include "switchyard.etcdName" . -}}
+{{- range $i := until (int .Values.etcd.replicas) -}}
+{{- $eps = append $eps (printf "http://%s-%d.%s-headless.%s.svc:%d" $name $i $name $.Release.Namespace (int $.Values.etcd.clientPort)) -}}
+{{- end -}}
+{{- else -}}
+{{- $eps = .Values.etcd.externalEndpoints -}}
+{{- end -}}
+{{- toJson $eps -}}
+{{- end -}}
+
+{{/* A server's Kubernetes name part: lower case, "_" -> "-". */}}
+{{- define "switchyard.serverSlug" -}}
+{{- . | lower | replace "_" "-" -}}
+{{- end -}}
+
+{{/* Base name of one server's resources. Call with (dict "root" $ "server" $s). */}}
+{{- define "switchyard.serverFullname" -}}
+{{- printf "%s-%s" (include "switchyard.fullname" .root) (include "switchyard.serverSlug" .server.name) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "switchyard.scheme" -}}
+{{- if .Values.tls.enabled -}}https{{- else -}}http{{- end -}}
+{{- end -}}
+
+{{/* The control plane URL sidecars dial. */}}
+{{- define "switchyard.controlPlaneUrl" -}}
+{{- if .Values.controlPlane.url -}}
+{{- .Values.controlPlane.url -}}
+{{- else -}}
+{{- printf "%s://%s.%s.svc:%d" (include "switchyard.scheme" .) (include "switchyard.fullname" .) .Release.Namespace (int .Values.controlPlane.grpcPort) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Secret names. */}}
+{{- define "switchyard.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "switchyard.fullname" .)) .Values.tls.existingSecret -}}
+{{- end -}}
+{{- define "switchyard.sidecarTlsSecret" -}}
+{{- default (include "switchyard.tlsSecret" .) .Values.tls.sidecarExistingSecret -}}
+{{- end -}}
+{{- define "switchyard.authSecret" -}}
+{{- default (printf "%s-auth" (include "switchyard.fullname" .)) .Values.auth.existingSecret -}}
+{{- end -}}
+{{- define "switchyard.keySecret" -}}
+{{- default (printf "%s-token-encryption" (include "switchyard.fullname" .)) .Values.store.tokenEncryption.existingSecret -}}
+{{- end -}}
+
+{{/* Mount paths inside the pods (the rendered configurations name them). */}}
+{{- define "switchyard.configDir" -}}/etc/switchyard/config{{- end -}}
+{{- define "switchyard.tlsDir" -}}/etc/switchyard/tls{{- end -}}
+{{- define "switchyard.authDir" -}}/etc/switchyard/auth{{- end -}}
+{{- define "switchyard.keyDir" -}}/etc/switchyard/keys{{- end -}}
+{{- define "switchyard.dataDir" -}}/var/lib/switchyard{{- end -}}
+
+{{/* Whether an [auth] table and token files are rendered. */}}
+{{- define "switchyard.authEnabled" -}}
+{{- if or .Values.auth.required .Values.auth.tokens .Values.auth.mtls -}}true{{- end -}}
+{{- end -}}
+
+{{/* A TOML inline table from a map of strings. */}}
+{{- define "switchyard.tomlTable" -}}
+{{- $parts := list -}}
+{{- range $k, $v := . -}}
+{{- $parts = append $parts (printf "%s = %s" (toJson (toString $k)) (toJson (toString $v))) -}}
+{{- end -}}
+{{- printf "{ %s }" (join ", " $parts) -}}
+{{- end -}}
+
+{{/* The MCP URL of an http server as its sidecar reaches it. */}}
+{{- define "switchyard.serverUrl" -}}
+{{- if .url -}}
+{{- .url -}}
+{{- else -}}
+{{- printf "http://127.0.0.1:%d%s" (int .port) (default "/mcp" .path) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The keys of one server, shared by the control plane's [[servers]] entries
+and each sidecar's [server] table (ServerConfig, docs/configuration.md).
+*/}}
+{{- define "switchyard.serverToml" -}}
+name = {{ .name | toJson }}
+transport = {{ .transport | toJson }}
+{{- if eq .transport "stdio" }}
+command = {{ .command | toJson }}
+{{- if .args }}
+args = {{ .args | toJson }}
+{{- end }}
+{{- if .env }}
+env = {{ include "switchyard.tomlTable" .env }}
+{{- end }}
+{{- if .cwd }}
+cwd = {{ .cwd | toJson }}
+{{- end }}
+{{- else }}
+url = {{ include "switchyard.serverUrl" . | toJson }}
+{{- if .headers }}
+headers = {{ include "switchyard.tomlTable" .headers }}
+{{- end }}
+{{- end }}
+{{- if .era }}
+era = {{ .era | toJson }}
+{{- end }}
+{{- if .requestTimeoutSec }}
+request_timeout_sec = {{ int64 .requestTimeoutSec }}
+{{- end }}
+{{- if .maxMessageBytes }}
+max_message_bytes = {{ int64 .maxMessageBytes }}
+{{- end }}
+{{- end -}}
+
+{{/* Checks that span several values; fails the render with a clear message. */}}
+{{- define "switchyard.validate" -}}
+{{- if and (eq .Values.store.backend "etcd") (not .Values.etcd.bundled) (not .Values.etcd.externalEndpoints) -}}
+{{- fail "store.backend=etcd with etcd.bundled=false needs etcd.externalEndpoints" -}}
+{{- end -}}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) (not (and .Values.tls.cert .Values.tls.key .Values.tls.ca)) -}}
+{{- fail "tls.enabled needs tls.existingSecret, or tls.cert, tls.key and tls.ca" -}}
+{{- end -}}
+{{- if and .Values.tls.clientAuth (not .Values.tls.enabled) -}}
+{{- fail "tls.clientAuth needs tls.enabled" -}}
+{{- end -}}
+{{- if and .Values.auth.required (not .Values.auth.sidecarToken) (not .Values.tls.clientAuth) .Values.servers -}}
+{{- fail "auth.required with servers needs auth.sidecarToken (a token with role sidecar) or tls.clientAuth with an auth.mtls entry for the sidecars" -}}
+{{- end -}}
+{{- if and .Values.auth.mtls (not .Values.tls.clientAuth) -}}
+{{- fail "auth.mtls needs tls.clientAuth: client certificates must be verified before their names are trusted" -}}
+{{- end -}}
+{{- if and .Values.auth.required (not .Values.auth.tokens) (not .Values.auth.mtls) -}}
+{{- fail "auth.required needs auth.tokens or auth.mtls entries: nobody could call" -}}
+{{- end -}}
+{{- if .Values.auth.sidecarToken -}}
+{{- $found := false -}}
+{{- range .Values.auth.tokens -}}
+{{- if and (eq .name $.Values.auth.sidecarToken) (eq .role "sidecar") -}}{{- $found = true -}}{{- end -}}
+{{- end -}}
+{{- if not $found -}}
+{{- fail (printf "auth.sidecarToken %q must name an auth.tokens entry with role sidecar" .Values.auth.sidecarToken) -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.auth.tokens (not .Values.auth.existingSecret) -}}
+{{- range .Values.auth.tokens -}}
+{{- if not .value -}}
+{{- fail (printf "auth.tokens %q needs a value, or set auth.existingSecret" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $slugs := dict -}}
+{{- range .Values.servers -}}
+{{- $full := include "switchyard.serverFullname" (dict "root" $ "server" .) -}}
+{{- if hasKey $slugs $full -}}
+{{- fail (printf "servers %q and %q get the same Kubernetes name %q" (get $slugs $full) .name $full) -}}
+{{- end -}}
+{{- $_ := set $slugs $full .name -}}
+{{- if and (eq .transport "stdio") (not .image) -}}
+{{- fail (printf "servers %q: a stdio server needs image (the sidecar runs inside it)" .name) -}}
+{{- end -}}
+{{- if and (eq .transport "stdio") (not .command) -}}
+{{- fail (printf "servers %q: a stdio server needs command" .name) -}}
+{{- end -}}
+{{- if and (eq .transport "http") (not .url) (not .port) -}}
+{{- fail (printf "servers %q: an http server needs port (or url)" .name) -}}
+{{- end -}}
+{{- if and (eq .transport "http") (not .image) (not .url) -}}
+{{- fail (printf "servers %q: an http server needs image (its container) or url" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

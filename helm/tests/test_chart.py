@@ -1,0 +1,488 @@
+"""Tests of the Switchyard Helm chart (helm/switchyard), run by
+scripts/chart-test.sh (`python -m unittest` in tests/peers/.venv).
+
+Everything is real and offline:
+- the chart is rendered and linted by the real Helm v4 engine (PyPI
+  helm-python-sdk), for every values file in helm/tests/values/;
+- every rendered manifest is validated by `kubernetes-validate --strict -k
+  1.30.0` (the Kubernetes 1.30 OpenAPI schemas);
+- every rendered configuration file is loaded by the binaries' own check:
+  `switchyard check-config FILE` (control plane) and `switchyard-sidecar
+  check-config --config FILE` (each server's sidecar). The files a
+  configuration names (certificates, tokens, the encryption key) come from
+  Secret volumes in the pod, so the test lays out each container's volume
+  mounts under a temporary root, as the kubelet would, and points the
+  configuration's absolute paths there;
+- the Grafana dashboard is valid JSON and uses only metrics that
+  docs/metrics.md or the code defines.
+
+Environment: SWITCHYARD_BIN_DIR (default $CARGO_TARGET_DIR/debug, else
+target/debug) holds switchyard and switchyard-sidecar.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from typing import Any
+
+import yaml
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import render as chart_render  # noqa: E402
+
+ROOT = HERE.parent.parent
+CHART = ROOT / "helm" / "switchyard"
+VALUES = HERE / "values"
+RELEASE, NAMESPACE = "switchyard", "switchyard"
+VENV_BIN = pathlib.Path(sys.executable).parent
+KUBE_VERSION = "1.30.0"
+
+# Every values file is a value set; "defaults" is values.yaml alone, and
+# "tls-inline" is tls.yaml with the PEM text in the values, so the chart
+# creates the TLS Secret itself.
+VALUE_SETS = ["defaults", "embedded", "etcd-bundled", "etcd-external", "servers", "tls", "tls-inline"]
+
+
+def bin_dir() -> pathlib.Path:
+    if os.environ.get("SWITCHYARD_BIN_DIR"):
+        return pathlib.Path(os.environ["SWITCHYARD_BIN_DIR"])
+    target = os.environ.get("CARGO_TARGET_DIR") or str(ROOT / "target")
+    return pathlib.Path(target) / "debug"
+
+
+@functools.cache
+def pki() -> dict[str, dict[str, str]]:
+    """A test CA and two certificates signed by it (openssl): the control
+    plane's (its Service name) and the sidecars' (*.NAMESPACE.svc). Returns
+    Secret contents: {secret: {tls.crt, tls.key, ca.crt}}."""
+    d = pathlib.Path(tempfile.mkdtemp(prefix="switchyard-chart-pki-"))
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+            "-subj", "/CN=switchyard-chart-test-ca")
+    out: dict[str, dict[str, str]] = {}
+    for name, cn, san in [
+        ("cp", "switchyard", f"DNS:{RELEASE}.{NAMESPACE}.svc"),
+        ("sidecar", "switchyard-sidecar", f"DNS:*.{NAMESPACE}.svc"),
+    ]:
+        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}")
+        (d / f"{name}.ext").write_text(
+            f"subjectAltName={san}\nextendedKeyUsage=serverAuth,clientAuth\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
+        out[name] = {
+            "tls.crt": (d / f"{name}.crt").read_text(),
+            "tls.key": (d / f"{name}.key").read_text(),
+            "ca.crt": (d / "ca.crt").read_text(),
+        }
+    shutil.rmtree(d)
+    return out
+
+
+def existing_secrets() -> dict[str, dict[str, str]]:
+    """Secrets tls.yaml names but does not create (cert-manager's, say)."""
+    return {
+        "switchyard-control-plane-tls": pki()["cp"],
+        "switchyard-sidecar-tls": pki()["sidecar"],
+    }
+
+
+def values_for(value_set: str) -> dict[str, Any]:
+    if value_set == "defaults":
+        return {}
+    if value_set == "tls-inline":
+        values = chart_render.load_values([VALUES / "tls.yaml"])
+        cp = pki()["cp"]
+        values["tls"].update(existingSecret="", sidecarExistingSecret="",
+                             cert=cp["tls.crt"], key=cp["tls.key"], ca=cp["ca.crt"])
+        return values
+    return chart_render.load_values([VALUES / f"{value_set}.yaml"])
+
+
+@functools.cache
+def rendered(value_set: str) -> dict[str, str]:
+    return chart_render.render(values_for(value_set), name=RELEASE, namespace=NAMESPACE)
+
+
+@functools.cache
+def objects(value_set: str) -> list[dict[str, Any]]:
+    out = []
+    for path, text in rendered(value_set).items():
+        if path.endswith("NOTES.txt"):
+            continue
+        out.extend(d for d in yaml.safe_load_all(text) if d)
+    return out
+
+
+def find(value_set: str, kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [o for o in objects(value_set)
+            if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(value_set: str, kind: str, name: str) -> dict[str, Any]:
+    found = find(value_set, kind, name)
+    assert len(found) == 1, f"{value_set}: {kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
+
+
+class Lint(unittest.TestCase):
+    def test_helm_lint_is_clean_for_every_value_set(self) -> None:
+        import helm_python
+
+        for value_set in VALUE_SETS:
+            with self.subTest(value_set=value_set):
+                values = values_for(value_set)
+                report = helm_python.lint(str(CHART), values, strict=True, namespace=NAMESPACE,
+                                          kube_version=f"v{KUBE_VERSION}")
+                self.assertEqual(report["errors"], [], report)
+                bad = [m for m in report["messages"] if m["severity"] >= 2]
+                self.assertEqual(bad, [], report)
+
+    def test_yamllint_values_files(self) -> None:
+        files = [CHART / "values.yaml", CHART / "Chart.yaml", *sorted(VALUES.glob("*.yaml"))]
+        r = run([str(VENV_BIN / "yamllint"), "-s", "-d",
+                 "{extends: relaxed, rules: {line-length: {max: 120}}}", *map(str, files)])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class Render(unittest.TestCase):
+    def test_kubernetes_validate_strict(self) -> None:
+        validator = VENV_BIN / "kubernetes-validate"
+        for value_set in VALUE_SETS:
+            with self.subTest(value_set=value_set), tempfile.TemporaryDirectory() as d:
+                files = []
+                for path, text in rendered(value_set).items():
+                    if path.endswith("NOTES.txt"):
+                        continue
+                    f = pathlib.Path(d) / pathlib.PurePosixPath(path).name
+                    f.write_text(text)
+                    files.append(str(f))
+                r = run([str(validator), "--strict", "-k", KUBE_VERSION, "--quiet", *files])
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertNotIn("ERROR", r.stdout)
+                # Only the Prometheus Operator's CRD has no built-in schema.
+                for line in r.stdout.splitlines():
+                    if line.startswith("WARN"):
+                        self.assertIn("kind ServiceMonitor with api version monitoring.coreos.com/v1", line)
+
+    def test_embedded_store_runs_one_replica_on_a_claim(self) -> None:
+        d = one("embedded", "Deployment", RELEASE)
+        self.assertEqual(d["spec"]["replicas"], 1)  # the values ask for 3
+        self.assertEqual(d["spec"]["strategy"]["type"], "Recreate")
+        claim = one("embedded", "PersistentVolumeClaim", f"{RELEASE}-data")
+        self.assertEqual(claim["spec"]["resources"]["requests"]["storage"], "2Gi")
+        volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
+        self.assertEqual(volumes["data"]["persistentVolumeClaim"]["claimName"], f"{RELEASE}-data")
+        self.assertEqual(find("embedded", "StatefulSet"), [])
+        self.assertEqual(find("embedded", "PodDisruptionBudget"), [])
+        self.assertIn('path = "/var/lib/switchyard/store.redb"', cp_config("embedded"))
+        self.assertNotIn("etcd_endpoints", cp_config("embedded"))
+
+    def test_bundled_etcd(self) -> None:
+        d = one("etcd-bundled", "Deployment", RELEASE)
+        self.assertEqual(d["spec"]["replicas"], 3)
+        pdbs = {p["metadata"]["name"]: p for p in find("etcd-bundled", "PodDisruptionBudget")}
+        self.assertEqual(pdbs[RELEASE]["spec"]["maxUnavailable"], 1)
+        self.assertEqual(pdbs[f"{RELEASE}-etcd"]["spec"]["minAvailable"], 2)
+        sts = one("etcd-bundled", "StatefulSet", f"{RELEASE}-etcd")
+        self.assertEqual(sts["spec"]["replicas"], 3)
+        env = {e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+        members = env["ETCD_INITIAL_CLUSTER"].split(",")
+        self.assertEqual(len(members), 3)
+        self.assertEqual(
+            members[1],
+            f"{RELEASE}-etcd-1=http://{RELEASE}-etcd-1.{RELEASE}-etcd-headless.{NAMESPACE}.svc:2380")
+        config = cp_config("etcd-bundled")
+        for i in range(3):
+            self.assertIn(f"http://{RELEASE}-etcd-{i}.{RELEASE}-etcd-headless.{NAMESPACE}.svc:2379", config)
+        self.assertEqual(len(find("etcd-bundled", "NetworkPolicy")), 3)
+        self.assertEqual(len(find("etcd-bundled", "ServiceMonitor")), 1)
+        self.assertEqual(len(find("etcd-bundled", "PersistentVolumeClaim")), 0)
+
+    def test_external_etcd(self) -> None:
+        self.assertEqual(find("etcd-external", "StatefulSet"), [])
+        config = cp_config("etcd-external")
+        self.assertIn('etcd_endpoints = ["https://etcd-0.etcd.example:2379",', config)
+        self.assertIn('root = "/switchyard/prod/v1/"', config)
+        self.assertEqual(one("etcd-external", "Deployment", RELEASE)["spec"]["replicas"], 2)
+
+    def test_servers_one_pod_each(self) -> None:
+        deployments = {d["metadata"]["name"]: d for d in find("servers", "Deployment")}
+        self.assertEqual(set(deployments), {RELEASE, f"{RELEASE}-everything", f"{RELEASE}-py-tools",
+                                            f"{RELEASE}-web", f"{RELEASE}-search-api"})
+        # stdio: the sidecar runs in the server's image, from the shared volume.
+        pod = deployments[f"{RELEASE}-everything"]["spec"]["template"]["spec"]
+        (init,) = pod["initContainers"]
+        self.assertEqual(init["image"], "switchyard:0.1.0")
+        self.assertEqual(init["command"], ["cp", "/usr/local/bin/switchyard-sidecar",
+                                           "/switchyard/bin/switchyard-sidecar"])
+        (main,) = pod["containers"]
+        self.assertEqual(main["image"], "node:22-bookworm-slim")
+        self.assertEqual(main["command"], ["/switchyard/bin/switchyard-sidecar"])
+        self.assertEqual(main["args"][:3], ["run", "--config", "/etc/switchyard/config/sidecar.toml"])
+        self.assertEqual(main["args"][3:5], ["--advertise", "http://$(POD_IP):7702"])
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        self.assertEqual(volumes["switchyard-bin"], {"name": "switchyard-bin", "emptyDir": {}})
+        self.assertIn({"name": "switchyard-bin", "mountPath": "/switchyard/bin", "readOnly": True},
+                      main["volumeMounts"])
+        self.assertIn("API_TOKEN", [e["name"] for e in main["env"]])
+        # http: the server's container and the sidecar beside it.
+        pod = deployments[f"{RELEASE}-web"]["spec"]["template"]["spec"]
+        self.assertNotIn("initContainers", pod)
+        server, sidecar = pod["containers"]
+        self.assertEqual((server["name"], sidecar["name"]), ("server", "sidecar"))
+        self.assertEqual(server["command"], ["node", "server.js"])
+        self.assertEqual(sidecar["image"], "switchyard:0.1.0")
+        self.assertEqual(sidecar["command"], ["/usr/local/bin/switchyard-sidecar"])
+        self.assertIn('url = "http://127.0.0.1:3001/api/mcp"', sidecar_config("servers", "web"))
+        # http at a URL: the sidecar alone.
+        pod = deployments[f"{RELEASE}-search-api"]["spec"]["template"]["spec"]
+        self.assertEqual([c["name"] for c in pod["containers"]], ["sidecar"])
+        config = sidecar_config("servers", "search-api")
+        self.assertIn('name = "Search-API"', config)
+        self.assertIn('headers = { "X-Tenant" = "platform" }', config)
+        # The control plane registers all four.
+        self.assertEqual(cp_config("servers").count("[[servers]]"), 4)
+        for d in deployments.values():
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                self.assertIn("resources", c)
+                self.assertFalse(c["securityContext"]["allowPrivilegeEscalation"])
+
+    def test_tls_and_auth(self) -> None:
+        config = cp_config("tls")
+        self.assertIn('cert_file = "/etc/switchyard/tls/tls.crt"', config)
+        self.assertIn("require_client_cert = true", config)
+        self.assertIn('token_file = "/etc/switchyard/auth/engine"', config)
+        sidecar = sidecar_config("tls", "everything")
+        self.assertIn(f'control_plane = "https://{RELEASE}.{NAMESPACE}.svc:7700"', sidecar)
+        self.assertIn('token_file = "/etc/switchyard/auth/token"', sidecar)
+        pod = one("tls", "Deployment", f"{RELEASE}-orders")["spec"]["template"]["spec"]
+        sidecar_c = pod["containers"][1]
+        self.assertIn(f"https://{RELEASE}-orders.{NAMESPACE}.svc:7702", sidecar_c["args"])
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        self.assertEqual(volumes["tls"]["secret"]["secretName"], "switchyard-sidecar-tls")
+        self.assertEqual(volumes["auth"]["secret"]["items"], [{"key": "sidecar", "path": "token"}])
+        # tls.yaml references its certificates; tls-inline makes the chart create them.
+        secrets = {s["metadata"]["name"] for s in find("tls", "Secret")}
+        self.assertNotIn(f"{RELEASE}-tls", secrets)
+        tls = one("tls-inline", "Secret", f"{RELEASE}-tls")
+        self.assertEqual(tls["type"], "kubernetes.io/tls")
+
+    def test_token_encryption_key_is_generated_once(self) -> None:
+        s = one("embedded", "Secret", f"{RELEASE}-token-encryption")
+        self.assertEqual(s["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
+        key = base64.b64decode(base64.b64decode(s["data"]["token-encryption.key"]))
+        self.assertEqual(len(key), 32)
+
+    def test_bad_values_are_refused(self) -> None:
+        cases = [
+            ({"controlPlane": {"replica": 2}}, "additional properties 'replica' not allowed"),
+            ({"servers": [{"name": "a b", "transport": "stdio", "image": {"repository": "x"},
+                           "command": "y"}]}, "does not match pattern"),
+            ({"servers": [{"name": "a", "transport": "stdio", "command": "y"}]}, "image"),
+            ({"servers": [{"name": "a", "transport": "http", "image": {"repository": "x"}}]}, "port"),
+            ({"servers": [{"name": "a_b", "transport": "http", "url": "http://x/mcp"},
+                          {"name": "a-b", "transport": "http", "url": "http://y/mcp"}]},
+             "get the same Kubernetes name"),
+            ({"etcd": {"bundled": False}}, "needs etcd.externalEndpoints"),
+            ({"tls": {"enabled": True}}, "tls.enabled needs"),
+            ({"auth": {"required": True}}, "nobody could call"),
+            ({"auth": {"mtls": [{"name": "e", "role": "engine"}]}}, "auth.mtls needs tls.clientAuth"),
+            ({"auth": {"required": True, "tokens": [{"name": "e", "role": "engine", "value": "t"}]}, "servers": [
+                {"name": "a", "transport": "http", "url": "http://x/mcp"}]}, "auth.sidecarToken"),
+        ]
+        for values, message in cases:
+            with self.subTest(values=values):
+                with self.assertRaises(Exception) as caught:
+                    chart_render.render(values, name=RELEASE, namespace=NAMESPACE)
+                self.assertIn(message, str(caught.exception))
+
+
+def cp_config(value_set: str) -> str:
+    return one(value_set, "ConfigMap", f"{RELEASE}-config")["data"]["switchyard.toml"]
+
+
+def sidecar_config(value_set: str, slug: str) -> str:
+    return one(value_set, "ConfigMap", f"{RELEASE}-{slug}-sidecar")["data"]["sidecar.toml"]
+
+
+def materialise(value_set: str, pod: dict[str, Any], container: dict[str, Any],
+                root: pathlib.Path, external: dict[str, dict[str, str]] | None = None) -> list[str]:
+    """Lays out `container`'s volume mounts under `root` as the kubelet
+    would: ConfigMap and Secret volumes become files (the chart's rendered
+    objects, or the existing Secrets the values name), other volumes empty
+    directories. Returns the mount paths."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    configmaps = {c["metadata"]["name"]: c.get("data", {}) for c in find(value_set, "ConfigMap")}
+    secrets = {s["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in s.get("data", {}).items()}
+               for s in find(value_set, "Secret")}
+    secrets = {**(existing_secrets() if external is None else external), **secrets}
+    mounts = []
+    for m in container.get("volumeMounts", []):
+        target = root / m["mountPath"].lstrip("/")
+        target.mkdir(parents=True, exist_ok=True)
+        mounts.append(m["mountPath"])
+        v = volumes[m["volumeName"] if "volumeName" in m else m["name"]]
+        if "configMap" in v:
+            data, items = configmaps[v["configMap"]["name"]], v["configMap"].get("items")
+        elif "secret" in v:
+            data, items = secrets[v["secret"]["secretName"]], v["secret"].get("items")
+        else:
+            continue
+        pairs = [(i["key"], i["path"]) for i in items] if items else [(k, k) for k in data]
+        for key, path in pairs:
+            (target / path).write_text(data[key])
+    return mounts
+
+
+def rebase(text: str, mounts: list[str], root: pathlib.Path) -> str:
+    """Points the configuration's quoted absolute paths under a mount at
+    the same file below `root` (each path once, by its longest mount)."""
+
+    def move(m: re.Match[str]) -> str:
+        path = m.group(1)
+        if any(path == mount or path.startswith(mount.rstrip("/") + "/") for mount in mounts):
+            return json.dumps(str(root) + path)
+        return m.group(0)
+
+    return re.sub(r'"(/[^"]*)"', move, text)
+
+
+class BinariesAcceptRenderedConfigs(unittest.TestCase):
+    """`switchyard check-config` and `switchyard-sidecar check-config`
+    accept every configuration the chart renders, with the files it names
+    in place."""
+
+    def check_run(self, value_set: str, pod: dict[str, Any], container: dict[str, Any],
+                  command: list[str], external: dict[str, dict[str, str]] | None = None
+                  ) -> tuple[subprocess.CompletedProcess[str], str, str]:
+        args = container["args"]
+        config_path = args[args.index("--config") + 1]
+        with tempfile.TemporaryDirectory() as d:
+            root = pathlib.Path(d)
+            mounts = materialise(value_set, pod, container, root, external)
+            config = root / config_path.lstrip("/")
+            config.write_text(rebase(config.read_text(), mounts, root))
+            return run([*command, str(config)]), config_path, config.read_text()
+
+    def check(self, value_set: str, pod: dict[str, Any], container: dict[str, Any],
+              command: list[str]) -> None:
+        r, config_path, text = self.check_run(value_set, pod, container, command)
+        self.assertEqual(r.returncode, 0,
+                         f"{value_set}: {' '.join(command)} {config_path}:\n{r.stderr}\n"
+                         f"--- the file:\n{text}")
+        self.assertIn(": ok", r.stdout)
+
+    def test_the_check_sees_the_mounted_files(self) -> None:
+        """The same check fails when a Secret holds no certificate: the
+        files really are read, so a pass above means something."""
+        broken = existing_secrets()
+        broken = {name: {**data, "tls.crt": "not a certificate\n"} for name, data in broken.items()}
+        cp = one("tls", "Deployment", RELEASE)["spec"]["template"]["spec"]
+        r, _, _ = self.check_run("tls", cp, cp["containers"][0], [str(bin_dir() / "switchyard"), "check-config"],
+                                 broken)
+        self.assertEqual(r.returncode, 64, r.stdout + r.stderr)
+        self.assertIn("tls.cert_file", r.stderr)
+        pod = one("tls", "Deployment", f"{RELEASE}-orders")["spec"]["template"]["spec"]
+        r, _, _ = self.check_run("tls", pod, pod["containers"][1],
+                                 [str(bin_dir() / "switchyard-sidecar"), "check-config", "--config"], broken)
+        self.assertEqual(r.returncode, 64, r.stdout + r.stderr)
+        self.assertIn("tls_cert_file", r.stderr)
+
+    def test_every_rendered_config_passes_check_config(self) -> None:
+        switchyard = bin_dir() / "switchyard"
+        sidecar = bin_dir() / "switchyard-sidecar"
+        for b in (switchyard, sidecar):
+            self.assertTrue(b.exists(), f"{b} is missing: run cargo build --workspace --bins")
+        for value_set in VALUE_SETS:
+            checked = 0
+            for d in find(value_set, "Deployment"):
+                pod = d["spec"]["template"]["spec"]
+                component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+                for c in pod["containers"]:
+                    with self.subTest(value_set=value_set, deployment=d["metadata"]["name"], container=c["name"]):
+                        if component == "control-plane":
+                            self.check(value_set, pod, c, [str(switchyard), "check-config"])
+                            checked += 1
+                        elif c.get("command", [""])[0].endswith("/switchyard-sidecar"):
+                            self.check(value_set, pod, c, [str(sidecar), "check-config", "--config"])
+                            checked += 1
+            servers = len(values_for(value_set).get("servers", []))
+            self.assertEqual(checked, 1 + servers, value_set)
+
+
+def known_metrics() -> set[str]:
+    """Metric names docs/metrics.md lists or the code registers."""
+    names = set(re.findall(r"`(switchyard_[a-z0-9_]+)`", (ROOT / "docs" / "metrics.md").read_text()))
+    for src in [*(ROOT / "control-plane" / "src").rglob("*.rs"), *(ROOT / "sidecar" / "src").rglob("*.rs")]:
+        names.update(re.findall(r'"(switchyard_[a-z0-9_]+)"', src.read_text()))
+    return names
+
+
+class Dashboard(unittest.TestCase):
+    path = CHART / "dashboards" / "switchyard.json"
+
+    def exprs(self) -> list[str]:
+        dash = json.loads(self.path.read_text())
+        out = []
+
+        def walk(panels: list[dict[str, Any]]) -> None:
+            for p in panels:
+                out.extend(t["expr"] for t in p.get("targets", []))
+                walk(p.get("panels", []))
+
+        walk(dash["panels"])
+        out.extend(v["definition"] for v in dash["templating"]["list"] if "definition" in v)
+        return out
+
+    def test_valid_json_with_unique_panel_ids(self) -> None:
+        dash = json.loads(self.path.read_text())
+        self.assertEqual(dash["uid"], "switchyard-overview")
+        ids = [p["id"] for p in dash["panels"]]
+        self.assertEqual(len(ids), len(set(ids)))
+
+    def test_every_metric_exists(self) -> None:
+        known = known_metrics()
+        self.assertIn("switchyard_control_plane_calls_total", known)  # the scan works
+        used = set()
+        for expr in self.exprs():
+            for name in re.findall(r"\bswitchyard_[a-z0-9_]+", expr):
+                base = re.sub(r"_(bucket|sum|count)$", "", name)
+                self.assertTrue(name in known or base in known, f"{name} in {expr!r} is not a known metric")
+                used.add(base if base in known else name)
+        # What the dashboard is for.
+        for needed in ["switchyard_control_plane_calls_total", "switchyard_control_plane_call_duration_seconds",
+                       "switchyard_control_plane_sidecars_up", "switchyard_sidecar_background_calls",
+                       "switchyard_sidecar_task_polls_total", "switchyard_control_plane_interactions_total",
+                       "switchyard_sidecar_list_changed_received_total",
+                       "switchyard_sidecar_catalogue_refreshes_total"]:
+            self.assertIn(needed, used)
+        self.assertTrue(any("histogram_quantile" in e for e in self.exprs()))
+
+    def test_shipped_as_a_configmap(self) -> None:
+        cm = one("etcd-bundled", "ConfigMap", f"{RELEASE}-dashboard")
+        self.assertEqual(cm["metadata"]["labels"]["grafana_dashboard"], "1")
+        self.assertEqual(json.loads(cm["data"]["switchyard.json"]), json.loads(self.path.read_text()))
+        self.assertEqual(find("embedded", "ConfigMap", f"{RELEASE}-dashboard"), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
