@@ -12,5 +12,20 @@ export PATH="$bin:$root/tests/peers/node_modules/.bin:$PATH"
 
 switchyard-reference-server --http 127.0.0.1:7790 --era 2025-11-25 &
 http_pid=$!
-trap 'kill $http_pid 2>/dev/null || true' EXIT
-switchyard up --config examples/quickstart.toml
+up_pid=""
+# SIGTERM or SIGINT to this script (kill, timeout, a supervisor) stops the
+# gateway too: `up` drains, stops its sidecars and their servers.
+stop() {
+  if [ -n "$up_pid" ]; then
+    kill -TERM "$up_pid" 2>/dev/null || true
+    wait "$up_pid" 2>/dev/null || true
+  fi
+  kill "$http_pid" 2>/dev/null || true
+}
+trap stop EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+switchyard up --config examples/quickstart.toml &
+up_pid=$!
+wait "$up_pid"
+

@@ -134,7 +134,8 @@ pub struct BackgroundRecord {
     /// completed: the processed result.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<BackgroundResultRecord>,
-    /// When it became terminal, ms since the epoch; 0 until then.
+    /// When it became terminal, ms since the epoch (the control plane's
+    /// clock when it stored the terminal record); 0 until then.
     pub finished_at_ms: i64,
     /// `2025-11-25` or `2026-07-28`.
     pub protocol_version: String,
@@ -331,6 +332,19 @@ pub enum BackgroundError {
         /// Its terminal status.
         status: String,
     },
+    /// A record created by a sidecar that is not registered for its
+    /// server (FAILED_PRECONDITION).
+    #[error(
+        "background call {id:?}: call.sidecar_id {sidecar_id:?} is not a registered sidecar of server {server:?} (register first)"
+    )]
+    NotRegistered {
+        /// The call.
+        id: String,
+        /// Its server.
+        server: String,
+        /// The sidecar named in the record.
+        sidecar_id: String,
+    },
     /// A CAS loop kept losing (ABORTED).
     #[error("too much contention updating background call {0:?}; try again")]
     Contention(String),
@@ -350,7 +364,9 @@ impl From<BackgroundError> for Status {
             BackgroundError::NotFound(_) | BackgroundError::UnknownServer(_) => {
                 Status::not_found(e.to_string())
             }
-            BackgroundError::Finished { .. } => Status::failed_precondition(e.to_string()),
+            BackgroundError::Finished { .. } | BackgroundError::NotRegistered { .. } => {
+                Status::failed_precondition(e.to_string())
+            }
             BackgroundError::Contention(_) => Status::aborted(e.to_string()),
             BackgroundError::Store(_) => Status::unavailable(format!(
                 "store unavailable: {}",
@@ -417,12 +433,13 @@ fn parse(kv: &KeyValue) -> Option<BackgroundRecord> {
 }
 
 /// Ids that become store key segments: 1 to 128 characters, no `/`, no
-/// control characters.
-fn check_id(id: &str) -> Result<(), BackgroundError> {
+/// control characters. `field` names the request field in the error.
+fn check_id(field: &str, id: &str) -> Result<(), BackgroundError> {
     if id.is_empty() || id.len() > 128 || id.contains('/') || id.chars().any(char::is_control) {
-        return Err(BackgroundError::Invalid(
-            "call.id: 1 to 128 characters, without '/' or control characters".into(),
-        ));
+        return Err(BackgroundError::Invalid(format!(
+            "{field}: 1 to 128 characters, without '/' or control characters (got {} bytes)",
+            id.len()
+        )));
     }
     Ok(())
 }
@@ -535,7 +552,7 @@ impl Background {
 
     /// One record straight from the store.
     pub async fn get(&self, id: &str) -> Result<Option<BackgroundRecord>, BackgroundError> {
-        check_id(id)?;
+        check_id("id", id)?;
         Ok(self
             .timed("get", self.store.get(&background_key(id)))
             .await?
@@ -609,7 +626,7 @@ impl Background {
         snap: &Snapshot,
         incoming: BackgroundRecord,
     ) -> Result<BackgroundRecord, BackgroundError> {
-        check_id(&incoming.id)?;
+        check_id("call.id", &incoming.id)?;
         if !STATUSES.contains(&incoming.status.as_str()) {
             return Err(BackgroundError::Invalid(format!(
                 "call.status: {:?} is not one of {}",
@@ -633,6 +650,7 @@ impl Background {
                 "call.session_id: at most 128 characters, without '/'".into(),
             ));
         }
+        check_lengths(&incoming)?;
         if !snap.servers.contains_key(&incoming.server)
             && self
                 .timed("get", self.store.get(&server_key(&incoming.server)))
@@ -686,6 +704,16 @@ impl Background {
                     }
                 }
                 None => {
+                    // Only a registered sidecar of the server creates a
+                    // record (FAILED_PRECONDITION: a sidecar whose lease
+                    // lapsed registers again, then retries).
+                    if !self.sidecar_live(snap, &rec.server, &rec.sidecar_id).await {
+                        return Err(BackgroundError::NotRegistered {
+                            id: rec.id,
+                            server: rec.server,
+                            sidecar_id: rec.sidecar_id,
+                        });
+                    }
                     if rec.created_at_ms == 0 {
                         rec.created_at_ms = now;
                     }
@@ -697,14 +725,13 @@ impl Background {
                 }
             }
             rec.updated_at_ms = now;
-            if rec.is_terminal() {
-                if rec.finished_at_ms == 0 {
-                    rec.finished_at_ms = now;
-                }
-            } else {
-                rec.finished_at_ms = 0;
-            }
-            let value = fit(&mut rec);
+            // The control plane's clock, never the sidecar's: event replay
+            // (`finished_at_ms > background_after_ms`) and retention rely on
+            // it; a sidecar clock behind would hide the result from an
+            // engine subscribing again, one far behind would have it
+            // deleted at once.
+            rec.finished_at_ms = if rec.is_terminal() { now } else { 0 };
+            let value = fit(&mut rec)?;
             let r = self
                 .timed(
                     "txn",
@@ -824,7 +851,7 @@ impl Background {
         id: &str,
         session: &str,
     ) -> Result<BackgroundRecord, BackgroundError> {
-        check_id(id)?;
+        check_id("id", id)?;
         let mut other_session = false;
         let outcome = self
             .transition(id, |r| {
@@ -853,6 +880,7 @@ impl Background {
         }
         tracing::info!(id = %rec.id, server = %rec.server, tool = %rec.tool, "background call cancelled");
         tell_sidecar_cancel(cp, &rec).await;
+        end_cards(cp, &rec).await;
         Ok(rec)
     }
 
@@ -1201,6 +1229,61 @@ async fn send_adopt(
     }
 }
 
+/// Whether an open interaction belongs to the finished background call
+/// `rec`: of its session and server, and tied to its task by
+/// `_meta["io.modelcontextprotocol/related-task"].taskId` (the server puts
+/// it on 2025-11-25 task requests; the sidecar on the cards of 2026-07-28
+/// `inputRequests`).
+fn card_of(rec: &BackgroundRecord, card: &crate::interactions::InteractionRecord) -> bool {
+    if rec.task_id.is_empty() || card.session_id != rec.session_id || card.server != rec.server {
+        return false;
+    }
+    card.params
+        .as_ref()
+        .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+        .is_some_and(|p| {
+            p.pointer("/_meta/io.modelcontextprotocol~1related-task/taskId")
+                .and_then(Value::as_str)
+                == Some(rec.task_id.as_str())
+        })
+}
+
+/// Ends the open interactions (cards) of a background call that finished
+/// or was cancelled, as cancelled with reason `call_ended`: nobody is
+/// waiting for the answer any more, and a late answer is refused. Best
+/// effort: failures are logged.
+pub async fn end_cards(cp: &ControlPlane, rec: &BackgroundRecord) {
+    if rec.session_id.is_empty() {
+        return;
+    }
+    let cards = match cp.interactions.list(&rec.session_id, false).await {
+        Ok(cards) => cards,
+        Err(e) => {
+            tracing::debug!(id = %rec.id, error = %e, "cannot list the session's interactions");
+            return;
+        }
+    };
+    for card in cards.iter().filter(|c| card_of(rec, c)) {
+        match cp
+            .interactions
+            .end(
+                &rec.session_id,
+                &card.id,
+                crate::interactions::Outcome::Cancel,
+                crate::interactions::reason::CALL_ENDED,
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(id = %rec.id, interaction = %card.id, "the background call ended; its open interaction is cancelled")
+            }
+            Err(e) => {
+                tracing::warn!(id = %rec.id, interaction = %card.id, error = %e, "cannot end the interaction of a finished background call")
+            }
+        }
+    }
+}
+
 /// Best effort: `SidecarCalls.CancelBackgroundCall` at the record's
 /// owner, if it is live (bounded to 5 s; failures are logged).
 async fn tell_sidecar_cancel(cp: &ControlPlane, rec: &BackgroundRecord) {
@@ -1251,29 +1334,144 @@ pub fn spawn_sweeper(cp: Arc<ControlPlane>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// Keeps a record under [`MAX_RECORD_BYTES`]: drops the attachments'
-/// content (noted in `status_message`) if it is larger. Returns the JSON.
-fn fit(rec: &mut BackgroundRecord) -> Vec<u8> {
-    let value = json(rec);
-    if value.len() <= MAX_RECORD_BYTES {
-        return value;
+/// The longest values of a record's identifying fields, in bytes (the
+/// record must stay under [`MAX_RECORD_BYTES`] whatever a sidecar sends).
+const FIELD_LIMITS: [(&str, usize); 7] = [
+    ("call.server", 256),
+    ("call.tool", 1024),
+    ("call.engine_tool", 1024),
+    ("call.run_id", 256),
+    ("call.task_id", 4096),
+    ("call.sidecar_id", 256),
+    ("call.protocol_version", 64),
+];
+
+/// Refuses identifying fields over [`FIELD_LIMITS`] (INVALID_ARGUMENT
+/// naming the field).
+fn check_lengths(rec: &BackgroundRecord) -> Result<(), BackgroundError> {
+    let values = [
+        &rec.server,
+        &rec.tool,
+        &rec.engine_tool,
+        &rec.run_id,
+        &rec.task_id,
+        &rec.sidecar_id,
+        &rec.protocol_version,
+    ];
+    for ((field, limit), value) in FIELD_LIMITS.iter().zip(values) {
+        if value.len() > *limit {
+            return Err(BackgroundError::Invalid(format!(
+                "{field}: {} bytes, at most {limit}",
+                value.len()
+            )));
+        }
     }
+    Ok(())
+}
+
+/// How much of a long text field is kept when a record is too large.
+const KEPT_TEXT_BYTES: usize = 16 * 1024;
+
+/// Cuts `text` to at most `max` bytes (at a character boundary), marking
+/// the cut. True if it was cut.
+fn cut(text: &mut String, max: usize) -> bool {
+    if text.len() <= max {
+        return false;
+    }
+    let total = text.len();
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&format!("... [cut: {total} bytes in all]"));
+    true
+}
+
+/// Keeps a record under [`MAX_RECORD_BYTES`], so that it can be stored
+/// (etcd refuses requests over 1.5 MiB) and listed: when it is larger, the
+/// attachments' content is dropped first, then the raw result
+/// (`result_json`) and `structured_content_json` (the model text still
+/// carries the result), then long texts are cut to [`KEPT_TEXT_BYTES`];
+/// each step is noted in `status_message`. A terminal record still too
+/// large (a huge attachment list) loses its result and fails, saying so;
+/// a running one is refused (INVALID_ARGUMENT). Returns the JSON.
+fn fit(rec: &mut BackgroundRecord) -> Result<Vec<u8>, BackgroundError> {
+    let original = json(rec).len();
+    if original <= MAX_RECORD_BYTES {
+        return Ok(json(rec));
+    }
+    let mut notes: Vec<&str> = Vec::new();
     if let Some(r) = rec.result.as_mut()
         && r.attachments.iter().any(|a| !a.data.is_empty())
     {
         for a in &mut r.attachments {
             a.data.clear();
         }
-        let note = "(the result's attachments were too large to keep and were dropped)";
+        notes.push("the result's attachments were too large to keep and were dropped");
+    }
+    let small = |rec: &BackgroundRecord| json(rec).len() <= MAX_RECORD_BYTES;
+    if !small(rec)
+        && let Some(r) = rec.result.as_mut()
+    {
+        if !r.result_json.is_empty() {
+            r.result_json.clear();
+            notes.push("the raw result was too large to keep and was dropped");
+        }
+        if !small(rec)
+            && let Some(r) = rec.result.as_mut()
+            && !r.structured_content_json.is_empty()
+        {
+            r.structured_content_json.clear();
+            notes.push("the structured content was too large to keep and was dropped");
+        }
+    }
+    if !small(rec) {
+        let mut any = false;
+        for text in [
+            &mut rec.status_message,
+            &mut rec.last_poll_error,
+            &mut rec.error_json,
+            &mut rec.immediate_response,
+        ] {
+            any |= cut(text, KEPT_TEXT_BYTES);
+        }
+        if let Some(r) = rec.result.as_mut() {
+            any |= cut(&mut r.model_text, KEPT_TEXT_BYTES);
+            if r.validation_errors.len() > 20 {
+                r.validation_errors.truncate(20);
+                any = true;
+            }
+            for e in &mut r.validation_errors {
+                any |= cut(e, 1024);
+            }
+        }
+        if any {
+            notes.push("long texts were cut");
+        }
+    }
+    if !small(rec) {
+        if !rec.is_terminal() {
+            return Err(BackgroundError::Invalid(format!(
+                "call: the record is {original} bytes, over the {MAX_RECORD_BYTES}-byte limit even with its long texts cut"
+            )));
+        }
+        rec.result = None;
+        rec.status = "failed".into();
+        rec.status_message =
+            format!("the call finished, but its result ({original} bytes) was too large to keep");
+        notes.clear();
+    }
+    if !notes.is_empty() {
+        let note = format!("({})", notes.join("; "));
         if rec.status_message.is_empty() {
-            rec.status_message = note.into();
+            rec.status_message = note;
         } else {
             rec.status_message = format!("{} {note}", rec.status_message);
         }
-        tracing::warn!(id = %rec.id, bytes = value.len(), "background call record too large: attachments dropped");
-        return json(rec);
     }
-    value
+    tracing::warn!(id = %rec.id, bytes = original, kept = json(rec).len(), "background call record too large: {}", rec.status_message);
+    Ok(json(rec))
 }
 
 #[cfg(test)]
@@ -1345,12 +1543,76 @@ mod tests {
             }),
             ..Default::default()
         };
-        let v = fit(&mut rec);
+        let v = fit(&mut rec).unwrap();
         assert!(v.len() < MAX_RECORD_BYTES);
         assert!(rec.status_message.contains("too large"));
         assert_eq!(
             rec.result.unwrap().attachments[0].size_bytes,
             MAX_RECORD_BYTES as u64
+        );
+    }
+
+    #[test]
+    fn oversized_records_lose_the_raw_result_then_long_texts() {
+        // A 3 MB raw result: dropped, the model text kept.
+        let mut rec = BackgroundRecord {
+            id: "b".into(),
+            status: "completed".into(),
+            result: Some(BackgroundResultRecord {
+                result_json: "r".repeat(3_000_000),
+                model_text: "the beginning".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let v = fit(&mut rec).unwrap();
+        assert!(v.len() <= MAX_RECORD_BYTES);
+        let r = rec.result.as_ref().unwrap();
+        assert!(r.result_json.is_empty());
+        assert_eq!(r.model_text, "the beginning");
+        assert_eq!(rec.status, "completed");
+        assert!(rec.status_message.contains("raw result was too large"));
+        // A 2 MB status message of a running call: cut at a character
+        // boundary.
+        let mut rec = BackgroundRecord {
+            id: "w".into(),
+            status: "working".into(),
+            status_message: "é".repeat(1_000_000),
+            ..Default::default()
+        };
+        let v = fit(&mut rec).unwrap();
+        assert!(v.len() < 20_000);
+        assert!(rec.status_message.contains("cut: 2000000 bytes in all"));
+        // A terminal record that cannot be cut small enough: failed, saying
+        // why; a running one: refused.
+        let many = |status: &str| BackgroundRecord {
+            id: "m".into(),
+            status: status.into(),
+            result: Some(BackgroundResultRecord {
+                attachments: vec![
+                    AttachmentRecord {
+                        name: "n".repeat(100),
+                        ..Default::default()
+                    };
+                    20_000
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut rec = many("completed");
+        let v = fit(&mut rec).unwrap();
+        assert!(v.len() <= MAX_RECORD_BYTES);
+        assert_eq!(rec.status, "failed");
+        assert!(rec.result.is_none());
+        assert!(
+            rec.status_message.contains("too large to keep"),
+            "{}",
+            rec.status_message
+        );
+        let mut rec = many("working");
+        assert!(
+            matches!(fit(&mut rec), Err(BackgroundError::Invalid(m)) if m.contains("over the 1048576-byte limit"))
         );
     }
 }

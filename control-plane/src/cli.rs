@@ -563,15 +563,27 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     let ep = cli.endpoint.as_str();
     match cli.command {
         Command::Up { config } => {
-            let config =
+            let loaded =
                 Config::load(&config).map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+            crate::up::check(&loaded)
+                .map_err(|e| Failure::new(EXIT_USAGE, format!("{}: {e}", config.display())))?;
+            let config = loaded;
             crate::up::run(config)
                 .await
                 .map_err(|e| Failure::new(1, format!("{e:#}")))
         }
         Command::CheckConfig { file } => {
             let c = Config::load(&file).map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
-            out!("{}: ok ({} servers)", file.display(), c.servers.len());
+            let n = c.servers.len();
+            out!(
+                "{}: ok ({n} server{})",
+                file.display(),
+                if n == 1 { "" } else { "s" }
+            );
+            if let Err(e) = crate::up::check(&c) {
+                // Valid for replicas; `up` alone would refuse it.
+                eprintln!("note: `switchyard up` would refuse this file: {e}");
+            }
             Ok(())
         }
         Command::Tools { session, json } => {

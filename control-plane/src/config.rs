@@ -532,6 +532,15 @@ impl Config {
                 return Err((key.into(), format!("must be between {min} and {max}")));
             }
         }
+        if b.auto_after_sec >= b.max_duration_sec {
+            return Err((
+                "backgroundCalls.autoAfterSec".into(),
+                format!(
+                    "must be less than backgroundCalls.maxDurationSec ({} s): a call would reach its maximum duration before it could move to the background",
+                    b.max_duration_sec
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -825,6 +834,10 @@ mod tests {
             ("maxDurationSec = 0", "backgroundCalls.maxDurationSec"),
             ("sweepIntervalMs = 1", "backgroundCalls.sweepIntervalMs"),
             ("autoAfterSec = 100000", "backgroundCalls.autoAfterSec"),
+            (
+                "autoAfterSec = 600\nmaxDurationSec = 60",
+                "backgroundCalls.autoAfterSec",
+            ),
         ] {
             match Config::parse(&format!("[backgroundCalls]\n{text}\n")).unwrap_err() {
                 ConfigFileError::Invalid { key: k, .. } => assert_eq!(k, key),

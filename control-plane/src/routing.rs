@@ -1,6 +1,9 @@
 //! Routing calls to sidecars. A call goes to a live sidecar of its server
 //! (round robin over the registered ones); gRPC channels are cached per
-//! sidecar address. A server without a live sidecar, or whose sidecar
+//! sidecar address. A sidecar that reported the state `draining` (it is
+//! shutting down) gets no new calls; when all of a server's sidecars are
+//! draining, a call fails fast with UNAVAILABLE "server unavailable: NAME:
+//! draining (...)". A server without a live sidecar, or whose sidecar
 //! cannot be reached, fails fast with UNAVAILABLE "server unavailable",
 //! naming the server. Calls in flight on this replica are tracked by
 //! `(session, call id)` so they can be cancelled, from this replica or any
@@ -26,6 +29,11 @@ pub struct Router {
     /// For `https://` call addresses (`[tls] sidecar_ca_file`).
     tls: Option<ClientTlsConfig>,
 }
+
+/// `upstream_state` of a sidecar that is shutting down: it finishes its
+/// in-flight calls but takes no new ones (`UpstreamStatus.state` in
+/// `proto/switchyard/v1/sidecar.proto`).
+pub const DRAINING: &str = "draining";
 
 /// "server unavailable", naming the server and why.
 pub fn unavailable(server: &str, why: impl std::fmt::Display) -> Status {
@@ -100,6 +108,19 @@ impl Router {
             .unwrap_or_default();
         if all.is_empty() {
             return Err(unavailable(server, "no live sidecar"));
+        }
+        // Draining sidecars finish what they have but take nothing new.
+        let (draining, all): (Vec<_>, Vec<_>) =
+            all.into_iter().partition(|s| s.upstream_state == DRAINING);
+        if all.is_empty() {
+            let ids: Vec<&str> = draining.iter().map(|s| s.sidecar_id.as_str()).collect();
+            return Err(unavailable(
+                server,
+                format!(
+                    "draining (sidecar {} is shutting down; no other live sidecar)",
+                    ids.join(", ")
+                ),
+            ));
         }
         // Prefer sidecars whose upstream is connected; the others may still
         // be reconnecting, so they are used only when none is.
@@ -206,4 +227,80 @@ fn is_transport_failure(status: &Status) -> bool {
     status.code() == Code::Cancelled
         || (matches!(status.code(), Code::Unavailable | Code::Unknown)
             && std::error::Error::source(status).is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SidecarRecord;
+
+    fn sidecar(id: &str, address: &str, state: &str) -> SidecarRecord {
+        SidecarRecord {
+            server: "files".into(),
+            sidecar_id: id.into(),
+            call_address: address.into(),
+            version: "0".into(),
+            registered_at_ms: 0,
+            upstream_state: state.into(),
+            last_error: String::new(),
+        }
+    }
+
+    fn snapshot(sidecars: &[SidecarRecord]) -> Snapshot {
+        let mut snap = Snapshot::default();
+        snap.sidecars.insert(
+            "files".into(),
+            sidecars
+                .iter()
+                .map(|s| (s.sidecar_id.clone(), s.clone()))
+                .collect(),
+        );
+        snap
+    }
+
+    fn request() -> SidecarCallRequest {
+        SidecarCallRequest {
+            params_json: r#"{"name":"read","arguments":{}}"#.into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_whose_only_sidecar_drains_fails_fast_saying_so() {
+        let router = Router::new();
+        let snap = snapshot(&[sidecar("a", "http://127.0.0.1:9", DRAINING)]);
+        let started = std::time::Instant::now();
+        let e = router
+            .call(&snap, "files", request(), Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(e.code(), Code::Unavailable);
+        assert_eq!(
+            e.message(),
+            "server unavailable: files: draining (sidecar a is shutting down; no other live sidecar)"
+        );
+    }
+
+    #[tokio::test]
+    async fn new_calls_skip_a_draining_sidecar() {
+        let router = Router::new();
+        // Nothing listens on either address: the error names the one picked.
+        let snap = snapshot(&[
+            sidecar("a", "http://127.0.0.1:9", DRAINING),
+            sidecar("b", "http://127.0.0.1:7", "connecting"),
+        ]);
+        for _ in 0..4 {
+            let e = router
+                .call(&snap, "files", request(), Duration::from_secs(5))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+            assert!(
+                e.message()
+                    .contains("sidecar b at http://127.0.0.1:7 unreachable"),
+                "{e:?}"
+            );
+        }
+    }
 }

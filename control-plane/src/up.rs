@@ -52,24 +52,33 @@ struct SidecarLink {
     token_file: Option<PathBuf>,
 }
 
+/// What `up` needs of a file beyond what a replica needs: its sidecars
+/// authenticate with a token, so `tls.require_client_cert` must be false,
+/// and `auth.required` needs a token of role `sidecar`. Errors: the
+/// problem, naming the key (the CLI exits 64 before starting anything).
+pub fn check(config: &Config) -> Result<(), String> {
+    if config.tls.require_client_cert {
+        return Err(
+            "tls.require_client_cert = true is not supported by `switchyard up`: the sidecars it starts authenticate with a token; set it to false and add an [[auth.tokens]] entry with role \"sidecar\"".into(),
+        );
+    }
+    if config.auth.required && !config.auth.tokens.iter().any(|t| t.role == "sidecar") {
+        return Err(
+            "auth.required = true needs an [[auth.tokens]] entry with role \"sidecar\" for the sidecars `switchyard up` starts".into(),
+        );
+    }
+    Ok(())
+}
+
 impl SidecarLink {
     fn new(config: &Config, grpc_addr: std::net::SocketAddr) -> anyhow::Result<SidecarLink> {
-        if config.tls.require_client_cert {
-            anyhow::bail!(
-                "switchyard up: tls.require_client_cert = true is not supported: the sidecars `up` starts authenticate with a token; set it to false and add an [[auth.tokens]] entry with role \"sidecar\""
-            );
-        }
+        check(config).map_err(|e| anyhow::anyhow!("switchyard up: {e}"))?;
         let token_file = config
             .auth
             .tokens
             .iter()
             .find(|t| t.role == "sidecar")
             .map(|t| t.token_file.clone());
-        if config.auth.required && token_file.is_none() {
-            anyhow::bail!(
-                "switchyard up: auth.required = true needs an [[auth.tokens]] entry with role \"sidecar\" for the sidecars `up` starts"
-            );
-        }
         let (control_plane, ca_file) = match &config.tls.cert_file {
             Some(cert) => {
                 // Certificates for one machine name `localhost` (or

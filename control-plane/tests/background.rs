@@ -1176,7 +1176,7 @@ async fn deadlines_fail_calls_and_retention_deletes_them() {
         dir.path(),
         "a",
         &StoreKind::Embedded,
-        "sweepIntervalMs = 200\nretentionSec = 2\nmaxDurationSec = 60\n",
+        "sweepIntervalMs = 200\nretentionSec = 2\nmaxDurationSec = 60\nautoAfterSec = 5\n",
     )
     .await;
     let ep = endpoint(&r);

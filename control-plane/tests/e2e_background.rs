@@ -69,8 +69,9 @@ async fn session(gw: &Gateway, servers: &[&str]) -> String {
         .to_owned()
 }
 
-/// A session's event stream.
-struct Events(tonic::Streaming<pb::SessionEvent>);
+/// A session's event stream. Events not asked for yet are kept, so the
+/// order two events arrive in does not matter to a test.
+struct Events(tonic::Streaming<pb::SessionEvent>, Vec<(String, Value)>);
 
 impl Events {
     async fn open(engine: &mut EngineServiceClient<Channel>, session: &str) -> Events {
@@ -83,24 +84,32 @@ impl Events {
                 .await
                 .expect("SubscribeEvents")
                 .into_inner(),
+            Vec::new(),
         )
     }
 
     /// The next event whose type starts with `kind` and whose data `id` is
     /// `id` (any id when empty): (type, data).
     async fn next(&mut self, kind: &str, id: &str, limit: Duration) -> (String, Value) {
+        let matches =
+            |t: &str, data: &Value| t.starts_with(kind) && (id.is_empty() || data["id"] == id);
+        if let Some(i) = self.1.iter().position(|(t, d)| matches(t, d)) {
+            return self.1.remove(i);
+        }
+        let stream = &mut self.0;
+        let kept = &mut self.1;
         tokio::time::timeout(limit, async {
             loop {
-                let ev = self
-                    .0
+                let ev = stream
                     .message()
                     .await
                     .expect("event stream")
                     .expect("event stream ended");
                 let data: Value = serde_json::from_str(&ev.data_json).expect("event JSON");
-                if ev.r#type.starts_with(kind) && (id.is_empty() || data["id"] == id) {
+                if matches(&ev.r#type, &data) {
                     return (ev.r#type, data);
                 }
+                kept.push((ev.r#type, data));
             }
         })
         .await
@@ -236,6 +245,38 @@ async fn exercise(gw: &Gateway, server: &str) {
             .contains("hello Ada"),
         "{server}: {data}"
     );
+
+    // Cancelling a call whose question is open closes the card, and a late
+    // answer is refused.
+    let asking = call(
+        &mut engine,
+        &session,
+        &tool("task_ask"),
+        json!({"ms": 3000, "pollIntervalMs": 200}),
+    )
+    .await;
+    let bg = asking.background.expect("task_ask moved");
+    let (_, card) = events.next("interaction.required", "", FINISH).await;
+    let id = card["id"].as_str().expect("card id").to_owned();
+    ok_stdout(
+        &gw.cli(&["background", "cancel", &bg.id]).await,
+        "background cancel",
+    );
+    let (_, resolved) = events.next("interaction.resolved", &id, LIMIT).await;
+    assert_eq!(resolved["outcome"], "cancel", "{server}: {resolved}");
+    let late = gw
+        .cli(&[
+            "answer",
+            "--session",
+            &session,
+            &id,
+            "--accept",
+            r#"{"name":"Late"}"#,
+        ])
+        .await;
+    assert_eq!(late.status.code(), Some(1), "{server}: {late:?}");
+    let (kind, _) = events.next("background_call.", &bg.id, LIMIT).await;
+    assert_eq!(kind, "background_call.cancelled", "{server}");
 
     // Cancel with the CLI: recorded and announced as cancelled, and the
     // server's task is cancelled too (it stops being polled as working).

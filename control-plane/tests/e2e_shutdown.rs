@@ -5,9 +5,15 @@
 //!   running call completes with its result, and the process exits 0 only
 //!   after it.
 //! - `switchyard-sidecar run`, SIGTERM while a call routed by the control
-//!   plane is running: `/readyz` turns 503 ("shutting down"), the call
-//!   completes, the sidecar exits 0 and its stdio server (a Python stub) is
-//!   gone: stdin closed, then SIGTERM, then SIGKILL.
+//!   plane is running: `/readyz` turns 503 ("shutting down"), the sidecar
+//!   reports `draining` (admin `ServerStatus` shows it), a new call fails
+//!   fast with UNAVAILABLE naming the server and "draining", the running
+//!   call completes, the sidecar exits 0 and its stdio server (a Python
+//!   stub) is gone: stdin closed, then SIGTERM, then SIGKILL.
+//! - Two sidecars of one server, SIGTERM to one while calls flow: not one
+//!   call fails, new calls go to the other sidecar once the control plane
+//!   has seen `draining`, and the calls in flight on the draining one
+//!   complete.
 
 mod common;
 
@@ -119,6 +125,39 @@ async fn slow_call(s: &Setup, ms: u64) -> JoinHandle<Result<String, tonic::Statu
     call
 }
 
+/// Waits until admin `ServerStatus` of `stub` shows sidecar `sidecar_id`
+/// in `state`; returns that status.
+async fn wait_sidecar_state(
+    endpoint: &str,
+    sidecar_id: &str,
+    state: &str,
+) -> switchyard_proto::v1::ServerStatus {
+    let what = format!("sidecar {sidecar_id} {state}");
+    eventually(&what, LIMIT, || async move {
+        let list = admin(endpoint)
+            .await?
+            .list_servers(switchyard_proto::v1::ListServersRequest {})
+            .await
+            .map_err(|e| e.to_string())?
+            .into_inner();
+        let stub = list
+            .servers
+            .into_iter()
+            .find(|s| s.spec.as_ref().is_some_and(|x| x.name == "stub"))
+            .ok_or("no stub")?;
+        if stub
+            .sidecars
+            .iter()
+            .any(|c| c.sidecar_id == sidecar_id && c.upstream_state == state)
+        {
+            Ok(stub)
+        } else {
+            Err(format!("{:?}", stub.sidecars))
+        }
+    })
+    .await
+}
+
 async fn wait_ready(addr: &str, want: u16) -> String {
     let addr = addr.to_owned();
     eventually(&format!("/readyz {want}"), LIMIT, || {
@@ -193,6 +232,32 @@ async fn a_sidecar_drains_in_flight_calls_then_stops_its_server_on_sigterm() {
     let body = wait_ready(&s.sidecar_http, 503).await;
     assert!(body.contains("shutting down"), "{body}");
     assert!(!call.is_finished(), "the call ended before the drain");
+    // The control plane learns it at once, and says so.
+    let status = wait_sidecar_state(&s.endpoint, "stub-1", "draining").await;
+    assert_eq!(status.state, "draining", "{status:?}");
+    let cli = ok_json(
+        &cli(&s.endpoint, &["servers", "status", "stub"]).await,
+        "servers status",
+    );
+    assert_eq!(cli["sidecars"][0]["upstreamState"], "draining", "{cli:#}");
+    // A new call fails fast, saying why, while the old one still runs.
+    let mut engine = engine(&s.endpoint).await.unwrap();
+    let asked = Instant::now();
+    let refused = engine
+        .call_tool(call_request("stub__pid", "{}", ""))
+        .await
+        .expect_err("a call to a server whose only sidecar is draining");
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("stub") && refused.message().contains("draining"),
+        "{refused:?}"
+    );
+    assert!(!call.is_finished(), "the call ended before the drain");
 
     let result = tokio::time::timeout(LIMIT, call)
         .await
@@ -232,6 +297,175 @@ async fn a_sidecar_drains_in_flight_calls_then_stops_its_server_on_sigterm() {
         }
     })
     .await;
+    drop(s.cp);
+}
+
+/// The pid of the stub server that answers `stub__pid`.
+async fn stub_pid(
+    engine: &mut EngineServiceClient<tonic::transport::Channel>,
+) -> Result<u32, tonic::Status> {
+    let r = engine
+        .call_tool(call_request("stub__pid", "{}", ""))
+        .await?
+        .into_inner();
+    Ok(r.text.trim().parse().unwrap_or_else(|_| panic!("{r:?}")))
+}
+
+#[tokio::test]
+async fn a_draining_sidecar_gets_no_new_calls_while_the_other_takes_them() {
+    let mut s = setup().await;
+    // A second sidecar of the same server, logging to its own file.
+    let call_log2 = s.dir.path().join("calls-2.log");
+    let (mut sidecar2, _, _) = start_sidecar(
+        "sidecar-2",
+        s.dir.path(),
+        &stub_toml(&call_log2),
+        &format!(
+            "control_plane = {}\nsidecar_id = \"stub-2\"\ngrace_secs = 10",
+            toml_str(&s.endpoint)
+        ),
+    )
+    .await;
+    wait_sidecar_state(&s.endpoint, "stub-1", "connected").await;
+    wait_sidecar_state(&s.endpoint, "stub-2", "connected").await;
+    // Which stub server belongs to which sidecar.
+    let engine = engine(&s.endpoint).await.unwrap();
+    let (pid1, pid2) = eventually("both sidecars answered", LIMIT, || {
+        let mut engine = engine.clone();
+        let (s1, s2) = (s.sidecar.pid, sidecar2.pid);
+        async move {
+            let pid = stub_pid(&mut engine).await.map_err(|e| e.to_string())?;
+            let p1 = children_of(s1).contains(&pid);
+            let p2 = children_of(s2).contains(&pid);
+            let mut other = None;
+            for _ in 0..4 {
+                let q = stub_pid(&mut engine).await.map_err(|e| e.to_string())?;
+                if q != pid {
+                    other = Some(q);
+                }
+            }
+            match (p1, p2, other) {
+                (true, false, Some(o)) => Ok((pid, o)),
+                (false, true, Some(o)) => Ok((o, pid)),
+                other => Err(format!("{pid}: {other:?}")),
+            }
+        }
+    })
+    .await;
+    assert!(children_of(s.sidecar.pid).contains(&pid1));
+    assert!(children_of(sidecar2.pid).contains(&pid2));
+
+    // Slow calls until one runs on sidecar 1 (round robin: within two).
+    let mut slow = Vec::new();
+    while !std::fs::read_to_string(&s.call_log)
+        .unwrap_or_default()
+        .contains("slow ")
+    {
+        assert!(slow.len() < 4, "no slow call reached sidecar 1");
+        let mut engine = engine.clone();
+        slow.push(tokio::spawn(async move {
+            let mut request = call_request("stub__slow", "{\"ms\": 3000}", "");
+            request.timeout_ms = 60_000;
+            engine
+                .call_tool(request)
+                .await
+                .map(|r| r.into_inner().result_json)
+        }));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // Calls flow all along: one after another, recording when each started
+    // and who answered.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let flow = {
+        let (mut engine, stop) = (engine.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            while !stop.is_cancelled() {
+                let started = Instant::now();
+                let r = stub_pid(&mut engine).await;
+                answers.push((started, r));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            answers
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    signal(s.sidecar.pid, nix::sys::signal::Signal::SIGTERM);
+    let status = wait_sidecar_state(&s.endpoint, "stub-1", "draining").await;
+    let seen = Instant::now();
+    // The server stays up: its other sidecar is connected.
+    assert_eq!(status.state, "up", "{status:?}");
+    assert!(
+        slow.iter().all(|c| !c.is_finished()),
+        "a slow call ended before the drain"
+    );
+    for call in slow {
+        let result = tokio::time::timeout(LIMIT, call)
+            .await
+            .expect("the call ends")
+            .unwrap()
+            .expect("the in-flight calls complete");
+        assert!(result.contains("slept 3000 ms"), "{result}");
+    }
+    let exit = tokio::time::timeout(LIMIT, s.sidecar.child.wait())
+        .await
+        .expect("sidecar 1 exits")
+        .unwrap();
+    assert_eq!(exit.code(), Some(0), "{}", s.sidecar.log());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.cancel();
+    let answers = flow.await.unwrap();
+
+    let failed: Vec<_> = answers.iter().filter(|(_, r)| r.is_err()).collect();
+    assert!(failed.is_empty(), "calls failed: {failed:?}");
+    let after: Vec<u32> = answers
+        .iter()
+        .filter(|(t, _)| *t > seen)
+        .map(|(_, r)| *r.as_ref().unwrap())
+        .collect();
+    assert!(
+        after.len() >= 20,
+        "too few calls after the drain began: {after:?}"
+    );
+    assert!(
+        after.iter().all(|p| *p == pid2),
+        "calls after `draining` went to sidecar 1 ({pid1}): {after:?}"
+    );
+    let before = answers.iter().filter(|(t, _)| *t <= seen).count();
+    assert!(before >= 5, "too few calls before SIGTERM: {answers:?}");
+    // Sidecar 1 announced before it drained.
+    let log = s.sidecar.log();
+    let announced = log.find("reporting draining").expect(&log);
+    let drained = log.find("in-flight calls drained").expect(&log);
+    assert!(announced < drained, "{log}");
+    // Afterwards only sidecar 2 is registered.
+    let ep = s.endpoint.clone();
+    eventually("only stub-2 left", LIMIT, || {
+        let ep = ep.clone();
+        async move {
+            let list = admin(&ep)
+                .await?
+                .list_servers(switchyard_proto::v1::ListServersRequest {})
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner();
+            let ids: Vec<_> = list.servers[0]
+                .sidecars
+                .iter()
+                .map(|c| c.sidecar_id.clone())
+                .collect();
+            if ids == ["stub-2"] {
+                Ok(())
+            } else {
+                Err(format!("{ids:?}"))
+            }
+        }
+    })
+    .await;
+    let status = sidecar2.terminate().await;
+    assert!(status.success(), "{status}");
     drop(s.cp);
 }
 

@@ -196,6 +196,18 @@ class Render(unittest.TestCase):
         self.assertIn('path = "/var/lib/switchyard/store.redb"', cp_config("embedded"))
         self.assertNotIn("etcd_endpoints", cp_config("embedded"))
 
+    def test_background_calls_are_configured_from_values(self) -> None:
+        self.assertIn("[backgroundCalls]\nautoAfterSec = 180\nmaxPerTarget = 20\n", cp_config("embedded"))
+        values = values_for("embedded")
+        values = merge_values(values, {"controlPlane": {"backgroundCalls": {
+            "autoAfterSec": 30, "maxPerTarget": 5, "maxDurationSec": 3600, "retentionSec": 60}}})
+        out = chart_render.render(values, name=RELEASE, namespace=NAMESPACE)
+        docs = [d for path, text in out.items() if not path.endswith("NOTES.txt")
+                for d in yaml.safe_load_all(text) if d]
+        config = next(o for o in docs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == f"{RELEASE}-config")
+        self.assertIn("autoAfterSec = 30\nmaxPerTarget = 5\nmaxDurationSec = 3600\nretentionSec = 60",
+                      config["data"]["switchyard.toml"])
+
     def test_bundled_etcd(self) -> None:
         d = one("etcd-bundled", "Deployment", RELEASE)
         self.assertEqual(d["spec"]["replicas"], 3)
@@ -266,6 +278,29 @@ class Render(unittest.TestCase):
                 self.assertIn("resources", c)
                 self.assertFalse(c["securityContext"]["allowPrivilegeEscalation"])
 
+    def test_shutdown_prestop_sleep_and_grace(self) -> None:
+        def pre_stop(c: dict[str, Any]) -> list[str] | None:
+            return c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+
+        cp = one("defaults", "Deployment", RELEASE)["spec"]["template"]["spec"]
+        self.assertEqual(pre_stop(cp["containers"][0]), ["sleep", "5"])
+        self.assertGreater(cp["terminationGracePeriodSeconds"], 5 + 30)
+        deployments = {d["metadata"]["name"]: d for d in find("servers", "Deployment")}
+        for name in ["everything", "py-tools", "web", "search-api"]:
+            pod = deployments[f"{RELEASE}-{name}"]["spec"]["template"]["spec"]
+            sidecar = pod["containers"][-1]
+            self.assertEqual(pre_stop(sidecar), ["sleep", "5"], name)
+            # Covers the preStop sleep, the 1 s notice and the drain.
+            self.assertGreater(pod["terminationGracePeriodSeconds"], 5 + 1 + 10, name)
+        # An http server beside its sidecar outlives the sidecar's drain.
+        server = deployments[f"{RELEASE}-web"]["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(server["name"], "server")
+        self.assertEqual(pre_stop(server), ["sleep", str(5 + 1 + 10)])
+        # 0: no hook at all.
+        out = chart_render.render(merge_values(values_for("servers"), {"lifecycle": {"preStopSleepSeconds": 0}}),
+                                  name=RELEASE, namespace=NAMESPACE)
+        self.assertNotIn("preStop", "".join(out.values()))
+
     def test_tls_and_auth(self) -> None:
         config = cp_config("tls")
         self.assertIn('cert_file = "/etc/switchyard/tls/tls.crt"', config)
@@ -305,6 +340,12 @@ class Render(unittest.TestCase):
             ({"etcd": {"bundled": False}}, "needs etcd.externalEndpoints"),
             ({"tls": {"enabled": True}}, "tls.enabled needs"),
             ({"auth": {"required": True}}, "nobody could call"),
+            ({"lifecycle": {"preStopSleepSeconds": 40}},
+             "controlPlane.terminationGracePeriodSeconds (40) must be larger"),
+            ({"sidecar": {"graceSecs": 35}}, "sidecar.terminationGracePeriodSeconds (40) must be larger"),
+            ({"lifecycle": {"preStopSleep": 5}}, "additional properties 'preStopSleep' not allowed"),
+            ({"controlPlane": {"backgroundCalls": {"autoAfterSec": -1, "maxPerTarget": 1,
+                                                   "maxDurationSec": 60, "retentionSec": 0}}}, "autoAfterSec"),
             ({"auth": {"mtls": [{"name": "e", "role": "engine"}]}}, "auth.mtls needs tls.clientAuth"),
             ({"auth": {"required": True, "tokens": [{"name": "e", "role": "engine", "value": "t"}]}, "servers": [
                 {"name": "a", "transport": "http", "url": "http://x/mcp"}]}, "auth.sidecarToken"),
@@ -314,6 +355,10 @@ class Render(unittest.TestCase):
                 with self.assertRaises(Exception) as caught:
                     chart_render.render(values, name=RELEASE, namespace=NAMESPACE)
                 self.assertIn(message, str(caught.exception))
+
+
+def merge_values(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    return chart_render.merge(base, over)
 
 
 def cp_config(value_set: str) -> str:

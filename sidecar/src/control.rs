@@ -18,6 +18,12 @@
 //!   When the stream breaks it registers again and reopens it. Calls are
 //!   served independently all the while.
 //!
+//! On shutdown the sidecar first announces it is leaving: after
+//! [`Drain::start`] the report stream reports the state `draining` (and
+//! keeps reporting it, whatever the upstream connection does), so the
+//! control plane stops routing new calls here while the in-flight ones
+//! finish (see `docs/sidecar.md`, "Shutdown").
+//!
 //! [`ControlPlaneInteractions`] asks sessions' users through the same
 //! control plane (`SidecarRegistry.Interact`, `CompleteInteraction`).
 
@@ -106,11 +112,67 @@ pub struct ControlSettings {
     pub call_address: String,
 }
 
+/// The state reported once the sidecar is shutting down (`UpstreamStatus.state`).
+pub const DRAINING: &str = "draining";
+
+/// The shutdown announcement shared by the shutdown path (which calls
+/// [`Drain::start`]) and the report stream (which then reports the state
+/// [`DRAINING`] instead of the upstream connection's). Cheap to clone; all
+/// clones share one flag, and it is never cleared.
+#[derive(Debug, Clone)]
+pub struct Drain {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain::new()
+    }
+}
+
+impl Drain {
+    /// Not draining.
+    pub fn new() -> Self {
+        Drain {
+            tx: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// Starts draining: the open report stream (and any later one) reports
+    /// the state [`DRAINING`] from now on.
+    pub fn start(&self) {
+        self.tx.send_replace(true);
+    }
+
+    /// Whether [`Drain::start`] was called.
+    pub fn is_draining(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<bool> {
+        self.tx.subscribe()
+    }
+}
+
+/// The status to report: the upstream's, or [`DRAINING`] (keeping the
+/// upstream's last error) once draining.
+fn reported_status(upstream: UpstreamStatus, draining: bool) -> UpstreamStatus {
+    if draining {
+        UpstreamStatus {
+            state: DRAINING.into(),
+            last_error: upstream.last_error,
+        }
+    } else {
+        upstream
+    }
+}
+
 /// The latest upstream status and catalogue, as published by
 /// [`watch_upstream`].
 #[derive(Debug, Clone)]
 pub struct UpstreamView {
-    /// The connection state: "connecting", "connected" or "down".
+    /// The connection state: "connecting", "connected" or "down" (the
+    /// report stream turns it into [`DRAINING`] on shutdown, see [`Drain`]).
     pub status: watch::Receiver<UpstreamStatus>,
     /// The catalogue of the current connection; `None` while disconnected.
     pub catalogue: watch::Receiver<Option<CatalogueSnapshot>>,
@@ -304,20 +366,31 @@ impl UpstreamWatcher {
 /// Registers and keeps the report stream open, forever (abort the task to
 /// stop). `health` learns whether the sidecar is registered.
 pub async fn report(settings: ControlSettings, view: UpstreamView, health: Arc<Health>) {
-    report_with(settings, view, health, None).await
+    report_with(settings, view, health, None, Drain::new()).await
 }
 
 /// [`report`], handing background calls the control plane asks this
-/// sidecar to adopt (`ControlMessage.adopt`) to `tasks` (stage B).
+/// sidecar to adopt (`ControlMessage.adopt`) to `tasks` (stage B), and
+/// reporting the state [`DRAINING`] once `drain` is started.
 pub async fn report_with(
     settings: ControlSettings,
     mut view: UpstreamView,
     health: Arc<Health>,
     tasks: Option<crate::tasks::Tasks>,
+    drain: Drain,
 ) {
     let mut backoff = MIN_BACKOFF;
+    let mut draining = drain.subscribe();
     loop {
-        let outcome = session(&settings, &mut view, &health, &mut backoff, tasks.as_ref()).await;
+        let outcome = session(
+            &settings,
+            &mut view,
+            &health,
+            &mut backoff,
+            tasks.as_ref(),
+            &mut draining,
+        )
+        .await;
         health.set_registered(false);
         match outcome {
             Ok(()) => return,
@@ -407,6 +480,7 @@ async fn session(
     health: &Health,
     backoff: &mut Duration,
     tasks: Option<&crate::tasks::Tasks>,
+    draining: &mut watch::Receiver<bool>,
 ) -> Result<(), ControlError> {
     let channel: Channel =
         endpoint(settings)?
@@ -448,11 +522,18 @@ async fn session(
     *backoff = MIN_BACKOFF;
 
     let status = view.status.borrow_and_update().clone();
-    send(sidecar_report::Report::Status(status))?;
+    let is_draining = *draining.borrow_and_update();
+    // A catalogue makes the control plane count the sidecar as connected:
+    // send it before the status, which may say `draining`.
     let catalogue = view.catalogue.borrow_and_update().clone();
     if let Some(c) = catalogue {
         send(sidecar_report::Report::Catalogue(c))?;
     }
+    send(sidecar_report::Report::Status(reported_status(
+        status,
+        is_draining,
+    )))?;
+    let mut drain_open = true;
     loop {
         tokio::select! {
             message = inbound.message() => match message {
@@ -481,7 +562,17 @@ async fn session(
                     return Ok(());
                 }
                 let status = view.status.borrow_and_update().clone();
-                send(sidecar_report::Report::Status(status))?;
+                send(sidecar_report::Report::Status(reported_status(status, *draining.borrow())))?;
+            }
+            changed = draining.changed(), if drain_open => {
+                if changed.is_err() {
+                    // Every `Drain` is gone: nobody can start draining now.
+                    drain_open = false;
+                } else if *draining.borrow_and_update() {
+                    tracing::info!(control_plane = %settings.control_plane, "reporting draining");
+                    let status = view.status.borrow().clone();
+                    send(sidecar_report::Report::Status(reported_status(status, true)))?;
+                }
             }
             changed = view.catalogue.changed() => {
                 if changed.is_err() {

@@ -2,7 +2,10 @@
 //! `SidecarCalls` over gRPC ([`crate::service`]), registers with the control
 //! plane and keeps the report stream open ([`crate::control`]), serves
 //! `/metrics`, `/healthz` and `/readyz` ([`crate::http_endpoints`]), and on
-//! SIGINT/SIGTERM drains in-flight calls and stops the upstream server.
+//! SIGINT/SIGTERM turns not ready, reports `draining` to the control plane
+//! (which then routes new calls elsewhere), keeps accepting calls for
+//! [`DRAIN_NOTICE`] while that report propagates, then stops accepting,
+//! drains in-flight calls and stops the upstream server.
 //!
 //! Configuration comes from a TOML file (`--config`: a `[server]` table,
 //! the shared [`ServerConfig`], and a `[sidecar]` table,
@@ -35,6 +38,11 @@ pub const EXIT_INTERNAL: u8 = 70;
 
 /// Default drain period on shutdown, seconds.
 pub const DEFAULT_GRACE_SECS: u64 = 10;
+/// How long the sidecar keeps accepting new calls after it reported
+/// `draining` on shutdown (capped at the drain grace period): time for the
+/// control plane to store the report and for every replica to stop routing
+/// here, so calls routed meanwhile are still served rather than refused.
+pub const DRAIN_NOTICE: Duration = Duration::from_secs(1);
 /// Default gRPC listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 /// Default metrics/health listen address.
@@ -861,6 +869,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 
     let (view, watcher) =
         control::watch_upstream_with(upstream.clone(), catalogue, settings.list_changed_window);
+    let drain = control::Drain::new();
     let reporter = tokio::spawn(control::report_with(
         ControlSettings {
             call_address: call_address.clone(),
@@ -869,6 +878,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         view,
         health.clone(),
         Some(tasks),
+        drain.clone(),
     ));
 
     tracing::info!(server = %settings.server.name, %calls_addr, %call_address, %http_addr, sidecar_id = %settings.sidecar_id, "serving");
@@ -901,8 +911,21 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         }
     }
 
-    // Not ready any more; stop taking calls and let the running ones finish.
+    // Not ready any more, and say so to the control plane (state
+    // `draining` on the report stream, which stays open until the drain is
+    // over) so it routes new calls to other sidecars.
     health.set_draining();
+    drain.start();
+    if failure.is_none() {
+        // Keep taking the calls routed before the control plane saw it.
+        let notice = DRAIN_NOTICE.min(settings.grace);
+        tracing::info!(
+            notice_ms = notice.as_millis() as u64,
+            "reported draining; still accepting calls for the notice period"
+        );
+        tokio::time::sleep(notice).await;
+    }
+    // Stop taking calls and let the running ones finish.
     stop.cancel();
     if !grpc.is_finished() {
         match tokio::time::timeout(settings.grace, &mut grpc).await {

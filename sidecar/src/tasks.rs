@@ -126,6 +126,30 @@ pub mod status {
     pub fn is_terminal(status: &str) -> bool {
         matches!(status, COMPLETED | FAILED | CANCELLED)
     }
+
+    /// Whether `status` is one of the five task statuses.
+    pub fn is_known(status: &str) -> bool {
+        matches!(status, WORKING | INPUT_REQUIRED) || is_terminal(status)
+    }
+}
+
+/// The longest `taskId` accepted from a server, in bytes: it is stored in
+/// the background call record (which must stay small) and sent back on
+/// every poll.
+pub const MAX_TASK_ID_BYTES: usize = 4096;
+
+/// The most `inputRequests` keys (2026) one task may ask in its life: past
+/// it, the task is cancelled and the call fails, rather than the server
+/// asking the initiator's session forever.
+pub const MAX_TASK_INPUT_REQUESTS: usize = 64;
+
+/// At most 200 characters of `value`'s JSON text, for error messages.
+fn excerpt(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(200) {
+        Some((i, _)) => format!("{}... ({} bytes)", &text[..i], text.len()),
+        None => text,
+    }
 }
 
 /// The poll interval for a server suggestion of `server_ms` milliseconds:
@@ -398,11 +422,38 @@ pub struct TaskState {
 
 impl TaskState {
     /// Parses a Task object (2025 `Task`, 2026 `DetailedTask`/
-    /// `CreateTaskResult`). Errors: no `taskId` or `status`.
+    /// `CreateTaskResult`). Errors (the message names the field and what
+    /// was wrong): `taskId` absent, not a string, empty or longer than
+    /// [`MAX_TASK_ID_BYTES`]; `status` absent or not one of the five task
+    /// statuses (2025-11-25 schema `TaskStatus`).
     pub fn parse(task: &Value) -> Result<Self, String> {
         let text = |k: &str| task.get(k).and_then(Value::as_str).map(str::to_owned);
-        let task_id = text("taskId").ok_or_else(|| format!("a task without taskId: {task}"))?;
-        let status = text("status").ok_or_else(|| format!("a task without status: {task}"))?;
+        let task_id = match task.get("taskId") {
+            None => return Err(format!("a task without taskId: {}", excerpt(task))),
+            Some(Value::String(id)) if id.is_empty() => {
+                return Err("taskId is an empty string".into());
+            }
+            Some(Value::String(id)) if id.len() > MAX_TASK_ID_BYTES => {
+                return Err(format!(
+                    "taskId is {} bytes long, over the {MAX_TASK_ID_BYTES}-byte limit",
+                    id.len()
+                ));
+            }
+            Some(Value::String(id)) => id.clone(),
+            Some(other) => {
+                return Err(format!("taskId is not a string: {}", excerpt(other)));
+            }
+        };
+        let status = match task.get("status") {
+            None => return Err(format!("a task without status: {}", excerpt(task))),
+            Some(Value::String(s)) if status::is_known(s) => s.clone(),
+            Some(other) => {
+                return Err(format!(
+                    "task {task_id}: status {} is not a task status (working, input_required, completed, failed, cancelled)",
+                    excerpt(other)
+                ));
+            }
+        };
         let poll_interval_ms = task
             .get("pollIntervalMs")
             .or_else(|| task.get("pollInterval"))
@@ -489,7 +540,8 @@ fn task_params(era: Era, task_id: &str, extra: Option<(&str, Value)>) -> Value {
     }
 }
 
-/// `tasks/get`.
+/// `tasks/get`. Errors: the request's; a malformed answer (see
+/// [`TaskState::parse`]) or one about another `taskId` is a protocol error.
 pub async fn get_task(
     upstream: &Upstream,
     era: Era,
@@ -498,8 +550,20 @@ pub async fn get_task(
     let result = upstream
         .request("tasks/get", Some(task_params(era, task_id, None)))
         .await?;
-    TaskState::parse(&result)
-        .map_err(|e| UpstreamError::protocol(upstream.name(), format!("tasks/get: {e}")))
+    let state = TaskState::parse(&result)
+        .map_err(|e| UpstreamError::protocol(upstream.name(), format!("tasks/get: {e}")))?;
+    // Another task's state must never be taken for this one's (its result
+    // would reach this call's session).
+    if state.task_id != task_id {
+        return Err(UpstreamError::protocol(
+            upstream.name(),
+            format!(
+                "tasks/get {task_id}: the answer is about another task ({})",
+                excerpt(&Value::String(state.task_id))
+            ),
+        ));
+    }
+    Ok(state)
 }
 
 /// `tasks/cancel` (best effort: the answer is not needed).
@@ -914,6 +978,20 @@ impl Tasks {
             }
             Some(Ok(state)) => state,
             Some(Err(e)) => {
+                // A task the answer does name is not left running.
+                let named = created
+                    .get("task")
+                    .unwrap_or(&created)
+                    .get("taskId")
+                    .and_then(Value::as_str)
+                    .filter(|id| !id.is_empty() && id.len() <= MAX_TASK_ID_BYTES)
+                    .map(str::to_owned);
+                if let Some(task_id) = named {
+                    let upstream = upstream.clone();
+                    tokio::spawn(async move {
+                        let _ = cancel_task(&upstream, era, &task_id).await;
+                    });
+                }
                 return Err(status_of(&UpstreamError::protocol(
                     &server,
                     format!("tools/call {tool}: bad CreateTaskResult: {e}"),
@@ -993,6 +1071,11 @@ impl Tasks {
                 _ => tokio::time::sleep_until(next).await,
             }
             if let Err(e) = self.refresh(&upstream, era, &mut state).await {
+                if matches!(e, UpstreamError::MessageTooLarge { .. }) {
+                    // `guard` cancels the task: its state will not shrink.
+                    self.initiators().remove(&state.task_id);
+                    return Err(status_of(&e));
+                }
                 if is_not_found(&e) {
                     guard.disarm();
                     self.initiators().remove(&state.task_id);
@@ -1162,6 +1245,13 @@ impl Tasks {
                 match result {
                     Ok(result) => Ok(Look::Done(Finish::Completed(result))),
                     Err(e) if is_not_found(&e) => Ok(Look::Done(Finish::NotFound(e.to_string()))),
+                    // Fetching it again gives the same answer.
+                    Err(e @ UpstreamError::MessageTooLarge { .. }) => {
+                        Ok(Look::Done(Finish::Failed {
+                            message: e.to_string(),
+                            error: None,
+                        }))
+                    }
                     Err(e @ UpstreamError::Rpc { .. }) => Ok(Look::Done(Finish::Failed {
                         message: match &e {
                             UpstreamError::Rpc { message, .. } => message.clone(),
@@ -1179,8 +1269,20 @@ impl Tasks {
                 }
             }
             (status::INPUT_REQUIRED, Era::Modern) => {
-                let Some(Value::Object(requests)) = &state.input_requests else {
-                    return Ok(Look::Running);
+                let requests = match &state.input_requests {
+                    Some(Value::Object(requests)) => requests,
+                    // Nothing asked (yet).
+                    None | Some(Value::Null) => return Ok(Look::Running),
+                    Some(other) => {
+                        return Err(UpstreamError::protocol(
+                            upstream.name(),
+                            format!(
+                                "tasks/get {}: inputRequests is not an object (key -> request): {}",
+                                state.task_id,
+                                excerpt(other)
+                            ),
+                        ));
+                    }
                 };
                 let fresh: Map<String, Value> = requests
                     .iter()
@@ -1190,7 +1292,40 @@ impl Tasks {
                 if fresh.is_empty() {
                     return Ok(Look::Running);
                 }
-                let fresh = Value::Object(fresh);
+                // A server that never stops asking would flood the
+                // initiator's session with questions.
+                if answered.len() + fresh.len() > MAX_TASK_INPUT_REQUESTS {
+                    let _ = cancel_task(upstream, era, &state.task_id).await;
+                    return Ok(Look::Done(Finish::Failed {
+                        message: format!(
+                            "the server asked for more than {MAX_TASK_INPUT_REQUESTS} inputs (inputRequests) for task {}; it was cancelled",
+                            state.task_id
+                        ),
+                        error: None,
+                    }));
+                }
+                // The cards say which task asks (the 2025-11-25 key for
+                // it), so the control plane can close them when the call
+                // ends. Only the copy shown to the user carries it; the
+                // server gets its answers by key, as it asked.
+                let fresh = Value::Object(
+                    fresh
+                        .into_iter()
+                        .map(|(k, mut v)| {
+                            if let Some(params) = v.get_mut("params").and_then(Value::as_object_mut)
+                            {
+                                let meta = params
+                                    .entry("_meta")
+                                    .or_insert_with(|| Value::Object(Map::new()));
+                                if let Some(meta) = meta.as_object_mut() {
+                                    meta.entry(crate::elicitation::META_RELATED_TASK)
+                                        .or_insert_with(|| json!({"taskId": state.task_id}));
+                                }
+                            }
+                            (k, v)
+                        })
+                        .collect(),
+                );
                 let ask = self.inner.relay.answer_inputs(&fresh, context);
                 let responses = match deadline {
                     Some(d) => match tokio::time::timeout_at(d, ask).await {
@@ -1295,6 +1430,11 @@ impl Tasks {
                     .respond(&record.server, &record.tool, context, &result)
                 {
                     Ok(r) => {
+                        // A message of an earlier state ("needs input",
+                        // a progress step) does not describe the result.
+                        if record.status != status::COMPLETED {
+                            record.status_message.clear();
+                        }
                         record.status = status::COMPLETED.into();
                         record.result = Some(BackgroundResult {
                             result_json: r.result_json,
@@ -1396,12 +1536,11 @@ impl Tasks {
             let mut changed = false;
             let mut failure = None;
             match self.refresh(&upstream, era, &mut state).await {
+                // A poll error is cleared only when the whole poll worked
+                // (below): a `tasks/get` that works followed by a
+                // `tasks/result` or `tasks/update` that keeps failing is a
+                // continuous failure.
                 Ok(()) => {
-                    if record.poll_error_since_ms != 0 {
-                        record.poll_error_since_ms = 0;
-                        record.last_poll_error.clear();
-                        changed = true;
-                    }
                     let interval =
                         clamp_poll_interval(state.poll_interval_ms, self.settings().poll_min);
                     let interval_ms = interval.as_millis() as u64;
@@ -1419,6 +1558,14 @@ impl Tasks {
                     }
                 }
                 Err(e) if is_not_found(&e) => break Finish::NotFound(e.to_string()),
+                // The task's state will not shrink: polling again is futile.
+                Err(e @ UpstreamError::MessageTooLarge { .. }) => {
+                    let _ = cancel_task(&upstream, era, &state.task_id).await;
+                    break Finish::Failed {
+                        message: e.to_string(),
+                        error: None,
+                    };
+                }
                 Err(e) => failure = Some(e),
             }
             let interval = clamp_poll_interval(state.poll_interval_ms, self.settings().poll_min);
@@ -1467,6 +1614,13 @@ impl Tasks {
                     };
                 }
                 if first && self.report_change(&mut record, &shared, &mut gauge).await {
+                    self.stop(&upstream, era, &record, &state.task_id).await;
+                    return;
+                }
+            } else if record.poll_error_since_ms != 0 {
+                record.poll_error_since_ms = 0;
+                record.last_poll_error.clear();
+                if self.report_change(&mut record, &shared, &mut gauge).await {
                     self.stop(&upstream, era, &record, &state.task_id).await;
                     return;
                 }

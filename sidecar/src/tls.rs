@@ -63,7 +63,7 @@ pub enum CredentialError {
     },
     /// The private key does not belong to the certificate.
     #[error(
-        "{key_key} = {} does not match the certificate in {cert_key} = {}: {source}",
+        "{key_key} = {} does not match the certificate in {cert_key} = {}: the private key does not belong to this certificate",
         key_file.display(),
         cert_file.display()
     )]

@@ -112,12 +112,17 @@ pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
     let cat = snap.catalogues.get(name);
     // From what the sidecars report about their upstream connection: a
     // registered sidecar whose server is down does not make the server up.
+    // Sidecars that are shutting down (`draining`) take no new calls.
     let connected = sidecars.iter().any(|s| s.upstream_state == "connected");
     let all_down = sidecars.iter().all(|s| s.upstream_state == "down");
+    let all_draining = sidecars
+        .iter()
+        .all(|s| s.upstream_state == crate::routing::DRAINING);
     let state = match (sidecars.is_empty(), connected, cat) {
         (true, _, _) => "down",
         (false, true, Some(_)) => "up",
         (false, false, _) if all_down => "down",
+        (false, false, _) if all_draining => "draining",
         _ => "starting",
     };
     pb::ServerStatus {

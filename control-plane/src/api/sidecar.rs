@@ -7,12 +7,15 @@
 //! elicitations to the session's user ([`crate::interactions`]).
 //! `UpdateBackgroundCall` stores a background call's changes, and the
 //! report stream carries `adopt` messages for the tasks a sidecar is to
-//! poll ([`crate::background`]).
+//! poll ([`crate::background`]). A sidecar that reports the state
+//! `draining` (it got SIGTERM) keeps its registration until its stream
+//! ends, but gets no new calls ([`crate::routing`]).
 
 use crate::ControlPlane;
 use crate::api::admin::spec_to_pb;
 use crate::api::engine::registry_status;
 use crate::model::{SidecarRecord, now_ms, sidecar_key};
+use crate::routing::DRAINING;
 use crate::state::Change;
 use crate::store::Store;
 use serde_json::Value;
@@ -64,6 +67,10 @@ impl SidecarRegistry for SidecarApi {
             .background
             .upsert(&self.cp.state.snapshot(), incoming)
             .await?;
+        if stored.is_terminal() {
+            // A finished call asks nothing more: its open cards go.
+            crate::background::end_cards(&self.cp, &stored).await;
+        }
         Ok(Response::new(stored.to_pb()))
     }
 
@@ -349,13 +356,12 @@ async fn handle_report(
                     "catalogue.server_info_json: must be a JSON object",
                 ));
             }
-            let changed = cp
-                .registry
-                .update_catalogue(server, tools, capabilities, server_info, c.protocol_version)
-                .await
-                .map_err(registry_status)?;
-            tracing::info!(%server, changed, "catalogue received");
-            if record.upstream_state != "connected" {
+            // A catalogue means the upstream is connected, unless the
+            // sidecar already said it is draining (shutting down): that
+            // state stays until the stream ends. Recorded before the
+            // catalogue, so an engine woken by the catalogue's
+            // `tools.changed` finds the server's tools offered.
+            if record.upstream_state != "connected" && record.upstream_state != DRAINING {
                 record.upstream_state = "connected".into();
                 record.last_error.clear();
                 cp.registry
@@ -363,8 +369,17 @@ async fn handle_report(
                     .await
                     .map_err(registry_status)?;
             }
+            let changed = cp
+                .registry
+                .update_catalogue(server, tools, capabilities, server_info, c.protocol_version)
+                .await
+                .map_err(registry_status)?;
+            tracing::info!(%server, changed, "catalogue received");
         }
         Some(pb::sidecar_report::Report::Status(s)) => {
+            if s.state == DRAINING && record.upstream_state != DRAINING {
+                tracing::info!(%server, sidecar = %record.sidecar_id, "sidecar draining; routing new calls elsewhere");
+            }
             record.upstream_state = s.state;
             record.last_error = s.last_error;
             cp.registry

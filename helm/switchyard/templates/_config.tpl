@@ -22,6 +22,14 @@ token_encryption_key_file = {{ printf "%s/%s" (include "switchyard.keyDir" .) .V
 
 [limits]
 interactionTimeoutSec = {{ int64 .Values.controlPlane.interactionTimeoutSec }}
+{{- with .Values.controlPlane.backgroundCalls }}
+
+[backgroundCalls]
+autoAfterSec = {{ int64 .autoAfterSec }}
+maxPerTarget = {{ int64 .maxPerTarget }}
+maxDurationSec = {{ int64 .maxDurationSec }}
+retentionSec = {{ int64 .retentionSec }}
+{{- end }}
 {{- if .Values.controlPlane.auditPath }}
 
 [audit]
