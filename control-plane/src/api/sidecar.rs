@@ -381,7 +381,7 @@ async fn handle_report(
                 tracing::info!(%server, sidecar = %record.sidecar_id, "sidecar draining; routing new calls elsewhere");
             }
             record.upstream_state = s.state;
-            record.last_error = s.last_error;
+            record.last_error = bounded(s.last_error, MAX_LAST_ERROR_BYTES);
             cp.registry
                 .update_sidecar(record, lease)
                 .await
@@ -395,4 +395,44 @@ async fn handle_report(
         None => {}
     }
     Ok(())
+}
+
+/// Longest `UpstreamStatus.last_error` kept, in bytes: the text goes into
+/// the sidecar's store record (etcd refuses values over 1.5 MiB), and a
+/// sidecar must not be able to break its own report stream with it.
+pub const MAX_LAST_ERROR_BYTES: usize = 4096;
+
+/// `text` cut to at most `max` bytes at a character boundary, with a note
+/// of how much was left out.
+fn bounded(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let total = text.len();
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str(&format!("... ({} more bytes)", total - cut));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_errors_are_cut_at_a_character_boundary() {
+        assert_eq!(bounded("short".into(), 10), "short");
+        let long = "é".repeat(3000); // 6000 bytes
+        let cut = bounded(long, MAX_LAST_ERROR_BYTES);
+        assert!(cut.starts_with(&"é".repeat(2048)), "{}", &cut[..20]);
+        assert!(
+            cut.ends_with("... (1904 more bytes)"),
+            "{}",
+            &cut[cut.len() - 30..]
+        );
+        assert!(cut.len() < MAX_LAST_ERROR_BYTES + 32);
+    }
 }
