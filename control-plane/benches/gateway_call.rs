@@ -59,6 +59,7 @@ use std::time::{Duration, Instant};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
+use switchyard_test_support::bench::cpu_time;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tonic::transport::{Channel, Endpoint};
@@ -560,27 +561,6 @@ impl Run {
         self.cpu
             .map(|d| d.as_secs_f64() * 1e6 / self.calls.max(1) as f64)
     }
-}
-
-/// User + system CPU time of a process (`/proc/<pid>/stat`, all threads), in
-/// clock ticks of 1/100 s (Linux's `USER_HZ`); zero where unavailable.
-fn cpu_time(pid: Option<u32>) -> Duration {
-    let path = match pid {
-        Some(pid) => format!("/proc/{pid}/stat"),
-        None => "/proc/self/stat".to_owned(),
-    };
-    let Ok(stat) = std::fs::read_to_string(path) else {
-        return Duration::ZERO;
-    };
-    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    Duration::from_millis(fields.iter().sum::<u64>() * 10)
 }
 
 fn cpu_all(pids: &Pids) -> [Duration; 4] {

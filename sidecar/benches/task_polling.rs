@@ -38,6 +38,7 @@ use switchyard_sidecar::tasks::{BackgroundRegistry, TaskSettings, Tasks, TasksCo
 use switchyard_sidecar::upstream::{
     EraPreference, StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
 };
+use switchyard_test_support::bench::cpu_time;
 
 const INTERVAL_MS: u64 = 5000;
 const PUNCTUALITY_GOAL: f64 = 0.10;
@@ -54,42 +55,6 @@ impl BackgroundRegistry for CountingRegistry {
         self.0.fetch_add(1, Ordering::Relaxed);
         Box::pin(async move { Ok(call) })
     }
-}
-
-fn server_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("SWITCHYARD_REFERENCE_SERVER") {
-        return PathBuf::from(path);
-    }
-    let target = switchyard_test_support::target_dir();
-    let release = target
-        .parent()
-        .expect("the profile directory has a parent")
-        .join("release")
-        .join("switchyard-reference-server");
-    if !release.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "--release", "-p", "switchyard-reference-server"])
-            .current_dir(switchyard_test_support::repo_root())
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building the reference server failed");
-    }
-    release
-}
-
-/// User + system CPU time of a process (`/proc/<pid>/stat`, 10 ms ticks).
-fn cpu_time(pid: Option<u32>) -> Duration {
-    let path = pid.map_or("/proc/self/stat".to_owned(), |p| format!("/proc/{p}/stat"));
-    let stat = std::fs::read_to_string(path).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let ticks: u64 = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|f| f.parse::<u64>().ok())
-        .sum();
-    Duration::from_millis(ticks * 10)
 }
 
 /// Resident memory of this process in KiB (`VmRSS`).
@@ -114,6 +79,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
+}
+
+/// The reference server: `$SWITCHYARD_REFERENCE_SERVER`, or the release
+/// build (built here when missing).
+fn server_binary() -> PathBuf {
+    switchyard_test_support::bench::release_bin(
+        "SWITCHYARD_REFERENCE_SERVER",
+        "switchyard-reference-server",
+        "switchyard-reference-server",
+    )
 }
 
 fn main() {

@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use switchyard_sidecar::upstream::{
     EraPreference, StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
 };
+use switchyard_test_support::bench::cpu_time;
 
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
 const MESSAGE: &str = "hello from the switchyard benchmark";
@@ -114,49 +115,6 @@ impl Settings {
             }
         }
     }
-}
-
-/// The reference server binary: `$SWITCHYARD_REFERENCE_SERVER`, or the
-/// release build (built here when missing).
-fn server_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("SWITCHYARD_REFERENCE_SERVER") {
-        let path = PathBuf::from(path);
-        assert!(
-            path.exists(),
-            "SWITCHYARD_REFERENCE_SERVER={} does not exist",
-            path.display()
-        );
-        return path;
-    }
-    // target/<profile>/deps/<bench> -> target/release/<server>
-    let target = switchyard_test_support::target_dir();
-    let release = target
-        .parent()
-        .expect("the profile directory has a parent")
-        .join("release")
-        .join("switchyard-reference-server");
-    if !release.exists() {
-        eprintln!(
-            "building the reference server (release): {}",
-            release.display()
-        );
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "--release", "-p", "switchyard-reference-server"])
-            .current_dir(switchyard_test_support::repo_root())
-            .status()
-            .expect("run cargo build");
-        assert!(
-            status.success(),
-            "cargo build --release -p switchyard-reference-server failed"
-        );
-    }
-    assert!(
-        release.exists(),
-        "{} is missing; set SWITCHYARD_REFERENCE_SERVER",
-        release.display()
-    );
-    release
 }
 
 /// One of the two clients under test. Cheap to clone; clones share the one
@@ -306,27 +264,6 @@ impl Run {
     }
 }
 
-/// User + system CPU time of a process (`/proc/<pid>/stat`, all threads), in
-/// clock ticks of 1/100 s (Linux's `USER_HZ`); zero where unavailable.
-fn cpu_time(pid: Option<u32>) -> Duration {
-    let path = match pid {
-        Some(pid) => format!("/proc/{pid}/stat"),
-        None => "/proc/self/stat".to_owned(),
-    };
-    let Ok(stat) = std::fs::read_to_string(path) else {
-        return Duration::ZERO;
-    };
-    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    Duration::from_millis(fields.iter().sum::<u64>() * 10)
-}
-
 /// `concurrency` tasks call in a loop until `duration` has passed.
 async fn run(client: &Client, concurrency: usize, duration: Duration) -> Run {
     let server_pid = client.server_pid();
@@ -415,6 +352,16 @@ fn machine() -> String {
         })
         .unwrap_or_else(|| "unknown CPU".into());
     format!("{cores} cores, {cpu}")
+}
+
+/// The reference server: `$SWITCHYARD_REFERENCE_SERVER`, or the release
+/// build (built here when missing).
+fn server_binary() -> PathBuf {
+    switchyard_test_support::bench::release_bin(
+        "SWITCHYARD_REFERENCE_SERVER",
+        "switchyard-reference-server",
+        "switchyard-reference-server",
+    )
 }
 
 fn main() {

@@ -5,6 +5,7 @@
 //! is a loud failure naming the command that installs it, never a skip.
 //! [`pki`] generates the certificates of TLS tests at test time.
 
+pub mod bench;
 pub mod pki;
 
 use std::path::{Path, PathBuf};
