@@ -19,328 +19,30 @@
 //! a tool without task support; the `maxPerTarget` foreground limit; and
 //! adoption by a new sidecar process after `kill -9` over HTTP.
 
-use futures::StreamExt;
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::pin::Pin;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
-use switchyard_proto::v1::sidecar_registry_server::{SidecarRegistry, SidecarRegistryServer};
-use switchyard_proto::v1::{
-    BackgroundCall, BackgroundCalls, BackgroundPolicy, CompleteInteractionRequest,
-    CompleteInteractionResponse, ControlMessage, InteractRequest, InteractResponse,
-    RegisterRequest, RegisterResponse, SidecarCallRequest, SidecarCallResponse,
-    SidecarCancelBackgroundRequest, SidecarReport, UpdateBackgroundCallRequest, Welcome,
-    control_message, sidecar_report,
-};
-use switchyard_sidecar::audit::Audit;
-use switchyard_sidecar::catalogue::Catalogue;
-use switchyard_sidecar::control::{
-    ControlPlaneInteractions, ControlSettings, registry_client, watch_upstream_with,
-};
-use switchyard_sidecar::elicitation::Interactions;
-use switchyard_sidecar::pool::SessionPool;
-use switchyard_sidecar::service::CallService;
-use switchyard_sidecar::tasks::{
-    GrpcRegistry, Initiators, TaskMetrics, TaskSettings, Tasks, TasksConfig, get_task,
-};
+use switchyard_proto::v1::{BackgroundCall, BackgroundPolicy, SidecarCancelBackgroundRequest};
+use switchyard_sidecar::tasks::get_task;
 use switchyard_sidecar::upstream::{
-    Era, EraPreference, HttpConfig, StdioConfig, TransportConfig, Upstream, UpstreamConfig,
-    UpstreamMetrics,
+    Era, EraPreference, HttpConfig, StdioConfig, TransportConfig, UpstreamConfig,
 };
 use switchyard_test_support as support;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use tonic::Code;
 use tonic::transport::Channel;
-use tonic::{Code, Request, Response, Status, Streaming};
 
-/// Upper bound on any single wait.
-const LIMIT: Duration = Duration::from_secs(60);
-/// The poll interval floor the tests run with (`task_poll_min_ms`).
-const POLL_MIN: Duration = Duration::from_millis(100);
+mod common;
 
-// ---- the fake control plane ---------------------------------------------------
-
-#[derive(Debug, Default)]
-struct RegistryState {
-    /// Stored records by id.
-    records: Mutex<HashMap<String, BackgroundCall>>,
-    /// Every update received, in order.
-    updates: Mutex<Vec<BackgroundCall>>,
-    interacts: Mutex<Vec<InteractRequest>>,
-    /// The `content` of the accept answer to `Interact`.
-    answer: Mutex<Value>,
-    /// Handed out as `adopt` after the next `hello`.
-    adopt_on_hello: Mutex<Vec<BackgroundCall>>,
-    hellos: Mutex<Vec<String>>,
-}
-
-#[derive(Debug, Clone)]
-struct FakeRegistry(Arc<RegistryState>);
-
-fn terminal(status: &str) -> bool {
-    matches!(status, "completed" | "failed" | "cancelled")
-}
-
-type ControlStream = Pin<Box<dyn futures::Stream<Item = Result<ControlMessage, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl SidecarRegistry for FakeRegistry {
-    async fn update_background_call(
-        &self,
-        request: Request<UpdateBackgroundCallRequest>,
-    ) -> Result<Response<BackgroundCall>, Status> {
-        let call = request
-            .into_inner()
-            .call
-            .ok_or_else(|| Status::invalid_argument("no call"))?;
-        if call.id.is_empty() {
-            return Err(Status::invalid_argument("no id"));
-        }
-        self.0.updates.lock().unwrap().push(call.clone());
-        let mut records = self.0.records.lock().unwrap();
-        let stored = match records.get(&call.id) {
-            Some(old) if terminal(&old.status) => old.clone(),
-            _ => {
-                records.insert(call.id.clone(), call.clone());
-                call
-            }
-        };
-        Ok(Response::new(stored))
-    }
-
-    async fn interact(
-        &self,
-        request: Request<InteractRequest>,
-    ) -> Result<Response<InteractResponse>, Status> {
-        self.0.interacts.lock().unwrap().push(request.into_inner());
-        let content = self.0.answer.lock().unwrap().clone();
-        Ok(Response::new(InteractResponse {
-            result_json: json!({"action": "accept", "content": content}).to_string(),
-        }))
-    }
-
-    async fn complete_interaction(
-        &self,
-        _: Request<CompleteInteractionRequest>,
-    ) -> Result<Response<CompleteInteractionResponse>, Status> {
-        Ok(Response::new(CompleteInteractionResponse { found: false }))
-    }
-
-    async fn register(
-        &self,
-        _: Request<RegisterRequest>,
-    ) -> Result<Response<RegisterResponse>, Status> {
-        Ok(Response::new(RegisterResponse {
-            lease_ttl_seconds: 15,
-            spec: None,
-        }))
-    }
-
-    type ReportStream = ControlStream;
-
-    async fn report(
-        &self,
-        request: Request<Streaming<SidecarReport>>,
-    ) -> Result<Response<Self::ReportStream>, Status> {
-        let mut inbound = request.into_inner();
-        let state = self.0.clone();
-        let (tx, rx) = futures::channel::mpsc::unbounded();
-        tokio::spawn(async move {
-            while let Ok(Some(SidecarReport { report: Some(r) })) = inbound.message().await {
-                if let sidecar_report::Report::Hello(h) = r {
-                    state.hellos.lock().unwrap().push(h.sidecar_id.clone());
-                    let _ = tx.unbounded_send(ControlMessage {
-                        message: Some(control_message::Message::Welcome(Welcome {
-                            lease_ttl_seconds: 15,
-                        })),
-                    });
-                    let mut calls: Vec<BackgroundCall> =
-                        std::mem::take(&mut *state.adopt_on_hello.lock().unwrap());
-                    if !calls.is_empty() {
-                        for c in &mut calls {
-                            c.sidecar_id = h.sidecar_id.clone();
-                        }
-                        let _ = tx.unbounded_send(ControlMessage {
-                            message: Some(control_message::Message::Adopt(BackgroundCalls {
-                                calls,
-                            })),
-                        });
-                    }
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(rx.map(Ok)) as ControlStream))
-    }
-}
-
-struct Registry {
-    state: Arc<RegistryState>,
-    url: String,
-}
-
-impl Registry {
-    async fn start() -> Registry {
-        let state = Arc::new(RegistryState::default());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(SidecarRegistryServer::new(FakeRegistry(state.clone())))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
-        Registry {
-            state,
-            url: format!("http://{addr}"),
-        }
-    }
-
-    fn answer_with(&self, content: Value) {
-        *self.state.answer.lock().unwrap() = content;
-    }
-
-    fn updates(&self, id: &str) -> Vec<BackgroundCall> {
-        self.state
-            .updates
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|c| c.id == id)
-            .cloned()
-            .collect()
-    }
-
-    fn record(&self, id: &str) -> Option<BackgroundCall> {
-        self.state.records.lock().unwrap().get(id).cloned()
-    }
-
-    /// Waits until the stored record of `id` is terminal.
-    async fn finished(&self, id: &str) -> BackgroundCall {
-        let deadline = tokio::time::Instant::now() + LIMIT;
-        loop {
-            if let Some(r) = self.record(id)
-                && terminal(&r.status)
-            {
-                return r;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "background call {id} not finished within {LIMIT:?}: {:?}",
-                self.record(id)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Marks `id` cancelled, as the control plane does before it calls the
-    /// sidecar.
-    fn cancel(&self, id: &str) {
-        if let Some(r) = self.state.records.lock().unwrap().get_mut(id) {
-            r.status = "cancelled".into();
-        }
-    }
-}
-
-// ---- the sidecar in process -----------------------------------------------------
-
-struct Side {
-    client: SidecarCallsClient<Channel>,
-    upstream: Upstream,
-    tasks: Tasks,
-    initiators: Arc<Initiators>,
-    metrics: prometheus::Registry,
-    _aborts: Vec<tokio::task::AbortHandle>,
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        for a in &self._aborts {
-            a.abort();
-        }
-    }
-}
-
-fn control_settings(registry: &Registry) -> ControlSettings {
-    ControlSettings {
-        control_plane: registry.url.clone(),
-        ca_pem: None,
-        credentials: Default::default(),
-        server: "ref".into(),
-        sidecar_id: "sidecar-test".into(),
-        call_address: String::new(),
-    }
-}
+use common::LIMIT;
+use common::tasks::{POLL_MIN, Registry, Side, request, side_with};
 
 /// The sidecar's call service on `config`'s server, reporting to
 /// `registry` (interactions through its `Interact`).
 async fn side(config: UpstreamConfig, registry: &Registry) -> Side {
-    side_with(config, registry, Duration::from_secs(60)).await
-}
-
-/// [`side`] failing a background call after `failure_limit` of poll errors.
-async fn side_with(config: UpstreamConfig, registry: &Registry, failure_limit: Duration) -> Side {
-    support::init_tracing();
-    let settings = control_settings(registry);
-    let initiators = Initiators::new();
-    let mut interactions = Interactions::new(
-        Arc::new(ControlPlaneInteractions::new(&settings).unwrap()),
-        Audit::to_log(),
-    );
-    interactions.timeout = Duration::from_secs(30);
-    interactions.tasks = Some(initiators.clone());
-    let upstream = Upstream::with_interactions(
-        config,
-        &UpstreamMetrics::unregistered(),
-        interactions.clone(),
-    )
-    .unwrap();
-    let catalogue = Catalogue::new();
-    let (mut view, watcher) = watch_upstream_with(
-        upstream.clone(),
-        catalogue.clone(),
-        Duration::from_millis(200),
-    );
-    tokio::time::timeout(LIMIT, view.catalogue.wait_for(Option::is_some))
-        .await
-        .expect("catalogue listed in time")
-        .unwrap();
-    let metrics = prometheus::Registry::new();
-    let service = CallService::with_pool(SessionPool::new(upstream.clone()))
-        .with_catalogue(catalogue)
-        .with_tasks(TasksConfig {
-            settings: TaskSettings {
-                poll_min: POLL_MIN,
-                failure_limit,
-                sidecar_id: "sidecar-test".into(),
-            },
-            registry: Some(Arc::new(GrpcRegistry::new(
-                registry_client(&settings).unwrap(),
-            ))),
-            interactions: Some(interactions),
-            initiators: initiators.clone(),
-            metrics: TaskMetrics::register(&metrics).unwrap(),
-        });
-    let tasks = service.tasks();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service.into_server())
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-    );
-    let client = SidecarCallsClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    Side {
-        client,
-        upstream,
-        tasks,
-        initiators,
-        metrics,
-        _aborts: vec![watcher.abort_handle(), server.abort_handle()],
-    }
+    side_with(config, registry, "ref", Duration::from_secs(60)).await
 }
 
 fn stdio(name: &str, command: &std::path::Path, args: &[&str]) -> UpstreamConfig {
@@ -406,39 +108,10 @@ fn everything() -> UpstreamConfig {
 }
 
 fn policy(id: &str, auto_after_ms: u64) -> BackgroundPolicy {
-    BackgroundPolicy {
-        background_call_id: id.into(),
-        auto_after_ms,
-        allowed: true,
-        foreground_limit_ms: 600_000,
-        max_duration_ms: 3_600_000,
-        engine_tool: format!("ref__{id}"),
-    }
-}
-
-fn request(
-    tool: &str,
-    arguments: Value,
-    background: Option<BackgroundPolicy>,
-) -> SidecarCallRequest {
-    SidecarCallRequest {
-        params_json: json!({"name": tool, "arguments": arguments}).to_string(),
-        session_id: "S1".into(),
-        run_id: "R1".into(),
-        background,
-        ..Default::default()
-    }
+    common::tasks::policy("ref", id, auto_after_ms)
 }
 
 impl Side {
-    async fn call(&self, request: SidecarCallRequest) -> Result<SidecarCallResponse, Status> {
-        let mut client = self.client.clone();
-        tokio::time::timeout(LIMIT, client.call_tool(request))
-            .await
-            .expect("call answered in time")
-            .map(Response::into_inner)
-    }
-
     /// Calls `tool` with a background policy and expects it to move.
     async fn moved(
         &self,
@@ -929,7 +602,7 @@ async fn a_call_past_its_maximum_duration_fails_and_its_task_is_cancelled() {
 async fn continuous_poll_failure_fails_the_call() {
     let registry = Registry::start().await;
     let (mut server, config) = reference_http(Era::Modern).await;
-    let side = side_with(config, &registry, Duration::from_secs(2)).await;
+    let side = side_with(config, &registry, "ref", Duration::from_secs(2)).await;
     side.moved("task_forever", json!({"pollIntervalMs": 100}), "lost", 0)
         .await;
     tokio::time::sleep(Duration::from_millis(300)).await;

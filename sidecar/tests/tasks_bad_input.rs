@@ -11,180 +11,17 @@
 //! running, and the call ends (it does not poll a hopeless task forever).
 
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
-use switchyard_proto::v1::sidecar_registry_server::{SidecarRegistry, SidecarRegistryServer};
-use switchyard_proto::v1::{
-    BackgroundCall, BackgroundPolicy, CompleteInteractionRequest, CompleteInteractionResponse,
-    ControlMessage, InteractRequest, InteractResponse, RegisterRequest, RegisterResponse,
-    SidecarCallRequest, SidecarCallResponse, SidecarReport, UpdateBackgroundCallRequest,
-};
-use switchyard_sidecar::audit::Audit;
-use switchyard_sidecar::catalogue::Catalogue;
-use switchyard_sidecar::control::{
-    ControlPlaneInteractions, ControlSettings, registry_client, watch_upstream_with,
-};
-use switchyard_sidecar::elicitation::Interactions;
-use switchyard_sidecar::pool::SessionPool;
-use switchyard_sidecar::service::CallService;
+use switchyard_proto::v1::{BackgroundCall, BackgroundPolicy};
 use switchyard_sidecar::tasks::MAX_TASK_INPUT_REQUESTS;
-use switchyard_sidecar::tasks::{GrpcRegistry, Initiators, TaskMetrics, TaskSettings, TasksConfig};
-use switchyard_sidecar::upstream::{
-    EraPreference, StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
-};
+use switchyard_sidecar::upstream::{EraPreference, StdioConfig, TransportConfig, UpstreamConfig};
 use switchyard_test_support as support;
-use tonic::transport::Channel;
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::Code;
 
-/// Upper bound on any single wait.
-const LIMIT: Duration = Duration::from_secs(60);
+mod common;
 
-// ---- the fake control plane ---------------------------------------------------
-
-#[derive(Debug, Default)]
-struct RegistryState {
-    records: Mutex<HashMap<String, BackgroundCall>>,
-    updates: Mutex<Vec<BackgroundCall>>,
-    interacts: Mutex<Vec<InteractRequest>>,
-}
-
-#[derive(Debug, Clone)]
-struct FakeRegistry(Arc<RegistryState>);
-
-fn terminal(status: &str) -> bool {
-    matches!(status, "completed" | "failed" | "cancelled")
-}
-
-type ControlStream = Pin<Box<dyn futures::Stream<Item = Result<ControlMessage, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl SidecarRegistry for FakeRegistry {
-    async fn update_background_call(
-        &self,
-        request: Request<UpdateBackgroundCallRequest>,
-    ) -> Result<Response<BackgroundCall>, Status> {
-        let call = request
-            .into_inner()
-            .call
-            .ok_or_else(|| Status::invalid_argument("no call"))?;
-        self.0.updates.lock().unwrap().push(call.clone());
-        let mut records = self.0.records.lock().unwrap();
-        let stored = match records.get(&call.id) {
-            Some(old) if terminal(&old.status) => old.clone(),
-            _ => {
-                records.insert(call.id.clone(), call.clone());
-                call
-            }
-        };
-        Ok(Response::new(stored))
-    }
-
-    async fn interact(
-        &self,
-        request: Request<InteractRequest>,
-    ) -> Result<Response<InteractResponse>, Status> {
-        self.0.interacts.lock().unwrap().push(request.into_inner());
-        Ok(Response::new(InteractResponse {
-            result_json: json!({"action": "decline"}).to_string(),
-        }))
-    }
-
-    async fn complete_interaction(
-        &self,
-        _: Request<CompleteInteractionRequest>,
-    ) -> Result<Response<CompleteInteractionResponse>, Status> {
-        Ok(Response::new(CompleteInteractionResponse { found: false }))
-    }
-
-    async fn register(
-        &self,
-        _: Request<RegisterRequest>,
-    ) -> Result<Response<RegisterResponse>, Status> {
-        Err(Status::unimplemented("not used here"))
-    }
-
-    type ReportStream = ControlStream;
-
-    async fn report(
-        &self,
-        _: Request<Streaming<SidecarReport>>,
-    ) -> Result<Response<Self::ReportStream>, Status> {
-        Err(Status::unimplemented("not used here"))
-    }
-}
-
-struct Registry {
-    state: Arc<RegistryState>,
-    url: String,
-}
-
-impl Registry {
-    async fn start() -> Registry {
-        let state = Arc::new(RegistryState::default());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(SidecarRegistryServer::new(FakeRegistry(state.clone())))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
-        Registry {
-            state,
-            url: format!("http://{addr}"),
-        }
-    }
-
-    fn updates(&self, id: &str) -> Vec<BackgroundCall> {
-        self.state
-            .updates
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|c| c.id == id)
-            .cloned()
-            .collect()
-    }
-
-    fn all_updates(&self) -> Vec<BackgroundCall> {
-        self.state.updates.lock().unwrap().clone()
-    }
-
-    /// Waits until the stored record of `id` is terminal.
-    async fn finished(&self, id: &str) -> BackgroundCall {
-        let deadline = tokio::time::Instant::now() + LIMIT;
-        loop {
-            let r = self.state.records.lock().unwrap().get(id).cloned();
-            if let Some(r) = &r
-                && terminal(&r.status)
-            {
-                return r.clone();
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "background call {id} not finished within {LIMIT:?}: {r:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-// ---- the sidecar in process -----------------------------------------------------
-
-struct Side {
-    client: SidecarCallsClient<Channel>,
-    _aborts: Vec<tokio::task::AbortHandle>,
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        for a in &self._aborts {
-            a.abort();
-        }
-    }
-}
+use common::LIMIT;
+use common::tasks::{Registry, Side, request, side_with};
 
 /// `bad_tasks.py` in `era` ("2025" or "2026"), accepting messages of up to
 /// `max_message_bytes`.
@@ -212,106 +49,19 @@ fn bad_tasks(era: &str, max_message_bytes: usize) -> UpstreamConfig {
     c
 }
 
-/// The sidecar's call service on `config`, reporting to `registry`;
-/// background calls fail after `failure_limit` of poll errors.
+/// The sidecar's call service on `config`, reporting to `registry`, which
+/// declines every question; background calls fail after `failure_limit`
+/// of poll errors.
 async fn side(config: UpstreamConfig, registry: &Registry, failure_limit: Duration) -> Side {
-    support::init_tracing();
-    let settings = ControlSettings {
-        control_plane: registry.url.clone(),
-        ca_pem: None,
-        credentials: Default::default(),
-        server: "bad".into(),
-        sidecar_id: "sidecar-test".into(),
-        call_address: String::new(),
-    };
-    let initiators = Initiators::new();
-    let mut interactions = Interactions::new(
-        Arc::new(ControlPlaneInteractions::new(&settings).unwrap()),
-        Audit::to_log(),
-    );
-    interactions.timeout = Duration::from_secs(30);
-    interactions.tasks = Some(initiators.clone());
-    let upstream = Upstream::with_interactions(
-        config,
-        &UpstreamMetrics::unregistered(),
-        interactions.clone(),
-    )
-    .unwrap();
-    let catalogue = Catalogue::new();
-    let (mut view, watcher) = watch_upstream_with(
-        upstream.clone(),
-        catalogue.clone(),
-        Duration::from_millis(200),
-    );
-    tokio::time::timeout(LIMIT, view.catalogue.wait_for(Option::is_some))
-        .await
-        .expect("catalogue listed in time")
-        .unwrap();
-    let service = CallService::with_pool(SessionPool::new(upstream.clone()))
-        .with_catalogue(catalogue)
-        .with_tasks(TasksConfig {
-            settings: TaskSettings {
-                poll_min: Duration::from_millis(100),
-                failure_limit,
-                sidecar_id: "sidecar-test".into(),
-            },
-            registry: Some(Arc::new(GrpcRegistry::new(
-                registry_client(&settings).unwrap(),
-            ))),
-            interactions: Some(interactions),
-            initiators,
-            metrics: TaskMetrics::unregistered(),
-        });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service.into_server())
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-    );
-    let client = SidecarCallsClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    Side {
-        client,
-        _aborts: vec![watcher.abort_handle(), server.abort_handle()],
-    }
+    registry.decline_all();
+    side_with(config, registry, "bad", failure_limit).await
 }
 
 fn policy(id: &str, auto_after_ms: u64) -> BackgroundPolicy {
-    BackgroundPolicy {
-        background_call_id: id.into(),
-        auto_after_ms,
-        allowed: true,
-        foreground_limit_ms: 600_000,
-        max_duration_ms: 3_600_000,
-        engine_tool: format!("bad__{id}"),
-    }
-}
-
-fn request(
-    tool: &str,
-    arguments: Value,
-    background: Option<BackgroundPolicy>,
-) -> SidecarCallRequest {
-    SidecarCallRequest {
-        params_json: json!({"name": tool, "arguments": arguments}).to_string(),
-        session_id: "S1".into(),
-        run_id: "R1".into(),
-        background,
-        ..Default::default()
-    }
+    common::tasks::policy("bad", id, auto_after_ms)
 }
 
 impl Side {
-    async fn call(&self, request: SidecarCallRequest) -> Result<SidecarCallResponse, Status> {
-        let mut client = self.client.clone();
-        tokio::time::timeout(LIMIT, client.call_tool(request))
-            .await
-            .expect("call answered in time")
-            .map(Response::into_inner)
-    }
-
     /// The stub's `stats` tool: cancelled task ids, `tasks/get` counts.
     async fn stats(&self) -> Value {
         let r = self

@@ -2,6 +2,8 @@
 //! upstream watcher keeping its catalogue (shared by the stage A tests).
 #![allow(dead_code)]
 
+pub mod tasks;
+
 use std::path::PathBuf;
 use std::time::Duration;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
