@@ -60,6 +60,39 @@ pub enum Change {
     Background(Box<crate::background::BackgroundRecord>),
 }
 
+/// The background calls index: an entry per record, and the number of
+/// running (non-terminal) calls per server, kept up to date as entries
+/// come and go, since every engine call reads it (`maxPerTarget`).
+#[derive(Debug, Default, Clone)]
+struct BackgroundIndex {
+    entries: HashMap<String, BackgroundEntry>,
+    running: HashMap<String, usize>,
+}
+
+impl BackgroundIndex {
+    fn insert(&mut self, id: String, entry: BackgroundEntry) {
+        self.remove(&id);
+        if !crate::background::is_terminal(&entry.status) {
+            *self.running.entry(entry.server.clone()).or_default() += 1;
+        }
+        self.entries.insert(id, entry);
+    }
+
+    fn remove(&mut self, id: &str) {
+        let Some(old) = self.entries.remove(id) else {
+            return;
+        };
+        if !crate::background::is_terminal(&old.status)
+            && let Some(n) = self.running.get_mut(&old.server)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.running.remove(&old.server);
+            }
+        }
+    }
+}
+
 /// What the read model keeps of a background call (the record itself
 /// stays in the store).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,7 +188,7 @@ impl Snapshot {
 #[derive(Debug)]
 pub struct State {
     snapshot: RwLock<Arc<Snapshot>>,
-    background: RwLock<HashMap<String, BackgroundEntry>>,
+    background: RwLock<BackgroundIndex>,
     changes: broadcast::Sender<Change>,
     applied: watch::Sender<Revision>,
 }
@@ -167,7 +200,7 @@ impl State {
         let listing = store.list("").await?;
         let mut snap = Snapshot::default();
         let mut sink = Vec::new();
-        let mut background = HashMap::new();
+        let mut background = BackgroundIndex::default();
         for kv in &listing.kvs {
             if !background_put(&mut background, kv, &mut sink) {
                 apply_put(&mut snap, kv, &mut sink);
@@ -216,6 +249,7 @@ impl State {
         self.background
             .read()
             .unwrap()
+            .entries
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
@@ -226,9 +260,10 @@ impl State {
         self.background
             .read()
             .unwrap()
-            .values()
-            .filter(|e| e.server == server && !crate::background::is_terminal(&e.status))
-            .count()
+            .running
+            .get(server)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Subscribes to changes.
@@ -298,7 +333,7 @@ impl State {
     fn replace(&self, kvs: &[KeyValue], revision: Revision) {
         let mut snap = Snapshot::default();
         let mut sink = Vec::new();
-        let mut background = HashMap::new();
+        let mut background = BackgroundIndex::default();
         let mut background_changes = Vec::new();
         for kv in kvs {
             if !background_put(&mut background, kv, &mut background_changes) {
@@ -313,7 +348,7 @@ impl State {
         // streams deduplicate by id).
         for c in background_changes {
             if let Change::Background(rec) = &c
-                && old_background.get(&rec.id) != background.get(&rec.id)
+                && old_background.entries.get(&rec.id) != background.entries.get(&rec.id)
             {
                 let _ = self.changes.send(c);
             }
@@ -364,11 +399,7 @@ fn parse<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Option<T> {
 
 /// Applies a put if it is a background call's (returns false otherwise):
 /// the index is updated and the record broadcast.
-fn background_put(
-    index: &mut HashMap<String, BackgroundEntry>,
-    kv: &KeyValue,
-    changes: &mut Vec<Change>,
-) -> bool {
+fn background_put(index: &mut BackgroundIndex, kv: &KeyValue, changes: &mut Vec<Change>) -> bool {
     let Some(id) = kv.key.strip_prefix(crate::background::PREFIX) else {
         return false;
     };
@@ -383,7 +414,7 @@ fn background_put(
     true
 }
 
-fn background_delete(index: &mut HashMap<String, BackgroundEntry>, key: &str) {
+fn background_delete(index: &mut BackgroundIndex, key: &str) {
     if let Some(id) = key.strip_prefix(crate::background::PREFIX) {
         index.remove(id);
     }
@@ -599,4 +630,41 @@ fn interaction_diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(server: &str, status: &str) -> BackgroundEntry {
+        BackgroundEntry {
+            server: server.into(),
+            session_id: "s".into(),
+            sidecar_id: "c".into(),
+            mode: "task".into(),
+            status: status.into(),
+            deadline_ms: 0,
+            finished_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn the_index_counts_running_calls_per_server() {
+        let mut index = BackgroundIndex::default();
+        index.insert("a".into(), entry("files", "working"));
+        index.insert("b".into(), entry("files", "input_required"));
+        index.insert("c".into(), entry("web", "working"));
+        index.insert("d".into(), entry("files", "completed"));
+        assert_eq!(index.running.get("files"), Some(&2));
+        // An update that finishes a call, a repeated update, a delete.
+        index.insert("a".into(), entry("files", "failed"));
+        index.insert("b".into(), entry("files", "working"));
+        index.remove("c");
+        index.remove("unknown");
+        assert_eq!(index.running.get("files"), Some(&1));
+        assert_eq!(index.running.get("web"), None);
+        index.remove("b");
+        assert!(index.running.is_empty());
+        assert_eq!(index.entries.len(), 2);
+    }
 }
