@@ -39,6 +39,7 @@
 
 mod common;
 
+use common::background::*;
 use common::*;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -48,7 +49,6 @@ use switchyard_control_plane::config::Config;
 use switchyard_control_plane::server::{self, Running};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
-use switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient;
 use switchyard_test_support::start_etcd;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -57,38 +57,7 @@ use tonic::codec::Streaming;
 use tonic::{Code, Request, Response, Status};
 
 /// The server the fake sidecars front (never started).
-const FAKE_SERVER: &str =
-    "\n[[servers]]\nname = \"fake\"\ntransport = \"stdio\"\ncommand = \"true\"\n";
 const TOOL: &str = "fake__book";
-
-fn now_ms() -> i64 {
-    switchyard_control_plane::model::now_ms()
-}
-
-/// Writes a replica config (free ports, `store`, the fake server, lease
-/// TTL 2 s, `[backgroundCalls]` = `background`) and loads it.
-fn replica_config(dir: &Path, name: &str, store: &StoreKind, background: &str) -> Config {
-    let (text, _, _) = config_text(dir, store, 2, FAKE_SERVER);
-    let text = format!("{text}\n[backgroundCalls]\n{background}\n");
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text).expect("write the config");
-    Config::load(&path).expect("a valid config")
-}
-
-async fn start_replica(dir: &Path, name: &str, store: &StoreKind, background: &str) -> Running {
-    let config = replica_config(dir, name, store, background);
-    server::start(&config, true).await.expect("replica starts")
-}
-
-fn endpoint(r: &Running) -> String {
-    format!("http://{}", r.grpc_addr)
-}
-
-async fn registry(endpoint: &str) -> SidecarRegistryClient<tonic::transport::Channel> {
-    SidecarRegistryClient::connect(endpoint.to_owned())
-        .await
-        .unwrap_or_else(|e| panic!("connect to {endpoint}: {e}"))
-}
 
 /// What a fake sidecar's `SidecarCalls` endpoint saw.
 #[derive(Debug, Default)]
@@ -336,53 +305,6 @@ async fn wait_gone(endpoint: &str, sidecar: &str) {
     .await
 }
 
-async fn create_session(endpoint: &str) -> String {
-    engine(endpoint)
-        .await
-        .unwrap()
-        .create_session(pb::CreateSessionRequest {
-            enabled_servers: vec!["fake".into()],
-            permission_mode: pb::PermissionMode::Auto as i32,
-            roots: vec![],
-        })
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .id
-}
-
-async fn subscribe(endpoint: &str, session: &str, after_ms: i64) -> Streaming<pb::SessionEvent> {
-    engine(endpoint)
-        .await
-        .unwrap()
-        .subscribe_events(pb::SubscribeEventsRequest {
-            session_id: session.into(),
-            background_after_ms: after_ms,
-        })
-        .await
-        .expect("SubscribeEvents")
-        .into_inner()
-}
-
-/// The next `background_call.*` event: (event, its data).
-async fn next_background(events: &mut Streaming<pb::SessionEvent>) -> (pb::SessionEvent, Value) {
-    tokio::time::timeout(LIMIT, async {
-        loop {
-            let ev = events
-                .message()
-                .await
-                .expect("the event stream")
-                .expect("an event");
-            if ev.r#type.starts_with("background_call.") {
-                let data: Value = serde_json::from_str(&ev.data_json).expect("data is JSON");
-                return (ev, data);
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no background_call event within {LIMIT:?}"))
-}
-
 /// No `background_call.*` event within `wait`.
 async fn no_background(events: &mut Streaming<pb::SessionEvent>, wait: Duration) {
     let got = tokio::time::timeout(wait, async {
@@ -415,17 +337,6 @@ async fn call(
             run_id: "run-1".into(),
             ..Default::default()
         })
-        .await
-        .map(|r| r.into_inner())
-}
-
-async fn update(
-    endpoint: &str,
-    call: pb::BackgroundCall,
-) -> Result<pb::BackgroundCall, tonic::Status> {
-    registry(endpoint)
-        .await
-        .update_background_call(pb::UpdateBackgroundCallRequest { call: Some(call) })
         .await
         .map(|r| r.into_inner())
 }
@@ -474,17 +385,27 @@ fn completed(mut c: pb::BackgroundCall, text: &str) -> pb::BackgroundCall {
     c
 }
 
-fn refused<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, needle: &str) {
-    let e = r.expect_err("refused");
-    assert_eq!(e.code(), code, "{e:?}");
-    assert!(e.message().contains(needle), "{e:?}");
+/// A replica whose `[backgroundCalls]` table is `background`.
+async fn start_background_replica(
+    dir: &Path,
+    name: &str,
+    store: &StoreKind,
+    background: &str,
+) -> Running {
+    start_replica(
+        dir,
+        name,
+        store,
+        &format!("[backgroundCalls]\n{background}"),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_move_update_finish_and_replay_on_one_replica() {
     switchyard_test_support::init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let r = start_replica(
+    let r = start_background_replica(
         dir.path(),
         "a",
         &StoreKind::Embedded,
@@ -881,7 +802,7 @@ async fn calls_move_update_finish_and_replay_on_one_replica() {
 async fn cancel_marks_the_call_and_tells_its_sidecar() {
     switchyard_test_support::init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let r = start_replica(
+    let r = start_background_replica(
         dir.path(),
         "a",
         &StoreKind::Embedded,
@@ -1079,7 +1000,7 @@ async fn cancel_marks_the_call_and_tells_its_sidecar() {
 async fn the_sweeper_fails_held_calls_and_adopts_tasks() {
     switchyard_test_support::init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let r = start_replica(
+    let r = start_background_replica(
         dir.path(),
         "a",
         &StoreKind::Embedded,
@@ -1172,7 +1093,7 @@ async fn the_sweeper_fails_held_calls_and_adopts_tasks() {
 async fn deadlines_fail_calls_and_retention_deletes_them() {
     switchyard_test_support::init_tracing();
     let dir = tempfile::tempdir().unwrap();
-    let r = start_replica(
+    let r = start_background_replica(
         dir.path(),
         "a",
         &StoreKind::Embedded,
@@ -1224,7 +1145,12 @@ async fn deadlines_fail_calls_and_retention_deletes_them() {
 /// Starts `switchyard-control-plane --config` on `store`; returns it and
 /// its gRPC endpoint.
 async fn replica_process(dir: &Path, name: &str, store: &StoreKind) -> (Proc, String) {
-    replica_config(dir, name, store, "sweepIntervalMs = 200\n");
+    replica_config(
+        dir,
+        name,
+        store,
+        "[backgroundCalls]\nsweepIntervalMs = 200\n",
+    );
     let mut cmd = Command::new(control_plane_bin());
     cmd.arg("--config")
         .arg(dir.join(format!("{name}.toml")))
@@ -1252,7 +1178,7 @@ async fn results_survive_a_replica_killed_on_etcd() {
     let dir = tempfile::tempdir().unwrap();
     let store = StoreKind::Etcd(etcd.url.clone());
     let (mut p, ep_p) = replica_process(dir.path(), "p", &store).await;
-    let q = start_replica(dir.path(), "q", &store, "sweepIntervalMs = 200\n").await;
+    let q = start_background_replica(dir.path(), "q", &store, "sweepIntervalMs = 200\n").await;
     let ep_q = endpoint(&q);
     // The sidecar is registered at P and reports there.
     let sidecar = FakeSidecar::start(&ep_p, "sc-p").await;

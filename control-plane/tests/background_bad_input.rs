@@ -11,42 +11,15 @@
 
 mod common;
 
+use common::background::*;
 use common::*;
-use serde_json::{Value, json};
-use std::path::Path;
+use serde_json::json;
 use std::time::Duration;
-use switchyard_control_plane::config::Config;
-use switchyard_control_plane::server::{self, Running};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
-use switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient;
 use switchyard_test_support::start_etcd;
 use tokio::sync::mpsc;
 use tonic::Code;
-use tonic::codec::Streaming;
-
-const FAKE_SERVER: &str =
-    "\n[[servers]]\nname = \"fake\"\ntransport = \"stdio\"\ncommand = \"true\"\n";
-
-fn now_ms() -> i64 {
-    switchyard_control_plane::model::now_ms()
-}
-
-async fn start_replica(dir: &Path, store: &StoreKind, extra: &str) -> Running {
-    let (text, _, _) = config_text(dir, store, 2, FAKE_SERVER);
-    let path = dir.join("cp.toml");
-    std::fs::write(&path, format!("{text}\n{extra}\n")).unwrap();
-    let config = Config::load(&path).expect("a valid config");
-    server::start(&config, true).await.expect("replica starts")
-}
-
-fn endpoint(r: &Running) -> String {
-    format!("http://{}", r.grpc_addr)
-}
-
-async fn registry(ep: &str) -> SidecarRegistryClient<tonic::transport::Channel> {
-    SidecarRegistryClient::connect(ep.to_owned()).await.unwrap()
-}
 
 /// Registers sidecar `id` of `fake` and keeps its report stream open (the
 /// returned sender; dropping it ends the registration).
@@ -78,56 +51,6 @@ async fn register(ep: &str, id: &str) -> mpsc::Sender<pb::SidecarReport> {
     tx
 }
 
-async fn create_session(ep: &str) -> String {
-    engine(ep)
-        .await
-        .unwrap()
-        .create_session(pb::CreateSessionRequest {
-            enabled_servers: vec!["fake".into()],
-            permission_mode: pb::PermissionMode::Auto as i32,
-            roots: vec![],
-        })
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .id
-}
-
-async fn subscribe(ep: &str, session: &str) -> Streaming<pb::SessionEvent> {
-    engine(ep)
-        .await
-        .unwrap()
-        .subscribe_events(pb::SubscribeEventsRequest {
-            session_id: session.into(),
-            background_after_ms: 0,
-        })
-        .await
-        .expect("SubscribeEvents")
-        .into_inner()
-}
-
-async fn next_background(events: &mut Streaming<pb::SessionEvent>) -> (pb::SessionEvent, Value) {
-    tokio::time::timeout(LIMIT, async {
-        loop {
-            let ev = events.message().await.unwrap().expect("an event");
-            if ev.r#type.starts_with("background_call.") {
-                let data: Value = serde_json::from_str(&ev.data_json).unwrap();
-                return (ev, data);
-            }
-        }
-    })
-    .await
-    .expect("a background_call event in time")
-}
-
-async fn update(ep: &str, call: pb::BackgroundCall) -> Result<pb::BackgroundCall, tonic::Status> {
-    registry(ep)
-        .await
-        .update_background_call(pb::UpdateBackgroundCallRequest { call: Some(call) })
-        .await
-        .map(|r| r.into_inner())
-}
-
 fn record(id: &str, session: &str, sidecar: &str) -> pb::BackgroundCall {
     pb::BackgroundCall {
         id: id.into(),
@@ -145,12 +68,6 @@ fn record(id: &str, session: &str, sidecar: &str) -> pb::BackgroundCall {
     }
 }
 
-fn refused<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, needle: &str) {
-    let e = r.expect_err("refused");
-    assert_eq!(e.code(), code, "{e:?}");
-    assert!(e.message().contains(needle), "{needle:?} in {e:?}");
-}
-
 /// Oversized records on `store`: a 3 MB raw result is stored without it
 /// (the model text kept) and its event is delivered; a 2 MB status
 /// message is cut; a 100 KB taskId is refused naming the field.
@@ -159,6 +76,7 @@ async fn oversized(store: StoreKind) {
     let dir = tempfile::tempdir().unwrap();
     let r = start_replica(
         dir.path(),
+        "cp",
         &store,
         "[backgroundCalls]\nsweepIntervalMs = 200",
     )
@@ -166,7 +84,7 @@ async fn oversized(store: StoreKind) {
     let ep = endpoint(&r);
     let _sc = register(&ep, "sc-1").await;
     let s = create_session(&ep).await;
-    let mut events = subscribe(&ep, &s).await;
+    let mut events = subscribe(&ep, &s, 0).await;
 
     let mut rec = record("big-1", &s, "sc-1");
     update(&ep, rec.clone()).await.expect("created");
@@ -259,6 +177,7 @@ async fn tampered_records_and_bad_ids_touch_no_other_session() {
     let dir = tempfile::tempdir().unwrap();
     let r = start_replica(
         dir.path(),
+        "cp",
         &StoreKind::Embedded,
         "[backgroundCalls]\nsweepIntervalMs = 200",
     )
@@ -431,7 +350,7 @@ async fn roles_guard_the_background_call_apis() {
         token("engine", "engine-token"),
         token("sidecar", "sidecar-token")
     );
-    let r = start_replica(dir.path(), &StoreKind::Embedded, &auth).await;
+    let r = start_replica(dir.path(), "cp", &StoreKind::Embedded, &auth).await;
     let ep = endpoint(&r);
     let mut reg = registry(&ep).await;
     let call = record("x", "", "sc-1");
@@ -507,6 +426,7 @@ async fn finish_times_come_from_the_control_plane_clock() {
     let dir = tempfile::tempdir().unwrap();
     let r = start_replica(
         dir.path(),
+        "cp",
         &StoreKind::Embedded,
         "[backgroundCalls]\nsweepIntervalMs = 100\nretentionSec = 3600",
     )

@@ -13,6 +13,8 @@
 
 #![allow(dead_code)]
 
+pub mod background;
+
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
