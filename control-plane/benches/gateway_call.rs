@@ -12,13 +12,15 @@
 //! ports) and one `switchyard-sidecar run --config` for the reference server
 //! over stdio in the 2026-07-28 era, in their default configuration: their
 //! logs (default level, so the control plane's per-call audit records too)
-//! go to files in the temp dir. The bench is the engine: one tonic
-//! `EngineServiceClient` on one gRPC channel, calling `CallTool` with
-//! `orders__echo`. The baseline is rmcp's client on its own reference server
-//! process (one connection, `ClientLifecycleMode::Discover`, so it speaks
-//! 2026-07-28 too). Two more clients tell the hops apart: `sidecar` calls
-//! the sidecar's `SidecarCalls` directly (engine-side gRPC -> sidecar ->
-//! server, no control plane), and `cp-only` calls the control plane's
+//! go to files in the temp dir. The bench is the engine: one tonic channel
+//! to the control plane, with one `CallToolStream` on it that all calls
+//! share (`switchyard_proto::calls::Mux`), calling `orders__echo`. The
+//! baseline is rmcp's client on its own reference server process (one
+//! connection, `ClientLifecycleMode::Discover`, so it speaks 2026-07-28
+//! too). More clients tell the hops apart: `unary` is the same gateway
+//! path with one `CallTool` RPC per call, `sidecar` calls the sidecar's
+//! `SidecarCalls.CallTool` directly (engine-side gRPC -> sidecar -> server,
+//! no control plane), and `cp-only` calls the control plane's
 //! `ListSessions` (engine -> control plane and back, no sidecar).
 //!
 //! For each concurrency (1 and 64 calls in flight on the one channel or
@@ -38,11 +40,12 @@
 //! * `--quick` (`SWITCHYARD_BENCH_QUICK=1`): short smoke run. Also the default
 //!   when the binary is started without `--bench`, as `cargo test --benches`
 //!   does.
-//! * `--no-hops`: leave out the `sidecar` and `cp-only` clients.
-//! * `--only gateway|direct|sidecar|cp-only` and `--measure-ms N`: run one
+//! * `--no-hops`: leave out the `unary`, `sidecar` and `cp-only` clients.
+//! * `--only gateway|direct|unary|sidecar|cp-only` and `--measure-ms N`: run one
 //!   client, N ms per round, e.g. under `perf record` (no ratios then).
-//! * `--gateway-workers N`: start the control plane and the sidecar with
-//!   `TOKIO_WORKER_THREADS=N` (default: tokio's, one per core).
+//! * `--gateway-workers N`: run the control plane and the sidecar with
+//!   `worker_threads = N` (default: theirs, 1: a single-threaded runtime;
+//!   0: one worker per core).
 //! * Binaries: `SWITCHYARD_CONTROL_PLANE_BIN`, `SWITCHYARD_SIDECAR_BIN`,
 //!   `SWITCHYARD_REFERENCE_SERVER`. Without them the bench runs
 //!   `cargo build --release` for the three (a no-op when they are fresh) and
@@ -55,7 +58,9 @@ use rmcp::{ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard_proto::calls::{EngineCallFrames, Mux};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
@@ -239,7 +244,9 @@ async fn start(mut cmd: Command, prefix: &str, workers: Option<usize>, log: &Pat
         .stderr(log_file)
         .kill_on_drop(true);
     if let Some(n) = workers {
-        cmd.env("TOKIO_WORKER_THREADS", n.to_string());
+        // The sidecar's `worker_threads` (the control plane's is in its
+        // config file).
+        cmd.env("SWITCHYARD_WORKER_THREADS", n.to_string());
     }
     let mut child = cmd.spawn().expect("start a gateway process");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
@@ -301,13 +308,16 @@ async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
     let dir = tempfile::tempdir().expect("temp dir");
     let server = toml_str(&bins.server.display().to_string());
     let cp_config = dir.path().join("control-plane.toml");
+    let runtime = workers
+        .map(|n| format!("\n[runtime]\nworker_threads = {n}\n"))
+        .unwrap_or_default();
     std::fs::write(
         &cp_config,
         format!(
             "[control_plane]\nlisten = \"127.0.0.1:0\"\nhttp_listen = \"127.0.0.1:0\"\n\n\
              [store]\npath = \"store.redb\"\n\n\
              [[servers]]\nname = \"{SERVER}\"\ntransport = \"stdio\"\ncommand = {server}\n\
-             args = [\"--era\", \"{ERA}\"]\nera = \"{ERA}\"\n"
+             args = [\"--era\", \"{ERA}\"]\nera = \"{ERA}\"\n{runtime}"
         ),
     )
     .expect("write the control plane's config");
@@ -352,7 +362,7 @@ async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
 
     // Ready when the tool is callable: registered, catalogue received.
     let deadline = Instant::now() + START_LIMIT;
-    let gateway_client = Client::Gateway(engine.clone());
+    let gateway_client = Client::Unary(engine.clone());
     loop {
         match gateway_client.call(true).await {
             Ok(text) => {
@@ -430,8 +440,11 @@ async fn start_direct(bin: &Path) -> (RunningService<RoleClient, ClientConfig>, 
 /// channel or connection.
 #[derive(Clone)]
 enum Client {
-    /// Engine -> control plane -> sidecar -> server.
-    Gateway(EngineServiceClient<Channel>),
+    /// Engine -> control plane -> sidecar -> server, on one
+    /// `CallToolStream`.
+    Gateway(Arc<Mux<EngineCallFrames>>),
+    /// The same path with one `CallTool` RPC per call.
+    Unary(EngineServiceClient<Channel>),
     /// Straight to the sidecar's `SidecarCalls` -> server.
     Sidecar(SidecarCallsClient<Channel>),
     /// rmcp -> its own server.
@@ -444,6 +457,7 @@ impl Client {
     fn label(&self) -> &'static str {
         match self {
             Client::Gateway(_) => "gateway",
+            Client::Unary(_) => "unary",
             Client::Sidecar(_) => "sidecar",
             Client::Direct(_) => "direct",
             Client::CpOnly(_) => "cp-only",
@@ -453,7 +467,22 @@ impl Client {
     /// One `echo` call; returns the echoed text when `check` is set.
     async fn call(&self, check: bool) -> Result<Option<String>, String> {
         match self {
-            Client::Gateway(engine) => {
+            Client::Gateway(mux) => {
+                let request = pb::CallToolRequest {
+                    tool: TOOL.into(),
+                    arguments_json: json!({"message": MESSAGE}).to_string(),
+                    ..Default::default()
+                };
+                let resp = mux.call(request).await.map_err(|e| {
+                    let s = e.into_status();
+                    format!("{:?}: {}", s.code(), s.message())
+                })?;
+                if resp.is_error {
+                    return Err(format!("tool error: {}", resp.result_json));
+                }
+                Ok(check.then_some(resp.text))
+            }
+            Client::Unary(engine) => {
                 let request = pb::CallToolRequest {
                     tool: TOOL.into(),
                     arguments_json: json!({"message": MESSAGE}).to_string(),
@@ -700,12 +729,11 @@ async fn bench(settings: Settings, bins: Binaries) {
         settings.measure.as_millis(),
     );
 
-    println!(
-        "gateway: tokio workers per process: {}",
-        settings
-            .gateway_workers
-            .map_or_else(|| "default (one per core)".to_owned(), |n| n.to_string())
-    );
+    let runtime = match settings.gateway_workers {
+        Some(n) => format!("worker_threads = {n}"),
+        None => "default (worker_threads = 1: one thread)".to_owned(),
+    };
+    println!("gateway: runtime per process: {runtime}");
     let gateway = start_gateway(&bins, settings.gateway_workers).await;
     let (direct, direct_pid) = start_direct(&bins.server).await;
     println!(
@@ -735,11 +763,19 @@ async fn bench(settings: Settings, bins: Binaries) {
         sidecar: None,
         server: direct_pid,
     };
+    let mut engine = gateway.engine.clone();
+    let mux =
+        Mux::<EngineCallFrames>::open(
+            |frames| async move { engine.call_tool_stream(frames).await },
+        )
+        .await
+        .expect("CallToolStream");
     let mut clients = vec![
-        (Client::Gateway(gateway.engine.clone()), gateway_pids),
+        (Client::Gateway(mux), gateway_pids),
         (Client::Direct(direct.peer().clone()), direct_pids),
     ];
     if settings.hops {
+        clients.push((Client::Unary(gateway.engine.clone()), gateway_pids));
         clients.push((Client::Sidecar(gateway.calls.clone()), sidecar_pids));
         clients.push((Client::CpOnly(gateway.engine.clone()), cp_pids));
     }

@@ -9,7 +9,6 @@
 //! the store.
 
 use serde::Serialize;
-use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -104,7 +103,7 @@ pub struct ToolCallAudit {
 impl Audit {
     /// Writes one `tool.called` record.
     pub fn tool_call(&self, rec: &ToolCallAudit) {
-        self.stamped(serde_json::to_value(rec).expect("audit records serialise"));
+        self.stamped(rec);
     }
 
     /// Records to the log (target `switchyard::audit`).
@@ -130,24 +129,28 @@ impl Audit {
     /// Writes one interaction record, stamped with `ts` (RFC 3339, UTC,
     /// milliseconds).
     pub fn interaction(&self, rec: &InteractionAudit) {
-        self.stamped(serde_json::to_value(rec).expect("audit records serialise"));
+        self.stamped(rec);
     }
 
-    fn stamped(&self, mut v: Value) {
-        if let Value::Object(m) = &mut v {
-            let mut out = serde_json::Map::new();
-            out.insert(
-                "ts".into(),
-                Value::String(rfc3339_ms(crate::model::now_ms())),
-            );
-            out.extend(std::mem::take(m));
-            *m = out;
+    /// Writes `rec` (a struct: a JSON object) with `ts` put first. Records
+    /// bound for the log are not even built when the log drops them.
+    fn stamped<T: serde::Serialize>(&self, rec: &T) {
+        if self.file.is_none()
+            && !tracing::enabled!(target: "switchyard::audit", tracing::Level::INFO)
+        {
+            return;
         }
-        self.write(&v);
+        let body = serde_json::to_string(rec).expect("audit records serialise");
+        let ts = rfc3339_ms(crate::model::now_ms());
+        let line = match body.strip_prefix('{') {
+            Some("}") => format!("{{\"ts\":\"{ts}\"}}"),
+            Some(rest) => format!("{{\"ts\":\"{ts}\",{rest}"),
+            None => body,
+        };
+        self.write(&line);
     }
 
-    fn write(&self, v: &Value) {
-        let line = v.to_string();
+    fn write(&self, line: &str) {
         match &self.file {
             Some((path, f)) => {
                 let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
@@ -156,7 +159,7 @@ impl Audit {
                     tracing::info!(target: "switchyard::audit", "{line}");
                 }
             }
-            None => tracing::info!(target: "switchyard::audit", "{line}"),
+            None => switchyard_sidecar::logging::write_record(line),
         }
     }
 }
@@ -188,6 +191,7 @@ pub fn rfc3339_ms(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn timestamps() {

@@ -446,19 +446,7 @@ fn check_id(field: &str, id: &str) -> Result<(), BackgroundError> {
 
 /// A new random UUID (version 4), for a background call's id.
 pub fn new_uuid() -> String {
-    use rand::Rng;
-    let mut b: [u8; 16] = rand::rng().random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// What the model reads when a call moved to the background: the fixed

@@ -33,6 +33,9 @@ pub struct Config {
     /// `[backgroundCalls]`: background calls (stage B).
     #[serde(rename = "backgroundCalls", default)]
     pub background_calls: BackgroundCallsConfig,
+    /// `[runtime]`: the async runtime the process runs on.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
     /// `[[servers]]`.
     #[serde(default)]
     pub servers: Vec<ServerConfig>,
@@ -257,6 +260,33 @@ fn default_sweep_interval() -> u64 {
     2000
 }
 
+/// `[runtime]`: the tokio runtime of `switchyard-control-plane` and of
+/// `switchyard up` (see `docs/configuration.md` and the sizing note in
+/// `docs/operations.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Worker threads: 1 (the default) runs everything on one thread (a
+    /// current-thread runtime: the least CPU per call); N > 1 a
+    /// multi-thread runtime with N workers; 0 a multi-thread runtime with
+    /// one worker per CPU core. At most
+    /// [`switchyard_sidecar::run::MAX_WORKER_THREADS`] (1024).
+    #[serde(default = "default_worker_threads")]
+    pub worker_threads: u32,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            worker_threads: default_worker_threads(),
+        }
+    }
+}
+
+fn default_worker_threads() -> u32 {
+    1
+}
+
 /// `[audit]`: where audit records (JSON lines) go.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -458,6 +488,16 @@ impl Config {
             ));
         }
         self.validate_background()?;
+        let max = switchyard_sidecar::run::MAX_WORKER_THREADS;
+        if self.runtime.worker_threads > max {
+            return Err((
+                "runtime.worker_threads".into(),
+                format!(
+                    "{} is too many: must be at most {max} (1 = one thread, 0 = one worker per CPU core)",
+                    self.runtime.worker_threads
+                ),
+            ));
+        }
         if self
             .audit
             .path
@@ -807,6 +847,49 @@ mod tests {
         std::fs::write(&file, "[audit]\npath = \"logs/audit.jsonl\"\n").unwrap();
         let c = Config::load(&file).unwrap();
         assert_eq!(c.audit.path, Some(dir.path().join("logs/audit.jsonl")));
+    }
+
+    #[test]
+    fn runtime_worker_threads() {
+        assert_eq!(Config::parse("").unwrap().runtime.worker_threads, 1);
+        for n in [0, 1, 3, 1024] {
+            let c = Config::parse(&format!("[runtime]\nworker_threads = {n}\n")).unwrap();
+            assert_eq!(c.runtime.worker_threads, n);
+        }
+        match Config::parse("[runtime]\nworker_threads = 1025\n").unwrap_err() {
+            ConfigFileError::Invalid { key, problem, .. } => {
+                assert_eq!(key, "runtime.worker_threads");
+                assert!(problem.contains("at most 1024"), "{problem}");
+            }
+            other => panic!("{other}"),
+        }
+        for text in [
+            "worker_threads = -1",
+            "worker_threads = \"4\"",
+            "workers = 4",
+        ] {
+            match Config::parse(&format!("[runtime]\n{text}\n")).unwrap_err() {
+                ConfigFileError::Parse { message, .. } => {
+                    assert!(
+                        message.contains(text.split(' ').next().unwrap()),
+                        "{message}"
+                    )
+                }
+                other => panic!("{other}"),
+            }
+        }
+        // `load` names the file.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "[runtime]\nworker_threads = 2000\n").unwrap();
+        let e = Config::load(&file).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: runtime.worker_threads: 2000 is too many",
+                file.display()
+            )),
+            "{e}"
+        );
     }
 
     #[test]

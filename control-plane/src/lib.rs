@@ -60,13 +60,8 @@ pub struct ControlPlane {
 }
 
 /// Logs to stderr; `SWITCHYARD_LOG` sets the filter (default `info`).
-pub fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init();
+/// Keep the guard until the end of `main` (see
+/// [`switchyard_sidecar::logging`]).
+pub fn init_logging() -> switchyard_sidecar::logging::LogGuard {
+    switchyard_sidecar::logging::init("info")
 }

@@ -1,6 +1,11 @@
 //! Routing calls to sidecars. A call goes to a live sidecar of its server
-//! (round robin over the registered ones); gRPC channels are cached per
-//! sidecar address. A sidecar that reported the state `draining` (it is
+//! (round robin over the registered ones). Calls travel on one long-lived
+//! `SidecarCalls.CallStream` per sidecar address, multiplexed by
+//! [`switchyard_proto::calls::Mux`]; a broken stream fails the calls on it
+//! (UNAVAILABLE, naming the sidecar) and the next call opens a new one. A
+//! sidecar without `CallStream` (an older build, UNIMPLEMENTED) gets one
+//! `CallTool` RPC per call instead. gRPC channels are cached per sidecar
+//! address. A sidecar that reported the state `draining` (it is
 //! shutting down) gets no new calls; when all of a server's sidecars are
 //! draining, a call fails fast with UNAVAILABLE "server unavailable: NAME:
 //! draining (...)". A server without a live sidecar, or whose sidecar
@@ -11,9 +16,10 @@
 
 use crate::state::Snapshot;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_proto::calls::{CallError, Mux, SidecarCallFrames};
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{SidecarCallRequest, SidecarCallResponse};
 use tokio_util::sync::CancellationToken;
@@ -24,10 +30,24 @@ use tonic::{Code, Status};
 #[derive(Debug, Default)]
 pub struct Router {
     channels: Mutex<HashMap<String, SidecarCallsClient<Channel>>>,
+    /// The call stream of each sidecar address.
+    streams: Mutex<HashMap<String, Link>>,
+    /// Serialises opening the call stream of each address, so concurrent
+    /// first calls share one; other addresses never wait for it.
+    opening: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     next: AtomicUsize,
     in_flight: Mutex<HashMap<(String, String), CancellationToken>>,
     /// For `https://` call addresses (`[tls] sidecar_ca_file`).
     tls: Option<ClientTlsConfig>,
+}
+
+/// How calls reach one sidecar address.
+#[derive(Debug, Clone)]
+enum Link {
+    /// On its call stream.
+    Stream(Arc<Mux<SidecarCallFrames>>),
+    /// One `CallTool` RPC per call: the sidecar has no `CallStream`.
+    Unary,
 }
 
 /// `upstream_state` of a sidecar that is shutting down: it finishes its
@@ -131,6 +151,111 @@ impl Router {
             .collect();
         let sidecars = if connected.is_empty() { all } else { connected };
         let pick = sidecars[self.next.fetch_add(1, Ordering::Relaxed) % sidecars.len()];
+        let unreachable = |why: &str| {
+            unavailable(
+                server,
+                format!(
+                    "sidecar {} at {} unreachable: {why}",
+                    pick.sidecar_id, pick.call_address
+                ),
+            )
+        };
+        let link = match self.link(&pick.call_address).await {
+            Ok(link) => link,
+            Err(LinkError::Address(e)) => return Err(unavailable(server, e)),
+            Err(LinkError::Open(status)) => return Err(unreachable(status.message())),
+        };
+        let mux = match link {
+            Link::Stream(mux) => mux,
+            Link::Unary => {
+                return Box::pin(self.call_unary(server, pick, request, timeout)).await;
+            }
+        };
+        // The sidecar enforces `timeout_ms`; this bounds the wait here too.
+        // A call that times out (or whose future is dropped: the engine
+        // cancelled) is cancelled on the stream.
+        match tokio::time::timeout(timeout, mux.call(request)).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(CallError::Call(status))) => Err(status),
+            Ok(Err(CallError::Stream(status))) => {
+                self.forget_stream(&pick.call_address, &mux);
+                Err(unreachable(status.message()))
+            }
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "server {server}: sidecar {} did not answer within {} ms",
+                pick.sidecar_id,
+                timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// The call stream of `address`, opened if needed.
+    async fn link(&self, address: &str) -> Result<Link, LinkError> {
+        if let Some(link) = self.live_link(address) {
+            return Ok(link);
+        }
+        // Boxed: opening is rare, and its future is large.
+        Box::pin(self.open_link(address)).await
+    }
+
+    /// Opens the call stream of `address` (one opener per address).
+    async fn open_link(&self, address: &str) -> Result<Link, LinkError> {
+        let gate = self
+            .opening
+            .lock()
+            .unwrap()
+            .entry(address.to_owned())
+            .or_default()
+            .clone();
+        let _opening = gate.lock().await;
+        if let Some(link) = self.live_link(address) {
+            return Ok(link);
+        }
+        let mut client = self.client(address).map_err(LinkError::Address)?;
+        let link = match Mux::open(|frames| async move { client.call_stream(frames).await }).await {
+            Ok(mux) => Link::Stream(mux),
+            Err(status) if status.code() == Code::Unimplemented => {
+                tracing::info!(%address, "the sidecar has no CallStream; calls go one RPC each");
+                Link::Unary
+            }
+            Err(status) => {
+                self.channels.lock().unwrap().remove(address);
+                return Err(LinkError::Open(status));
+            }
+        };
+        self.streams
+            .lock()
+            .unwrap()
+            .insert(address.to_owned(), link.clone());
+        Ok(link)
+    }
+
+    fn live_link(&self, address: &str) -> Option<Link> {
+        match self.streams.lock().unwrap().get(address) {
+            Some(Link::Stream(mux)) if !mux.is_closed() => Some(Link::Stream(mux.clone())),
+            Some(Link::Unary) => Some(Link::Unary),
+            _ => None,
+        }
+    }
+
+    /// Drops a broken call stream (and its channel), unless a new one
+    /// already replaced it.
+    fn forget_stream(&self, address: &str, broken: &Arc<Mux<SidecarCallFrames>>) {
+        let mut streams = self.streams.lock().unwrap();
+        if matches!(streams.get(address), Some(Link::Stream(m)) if Arc::ptr_eq(m, broken)) {
+            streams.remove(address);
+            self.channels.lock().unwrap().remove(address);
+        }
+    }
+
+    /// One call as a `CallTool` RPC.
+    async fn call_unary(
+        &self,
+        server: &str,
+        pick: &crate::model::SidecarRecord,
+        request: SidecarCallRequest,
+        timeout: Duration,
+    ) -> Result<SidecarCallResponse, Status> {
         let mut client = self
             .client(&pick.call_address)
             .map_err(|e| unavailable(server, e))?;
@@ -140,6 +265,7 @@ impl Router {
             Ok(resp) => Ok(resp.into_inner()),
             Err(status) if is_transport_failure(&status) => {
                 self.channels.lock().unwrap().remove(&pick.call_address);
+                self.streams.lock().unwrap().remove(&pick.call_address);
                 Err(unavailable(
                     server,
                     format!(
@@ -196,6 +322,14 @@ impl Router {
             None => false,
         }
     }
+}
+
+/// Why a sidecar address has no link.
+enum LinkError {
+    /// A bad address or TLS setup.
+    Address(String),
+    /// Opening the call stream failed.
+    Open(Status),
 }
 
 /// A call with the same id is already running in the session.

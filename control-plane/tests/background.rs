@@ -70,7 +70,9 @@ struct Seen {
 /// `task` or `wait` register a background call (status working, this
 /// sidecar's id, `arguments.immediate` as the immediate response) and
 /// answer "moved"; anything else, or a policy that does not allow a
-/// background call, answers a plain result naming `allowed`.
+/// background call, answers a plain result naming `allowed`. It has no
+/// `CallStream` (as a sidecar built before it): the control plane falls
+/// back to one `CallTool` per call, so every test here covers that path.
 #[derive(Debug, Clone)]
 struct FakeCalls {
     control_plane: String,
@@ -80,6 +82,17 @@ struct FakeCalls {
 
 #[tonic::async_trait]
 impl SidecarCalls for FakeCalls {
+    type CallStreamStream = futures::stream::Empty<Result<pb::SidecarCallOutcome, Status>>;
+
+    async fn call_stream(
+        &self,
+        _: Request<tonic::Streaming<pb::SidecarCallFrame>>,
+    ) -> Result<Response<Self::CallStreamStream>, Status> {
+        Err(Status::unimplemented(
+            "this fake sidecar predates CallStream",
+        ))
+    }
+
     async fn call_tool(
         &self,
         req: Request<pb::SidecarCallRequest>,
@@ -99,6 +112,7 @@ impl SidecarCalls for FakeCalls {
             let text = format!("foreground allowed={}", policy.allowed);
             return Ok(Response::new(pb::SidecarCallResponse {
                 result_json: json!({"content": [{"type": "text", "text": text}]}).to_string(),
+                model_text: text,
                 ..Default::default()
             }));
         }
@@ -1335,7 +1349,11 @@ async fn real_sidecars_move_tasks_and_deliver_their_results() {
             .unwrap_or_else(|e| panic!("{tool}: {e:?}"))
             .into_inner();
         assert!(quick.background.is_none(), "{server}: {quick:?}");
-        assert_eq!(quick.text, "slept 100 ms: quick", "{server}");
+        // The processed text: the structuredContent follows as JSON.
+        assert_eq!(
+            quick.text, "slept 100 ms: quick\n\n{\n  \"ms\": 100,\n  \"text\": \"quick\"\n}",
+            "{server}"
+        );
         // Longer than autoAfterSec: moved, then delivered as an event.
         let slow = engine(&ep)
             .await

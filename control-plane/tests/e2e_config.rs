@@ -165,3 +165,159 @@ async fn bad_configs_exit_64_naming_file_key_and_problem() {
     let out = control_plane(&["--check", "--config", quickstart]).await;
     ok_stdout(&out, "switchyard-control-plane --check");
 }
+
+/// `[runtime] worker_threads` above 1024, or not a count: refused by every
+/// entry point with the file and the key; 0 to 1024 check clean.
+#[tokio::test]
+async fn runtime_worker_threads_is_validated() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let many = write(d, "many.toml", "[runtime]\nworker_threads = 1025\n");
+    let words = [
+        "runtime.worker_threads",
+        "1025 is too many: must be at most 1024",
+    ];
+    assert_bad(
+        &cli(&nowhere, &["up", "--config", &many]).await,
+        &many,
+        &words,
+    );
+    assert_bad(
+        &cli(&nowhere, &["check-config", &many]).await,
+        &many,
+        &words,
+    );
+    assert_bad(&control_plane(&["--config", &many]).await, &many, &words);
+    assert_bad(
+        &control_plane(&["--check", "--config", &many]).await,
+        &many,
+        &words,
+    );
+    let negative = write(d, "negative.toml", "[runtime]\nworker_threads = -1\n");
+    assert_bad(
+        &cli(&nowhere, &["check-config", &negative]).await,
+        &negative,
+        &["worker_threads", "line 2"],
+    );
+    assert_bad(
+        &control_plane(&["--check", "--config", &negative]).await,
+        &negative,
+        &["worker_threads", "line 2"],
+    );
+    let typo = write(d, "typo.toml", "[runtime]\nworkers = 4\n");
+    assert_bad(
+        &cli(&nowhere, &["check-config", &typo]).await,
+        &typo,
+        &["workers", "unknown field"],
+    );
+    for n in [0, 1, 3, 1024] {
+        let file = write(d, "ok.toml", &format!("[runtime]\nworker_threads = {n}\n"));
+        ok_stdout(
+            &cli(&nowhere, &["check-config", &file]).await,
+            &format!("check-config worker_threads = {n}"),
+        );
+        ok_stdout(
+            &control_plane(&["--check", "--config", &file]).await,
+            &format!("--check worker_threads = {n}"),
+        );
+    }
+}
+
+/// What `comm` shows of a tokio worker's name (`tokio-runtime-worker`).
+const WORKER_COMM: &str = "tokio-runtime-w";
+
+/// The kernel names (`comm`) of the threads of `pid`, sorted.
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the process is running")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim_end().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The worker threads of `pid` once they are `want` (each names itself
+/// when it first goes idle, right after the start), or after 5 s; then
+/// 300 ms more so a late one would show too.
+async fn workers(pid: u32, want: usize) -> usize {
+    let count = || {
+        thread_names(pid)
+            .iter()
+            .filter(|n| n.as_str() == WORKER_COMM)
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while count() != want && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    count()
+}
+
+/// `switchyard-control-plane` and `switchyard up` run a current-thread
+/// runtime by default (no tokio worker thread) and exactly N workers with
+/// `[runtime] worker_threads = N`.
+#[tokio::test]
+async fn runtime_worker_threads_take_effect() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    for (name, runtime, want) in [
+        ("default", "", 0),
+        ("one", "[runtime]\nworker_threads = 1\n", 0),
+        ("three", "[runtime]\nworker_threads = 3\n", 3),
+    ] {
+        // switchyard-control-plane --config FILE (embedded store).
+        let sub = d.join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (text, _, _) = config_text(&sub, &StoreKind::Embedded, 10, "");
+        let config = sub.join("cp.toml");
+        std::fs::write(&config, format!("{text}\n{runtime}")).unwrap();
+        let (mut cp, _, _) = start_control_plane(&format!("cp-{name}"), &sub, &config).await;
+        let n = workers(cp.pid, want).await;
+        assert_eq!(
+            n,
+            want,
+            "switchyard-control-plane, {name}: {:?}",
+            thread_names(cp.pid)
+        );
+        if want == 0 {
+            // No tokio thread but the blocking pool's (the store); a
+            // multi-thread runtime under tokio's own names would show here.
+            let names = thread_names(cp.pid);
+            assert!(
+                names
+                    .iter()
+                    .all(|n| !n.starts_with("tokio-") || n == "tokio-pool"),
+                "{names:?}"
+            );
+        }
+        let status = cp.terminate().await;
+        assert!(status.success(), "{status:?}\n{}", cp.log());
+
+        // switchyard up --config FILE (no servers, so no sidecar).
+        let up_dir = sub.join("up");
+        std::fs::create_dir(&up_dir).unwrap();
+        let (text, _, _) = config_text(&up_dir, &StoreKind::Embedded, 10, "");
+        let config = up_dir.join("up.toml");
+        std::fs::write(&config, format!("{text}\n{runtime}")).unwrap();
+        let mut cmd = Command::new(switchyard_bin());
+        cmd.arg("up")
+            .arg("--config")
+            .arg(&config)
+            .env_remove("TOKIO_WORKER_THREADS")
+            .env("SWITCHYARD_LOG", "warn");
+        let (mut up, _) = Proc::start(
+            &format!("up-{name}"),
+            cmd,
+            up_dir.join("up.log"),
+            "switchyard: servers",
+        )
+        .await;
+        let n = workers(up.pid, want).await;
+        assert_eq!(n, want, "switchyard up, {name}: {:?}", thread_names(up.pid));
+        let status = up.terminate().await;
+        assert!(status.success(), "{status:?}\n{}", up.log());
+    }
+}

@@ -3,7 +3,10 @@
 //! sidecar API (`SidecarRegistry` served by the control plane,
 //! `SidecarCalls` served by each sidecar) and the admin API
 //! (`AdminService`). MCP JSON travels as JSON text in `*_json` fields so
-//! nothing is lost in transit.
+//! nothing is lost in transit. [`calls`] holds both halves of the
+//! streams of calls (`CallToolStream`, `CallStream`).
+
+pub mod calls;
 
 /// Package `switchyard.v1`.
 pub mod v1 {

@@ -47,9 +47,19 @@ impl Audit {
         })
     }
 
+    /// Whether records are written at all: always to a file; to the log
+    /// only when its filter lets [`TARGET`] at info level through. Callers
+    /// may skip building a record when not.
+    pub fn enabled(&self) -> bool {
+        self.file.is_some() || tracing::enabled!(target: TARGET, tracing::Level::INFO)
+    }
+
     /// Writes one record. `record` should be a JSON object; `time` is
     /// put first.
     pub fn record(&self, record: Value) {
+        if !self.enabled() {
+            return;
+        }
         let mut line = Map::new();
         line.insert("time".into(), Value::String(rfc3339_now()));
         match record {
@@ -58,9 +68,36 @@ impl Audit {
                 line.insert("record".into(), other);
             }
         }
-        let text = Value::Object(line).to_string();
+        self.write(&Value::Object(line).to_string());
+    }
+
+    /// Writes one record given as a struct that serialises to a JSON
+    /// object (fields in declaration order); `time` is put first. The same
+    /// line as [`Audit::record`] with the equivalent object, without
+    /// building a `Value` first.
+    pub fn record_struct<T: serde::Serialize>(&self, record: &T) {
+        if !self.enabled() {
+            return;
+        }
+        let body = match serde_json::to_string(record) {
+            Ok(body) => body,
+            Err(e) => {
+                tracing::error!(target: TARGET, error = %e, "cannot serialise an audit record");
+                return;
+            }
+        };
+        let time = rfc3339_now();
+        let text = match body.strip_prefix('{') {
+            Some("}") => format!("{{\"time\":\"{time}\"}}"),
+            Some(rest) => format!("{{\"time\":\"{time}\",{rest}"),
+            None => format!("{{\"time\":\"{time}\",\"record\":{body}}}"),
+        };
+        self.write(&text);
+    }
+
+    fn write(&self, text: &str) {
         match &self.file {
-            None => tracing::info!(target: TARGET, "{text}"),
+            None => crate::logging::write_record(text),
             Some(f) => {
                 let mut file = f.file.lock().unwrap_or_else(|e| e.into_inner());
                 if let Err(e) = writeln!(file, "{text}").and_then(|()| file.flush()) {
@@ -71,7 +108,6 @@ impl Audit {
     }
 }
 
-/// Now as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 fn rfc3339_now() -> String {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -79,7 +115,16 @@ fn rfc3339_now() -> String {
     rfc3339(since.as_secs(), since.subsec_millis())
 }
 
-fn rfc3339(secs: u64, millis: u32) -> String {
+/// `secs` since the Unix epoch plus `millis` as RFC 3339 in UTC with
+/// milliseconds: `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn rfc3339(secs: u64, millis: u32) -> String {
+    rfc3339_frac(secs, millis, 3)
+}
+
+/// `secs` since the Unix epoch plus a fraction of a second of `digits`
+/// decimal digits (`frac` < 10^digits) as RFC 3339 in UTC:
+/// `YYYY-MM-DDTHH:MM:SS.<frac>Z`.
+pub fn rfc3339_frac(secs: u64, frac: u32, digits: usize) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
@@ -93,7 +138,7 @@ fn rfc3339(secs: u64, millis: u32) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{frac:0digits$}Z",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60
@@ -110,6 +155,10 @@ mod tests {
         assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(951_782_400, 5), "2000-02-29T00:00:00.005Z");
         assert_eq!(rfc3339(1_767_225_599, 999), "2025-12-31T23:59:59.999Z");
+        assert_eq!(
+            rfc3339_frac(1_767_225_599, 42, 6),
+            "2025-12-31T23:59:59.000042Z"
+        );
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! stream to the control plane ([`control`]) and the metrics and health
 //! endpoints ([`http_endpoints`]). Interactions with the user
 //! (elicitation, roots, multi round-trip requests) are in [`elicitation`],
-//! per-session connections in [`pool`], audit records in [`audit`],
+//! per-session connections in [`pool`], audit records in [`audit`], the
+//! logging set-up shared with the control plane in [`logging`],
 //! result processing and output schema validation in [`results`], the
 //! catalogue's validators and list-change coalescing in [`catalogue`],
 //! background calls and MCP tasks (stage B) in [`tasks`].
@@ -18,6 +19,7 @@ pub mod config;
 pub mod control;
 pub mod elicitation;
 pub mod http_endpoints;
+pub mod logging;
 pub mod pool;
 pub mod probe;
 pub mod results;

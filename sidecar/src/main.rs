@@ -70,6 +70,11 @@ fn check_config(args: &CheckConfigArgs) -> Result<String, (String, u8)> {
     ))
 }
 
+/// mimalloc: much less time in the allocator than glibc's for the many
+/// small, short-lived buffers of forwarding a call.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let default_level = match cli.command {
@@ -78,14 +83,7 @@ fn main() -> std::process::ExitCode {
         Command::Probe(_) => "off",
         Command::CheckConfig(_) => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .init();
+    let _log = switchyard_sidecar::logging::init(default_level);
     if let Command::CheckConfig(args) = &cli.command {
         return match check_config(args) {
             Ok(line) => {
@@ -98,10 +96,22 @@ fn main() -> std::process::ExitCode {
             }
         };
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `run` reads its settings first: `worker_threads` decides the runtime.
+    // The probe is a short-lived client: one thread.
+    let settings = match &cli.command {
+        Command::Run(args) => match run::settings(args) {
+            Ok(settings) => Some(settings),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return std::process::ExitCode::from(e.exit_code());
+            }
+        },
+        _ => None,
+    };
+    let worker_threads = settings
+        .as_ref()
+        .map_or(1, |settings| settings.worker_threads);
+    let runtime = match run::build_runtime(worker_threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -118,7 +128,7 @@ fn main() -> std::process::ExitCode {
                     1
                 }
             },
-            Command::Run(args) => match run::run(args).await {
+            Command::Run(_) => match run::run_with(settings.expect("read above")).await {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("error: {e}");

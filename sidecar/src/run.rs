@@ -47,6 +47,62 @@ pub const DRAIN_NOTICE: Duration = Duration::from_secs(1);
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 /// Default metrics/health listen address.
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:0";
+/// Default `worker_threads`: one thread (a current-thread runtime).
+pub const DEFAULT_WORKER_THREADS: u32 = 1;
+/// The largest `worker_threads` accepted (sidecar and control plane).
+pub const MAX_WORKER_THREADS: u32 = 1024;
+/// Thread name (as `/proc/PID/task/TID/comm`, `ps -L` and `top -H` show
+/// it) of a multi-thread runtime's workers built by [`build_runtime`]; the
+/// kernel keeps its first 15 bytes, `tokio-runtime-w`.
+pub const WORKER_THREAD_NAME: &str = "tokio-runtime-worker";
+/// Thread name of the runtime's other threads (tokio's blocking pool: file
+/// and store work), and of a worker until it first goes idle.
+pub const POOL_THREAD_NAME: &str = "tokio-pool";
+
+/// Builds the tokio runtime for a `worker_threads` setting (the same
+/// meaning in the sidecar and the control plane): 1 a current-thread
+/// runtime (everything on the calling thread, which drives it with
+/// `block_on`); N > 1 a multi-thread runtime with N workers; 0 a
+/// multi-thread runtime with tokio's default worker count (one per CPU
+/// core, or `TOKIO_WORKER_THREADS`). The value is not range-checked here
+/// (configuration validation refuses more than [`MAX_WORKER_THREADS`]).
+///
+/// Threads: tokio starts its workers as blocking-pool threads, and which
+/// pool thread picks up which worker is a race, so every pool thread is
+/// started as [`POOL_THREAD_NAME`] and a worker renames itself (its
+/// kernel `comm`, via `/proc/thread-self/comm`) to [`WORKER_THREAD_NAME`]
+/// the first time it goes idle, which a new worker does at once. The Rust
+/// thread name (panic messages) stays [`POOL_THREAD_NAME`].
+///
+/// Errors: the OS refused a thread or the I/O driver (`std::io::Error`
+/// from `tokio::runtime::Builder::build`).
+pub fn build_runtime(worker_threads: u32) -> std::io::Result<tokio::runtime::Runtime> {
+    if worker_threads == 1 {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name(POOL_THREAD_NAME)
+            .build();
+    }
+    thread_local! {
+        static NAMED_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if worker_threads > 1 {
+        builder.worker_threads(worker_threads as usize);
+    }
+    builder
+        .enable_all()
+        .thread_name(POOL_THREAD_NAME)
+        // Only workers park; a blocking-pool thread never runs this.
+        .on_thread_park(|| {
+            if !NAMED_WORKER.get() {
+                NAMED_WORKER.set(true);
+                // Best effort: without /proc the name just stays.
+                let _ = std::fs::write("/proc/thread-self/comm", WORKER_THREAD_NAME);
+            }
+        })
+        .build()
+}
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
@@ -133,6 +189,9 @@ pub struct RunArgs {
     /// Seconds of continuous failure to poll a task after which its background call fails (default 1800).
     #[arg(long)]
     pub task_poll_failure_limit_secs: Option<u64>,
+    /// Runtime worker threads: 1 one thread (default, least CPU per call), N > 1 a multi-thread runtime with N workers, 0 one worker per CPU core (at most 1024).
+    #[arg(long, env = "SWITCHYARD_WORKER_THREADS", value_name = "N")]
+    pub worker_threads: Option<u32>,
     /// stdio: the server's arguments (or its command and arguments), after `--`.
     #[arg(last = true, value_name = "CMD ARGS")]
     pub args: Vec<String>,
@@ -183,6 +242,9 @@ pub struct SidecarSection {
     /// Continuous poll failure that fails a background call, seconds
     /// (default 1800).
     pub task_poll_failure_limit_secs: Option<u64>,
+    /// Runtime worker threads (default 1: one thread; N > 1: N workers;
+    /// 0: one per CPU core; at most 1024). See [`build_runtime`].
+    pub worker_threads: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -231,6 +293,8 @@ pub struct Settings {
     pub task_poll_min: Duration,
     /// Continuous poll failure that fails a background call.
     pub task_poll_failure_limit: Duration,
+    /// Runtime worker threads, for [`build_runtime`] (1 = one thread).
+    pub worker_threads: u32,
 }
 
 /// Why `run` failed.
@@ -566,6 +630,31 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         Some((secs, _, _)) => Duration::from_secs(secs),
         None => crate::tasks::DEFAULT_FAILURE_LIMIT,
     };
+    let worker_threads = match args
+        .worker_threads
+        .map(|v| {
+            (
+                v,
+                "command line",
+                "--worker-threads (or SWITCHYARD_WORKER_THREADS)",
+            )
+        })
+        .or(file
+            .worker_threads
+            .map(|v| (v, origin.as_str(), "sidecar.worker_threads")))
+    {
+        Some((n, origin, key)) if n > MAX_WORKER_THREADS => {
+            return Err(config_error(
+                origin,
+                key,
+                format!(
+                    "{n} is too many: must be at most {MAX_WORKER_THREADS} (1 = one thread, 0 = one worker per CPU core)"
+                ),
+            ));
+        }
+        Some((n, _, _)) => n,
+        None => DEFAULT_WORKER_THREADS,
+    };
 
     Ok(Settings {
         server,
@@ -585,6 +674,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         list_changed_window,
         task_poll_min,
         task_poll_failure_limit,
+        worker_threads,
     })
 }
 
@@ -733,22 +823,33 @@ async fn bind(key: &'static str, addr: &str) -> Result<(TcpListener, SocketAddr)
     Ok((listener, local))
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+/// Listens for SIGINT and SIGTERM at once (before the ready line: a
+/// signal that came before the handlers would kill the process with the
+/// default action, without a drain); the future resolves on either.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    let listen = |kind: SignalKind, name: &str| match signal(kind) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for {name}");
+            None
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-        _ = terminate => tracing::info!("SIGTERM: shutting down"),
+    let mut interrupt = listen(SignalKind::interrupt(), "SIGINT");
+    let mut terminate = listen(SignalKind::terminate(), "SIGTERM");
+    async fn recv(s: &mut Option<Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    async move {
+        tokio::select! {
+            _ = recv(&mut interrupt) => tracing::info!("SIGINT: shutting down"),
+            _ = recv(&mut terminate) => tracing::info!("SIGTERM: shutting down"),
+        }
     }
 }
 
@@ -756,7 +857,12 @@ async fn shutdown_signal() {
 /// upstream server. Prints `switchyard-sidecar: server NAME, calls on ADDR,
 /// http on ADDR` on stdout once both listeners are bound.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
-    let settings = settings(&args)?;
+    run_with(settings(&args)?).await
+}
+
+/// [`run`] with settings already read by [`settings`] (the binary reads
+/// them first, to build the runtime `worker_threads` asks for).
+pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     crate::tls::install_crypto_provider();
     let registry = prometheus::Registry::new();
     let metrics =
@@ -849,7 +955,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let service = CallService::with_pool(pool.clone())
         .with_catalogue(catalogue.clone())
         .with_audit(audit)
-        .with_tasks(tasks_config);
+        .with_tasks(tasks_config)
+        .with_stop(stop.clone());
     let tasks = service.tasks();
     let mut grpc = tokio::spawn(
         builder
@@ -881,6 +988,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         drain.clone(),
     ));
 
+    let shutdown = shutdown_signal();
     tracing::info!(server = %settings.server.name, %calls_addr, %call_address, %http_addr, sidecar_id = %settings.sidecar_id, "serving");
     {
         let mut out = std::io::stdout().lock();
@@ -894,7 +1002,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 
     let mut failure = None;
     tokio::select! {
-        _ = shutdown_signal() => {}
+        _ = shutdown => {}
         r = &mut grpc => {
             failure = Some(RunError::Serve { what: "gRPC", source: match r {
                 Ok(Ok(())) => "stopped unexpectedly".into(),
@@ -1084,6 +1192,137 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(e.to_string().contains("--interaction-timeout-secs"), "{e}");
+    }
+
+    #[test]
+    fn worker_threads_come_from_the_file_and_the_flag() {
+        let server = "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://h:1\"\n";
+        let f = file(server);
+        let path = f.path().to_str().unwrap();
+        assert_eq!(
+            settings(&args(&["--config", path])).unwrap().worker_threads,
+            1
+        );
+        let f = file(&format!("{server}worker_threads = 3\n"));
+        let path = f.path().to_str().unwrap();
+        assert_eq!(
+            settings(&args(&["--config", path])).unwrap().worker_threads,
+            3
+        );
+        // The flag wins over the file.
+        let s = settings(&args(&["--config", path, "--worker-threads", "0"])).unwrap();
+        assert_eq!(s.worker_threads, 0);
+        let e = settings(&args(&["--config", path, "--worker-threads", "1025"])).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_CONFIG);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("command line: --worker-threads") && text.contains("at most 1024"),
+            "{text}"
+        );
+        let f = file(&format!("{server}worker_threads = 1024\n"));
+        let path = f.path().to_str().unwrap();
+        assert_eq!(
+            settings(&args(&["--config", path])).unwrap().worker_threads,
+            1024
+        );
+        let f = file(&format!("{server}worker_threads = 5000\n"));
+        let path = f.path().to_str().unwrap();
+        let e = settings(&args(&["--config", path])).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_CONFIG);
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("{path}: sidecar.worker_threads: 5000 is too many")),
+            "{text}"
+        );
+        let f = file(&format!("{server}worker_threads = -1\n"));
+        let path = f.path().to_str().unwrap();
+        let e = settings(&args(&["--config", path])).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_CONFIG);
+        assert!(e.to_string().contains("sidecar.worker_threads"), "{e}");
+    }
+
+    /// This process's threads whose kernel name (`comm`) is `name`.
+    fn threads_named(name: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim_end() == name)
+            .count()
+    }
+
+    /// Polls [`threads_named`] (up to 5 s) until it is `want`.
+    fn wait_threads_named(name: &str, want: usize) -> usize {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let n = threads_named(name);
+            if n == want || std::time::Instant::now() > deadline {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn build_runtime_makes_the_flavour_asked_for() {
+        use tokio::runtime::RuntimeFlavor;
+        const COMM: &str = "tokio-runtime-w";
+        assert!(WORKER_THREAD_NAME.starts_with(COMM));
+        // Only this test builds runtimes with named workers.
+        assert_eq!(threads_named(COMM), 0);
+
+        let rt = build_runtime(1).unwrap();
+        assert_eq!(rt.handle().runtime_flavor(), RuntimeFlavor::CurrentThread);
+        let caller = std::thread::current().id();
+        let (on, blocking) = rt.block_on(async {
+            let on = tokio::spawn(async { std::thread::current().id() })
+                .await
+                .unwrap();
+            let blocking =
+                tokio::task::spawn_blocking(|| std::thread::current().name().map(str::to_owned))
+                    .await
+                    .unwrap();
+            (on, blocking)
+        });
+        assert_eq!(
+            on, caller,
+            "a current-thread runtime runs tasks on its caller"
+        );
+        assert_eq!(blocking.as_deref(), Some(POOL_THREAD_NAME));
+        assert_eq!(threads_named(COMM), 0);
+        drop(rt);
+
+        let rt = build_runtime(3).unwrap();
+        assert_eq!(rt.handle().runtime_flavor(), RuntimeFlavor::MultiThread);
+        assert_eq!(rt.metrics().num_workers(), 3);
+        // Blocking work at once (the race of tokio's start) does not take
+        // a worker's name.
+        let blocking = rt.block_on(async {
+            let mut names = Vec::new();
+            for _ in 0..4 {
+                names.push(
+                    tokio::task::spawn_blocking(|| {
+                        std::thread::sleep(Duration::from_millis(20));
+                        std::fs::read_to_string("/proc/thread-self/comm").unwrap()
+                    })
+                    .await
+                    .unwrap(),
+                );
+            }
+            names
+        });
+        assert!(
+            blocking.iter().all(|n| n.trim_end() == POOL_THREAD_NAME),
+            "{blocking:?}"
+        );
+        assert_eq!(wait_threads_named(COMM, 3), 3);
+        drop(rt);
+        assert_eq!(threads_named(COMM), 0, "the workers are gone");
+
+        let rt = build_runtime(0).unwrap();
+        assert_eq!(rt.handle().runtime_flavor(), RuntimeFlavor::MultiThread);
+        let workers = rt.metrics().num_workers();
+        assert!(workers >= 1);
+        assert_eq!(wait_threads_named(COMM, workers), workers);
     }
 
     #[test]

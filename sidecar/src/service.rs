@@ -25,14 +25,20 @@ use crate::tasks::{Plan, Tasks, TasksConfig};
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::{Value, json};
 use std::time::Duration;
+use switchyard_proto::calls::{self, SidecarCallFrames};
 use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
-use switchyard_proto::v1::{Attachment, SidecarCallRequest, SidecarCallResponse};
-use tonic::{Code, Request, Response, Status};
+use switchyard_proto::v1::{
+    Attachment, SidecarCallFrame, SidecarCallOutcome, SidecarCallRequest, SidecarCallResponse,
+};
+use tonic::{Code, Request, Response, Status, Streaming};
 
 /// The `SidecarCalls` implementation for one upstream server.
 #[derive(Debug, Clone)]
 pub struct CallService {
     pool: SessionPool,
+    /// Cancelled when the sidecar shuts down: call streams take no new
+    /// calls and end once theirs are done.
+    stop: tokio_util::sync::CancellationToken,
     responder: Responder,
     tasks_config: TasksConfig,
     tasks: Tasks,
@@ -79,6 +85,7 @@ impl CallService {
         let tasks_config = TasksConfig::default();
         CallService {
             tasks: Tasks::new(pool.clone(), responder.clone(), tasks_config.clone()),
+            stop: tokio_util::sync::CancellationToken::new(),
             pool,
             responder,
             tasks_config,
@@ -99,6 +106,14 @@ impl CallService {
     pub fn with_catalogue(mut self, catalogue: Catalogue) -> Self {
         self.responder.catalogue = catalogue;
         self.rebuilt()
+    }
+
+    /// `stop` is cancelled when the sidecar shuts down: each `CallStream`
+    /// then refuses new calls (UNAVAILABLE) and ends once its calls in
+    /// flight are done, so the gRPC server can drain.
+    pub fn with_stop(mut self, stop: tokio_util::sync::CancellationToken) -> Self {
+        self.stop = stop;
+        self
     }
 
     /// Result size limits.
@@ -157,26 +172,29 @@ impl Responder {
             tracing::warn!(%server, %tool, ?errors, "structuredContent does not match the tool's outputSchema; delivered anyway");
         }
         let validation_errors = validation.errors();
-        self.audit.record(json!({
-            "event": "tool.result",
-            "server": server,
-            "tool": tool,
-            "session_id": context.session_id,
-            "run_id": context.run_id,
-            "isError": processed.is_error,
-            "validated": validation != Validation::NotValidated,
-            "validation_errors": validation_errors,
-            "hints": self.catalogue.hints(tool).map(|h| json!({
-                "readOnlyHint": h.read_only_hint,
-                "destructiveHint": h.destructive_hint,
-                "idempotentHint": h.idempotent_hint,
-                "openWorldHint": h.open_world_hint,
-            })),
-            "structuredContent": processed
-                .structured
-                .as_ref()
-                .map(|s| results::audit_structured(s, results::AUDIT_STRUCTURED_MAX)),
-        }));
+        if self.audit.enabled() {
+            let hints = self.catalogue.hints(tool);
+            self.audit.record_struct(&ToolResultAudit {
+                event: "tool.result",
+                server,
+                tool,
+                session_id: &context.session_id,
+                run_id: &context.run_id,
+                is_error: processed.is_error,
+                validated: validation != Validation::NotValidated,
+                validation_errors: &validation_errors,
+                hints: hints.map(|h| AuditHints {
+                    read_only_hint: h.read_only_hint,
+                    destructive_hint: h.destructive_hint,
+                    idempotent_hint: h.idempotent_hint,
+                    open_world_hint: h.open_world_hint,
+                }),
+                structured_content: processed
+                    .structured
+                    .as_ref()
+                    .map(|s| results::audit_structured(s, results::AUDIT_STRUCTURED_MAX)),
+            });
+        }
         Ok(SidecarCallResponse {
             result_json,
             model_text: processed.model_text,
@@ -197,8 +215,36 @@ impl Responder {
                 .unwrap_or_default(),
             validation_errors,
             background: None,
+            is_error: processed.is_error,
         })
     }
+}
+
+/// The `tool.result` audit record (docs/sidecar.md, "Audit").
+#[derive(serde::Serialize)]
+struct ToolResultAudit<'a> {
+    event: &'static str,
+    server: &'a str,
+    tool: &'a str,
+    session_id: &'a str,
+    run_id: &'a str,
+    #[serde(rename = "isError")]
+    is_error: bool,
+    validated: bool,
+    validation_errors: &'a [String],
+    hints: Option<AuditHints>,
+    #[serde(rename = "structuredContent")]
+    structured_content: Option<Value>,
+}
+
+/// The effective hints in a `tool.result` record.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditHints {
+    read_only_hint: bool,
+    destructive_hint: bool,
+    idempotent_hint: bool,
+    open_world_hint: bool,
 }
 
 impl CallService {
@@ -210,13 +256,11 @@ impl CallService {
     }
 }
 
-#[tonic::async_trait]
-impl SidecarCalls for CallService {
-    async fn call_tool(
-        &self,
-        request: Request<SidecarCallRequest>,
-    ) -> Result<Response<SidecarCallResponse>, Status> {
-        let req = request.into_inner();
+impl CallService {
+    /// One `tools/call`, as `CallTool` and each `CallStream` call frame do
+    /// it. Errors: INVALID_ARGUMENT for bad params or roots, and the
+    /// upstream failures of [`status_of`].
+    pub async fn call(&self, req: SidecarCallRequest) -> Result<SidecarCallResponse, Status> {
         let params: Value = serde_json::from_str(&req.params_json)
             .map_err(|e| Status::invalid_argument(format!("params_json is not valid JSON: {e}")))?;
         if !params.is_object() {
@@ -269,19 +313,18 @@ impl SidecarCalls for CallService {
         };
         if plan != Plan::Plain {
             tracing::debug!(server = %lease.upstream().name(), %tool, ?plan, session = %context.session_id, "call through the tasks machinery");
-            return self
-                .tasks
-                .call(
-                    plan,
-                    lease,
-                    params,
-                    context,
-                    req.background,
-                    req.timeout_ms,
-                    retry_safe_request(req.retry_safe, &self.responder, &tool),
-                )
-                .await
-                .map(Response::new);
+            // Boxed: the tasks machinery's future is large, and plain
+            // calls (the most) would carry its size otherwise.
+            return Box::pin(self.tasks.call(
+                plan,
+                lease,
+                params,
+                context,
+                req.background,
+                req.timeout_ms,
+                retry_safe_request(req.retry_safe, &self.responder, &tool),
+            ))
+            .await;
         }
         let upstream = lease.upstream();
         tracing::debug!(server = %upstream.name(), %tool, session = %context.session_id, run = %context.run_id, "call");
@@ -316,19 +359,54 @@ impl SidecarCalls for CallService {
             call.await
         };
         match result {
-            Ok(result) => Ok(Response::new(self.respond(
-                upstream.name(),
-                &tool,
-                &context,
-                &result,
-            )?)),
+            Ok(result) => self.respond(upstream.name(), &tool, &context, &result),
             Err(e) => {
                 tracing::info!(server = %upstream.name(), %tool, error = %e, "call failed");
                 Err(status_of(&e))
             }
         }
     }
+}
 
+/// Calls in flight on one `CallStream`, at most; more get
+/// RESOURCE_EXHAUSTED.
+pub const MAX_STREAM_CALLS: usize = 4096;
+
+type CallOutcomes = switchyard_proto::calls::Outcomes<SidecarCallOutcome>;
+
+#[tonic::async_trait]
+impl SidecarCalls for CallService {
+    async fn call_tool(
+        &self,
+        request: Request<SidecarCallRequest>,
+    ) -> Result<Response<SidecarCallResponse>, Status> {
+        self.call(request.into_inner()).await.map(Response::new)
+    }
+
+    type CallStreamStream = CallOutcomes;
+
+    async fn call_stream(
+        &self,
+        request: Request<Streaming<SidecarCallFrame>>,
+    ) -> Result<Response<CallOutcomes>, Status> {
+        let this = self.clone();
+        Ok(Response::new(calls::serve::<SidecarCallFrames, _, _>(
+            request.into_inner(),
+            MAX_STREAM_CALLS,
+            self.stop.clone(),
+            move |req, cancelled| {
+                let this = this.clone();
+                async move {
+                    // Dropping the call's future cancels the upstream
+                    // request, as a dropped CallTool RPC does.
+                    tokio::select! {
+                        r = this.call(req) => r,
+                        _ = cancelled.cancelled() => Err(Status::cancelled("the control plane cancelled the call")),
+                    }
+                }
+            },
+        )))
+    }
     async fn cancel_background_call(
         &self,
         request: Request<switchyard_proto::v1::SidecarCancelBackgroundRequest>,

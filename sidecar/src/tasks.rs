@@ -777,7 +777,8 @@ impl Tasks {
         };
         let negotiated = match upstream.negotiated() {
             Some(n) => n,
-            None => upstream.connect().await?,
+            // Boxed: rare, and its future is large.
+            None => Box::pin(upstream.connect()).await?,
         };
         let caps = &negotiated.capabilities;
         match negotiated.era {
@@ -1685,33 +1686,38 @@ impl Tasks {
         let server = upstream.name().to_owned();
         let tool = context.tool.clone();
         let created_at_ms = now_ms();
-        let (tx, mut rx) = tokio::sync::oneshot::channel();
         let held_context = context.clone();
-        let held = tokio::spawn(async move {
+        // The call runs here during the foreground window (most calls end
+        // within it); only one that outlives it moves into its own task.
+        // Dropping it (the engine went away, or the limit passed) cancels
+        // the upstream request.
+        let mut call = Box::pin(async move {
             let result = lease.upstream().call_tool_in(params, &held_context).await;
-            let _ = tx.send(result);
             drop(lease);
+            result
         });
-        let mut guard = AbortGuard(Some(held.abort_handle()));
         let window = Self::window(Some(&policy), timeout_ms, true).unwrap_or_default();
         let answer = tokio::select! {
-            r = &mut rx => Some(r),
+            r = &mut call => Some(r),
             () = tokio::time::sleep(window) => None,
         };
         if let Some(answer) = answer {
-            guard.0 = None;
             return match answer {
-                Ok(Ok(result)) => self
+                Ok(result) => self
                     .inner
                     .responder
                     .respond(&server, &tool, &context, &result),
-                Ok(Err(e)) => Err(status_of(&e)),
-                Err(_) => Err(Status::internal("the held call ended without an answer")),
+                Err(e) => Err(status_of(&e)),
             };
         }
         if !policy.allowed {
             return Err(Self::limit_error(&server, &tool, Some(&policy), window));
         }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let held = tokio::spawn(async move {
+            let _ = tx.send(call.await);
+        });
+        let mut guard = AbortGuard(Some(held.abort_handle()));
         let now = now_ms();
         let record = BackgroundCall {
             id: policy.background_call_id.clone(),

@@ -49,6 +49,19 @@ fn accepts_a_stdio_and_an_http_file() {
     let out = check(&http);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert!(text(&out.stdout).contains("transport http"));
+
+    // The runtime's worker threads: 0 (one per core) up to 1024.
+    for n in [0, 1, 8, 1024] {
+        let file = write(
+            dir.path(),
+            "workers.toml",
+            &format!(
+                "[server]\nname = \"files\"\ntransport = \"stdio\"\ncommand = \"x\"\n\n[sidecar]\ncontrol_plane = \"http://switchyard:7700\"\nworker_threads = {n}\n"
+            ),
+        );
+        let out = check(&file);
+        assert_eq!(out.status.code(), Some(0), "{n}: {}", text(&out.stderr));
+    }
 }
 
 #[test]
@@ -72,6 +85,18 @@ fn rejects_with_the_file_and_the_key() {
             "bad-listen.toml",
             "[server]\nname = \"files\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://cp:7700\"\nlisten = \"nowhere\"\n",
             "sidecar.listen",
+        ),
+        // Too many runtime worker threads.
+        (
+            "workers.toml",
+            "[server]\nname = \"files\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://cp:7700\"\nworker_threads = 1025\n",
+            "sidecar.worker_threads",
+        ),
+        // Not a count.
+        (
+            "workers-negative.toml",
+            "[server]\nname = \"files\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://cp:7700\"\nworker_threads = -2\n",
+            "sidecar.worker_threads",
         ),
         // An unknown key (typo), caught by the parser.
         (

@@ -18,9 +18,10 @@ use serde_json::{Value, json};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard_proto::calls::{self, EngineCallFrames, Outcomes};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::engine_service_server::EngineService;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -38,7 +39,13 @@ impl EngineApi {
         if let Some(s) = self.cp.state.snapshot().sessions.get(id) {
             return Ok(s.clone());
         }
-        // Created on another replica a moment ago: read through.
+        // Boxed: the read-through is rare, and its future would otherwise
+        // make every call's future (moved on each spawn) much larger.
+        Box::pin(self.read_session(id)).await
+    }
+
+    /// A session created on another replica a moment ago: read through.
+    async fn read_session(&self, id: &str) -> Result<SessionRecord, Status> {
         self.cp
             .registry
             .get_session(id)
@@ -243,18 +250,45 @@ pub fn tools_for(snap: &Snapshot, session: Option<&SessionRecord>) -> (Vec<pb::T
     (tools, unavailable)
 }
 
-fn parse_object(field: &str, text: &str) -> Result<Option<Value>, Status> {
-    if text.trim().is_empty() {
+/// The `tools/call` params for the sidecar, as JSON text:
+/// `{"name": TOOL, "arguments": ARGUMENTS, "_meta": META}`, with the
+/// engine's `arguments_json` (empty = `{}`) and `meta_json` (empty = no
+/// `_meta`) spliced in exactly as given, after checking that each is a JSON
+/// object. Errors: INVALID_ARGUMENT naming the field.
+fn params_json(tool: &str, arguments_json: &str, meta_json: &str) -> Result<String, Status> {
+    let arguments = raw_object("arguments_json", arguments_json)?;
+    let meta = raw_object("meta_json", meta_json)?;
+    let name = Value::from(tool).to_string();
+    let mut out = String::with_capacity(
+        name.len() + arguments.map_or(2, str::len) + meta.map_or(0, str::len) + 32,
+    );
+    out.push_str("{\"name\":");
+    out.push_str(&name);
+    out.push_str(",\"arguments\":");
+    out.push_str(arguments.unwrap_or("{}"));
+    if let Some(meta) = meta {
+        out.push_str(",\"_meta\":");
+        out.push_str(meta);
+    }
+    out.push('}');
+    Ok(out)
+}
+
+/// `text` checked to be one JSON object (surrounding white space dropped);
+/// `None` when blank. Errors: INVALID_ARGUMENT naming `field`.
+fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, Status> {
+    let text = text.trim();
+    if text.is_empty() {
         return Ok(None);
     }
-    let v: Value = serde_json::from_str(text)
+    let raw: &serde_json::value::RawValue = serde_json::from_str(text)
         .map_err(|e| Status::invalid_argument(format!("{field}: not valid JSON: {e}")))?;
-    if !v.is_object() {
+    if !raw.get().starts_with('{') {
         return Err(Status::invalid_argument(format!(
             "{field}: must be a JSON object"
         )));
     }
-    Ok(Some(v))
+    Ok(Some(raw.get()))
 }
 
 /// The text an engine's model reads: the text items of `content`, in order.
@@ -276,7 +310,276 @@ pub fn model_text(result: &Value) -> String {
 fn not_approved(result: Value) -> pb::SidecarCallResponse {
     pb::SidecarCallResponse {
         result_json: result.to_string(),
+        model_text: model_text(&result),
+        is_error: result.get("isError") == Some(&Value::Bool(true)),
         ..Default::default()
+    }
+}
+
+/// Calls in flight on one `CallToolStream`, at most; more get
+/// RESOURCE_EXHAUSTED.
+pub const MAX_STREAM_CALLS: usize = 4096;
+
+impl EngineApi {
+    /// One tool call, as `CallTool` and each `CallToolStream` call frame do
+    /// it (see `proto/switchyard/v1/engine.proto`). Errors: NOT_FOUND,
+    /// INVALID_ARGUMENT, FAILED_PRECONDITION, UNAVAILABLE,
+    /// DEADLINE_EXCEEDED, CANCELLED, ALREADY_EXISTS (a `call_id` in use).
+    pub async fn call(&self, r: pb::CallToolRequest) -> Result<pb::CallToolResponse, Status> {
+        let started = Instant::now();
+        let session = if r.session_id.is_empty() {
+            None
+        } else {
+            Some(self.session(&r.session_id).await?)
+        };
+        let snap = self.cp.state.snapshot();
+        let target = match snap.resolve(&r.tool) {
+            Some(t) => t.clone(),
+            None => {
+                // The name map may lag a new catalogue by a moment.
+                snap.catalogues
+                    .iter()
+                    .flat_map(|(server, cat)| {
+                        cat.tools
+                            .iter()
+                            .filter_map(|d| d.get("name").and_then(Value::as_str))
+                            .map(move |t| (server, t))
+                    })
+                    .find(|(server, t)| snap.engine_name(server, t) == r.tool)
+                    .map(|(server, t)| crate::names::ToolRef {
+                        server: server.clone(),
+                        tool: t.to_owned(),
+                    })
+                    .ok_or_else(|| Status::not_found(format!("tool not found: {:?}", r.tool)))?
+            }
+        };
+        let server = target.server.as_str();
+        if !snap.servers.contains_key(server) {
+            return Err(Status::not_found(format!(
+                "tool not found: {:?} (server {server} was removed)",
+                r.tool
+            )));
+        }
+        let Some(cat) = snap.catalogues.get(server) else {
+            return Err(unavailable(server, "no catalogue yet"));
+        };
+        let Some(def) = cat.tools.iter().find(|t| t["name"] == target.tool.as_str()) else {
+            return Err(Status::not_found(format!(
+                "tool not found: {:?} (server {server} no longer has a tool {:?})",
+                r.tool, target.tool
+            )));
+        };
+        if let Some(s) = &session
+            && !s.enables(server)
+        {
+            return Err(Status::failed_precondition(format!(
+                "tool {:?} is not offered to session {}: server {server} is not enabled",
+                r.tool, s.id
+            )));
+        }
+        let view = tool_view(&snap, server, def, mode_of(session.as_ref()));
+        match (view.decision, &session) {
+            (Decision::NotOffered(why), Some(s)) => {
+                return Err(Status::failed_precondition(format!(
+                    "tool {:?} is not offered to session {}: {why}",
+                    r.tool, s.id
+                )));
+            }
+            (Decision::NotOffered(why), None) => {
+                return Err(Status::failed_precondition(format!(
+                    "tool {:?} is not offered: {why}",
+                    r.tool
+                )));
+            }
+            (Decision::Approve, None) => {
+                return Err(Status::failed_precondition(format!(
+                    "tool {:?} needs the user's approval (policy {}) and the call has no session to ask in",
+                    r.tool,
+                    view.policy.as_str()
+                )));
+            }
+            _ => {}
+        }
+        let params_json = params_json(&target.tool, &r.arguments_json, &r.meta_json)?;
+        let max_ms = switchyard_sidecar::config::MAX_TIMEOUT_SEC * 1000;
+        if r.timeout_ms > max_ms {
+            return Err(Status::invalid_argument(format!(
+                "timeout_ms: {} is over the maximum {max_ms} (7 days)",
+                r.timeout_ms
+            )));
+        }
+        // Stage B: the call may move to the background after its
+        // foreground phase; without a timeout of the engine's, the gRPC
+        // deadline covers that phase (and the 10-minute foreground poll at
+        // maxPerTarget) plus a margin.
+        let background = self.cp.background.policy(
+            &r.tool,
+            snap.background_always(server, &target.tool),
+            self.cp.state.background_running(server),
+        );
+        let timeout = if r.timeout_ms > 0 {
+            Duration::from_millis(r.timeout_ms)
+        } else {
+            let phase = if background.allowed {
+                background.auto_after_ms
+            } else {
+                background.foreground_limit_ms
+            };
+            self.cp
+                .call_timeout
+                .max(Duration::from_millis(phase) + Duration::from_secs(30))
+        };
+        let request = pb::SidecarCallRequest {
+            params_json,
+            timeout_ms: timeout.as_millis() as u64,
+            session_id: r.session_id.clone(),
+            run_id: r.run_id.clone(),
+            roots_json: session
+                .as_ref()
+                .filter(|s| !s.roots.is_empty())
+                .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
+                .unwrap_or_default(),
+            retry_safe: view.hints.retry_safe(),
+            background: Some(background),
+        };
+        if !r.call_id.is_empty() {
+            check_id("call_id", &r.call_id)?;
+        }
+        let guard = self
+            .cp
+            .router
+            .track(&r.session_id, &r.call_id)
+            .map_err(|_| {
+                Status::already_exists(format!(
+                    "call_id: a call {:?} is already running in this session",
+                    r.call_id
+                ))
+            })?;
+        let approval_needed = view.decision == Decision::Approve;
+        let cp = self.cp.clone();
+        let (session_id, run_id) = (r.session_id.clone(), r.run_id.clone());
+        let (server_name, tool_name) = (server.to_owned(), target.tool.clone());
+        let call = async move {
+            if approval_needed {
+                // Boxed: rare, and large.
+                let outcome = Box::pin(cp.interactions.request_approval(
+                    &session_id,
+                    &run_id,
+                    &server_name,
+                    &tool_name,
+                    "",
+                ))
+                .await;
+                if let Some(result) = outcome.not_approved_result(&server_name, &tool_name) {
+                    return (Some(outcome), Ok(not_approved(result)));
+                }
+                let call = cp.router.call(
+                    &snap,
+                    &server_name,
+                    request,
+                    timeout + Duration::from_secs(1),
+                );
+                return (Some(outcome), call.await);
+            }
+            let call = cp.router.call(
+                &snap,
+                &server_name,
+                request,
+                timeout + Duration::from_secs(1),
+            );
+            (None, call.await)
+        };
+        let (approval, outcome) = match &guard {
+            Some(g) => tokio::select! {
+                r = call => r,
+                _ = g.token.cancelled() => (None, Err(Status::cancelled(format!("call {} cancelled", r.call_id)))),
+            },
+            None => call.await,
+        };
+        drop(guard);
+        let label = match &outcome {
+            Ok(_) => "ok",
+            Err(s) => match s.code() {
+                tonic::Code::Unavailable => "unavailable",
+                tonic::Code::DeadlineExceeded => "timeout",
+                tonic::Code::Cancelled => "cancelled",
+                tonic::Code::FailedPrecondition => "rpc_error",
+                _ => "error",
+            },
+        };
+        let resp = outcome.map(|resp| match resp.background {
+            // Moved to the background (stage B): the model is told so,
+            // and the result arrives later as a session event.
+            Some(bg) => pb::CallToolResponse {
+                text: crate::background::moved_text(&r.tool, &bg.id, &bg.immediate_response),
+                server: server.to_owned(),
+                upstream_tool: target.tool.clone(),
+                duration_ms: started.elapsed().as_millis() as u64,
+                background: Some(bg),
+                ..Default::default()
+            },
+            None => pb::CallToolResponse {
+                background: None,
+                text: resp.model_text,
+                structured_content_json: resp.structured_content_json,
+                is_error: resp.is_error,
+                result_json: resp.result_json,
+                server: server.to_owned(),
+                upstream_tool: target.tool.clone(),
+                duration_ms: started.elapsed().as_millis() as u64,
+                attachments: resp.attachments,
+                validation_errors: resp.validation_errors,
+            },
+        });
+        let not_approved_call = approval.as_ref().is_some_and(|a| !a.is_approved());
+        let moved = resp.as_ref().ok().and_then(|r| r.background.as_ref());
+        if let Some(bg) = moved {
+            self.cp.background.count_moved(server, &bg.mode);
+            tracing::info!(id = %bg.id, %server, tool = %target.tool, mode = %bg.mode, "call moved to the background");
+        }
+        let label = match &resp {
+            Ok(r) if r.background.is_some() => "backgrounded",
+            Ok(_) if not_approved_call => "not_approved",
+            Ok(r) if r.is_error => "tool_error",
+            _ => label,
+        };
+        self.cp.metrics.call(server, label, started.elapsed());
+        let h = view.hints.to_pb();
+        self.cp.audit.tool_call(&ToolCallAudit {
+            kind: if moved.is_some() {
+                "tool.backgrounded"
+            } else {
+                "tool.called"
+            },
+            session: r.session_id.clone(),
+            run: r.run_id.clone(),
+            call_id: r.call_id.clone(),
+            server: server.to_owned(),
+            tool: target.tool.clone(),
+            outcome: label.to_owned(),
+            policy: view.policy.as_str(),
+            approval: match &approval {
+                None if approval_needed => "cancel",
+                None => "not_needed",
+                Some(ApprovalOutcome::Approved) => "approve",
+                Some(ApprovalOutcome::Denied) => "deny",
+                Some(ApprovalOutcome::TimedOut) => "timeout",
+                Some(ApprovalOutcome::Cancelled(_)) => "cancel",
+                Some(ApprovalOutcome::Failed(_)) => "failed",
+            },
+            duration_ms: started.elapsed().as_millis() as u64,
+            hints: AuditHints {
+                read_only_hint: h.read_only_hint,
+                destructive_hint: h.destructive_hint,
+                idempotent_hint: h.idempotent_hint,
+                open_world_hint: h.open_world_hint,
+            },
+            validation_errors: resp
+                .as_ref()
+                .map(|r| r.validation_errors.clone())
+                .unwrap_or_default(),
+        });
+        resp
     }
 }
 
@@ -436,270 +739,30 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::CallToolRequest>,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
-        let started = Instant::now();
-        let r = req.into_inner();
-        let session = if r.session_id.is_empty() {
-            None
-        } else {
-            Some(self.session(&r.session_id).await?)
-        };
-        let snap = self.cp.state.snapshot();
-        let target = match snap.resolve(&r.tool) {
-            Some(t) => t.clone(),
-            None => {
-                // The name map may lag a new catalogue by a moment.
-                snap.catalogues
-                    .iter()
-                    .flat_map(|(server, cat)| {
-                        cat.tools
-                            .iter()
-                            .filter_map(|d| d.get("name").and_then(Value::as_str))
-                            .map(move |t| (server, t))
-                    })
-                    .find(|(server, t)| snap.engine_name(server, t) == r.tool)
-                    .map(|(server, t)| crate::names::ToolRef {
-                        server: server.clone(),
-                        tool: t.to_owned(),
-                    })
-                    .ok_or_else(|| Status::not_found(format!("tool not found: {:?}", r.tool)))?
-            }
-        };
-        let server = target.server.as_str();
-        if !snap.servers.contains_key(server) {
-            return Err(Status::not_found(format!(
-                "tool not found: {:?} (server {server} was removed)",
-                r.tool
-            )));
-        }
-        let Some(cat) = snap.catalogues.get(server) else {
-            return Err(unavailable(server, "no catalogue yet"));
-        };
-        let Some(def) = cat.tools.iter().find(|t| t["name"] == target.tool.as_str()) else {
-            return Err(Status::not_found(format!(
-                "tool not found: {:?} (server {server} no longer has a tool {:?})",
-                r.tool, target.tool
-            )));
-        };
-        if let Some(s) = &session
-            && !s.enables(server)
-        {
-            return Err(Status::failed_precondition(format!(
-                "tool {:?} is not offered to session {}: server {server} is not enabled",
-                r.tool, s.id
-            )));
-        }
-        let view = tool_view(&snap, server, def, mode_of(session.as_ref()));
-        match (view.decision, &session) {
-            (Decision::NotOffered(why), Some(s)) => {
-                return Err(Status::failed_precondition(format!(
-                    "tool {:?} is not offered to session {}: {why}",
-                    r.tool, s.id
-                )));
-            }
-            (Decision::NotOffered(why), None) => {
-                return Err(Status::failed_precondition(format!(
-                    "tool {:?} is not offered: {why}",
-                    r.tool
-                )));
-            }
-            (Decision::Approve, None) => {
-                return Err(Status::failed_precondition(format!(
-                    "tool {:?} needs the user's approval (policy {}) and the call has no session to ask in",
-                    r.tool,
-                    view.policy.as_str()
-                )));
-            }
-            _ => {}
-        }
-        let mut params = json!({"name": target.tool, "arguments": parse_object("arguments_json", &r.arguments_json)?.unwrap_or_else(|| json!({}))});
-        if let Some(meta) = parse_object("meta_json", &r.meta_json)? {
-            params["_meta"] = meta;
-        }
-        let max_ms = switchyard_sidecar::config::MAX_TIMEOUT_SEC * 1000;
-        if r.timeout_ms > max_ms {
-            return Err(Status::invalid_argument(format!(
-                "timeout_ms: {} is over the maximum {max_ms} (7 days)",
-                r.timeout_ms
-            )));
-        }
-        // Stage B: the call may move to the background after its
-        // foreground phase; without a timeout of the engine's, the gRPC
-        // deadline covers that phase (and the 10-minute foreground poll at
-        // maxPerTarget) plus a margin.
-        let background = self.cp.background.policy(
-            &r.tool,
-            snap.background_always(server, &target.tool),
-            self.cp.state.background_running(server),
-        );
-        let timeout = if r.timeout_ms > 0 {
-            Duration::from_millis(r.timeout_ms)
-        } else {
-            let phase = if background.allowed {
-                background.auto_after_ms
-            } else {
-                background.foreground_limit_ms
-            };
-            self.cp
-                .call_timeout
-                .max(Duration::from_millis(phase) + Duration::from_secs(30))
-        };
-        let request = pb::SidecarCallRequest {
-            params_json: params.to_string(),
-            timeout_ms: timeout.as_millis() as u64,
-            session_id: r.session_id.clone(),
-            run_id: r.run_id.clone(),
-            roots_json: session
-                .as_ref()
-                .filter(|s| !s.roots.is_empty())
-                .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
-                .unwrap_or_default(),
-            retry_safe: view.hints.retry_safe(),
-            background: Some(background),
-        };
-        if !r.call_id.is_empty() {
-            check_id("call_id", &r.call_id)?;
-        }
-        let guard = self
-            .cp
-            .router
-            .track(&r.session_id, &r.call_id)
-            .map_err(|_| {
-                Status::already_exists(format!(
-                    "call_id: a call {:?} is already running in this session",
-                    r.call_id
-                ))
-            })?;
-        let approval_needed = view.decision == Decision::Approve;
-        let cp = self.cp.clone();
-        let (session_id, run_id) = (r.session_id.clone(), r.run_id.clone());
-        let (server_name, tool_name) = (server.to_owned(), target.tool.clone());
-        let call = async move {
-            if approval_needed {
-                let outcome = cp
-                    .interactions
-                    .request_approval(&session_id, &run_id, &server_name, &tool_name, "")
-                    .await;
-                if let Some(result) = outcome.not_approved_result(&server_name, &tool_name) {
-                    return (Some(outcome), Ok(not_approved(result)));
+        self.call(req.into_inner()).await.map(Response::new)
+    }
+
+    type CallToolStreamStream = Outcomes<pb::CallToolOutcome>;
+
+    async fn call_tool_stream(
+        &self,
+        req: Request<Streaming<pb::CallToolFrame>>,
+    ) -> Result<Response<Self::CallToolStreamStream>, Status> {
+        let api = self.clone();
+        Ok(Response::new(calls::serve::<EngineCallFrames, _, _>(
+            req.into_inner(),
+            MAX_STREAM_CALLS,
+            self.cp.shutdown.clone(),
+            move |r, cancelled| {
+                let api = api.clone();
+                async move {
+                    tokio::select! {
+                        r = api.call(r) => r,
+                        _ = cancelled.cancelled() => Err(Status::cancelled("call cancelled on its stream")),
+                    }
                 }
-                let call = cp.router.call(
-                    &snap,
-                    &server_name,
-                    request,
-                    timeout + Duration::from_secs(1),
-                );
-                return (Some(outcome), call.await);
-            }
-            let call = cp.router.call(
-                &snap,
-                &server_name,
-                request,
-                timeout + Duration::from_secs(1),
-            );
-            (None, call.await)
-        };
-        let (approval, outcome) = match &guard {
-            Some(g) => tokio::select! {
-                r = call => r,
-                _ = g.token.cancelled() => (None, Err(Status::cancelled(format!("call {} cancelled", r.call_id)))),
             },
-            None => call.await,
-        };
-        drop(guard);
-        let label = match &outcome {
-            Ok(_) => "ok",
-            Err(s) => match s.code() {
-                tonic::Code::Unavailable => "unavailable",
-                tonic::Code::DeadlineExceeded => "timeout",
-                tonic::Code::Cancelled => "cancelled",
-                tonic::Code::FailedPrecondition => "rpc_error",
-                _ => "error",
-            },
-        };
-        let resp = outcome.and_then(|resp| {
-            if let Some(bg) = resp.background {
-                // Moved to the background (stage B): the model is told so,
-                // and the result arrives later as a session event.
-                return Ok(pb::CallToolResponse {
-                    text: crate::background::moved_text(&r.tool, &bg.id, &bg.immediate_response),
-                    server: server.to_owned(),
-                    upstream_tool: target.tool.clone(),
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    background: Some(bg),
-                    ..Default::default()
-                });
-            }
-            let result: Value = serde_json::from_str(&resp.result_json).map_err(|e| {
-                Status::internal(format!(
-                    "sidecar of {server} sent a result that is not JSON: {e}"
-                ))
-            })?;
-            let is_error = result.get("isError") == Some(&Value::Bool(true));
-            Ok(pb::CallToolResponse {
-                background: None,
-                text: model_text(&result),
-                structured_content_json: result
-                    .get("structuredContent")
-                    .map(Value::to_string)
-                    .unwrap_or_default(),
-                is_error,
-                result_json: resp.result_json,
-                server: server.to_owned(),
-                upstream_tool: target.tool.clone(),
-                duration_ms: started.elapsed().as_millis() as u64,
-                attachments: resp.attachments,
-                validation_errors: resp.validation_errors,
-            })
-        });
-        let not_approved_call = approval.as_ref().is_some_and(|a| !a.is_approved());
-        let moved = resp.as_ref().ok().and_then(|r| r.background.as_ref());
-        if let Some(bg) = moved {
-            self.cp.background.count_moved(server, &bg.mode);
-            tracing::info!(id = %bg.id, %server, tool = %target.tool, mode = %bg.mode, "call moved to the background");
-        }
-        let label = match &resp {
-            Ok(r) if r.background.is_some() => "backgrounded",
-            Ok(_) if not_approved_call => "not_approved",
-            Ok(r) if r.is_error => "tool_error",
-            _ => label,
-        };
-        self.cp.metrics.call(server, label, started.elapsed());
-        let h = view.hints.to_pb();
-        self.cp.audit.tool_call(&ToolCallAudit {
-            kind: if moved.is_some() {
-                "tool.backgrounded"
-            } else {
-                "tool.called"
-            },
-            session: r.session_id.clone(),
-            run: r.run_id.clone(),
-            call_id: r.call_id.clone(),
-            server: server.to_owned(),
-            tool: target.tool.clone(),
-            outcome: label.to_owned(),
-            policy: view.policy.as_str(),
-            approval: match &approval {
-                None if approval_needed => "cancel",
-                None => "not_needed",
-                Some(ApprovalOutcome::Approved) => "approve",
-                Some(ApprovalOutcome::Denied) => "deny",
-                Some(ApprovalOutcome::TimedOut) => "timeout",
-                Some(ApprovalOutcome::Cancelled(_)) => "cancel",
-                Some(ApprovalOutcome::Failed(_)) => "failed",
-            },
-            duration_ms: started.elapsed().as_millis() as u64,
-            hints: AuditHints {
-                read_only_hint: h.read_only_hint,
-                destructive_hint: h.destructive_hint,
-                idempotent_hint: h.idempotent_hint,
-                open_world_hint: h.open_world_hint,
-            },
-            validation_errors: resp
-                .as_ref()
-                .map(|r| r.validation_errors.clone())
-                .unwrap_or_default(),
-        });
-        resp.map(Response::new)
+        )))
     }
 
     async fn cancel_call(

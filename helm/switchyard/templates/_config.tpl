@@ -9,6 +9,9 @@ sidecar_lease_ttl_sec = {{ int64 .Values.controlPlane.sidecarLeaseTtlSec }}
 call_timeout_sec = {{ int64 .Values.controlPlane.callTimeoutSec }}
 prune_config_servers = {{ .Values.controlPlane.pruneConfigServers }}
 
+[runtime]
+worker_threads = {{ int64 .Values.controlPlane.workerThreads }}
+
 [store]
 root = {{ .Values.store.root | toJson }}
 {{- if eq .Values.store.backend "embedded" }}

@@ -197,6 +197,8 @@ pub struct Connection {
     /// `x-mcp-header` parameters per tool, from the last `tools/list`
     /// (2026-07-28 over HTTP only).
     header_params: Mutex<HashMap<String, Vec<HeaderParam>>>,
+    /// The per-request `_meta` entries of the 2026-07-28 era, built once.
+    modern_meta: Map<String, Value>,
 }
 
 impl Connection {
@@ -226,6 +228,7 @@ impl Connection {
         Ok(Connection {
             transport,
             negotiated,
+            modern_meta: era::modern_meta(&config),
             config,
             opened: Instant::now(),
             header_params: Mutex::new(HashMap::new()),
@@ -280,7 +283,7 @@ impl Connection {
                     .entry("_meta")
                     .or_insert_with(|| Value::Object(Map::new()));
                 if let Value::Object(meta) = meta {
-                    era::apply_modern_meta(meta, &self.config);
+                    era::apply_meta(meta, &self.modern_meta);
                 }
                 let params = Value::Object(params);
                 let headers = self.modern_headers(method, Some(&params));

@@ -110,13 +110,19 @@ pub fn modern_meta(config: &UpstreamConfig) -> Map<String, Value> {
 /// stage, [`crate::tasks`], declares `io.modelcontextprotocol/tasks` on the
 /// requests that can handle a task).
 pub fn apply_modern_meta(meta: &mut Map<String, Value>, config: &UpstreamConfig) {
+    apply_meta(meta, &modern_meta(config));
+}
+
+/// [`apply_modern_meta`] with the entries already built by
+/// [`modern_meta`] (a connection builds them once).
+pub fn apply_meta(meta: &mut Map<String, Value>, modern: &Map<String, Value>) {
     let extensions = meta
         .get(META_CLIENT_CAPABILITIES)
         .and_then(|c| c.get("extensions"))
         .and_then(Value::as_object)
         .cloned();
-    for (k, v) in modern_meta(config) {
-        meta.insert(k, v);
+    for (k, v) in modern {
+        meta.insert(k.clone(), v.clone());
     }
     if let Some(extensions) = extensions
         && let Some(Value::Object(caps)) = meta.get_mut(META_CLIENT_CAPABILITIES)

@@ -262,29 +262,53 @@ impl Drop for CancelOnDrop<'_> {
     }
 }
 
+/// Writes queued messages to the server's stdin, one per line. Messages
+/// queued while a write was in progress go out together in the next
+/// `write` (one wake-up of the server for many requests under load).
 async fn write_loop(
     mut stdin: tokio::process::ChildStdin,
     mut rx: mpsc::UnboundedReceiver<WriterMsg>,
     metrics: ServerMetrics,
 ) {
+    /// Queued messages joined into one write, up to about this size.
+    const BATCH_BYTES: usize = 64 * 1024;
+    let mut batch: Vec<u8> = Vec::new();
     while let Some(msg) = rx.recv().await {
-        match msg {
-            WriterMsg::Line(mut line) => {
-                line.push(b'\n');
-                if let Err(e) = stdin.write_all(&line).await {
-                    tracing::warn!(error = %e, "writing to the server's stdin failed");
-                    return;
+        let mut close = false;
+        let mut next = Some(msg);
+        while let Some(msg) = next.take() {
+            match msg {
+                WriterMsg::Line(line) => {
+                    batch.extend_from_slice(&line);
+                    batch.push(b'\n');
+                    metrics.sent_bytes(line.len() + 1);
                 }
-                if let Err(e) = stdin.flush().await {
-                    tracing::warn!(error = %e, "flushing the server's stdin failed");
-                    return;
+                WriterMsg::Close => {
+                    close = true;
+                    break;
                 }
-                metrics.sent_bytes(line.len());
             }
-            WriterMsg::Close => {
-                tracing::debug!("closing the server's stdin");
+            if batch.len() < BATCH_BYTES {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            if let Err(e) = stdin.write_all(&batch).await {
+                tracing::warn!(error = %e, "writing to the server's stdin failed");
                 return;
             }
+            if let Err(e) = stdin.flush().await {
+                tracing::warn!(error = %e, "flushing the server's stdin failed");
+                return;
+            }
+            batch.clear();
+            if batch.capacity() > 4 * BATCH_BYTES {
+                batch.shrink_to(BATCH_BYTES);
+            }
+        }
+        if close {
+            tracing::debug!("closing the server's stdin");
+            return;
         }
     }
 }

@@ -1,0 +1,468 @@
+//! Streams of calls: many calls multiplexed over one long-lived
+//! bidirectional gRPC stream, each call a frame with an id and each outcome
+//! a frame with the same id. `EngineService.CallToolStream` (engine →
+//! control plane) and `SidecarCalls.CallStream` (control plane → sidecar)
+//! both work this way; this module holds the two halves they share:
+//!
+//! * [`Mux`], the caller's side: [`Mux::call`] sends a call frame and waits
+//!   for its outcome; dropping the future sends a cancel frame. When the
+//!   stream ends or fails, every call waiting on it fails with
+//!   [`CallError::Stream`] and the mux stays closed ([`Mux::is_closed`]);
+//!   the owner opens a new one.
+//! * [`serve`], the callee's side: runs one task per call frame and sends
+//!   each outcome back as it completes. A cancel frame cancels that call's
+//!   token (the handler decides what a cancelled call answers). When the
+//!   caller closes its side, the calls in flight finish and then the
+//!   outcome stream ends; when the stream breaks, they are cancelled.
+//!
+//! Both are generic over [`Frames`], which maps a service's message types.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Status, Streaming};
+
+/// The message types of one stream-of-calls RPC, and how to build and take
+/// apart its frames.
+pub trait Frames: Send + Sync + 'static {
+    /// A call's request, e.g. `CallToolRequest`.
+    type Call: Send + 'static;
+    /// A call's successful response, e.g. `CallToolResponse`.
+    type Response: Send + 'static;
+    /// What the caller sends: a call or a cancel, with an id.
+    type Frame: Send + 'static;
+    /// What the callee sends back: a response or an error, with an id.
+    type Outcome: Send + 'static;
+
+    /// The frame starting call `id`.
+    fn call_frame(id: u64, call: Self::Call) -> Self::Frame;
+    /// The frame cancelling call `id`.
+    fn cancel_frame(id: u64) -> Self::Frame;
+    /// A frame's id and content: `Some(call)`, or `None` for a cancel.
+    /// Errors: a frame with neither (INVALID_ARGUMENT, naming the id).
+    fn open_frame(frame: Self::Frame) -> (u64, Result<Option<Self::Call>, Status>);
+    /// The outcome frame of call `id`.
+    fn outcome(id: u64, result: Result<Self::Response, Status>) -> Self::Outcome;
+    /// An outcome frame's id and result. An outcome with neither field is
+    /// an INTERNAL error naming the id.
+    fn open_outcome(outcome: Self::Outcome) -> (u64, Result<Self::Response, Status>);
+}
+
+/// A call on a [`Mux`] failed.
+#[derive(Debug, Clone)]
+pub enum CallError {
+    /// The call's own failure, as the callee reported it.
+    Call(Status),
+    /// The stream ended or failed before the outcome came: the call's fate
+    /// is unknown. The status is the stream's error (or UNAVAILABLE
+    /// "stream ended").
+    Stream(Status),
+}
+
+impl CallError {
+    /// The status either way.
+    pub fn into_status(self) -> Status {
+        match self {
+            CallError::Call(s) | CallError::Stream(s) => s,
+        }
+    }
+}
+
+type Waiter<R> = oneshot::Sender<Result<R, CallError>>;
+
+struct Pending<R> {
+    waiting: HashMap<u64, Waiter<R>>,
+    /// Set once the stream has ended; later calls fail with it.
+    closed: Option<Status>,
+}
+
+/// The caller's side of a stream of calls. Cheap to share (`Arc`); calls
+/// may run concurrently from any task.
+pub struct Mux<F: Frames> {
+    frames: mpsc::UnboundedSender<F::Frame>,
+    pending: Arc<Mutex<Pending<F::Response>>>,
+    next: AtomicU64,
+}
+
+impl<F: Frames> std::fmt::Debug for Mux<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = self.pending.lock().unwrap();
+        f.debug_struct("Mux")
+            .field("in_flight", &p.waiting.len())
+            .field("closed", &p.closed)
+            .finish()
+    }
+}
+
+impl<F: Frames> Mux<F> {
+    /// Opens a stream with `open`, which gets the stream of frames to send
+    /// and answers the stream of outcomes (e.g.
+    /// `|frames| async move { client.call_stream(frames).await }`), and
+    /// starts the task that hands outcomes to their callers. Errors: what
+    /// `open` failed with (UNIMPLEMENTED from a peer without the RPC).
+    pub async fn open<O, Fut>(open: O) -> Result<Arc<Self>, Status>
+    where
+        O: FnOnce(UnboundedReceiverStream<F::Frame>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Streaming<F::Outcome>>, Status>>,
+    {
+        let (frames, rx) = mpsc::unbounded_channel();
+        let outcomes = open(UnboundedReceiverStream::new(rx)).await?.into_inner();
+        let mux = Arc::new(Mux {
+            frames,
+            pending: Arc::new(Mutex::new(Pending {
+                waiting: HashMap::new(),
+                closed: None,
+            })),
+            next: AtomicU64::new(1),
+        });
+        tokio::spawn(deliver::<F>(outcomes, mux.pending.clone()));
+        Ok(mux)
+    }
+
+    /// Whether the stream has ended; a closed mux fails every call.
+    pub fn is_closed(&self) -> bool {
+        self.pending.lock().unwrap().closed.is_some() || self.frames.is_closed()
+    }
+
+    /// Calls in flight.
+    pub fn in_flight(&self) -> usize {
+        self.pending.lock().unwrap().waiting.len()
+    }
+
+    /// Sends `call` and waits for its outcome. Dropping the future before
+    /// the outcome arrives sends a cancel frame. Errors: [`CallError`].
+    pub async fn call(&self, call: F::Call) -> Result<F::Response, CallError> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = self.pending.lock().unwrap();
+            if let Some(status) = &p.closed {
+                return Err(CallError::Stream(status.clone()));
+            }
+            p.waiting.insert(id, tx);
+        }
+        let mut guard = CancelOnDrop { mux: self, id };
+        if self.frames.send(F::call_frame(id, call)).is_err() {
+            guard.disarm();
+            self.pending.lock().unwrap().waiting.remove(&id);
+            return Err(CallError::Stream(Status::unavailable("stream ended")));
+        }
+        let outcome = rx
+            .await
+            .unwrap_or_else(|_| Err(CallError::Stream(Status::unavailable("stream ended"))));
+        guard.disarm();
+        outcome
+    }
+}
+
+/// Cancels a call whose future was dropped before its outcome came.
+struct CancelOnDrop<'a, F: Frames> {
+    mux: &'a Mux<F>,
+    id: u64,
+}
+
+impl<F: Frames> CancelOnDrop<'_, F> {
+    fn disarm(&mut self) {
+        self.id = 0;
+    }
+}
+
+impl<F: Frames> Drop for CancelOnDrop<'_, F> {
+    fn drop(&mut self) {
+        if self.id == 0 {
+            return;
+        }
+        let waiting = self.mux.pending.lock().unwrap().waiting.remove(&self.id);
+        if waiting.is_some() {
+            let _ = self.mux.frames.send(F::cancel_frame(self.id));
+        }
+    }
+}
+
+/// Hands each outcome to its caller until the stream ends, then fails the
+/// calls still waiting.
+async fn deliver<F: Frames>(
+    mut outcomes: Streaming<F::Outcome>,
+    pending: Arc<Mutex<Pending<F::Response>>>,
+) {
+    let end = loop {
+        match outcomes.message().await {
+            Ok(Some(outcome)) => {
+                let (id, result) = F::open_outcome(outcome);
+                let waiter = pending.lock().unwrap().waiting.remove(&id);
+                if let Some(w) = waiter {
+                    let _ = w.send(result.map_err(CallError::Call));
+                }
+            }
+            Ok(None) => break Status::unavailable("stream ended"),
+            Err(status) => break status,
+        }
+    };
+    let waiting = {
+        let mut p = pending.lock().unwrap();
+        p.closed = Some(end.clone());
+        std::mem::take(&mut p.waiting)
+    };
+    for (_, w) in waiting {
+        let _ = w.send(Err(CallError::Stream(end.clone())));
+    }
+}
+
+/// The outcome stream [`serve`] answers with.
+pub type Outcomes<O> = UnboundedReceiverStream<Result<O, Status>>;
+
+/// Serves a stream of calls: runs `handle(call, token)` in its own task for
+/// each call frame and sends its outcome back as soon as it is done. A
+/// cancel frame cancels that call's token; a call frame whose id is in
+/// flight gets ALREADY_EXISTS; one beyond `max_in_flight` calls in flight
+/// gets RESOURCE_EXHAUSTED; a frame with neither a call nor a cancel gets
+/// INVALID_ARGUMENT. When the caller closes its side the calls in flight
+/// finish, then the outcome stream ends; when the stream breaks, every
+/// call's token is cancelled. When `stop` is cancelled (the server is
+/// shutting down), new call frames get UNAVAILABLE, and the outcome stream
+/// ends as soon as the calls in flight have finished.
+pub fn serve<F, H, Fut>(
+    mut frames: Streaming<F::Frame>,
+    max_in_flight: usize,
+    stop: CancellationToken,
+    handle: H,
+) -> Outcomes<F::Outcome>
+where
+    F: Frames,
+    H: Fn(F::Call, CancellationToken) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<F::Response, Status>> + Send + 'static,
+{
+    let (tx, rx) = mpsc::unbounded_channel::<Result<F::Outcome, Status>>();
+    tokio::spawn(async move {
+        let running: Arc<Mutex<HashMap<u64, CancellationToken>>> = Arc::default();
+        let all = CancellationToken::new();
+        // Signalled each time a call finishes (a permit is kept).
+        let finished = Arc::new(tokio::sync::Notify::new());
+        let mut stopping = false;
+        loop {
+            if stopping && running.lock().unwrap().is_empty() {
+                break;
+            }
+            let next = tokio::select! {
+                next = frames.message() => next,
+                () = stop.cancelled(), if !stopping => {
+                    stopping = true;
+                    continue;
+                }
+                () = finished.notified(), if stopping => continue,
+            };
+            let frame = match next {
+                Ok(Some(frame)) => frame,
+                // The caller closed its side: let the calls finish.
+                Ok(None) => break,
+                // The stream broke: nobody is left to answer.
+                Err(_) => {
+                    all.cancel();
+                    break;
+                }
+            };
+            let (id, content) = F::open_frame(frame);
+            match content {
+                Err(status) => {
+                    let _ = tx.send(Ok(F::outcome(id, Err(status))));
+                }
+                Ok(None) => {
+                    if let Some(token) = running.lock().unwrap().get(&id) {
+                        token.cancel();
+                    }
+                }
+                Ok(Some(call)) => {
+                    let token = all.child_token();
+                    let refused = {
+                        let mut r = running.lock().unwrap();
+                        if stopping {
+                            Some(Status::unavailable(format!(
+                                "call {id}: the server is shutting down and takes no new calls"
+                            )))
+                        } else if r.contains_key(&id) {
+                            Some(Status::already_exists(format!(
+                                "id: call {id} is still running on this stream"
+                            )))
+                        } else if r.len() >= max_in_flight {
+                            Some(Status::resource_exhausted(format!(
+                                "call {id}: this stream already has {max_in_flight} calls in flight, the most it takes; wait for outcomes or open another stream"
+                            )))
+                        } else {
+                            r.insert(id, token.clone());
+                            None
+                        }
+                    };
+                    if let Some(status) = refused {
+                        let _ = tx.send(Ok(F::outcome(id, Err(status))));
+                        continue;
+                    }
+                    let call = handle(call, token);
+                    let (tx, running, finished) = (tx.clone(), running.clone(), finished.clone());
+                    tokio::spawn(async move {
+                        let result = call.await;
+                        running.lock().unwrap().remove(&id);
+                        let _ = tx.send(Ok(F::outcome(id, result)));
+                        finished.notify_one();
+                    });
+                }
+            }
+        }
+    });
+    UnboundedReceiverStream::new(rx)
+}
+
+/// A status from a [`crate::v1::CallError`] frame.
+pub fn status_of(e: crate::v1::CallError) -> Status {
+    Status::with_details(Code::from(e.code), e.message, e.details.into())
+}
+
+/// The [`crate::v1::CallError`] frame for a status.
+pub fn error_of(s: &Status) -> crate::v1::CallError {
+    crate::v1::CallError {
+        code: s.code() as i32,
+        message: s.message().to_owned(),
+        details: s.details().to_vec(),
+    }
+}
+
+/// `SidecarCalls.CallStream`: control plane → sidecar.
+#[derive(Debug, Clone, Copy)]
+pub struct SidecarCallFrames;
+
+impl Frames for SidecarCallFrames {
+    type Call = crate::v1::SidecarCallRequest;
+    type Response = crate::v1::SidecarCallResponse;
+    type Frame = crate::v1::SidecarCallFrame;
+    type Outcome = crate::v1::SidecarCallOutcome;
+
+    fn call_frame(id: u64, call: Self::Call) -> Self::Frame {
+        use crate::v1::sidecar_call_frame::Frame;
+        crate::v1::SidecarCallFrame {
+            id,
+            frame: Some(Frame::Call(call)),
+        }
+    }
+
+    fn cancel_frame(id: u64) -> Self::Frame {
+        use crate::v1::sidecar_call_frame::Frame;
+        crate::v1::SidecarCallFrame {
+            id,
+            frame: Some(Frame::Cancel(true)),
+        }
+    }
+
+    fn open_frame(frame: Self::Frame) -> (u64, Result<Option<Self::Call>, Status>) {
+        use crate::v1::sidecar_call_frame::Frame;
+        let id = frame.id;
+        (
+            id,
+            match frame.frame {
+                Some(Frame::Call(c)) => Ok(Some(c)),
+                Some(Frame::Cancel(_)) => Ok(None),
+                None => Err(no_frame(id)),
+            },
+        )
+    }
+
+    fn outcome(id: u64, result: Result<Self::Response, Status>) -> Self::Outcome {
+        use crate::v1::sidecar_call_outcome::Outcome;
+        crate::v1::SidecarCallOutcome {
+            id,
+            outcome: Some(match result {
+                Ok(r) => Outcome::Response(r),
+                Err(s) => Outcome::Error(error_of(&s)),
+            }),
+        }
+    }
+
+    fn open_outcome(outcome: Self::Outcome) -> (u64, Result<Self::Response, Status>) {
+        use crate::v1::sidecar_call_outcome::Outcome;
+        let id = outcome.id;
+        (
+            id,
+            match outcome.outcome {
+                Some(Outcome::Response(r)) => Ok(r),
+                Some(Outcome::Error(e)) => Err(status_of(e)),
+                None => Err(no_outcome(id)),
+            },
+        )
+    }
+}
+
+/// `EngineService.CallToolStream`: engine → control plane.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineCallFrames;
+
+impl Frames for EngineCallFrames {
+    type Call = crate::v1::CallToolRequest;
+    type Response = crate::v1::CallToolResponse;
+    type Frame = crate::v1::CallToolFrame;
+    type Outcome = crate::v1::CallToolOutcome;
+
+    fn call_frame(id: u64, call: Self::Call) -> Self::Frame {
+        use crate::v1::call_tool_frame::Frame;
+        crate::v1::CallToolFrame {
+            id,
+            frame: Some(Frame::Call(call)),
+        }
+    }
+
+    fn cancel_frame(id: u64) -> Self::Frame {
+        use crate::v1::call_tool_frame::Frame;
+        crate::v1::CallToolFrame {
+            id,
+            frame: Some(Frame::Cancel(true)),
+        }
+    }
+
+    fn open_frame(frame: Self::Frame) -> (u64, Result<Option<Self::Call>, Status>) {
+        use crate::v1::call_tool_frame::Frame;
+        let id = frame.id;
+        (
+            id,
+            match frame.frame {
+                Some(Frame::Call(c)) => Ok(Some(c)),
+                Some(Frame::Cancel(_)) => Ok(None),
+                None => Err(no_frame(id)),
+            },
+        )
+    }
+
+    fn outcome(id: u64, result: Result<Self::Response, Status>) -> Self::Outcome {
+        use crate::v1::call_tool_outcome::Outcome;
+        crate::v1::CallToolOutcome {
+            id,
+            outcome: Some(match result {
+                Ok(r) => Outcome::Response(r),
+                Err(s) => Outcome::Error(error_of(&s)),
+            }),
+        }
+    }
+
+    fn open_outcome(outcome: Self::Outcome) -> (u64, Result<Self::Response, Status>) {
+        use crate::v1::call_tool_outcome::Outcome;
+        let id = outcome.id;
+        (
+            id,
+            match outcome.outcome {
+                Some(Outcome::Response(r)) => Ok(r),
+                Some(Outcome::Error(e)) => Err(status_of(e)),
+                None => Err(no_outcome(id)),
+            },
+        )
+    }
+}
+
+fn no_frame(id: u64) -> Status {
+    Status::invalid_argument(format!("frame {id}: neither `call` nor `cancel` is set"))
+}
+
+fn no_outcome(id: u64) -> Status {
+    Status::internal(format!(
+        "outcome {id}: neither `response` nor `error` is set"
+    ))
+}
