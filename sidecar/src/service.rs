@@ -396,11 +396,14 @@ impl SidecarCalls for CallService {
             self.stop.clone(),
             move |req, cancelled| {
                 let this = this.clone();
+                // Boxed: the call's future is large, and the task that runs
+                // it would otherwise copy all of it when it is spawned.
+                let call = Box::pin(async move { this.call(req).await });
                 async move {
                     // Dropping the call's future cancels the upstream
                     // request, as a dropped CallTool RPC does.
                     tokio::select! {
-                        r = this.call(req) => r,
+                        r = call => r,
                         _ = cancelled.cancelled() => Err(Status::cancelled("the control plane cancelled the call")),
                     }
                 }

@@ -755,9 +755,12 @@ impl EngineService for EngineApi {
             self.cp.shutdown.clone(),
             move |r, cancelled| {
                 let api = api.clone();
+                // Boxed: the call's future is large, and the task that runs
+                // it would otherwise copy all of it when it is spawned.
+                let call = Box::pin(async move { api.call(r).await });
                 async move {
                     tokio::select! {
-                        r = api.call(r) => r,
+                        r = call => r,
                         _ = cancelled.cancelled() => Err(Status::cancelled("call cancelled on its stream")),
                     }
                 }

@@ -90,7 +90,9 @@ impl Transport {
         let exchange = async {
             match &self.kind {
                 Kind::Stdio(s) => s.request(id, &msg).await,
-                Kind::Http(h) => h.request(id, method, &msg, headers).await,
+                // Boxed: the HTTP exchange's future is large, and stdio
+                // calls would carry its size (and copy it) otherwise.
+                Kind::Http(h) => Box::pin(h.request(id, method, &msg, headers)).await,
             }
         };
         let response = tokio::time::timeout(timeout, exchange)

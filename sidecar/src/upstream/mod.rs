@@ -289,11 +289,21 @@ impl Upstream {
         params: Option<Value>,
     ) -> Result<Value, UpstreamError> {
         async {
-            let conn = self.connection().await?;
-            match conn.request(method, params.clone()).await {
+            // The live connection, or (rarely; boxed, its future is large)
+            // a new one.
+            let conn = match self.ready_connection() {
+                Some(conn) => conn,
+                None => Box::pin(self.connection()).await?,
+            };
+            // Boxed: the futures above this one stay small, so moving them
+            // (each `.await` on the way does) copies little.
+            match Box::pin(conn.request(method, params.clone())).await {
                 Err(UpstreamError::SessionExpired { .. }) => {
                     tracing::info!(%method, "session expired; re-negotiating and retrying once");
-                    self.connection().await?.request(method, params).await
+                    Box::pin(self.connection())
+                        .await?
+                        .request(method, params)
+                        .await
                 }
                 other => other,
             }
@@ -383,11 +393,13 @@ impl Upstream {
             data,
             ..
         }) = &result
-            && self
-                .inner
-                .relay
-                .url_elicitations_required(&context, data.as_ref())
-                .instrument(self.inner.span.clone())
+            // Boxed: rare, and large.
+            && Box::pin(
+                self.inner
+                    .relay
+                    .url_elicitations_required(&context, data.as_ref())
+                    .instrument(self.inner.span.clone()),
+            )
                 .await
         {
             tracing::info!(parent: &self.inner.span, %method, tool = %context.tool, "URL elicitations accepted; retrying the request once");
@@ -430,12 +442,14 @@ impl Upstream {
                 ));
             };
             if let Some(requests) = result.get("inputRequests") {
-                let responses = self
-                    .inner
-                    .relay
-                    .answer_inputs(requests, context)
-                    .instrument(self.inner.span.clone())
-                    .await?;
+                // Boxed: rare, and large.
+                let responses = Box::pin(
+                    self.inner
+                        .relay
+                        .answer_inputs(requests, context)
+                        .instrument(self.inner.span.clone()),
+                )
+                .await?;
                 fields.insert("inputResponses".into(), responses);
             }
             // Echoed exactly, never inspected; absent stays absent.
@@ -459,7 +473,7 @@ impl Upstream {
         {
             // The tool's x-mcp-header annotations may have changed: re-list
             // and retry once (streamable-http, "Client Behavior").
-            if self.list_tools().await.is_ok() {
+            if Box::pin(self.list_tools()).await.is_ok() {
                 return self.request(method, Some(params.clone())).await;
             }
         }
@@ -484,6 +498,15 @@ impl Upstream {
 
     /// The live connection, connecting first when needed. Concurrent callers
     /// share one attempt.
+    /// The connection when it is up and alive (what
+    /// [`Upstream::connection`] answers at once).
+    fn ready_connection(&self) -> Option<Arc<Connection>> {
+        match &*self.inner.state.lock().unwrap() {
+            State::Ready { conn, .. } if conn.transport().is_alive() => Some(conn.clone()),
+            _ => None,
+        }
+    }
+
     async fn connection(&self) -> Result<Arc<Connection>, UpstreamError> {
         let attempt = {
             let mut state = self.inner.state.lock().unwrap();
