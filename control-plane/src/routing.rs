@@ -160,10 +160,14 @@ impl Router {
                 ),
             )
         };
-        let link = match self.link(&pick.call_address).await {
-            Ok(link) => link,
-            Err(LinkError::Address(e)) => return Err(unavailable(server, e)),
-            Err(LinkError::Open(status)) => return Err(unreachable(status.message())),
+        // Opening the stream counts against the call's time too: a
+        // sidecar that accepts connections but never answers fails the
+        // call, not every call after it.
+        let link = match tokio::time::timeout(timeout, self.link(&pick.call_address)).await {
+            Ok(Ok(link)) => link,
+            Ok(Err(LinkError::Address(e))) => return Err(unavailable(server, e)),
+            Ok(Err(LinkError::Open(status))) => return Err(unreachable(status.message())),
+            Err(_) => return Err(unreachable("its call stream did not open in time")),
         };
         let mux = match link {
             Link::Stream(mux) => mux,

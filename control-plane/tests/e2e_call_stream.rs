@@ -222,6 +222,21 @@ async fn calls_on_one_stream() {
     })
     .await;
     assert!(!mux.is_closed());
+    // Both cancellations (the cancel frame and CancelCall) were counted
+    // and audited as such.
+    eventually("two cancelled tool.called records", LIMIT, || async {
+        let log = gw.log();
+        let n = log
+            .lines()
+            .filter(|l| {
+                l.contains(r#""kind":"tool.called""#)
+                    && l.contains(r#""tool":"hang""#)
+                    && l.contains(r#""outcome":"cancelled""#)
+            })
+            .count();
+        (n == 2).then_some(()).ok_or(format!("{n} records"))
+    })
+    .await;
     gw.stop().await;
 }
 

@@ -17,12 +17,13 @@
 //!
 //! Both are generic over [`Frames`], which maps a service's message types.
 
+use futures::FutureExt;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status, Streaming};
 
@@ -34,9 +35,9 @@ pub trait Frames: Send + Sync + 'static {
     /// A call's successful response, e.g. `CallToolResponse`.
     type Response: Send + 'static;
     /// What the caller sends: a call or a cancel, with an id.
-    type Frame: Send + 'static;
+    type Frame: prost::Message + Send + 'static;
     /// What the callee sends back: a response or an error, with an id.
-    type Outcome: Send + 'static;
+    type Outcome: prost::Message + Send + 'static;
 
     /// The frame starting call `id`.
     fn call_frame(id: u64, call: Self::Call) -> Self::Frame;
@@ -146,7 +147,17 @@ impl<F: Frames> Mux<F> {
             p.waiting.insert(id, tx);
         }
         let mut guard = CancelOnDrop { mux: self, id };
-        if self.frames.send(F::call_frame(id, call)).is_err() {
+        let frame = F::call_frame(id, call);
+        let len = prost::Message::encoded_len(&frame);
+        if len > MAX_MESSAGE_BYTES {
+            // Sending it would end the stream for every call on it.
+            guard.disarm();
+            self.pending.lock().unwrap().waiting.remove(&id);
+            return Err(CallError::Call(Status::resource_exhausted(format!(
+                "the call is {len} bytes, over the {MAX_MESSAGE_BYTES}-byte message limit"
+            ))));
+        }
+        if self.frames.send(frame).is_err() {
             guard.disarm();
             self.pending.lock().unwrap().waiting.remove(&id);
             return Err(CallError::Stream(Status::unavailable("stream ended")));
@@ -213,18 +224,30 @@ async fn deliver<F: Frames>(
 }
 
 /// The outcome stream [`serve`] answers with.
-pub type Outcomes<O> = UnboundedReceiverStream<Result<O, Status>>;
+pub type Outcomes<O> = ReceiverStream<Result<O, Status>>;
+
+/// Outcomes waiting to be sent, at most; then [`serve`] stops reading
+/// frames until the caller reads outcomes (HTTP/2 flow control pushes back).
+pub const OUTCOMES_QUEUED: usize = 256;
+
+/// The largest message either side sends on a stream of calls (the gRPC
+/// message limit both binaries set).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Serves a stream of calls: runs `handle(call, token)` in its own task for
 /// each call frame and sends its outcome back as soon as it is done. A
 /// cancel frame cancels that call's token; a call frame whose id is in
-/// flight gets ALREADY_EXISTS; one beyond `max_in_flight` calls in flight
-/// gets RESOURCE_EXHAUSTED; a frame with neither a call nor a cancel gets
-/// INVALID_ARGUMENT. When the caller closes its side the calls in flight
-/// finish, then the outcome stream ends; when the stream breaks, every
-/// call's token is cancelled. When `stop` is cancelled (the server is
-/// shutting down), new call frames get UNAVAILABLE, and the outcome stream
-/// ends as soon as the calls in flight have finished.
+/// flight gets ALREADY_EXISTS (an outcome with that id, besides the running
+/// call's own); one beyond `max_in_flight` calls in flight gets
+/// RESOURCE_EXHAUSTED; a frame with neither a call nor a cancel gets
+/// INVALID_ARGUMENT. An outcome larger than [`MAX_MESSAGE_BYTES`] becomes
+/// RESOURCE_EXHAUSTED for that call alone (sending it would end the stream
+/// for every call). A handler that panics answers INTERNAL. When the caller
+/// closes its side, the calls in flight finish, then the outcome stream
+/// ends (if the caller goes away meanwhile, they are cancelled); when the
+/// stream breaks, every call's token is cancelled. When `stop` is cancelled
+/// (the server is shutting down), new call frames get UNAVAILABLE, and the
+/// outcome stream ends as soon as the calls in flight have finished.
 pub fn serve<F, H, Fut>(
     mut frames: Streaming<F::Frame>,
     max_in_flight: usize,
@@ -236,29 +259,38 @@ where
     H: Fn(F::Call, CancellationToken) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<F::Response, Status>> + Send + 'static,
 {
-    let (tx, rx) = mpsc::unbounded_channel::<Result<F::Outcome, Status>>();
+    let (tx, rx) = mpsc::channel::<Result<F::Outcome, Status>>(OUTCOMES_QUEUED);
     tokio::spawn(async move {
         let running: Arc<Mutex<HashMap<u64, CancellationToken>>> = Arc::default();
         let all = CancellationToken::new();
         // Signalled each time a call finishes (a permit is kept).
         let finished = Arc::new(tokio::sync::Notify::new());
         let mut stopping = false;
+        let mut closed = false;
         loop {
-            if stopping && running.lock().unwrap().is_empty() {
+            if (stopping || closed) && running.lock().unwrap().is_empty() {
                 break;
             }
             let next = tokio::select! {
-                next = frames.message() => next,
+                next = frames.message(), if !closed => next,
                 () = stop.cancelled(), if !stopping => {
                     stopping = true;
                     continue;
                 }
-                () = finished.notified(), if stopping => continue,
+                () = finished.notified(), if stopping || closed => continue,
+                // The caller went away after closing its side.
+                () = tx.closed(), if closed => {
+                    all.cancel();
+                    break;
+                }
             };
             let frame = match next {
                 Ok(Some(frame)) => frame,
                 // The caller closed its side: let the calls finish.
-                Ok(None) => break,
+                Ok(None) => {
+                    closed = true;
+                    continue;
+                }
                 // The stream broke: nobody is left to answer.
                 Err(_) => {
                     all.cancel();
@@ -266,14 +298,13 @@ where
                 }
             };
             let (id, content) = F::open_frame(frame);
-            match content {
-                Err(status) => {
-                    let _ = tx.send(Ok(F::outcome(id, Err(status))));
-                }
+            let refused = match content {
+                Err(status) => Some(status),
                 Ok(None) => {
                     if let Some(token) = running.lock().unwrap().get(&id) {
                         token.cancel();
                     }
+                    None
                 }
                 Ok(Some(call)) => {
                     let token = all.child_token();
@@ -289,30 +320,81 @@ where
                             )))
                         } else if r.len() >= max_in_flight {
                             Some(Status::resource_exhausted(format!(
-                                "call {id}: this stream already has {max_in_flight} calls in flight, the most it takes; wait for outcomes or open another stream"
+                                "call {id}: {max_in_flight} calls are in flight on this stream, the most it takes"
                             )))
                         } else {
                             r.insert(id, token.clone());
                             None
                         }
                     };
-                    if let Some(status) = refused {
-                        let _ = tx.send(Ok(F::outcome(id, Err(status))));
-                        continue;
+                    if refused.is_none() {
+                        let call = handle(call, token);
+                        let done = Done {
+                            id,
+                            running: running.clone(),
+                            finished: finished.clone(),
+                        };
+                        let tx = tx.clone();
+                        tokio::spawn(async move {
+                            // Dropped even if the handler panics.
+                            let _done = done;
+                            let result = std::panic::AssertUnwindSafe(call)
+                                .catch_unwind()
+                                .await
+                                .unwrap_or_else(|_| {
+                                    Err(Status::internal(format!(
+                                        "call {id}: its handler panicked"
+                                    )))
+                                });
+                            let _ = tx.send(Ok(checked::<F>(id, result))).await;
+                        });
                     }
-                    let call = handle(call, token);
-                    let (tx, running, finished) = (tx.clone(), running.clone(), finished.clone());
-                    tokio::spawn(async move {
-                        let result = call.await;
-                        running.lock().unwrap().remove(&id);
-                        let _ = tx.send(Ok(F::outcome(id, result)));
-                        finished.notify_one();
-                    });
+                    refused
+                }
+            };
+            if let Some(status) = refused {
+                // Waits while the caller does not read: no unbounded queue.
+                if tx.send(Ok(F::outcome(id, Err(status)))).await.is_err() {
+                    all.cancel();
+                    break;
                 }
             }
         }
     });
-    UnboundedReceiverStream::new(rx)
+    ReceiverStream::new(rx)
+}
+
+/// The outcome of call `id`, or RESOURCE_EXHAUSTED when it is too large to
+/// send.
+fn checked<F: Frames>(id: u64, result: Result<F::Response, Status>) -> F::Outcome {
+    let outcome = F::outcome(id, result);
+    let len = prost::Message::encoded_len(&outcome);
+    if len <= MAX_MESSAGE_BYTES {
+        return outcome;
+    }
+    F::outcome(
+        id,
+        Err(Status::resource_exhausted(format!(
+            "call {id}: its outcome is {len} bytes, over the {MAX_MESSAGE_BYTES}-byte message limit"
+        ))),
+    )
+}
+
+/// Forgets a finished (or panicked) call.
+struct Done {
+    id: u64,
+    running: Arc<Mutex<HashMap<u64, CancellationToken>>>,
+    finished: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+        self.finished.notify_one();
+    }
 }
 
 /// A status from a [`crate::v1::CallError`] frame.

@@ -369,8 +369,10 @@ impl CallService {
 }
 
 /// Calls in flight on one `CallStream`, at most; more get
-/// RESOURCE_EXHAUSTED.
-pub const MAX_STREAM_CALLS: usize = 4096;
+/// RESOURCE_EXHAUSTED. The control plane sends all its calls to this
+/// sidecar on one stream, so this bounds the sidecar's calls in flight,
+/// not one engine's (the engine API has its own bound per stream).
+pub const MAX_STREAM_CALLS: usize = 65_536;
 
 type CallOutcomes = switchyard_proto::calls::Outcomes<SidecarCallOutcome>;
 

@@ -136,6 +136,18 @@ async fn a_calls_own_failure_is_an_error_frame_and_the_stream_goes_on() {
         other => panic!("{other:?}"),
     }
 
+    // A call over the message limit fails alone, before it is sent (sent,
+    // it would end the stream for every call on it).
+    let huge = "x".repeat(switchyard_proto::calls::MAX_MESSAGE_BYTES);
+    match within(mux.call(call("echo", json!({"message": huge})))).await {
+        Err(CallError::Call(s)) => {
+            assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}");
+            assert!(s.message().contains("message limit"), "{s:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(mux.in_flight(), 0);
+
     // The server dies mid-call: that call fails, the stream does not.
     match within(mux.call(call("crash", json!({"code": 3})))).await {
         Err(CallError::Call(s)) => assert_eq!(s.code(), Code::Unavailable, "{s:?}"),

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use switchyard_proto::calls::{self, EngineCallFrames, Outcomes};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::engine_service_server::EngineService;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The service.
@@ -326,6 +327,17 @@ impl EngineApi {
     /// INVALID_ARGUMENT, FAILED_PRECONDITION, UNAVAILABLE,
     /// DEADLINE_EXCEEDED, CANCELLED, ALREADY_EXISTS (a `call_id` in use).
     pub async fn call(&self, r: pb::CallToolRequest) -> Result<pb::CallToolResponse, Status> {
+        self.call_until(r, CancellationToken::new()).await
+    }
+
+    /// [`EngineApi::call`], cancelled (CANCELLED, counted and audited as
+    /// such) when `cancelled` is: a `CallToolStream` cancel frame, or the
+    /// stream going away.
+    pub async fn call_until(
+        &self,
+        r: pb::CallToolRequest,
+        cancelled: CancellationToken,
+    ) -> Result<pb::CallToolResponse, Status> {
         let started = Instant::now();
         let session = if r.session_id.is_empty() {
             None
@@ -489,12 +501,11 @@ impl EngineApi {
             );
             (None, call.await)
         };
-        let (approval, outcome) = match &guard {
-            Some(g) => tokio::select! {
-                r = call => r,
-                _ = g.token.cancelled() => (None, Err(Status::cancelled(format!("call {} cancelled", r.call_id)))),
-            },
-            None => call.await,
+        let by_call_id = guard.as_ref().map(|g| g.token.clone()).unwrap_or_default();
+        let (approval, outcome) = tokio::select! {
+            r = call => r,
+            _ = by_call_id.cancelled() => (None, Err(Status::cancelled(format!("call {} cancelled", r.call_id)))),
+            _ = cancelled.cancelled() => (None, Err(Status::cancelled("call cancelled on its stream"))),
         };
         drop(guard);
         let label = match &outcome {
@@ -757,13 +768,9 @@ impl EngineService for EngineApi {
                 let api = api.clone();
                 // Boxed: the call's future is large, and the task that runs
                 // it would otherwise copy all of it when it is spawned.
-                let call = Box::pin(async move { api.call(r).await });
-                async move {
-                    tokio::select! {
-                        r = call => r,
-                        _ = cancelled.cancelled() => Err(Status::cancelled("call cancelled on its stream")),
-                    }
-                }
+                // The call ends itself when cancelled, so it is counted and
+                // audited like any other.
+                Box::pin(async move { api.call_until(r, cancelled).await })
             },
         )))
     }
