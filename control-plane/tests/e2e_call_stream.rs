@@ -46,6 +46,21 @@ args = [{script}]
     )
 }
 
+/// `up` with the reference server and the stub, both up.
+async fn start() -> Gateway {
+    let http = start_http_reference_server().await;
+    Gateway::start_with(
+        StoreKind::Embedded,
+        10,
+        http,
+        &servers(),
+        "",
+        &[],
+        &["orders", "stub"],
+    )
+    .await
+}
+
 async fn open(gw: &Gateway) -> Arc<Mux<EngineCallFrames>> {
     let mut engine = gw.engine().await;
     Mux::open(|frames| async move { engine.call_tool_stream(frames).await })
@@ -75,17 +90,7 @@ async fn cancelled_ids(mux: &Mux<EngineCallFrames>) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_on_one_stream() {
     let _heavy = HEAVY.lock().await;
-    let http = start_http_reference_server().await;
-    let gw = Gateway::start_with(
-        StoreKind::Embedded,
-        10,
-        http,
-        &servers(),
-        "",
-        &[],
-        &["orders", "stub"],
-    )
-    .await;
+    let gw = start().await;
     let mux = open(&gw).await;
 
     // Concurrent calls, each with its own answer.
@@ -243,17 +248,7 @@ async fn calls_on_one_stream() {
 #[tokio::test(flavor = "multi_thread")]
 async fn raw_frames_are_checked_one_by_one() {
     let _heavy = HEAVY.lock().await;
-    let http = start_http_reference_server().await;
-    let gw = Gateway::start_with(
-        StoreKind::Embedded,
-        10,
-        http,
-        &servers(),
-        "",
-        &[],
-        &["orders", "stub"],
-    )
-    .await;
+    let gw = start().await;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let mut outcomes = gw
         .engine()

@@ -411,133 +411,96 @@ pub fn error_of(s: &Status) -> crate::v1::CallError {
     }
 }
 
-/// `SidecarCalls.CallStream`: control plane → sidecar.
-#[derive(Debug, Clone, Copy)]
-pub struct SidecarCallFrames;
+/// Implements [`Frames`] for a stream-of-calls RPC from its generated
+/// types: `$frames` (the marker type), the call and response messages,
+/// the frame and outcome messages, and the modules of their `oneof`s.
+macro_rules! frames {
+    ($(#[$doc:meta])* $frames:ident, $call:ident, $response:ident, $frame:ident, $frame_oneof:ident, $outcome:ident, $outcome_oneof:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $frames;
 
-impl Frames for SidecarCallFrames {
-    type Call = crate::v1::SidecarCallRequest;
-    type Response = crate::v1::SidecarCallResponse;
-    type Frame = crate::v1::SidecarCallFrame;
-    type Outcome = crate::v1::SidecarCallOutcome;
+        impl Frames for $frames {
+            type Call = crate::v1::$call;
+            type Response = crate::v1::$response;
+            type Frame = crate::v1::$frame;
+            type Outcome = crate::v1::$outcome;
 
-    fn call_frame(id: u64, call: Self::Call) -> Self::Frame {
-        use crate::v1::sidecar_call_frame::Frame;
-        crate::v1::SidecarCallFrame {
-            id,
-            frame: Some(Frame::Call(call)),
+            fn call_frame(id: u64, call: Self::Call) -> Self::Frame {
+                crate::v1::$frame {
+                    id,
+                    frame: Some(crate::v1::$frame_oneof::Frame::Call(call)),
+                }
+            }
+
+            fn cancel_frame(id: u64) -> Self::Frame {
+                crate::v1::$frame {
+                    id,
+                    frame: Some(crate::v1::$frame_oneof::Frame::Cancel(true)),
+                }
+            }
+
+            fn open_frame(frame: Self::Frame) -> (u64, Result<Option<Self::Call>, Status>) {
+                use crate::v1::$frame_oneof::Frame;
+                let id = frame.id;
+                (
+                    id,
+                    match frame.frame {
+                        Some(Frame::Call(c)) => Ok(Some(c)),
+                        Some(Frame::Cancel(_)) => Ok(None),
+                        None => Err(no_frame(id)),
+                    },
+                )
+            }
+
+            fn outcome(id: u64, result: Result<Self::Response, Status>) -> Self::Outcome {
+                use crate::v1::$outcome_oneof::Outcome;
+                crate::v1::$outcome {
+                    id,
+                    outcome: Some(match result {
+                        Ok(r) => Outcome::Response(r),
+                        Err(s) => Outcome::Error(error_of(&s)),
+                    }),
+                }
+            }
+
+            fn open_outcome(outcome: Self::Outcome) -> (u64, Result<Self::Response, Status>) {
+                use crate::v1::$outcome_oneof::Outcome;
+                let id = outcome.id;
+                (
+                    id,
+                    match outcome.outcome {
+                        Some(Outcome::Response(r)) => Ok(r),
+                        Some(Outcome::Error(e)) => Err(status_of(e)),
+                        None => Err(no_outcome(id)),
+                    },
+                )
+            }
         }
-    }
-
-    fn cancel_frame(id: u64) -> Self::Frame {
-        use crate::v1::sidecar_call_frame::Frame;
-        crate::v1::SidecarCallFrame {
-            id,
-            frame: Some(Frame::Cancel(true)),
-        }
-    }
-
-    fn open_frame(frame: Self::Frame) -> (u64, Result<Option<Self::Call>, Status>) {
-        use crate::v1::sidecar_call_frame::Frame;
-        let id = frame.id;
-        (
-            id,
-            match frame.frame {
-                Some(Frame::Call(c)) => Ok(Some(c)),
-                Some(Frame::Cancel(_)) => Ok(None),
-                None => Err(no_frame(id)),
-            },
-        )
-    }
-
-    fn outcome(id: u64, result: Result<Self::Response, Status>) -> Self::Outcome {
-        use crate::v1::sidecar_call_outcome::Outcome;
-        crate::v1::SidecarCallOutcome {
-            id,
-            outcome: Some(match result {
-                Ok(r) => Outcome::Response(r),
-                Err(s) => Outcome::Error(error_of(&s)),
-            }),
-        }
-    }
-
-    fn open_outcome(outcome: Self::Outcome) -> (u64, Result<Self::Response, Status>) {
-        use crate::v1::sidecar_call_outcome::Outcome;
-        let id = outcome.id;
-        (
-            id,
-            match outcome.outcome {
-                Some(Outcome::Response(r)) => Ok(r),
-                Some(Outcome::Error(e)) => Err(status_of(e)),
-                None => Err(no_outcome(id)),
-            },
-        )
-    }
+    };
 }
 
-/// `EngineService.CallToolStream`: engine → control plane.
-#[derive(Debug, Clone, Copy)]
-pub struct EngineCallFrames;
+frames!(
+    /// `SidecarCalls.CallStream`: control plane → sidecar.
+    SidecarCallFrames,
+    SidecarCallRequest,
+    SidecarCallResponse,
+    SidecarCallFrame,
+    sidecar_call_frame,
+    SidecarCallOutcome,
+    sidecar_call_outcome
+);
 
-impl Frames for EngineCallFrames {
-    type Call = crate::v1::CallToolRequest;
-    type Response = crate::v1::CallToolResponse;
-    type Frame = crate::v1::CallToolFrame;
-    type Outcome = crate::v1::CallToolOutcome;
-
-    fn call_frame(id: u64, call: Self::Call) -> Self::Frame {
-        use crate::v1::call_tool_frame::Frame;
-        crate::v1::CallToolFrame {
-            id,
-            frame: Some(Frame::Call(call)),
-        }
-    }
-
-    fn cancel_frame(id: u64) -> Self::Frame {
-        use crate::v1::call_tool_frame::Frame;
-        crate::v1::CallToolFrame {
-            id,
-            frame: Some(Frame::Cancel(true)),
-        }
-    }
-
-    fn open_frame(frame: Self::Frame) -> (u64, Result<Option<Self::Call>, Status>) {
-        use crate::v1::call_tool_frame::Frame;
-        let id = frame.id;
-        (
-            id,
-            match frame.frame {
-                Some(Frame::Call(c)) => Ok(Some(c)),
-                Some(Frame::Cancel(_)) => Ok(None),
-                None => Err(no_frame(id)),
-            },
-        )
-    }
-
-    fn outcome(id: u64, result: Result<Self::Response, Status>) -> Self::Outcome {
-        use crate::v1::call_tool_outcome::Outcome;
-        crate::v1::CallToolOutcome {
-            id,
-            outcome: Some(match result {
-                Ok(r) => Outcome::Response(r),
-                Err(s) => Outcome::Error(error_of(&s)),
-            }),
-        }
-    }
-
-    fn open_outcome(outcome: Self::Outcome) -> (u64, Result<Self::Response, Status>) {
-        use crate::v1::call_tool_outcome::Outcome;
-        let id = outcome.id;
-        (
-            id,
-            match outcome.outcome {
-                Some(Outcome::Response(r)) => Ok(r),
-                Some(Outcome::Error(e)) => Err(status_of(e)),
-                None => Err(no_outcome(id)),
-            },
-        )
-    }
-}
+frames!(
+    /// `EngineService.CallToolStream`: engine → control plane.
+    EngineCallFrames,
+    CallToolRequest,
+    CallToolResponse,
+    CallToolFrame,
+    call_tool_frame,
+    CallToolOutcome,
+    call_tool_outcome
+);
 
 fn no_frame(id: u64) -> Status {
     Status::invalid_argument(format!("frame {id}: neither `call` nor `cancel` is set"))
