@@ -142,12 +142,7 @@ impl Audit {
         }
         let body = serde_json::to_string(rec).expect("audit records serialise");
         let ts = rfc3339_ms(crate::model::now_ms());
-        let line = match body.strip_prefix('{') {
-            Some("}") => format!("{{\"ts\":\"{ts}\"}}"),
-            Some(rest) => format!("{{\"ts\":\"{ts}\",{rest}"),
-            None => body,
-        };
-        self.write(&line);
+        self.write(&switchyard_sidecar::audit::stamp("ts", &ts, &body));
     }
 
     fn write(&self, line: &str) {
@@ -166,25 +161,10 @@ impl Audit {
 
 /// `ms` since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn rfc3339_ms(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let milli = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60
+    // Times before 1970 never occur here; they would read as 1970.
+    switchyard_sidecar::audit::rfc3339(
+        ms.div_euclid(1000).max(0) as u64,
+        ms.rem_euclid(1000) as u32,
     )
 }
 

@@ -6,7 +6,7 @@
 //! is the caller's object, kept in order. Writing never fails a call: an
 //! unwritable file is reported in the log, with the record.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -57,18 +57,7 @@ impl Audit {
     /// Writes one record. `record` should be a JSON object; `time` is
     /// put first.
     pub fn record(&self, record: Value) {
-        if !self.enabled() {
-            return;
-        }
-        let mut line = Map::new();
-        line.insert("time".into(), Value::String(rfc3339_now()));
-        match record {
-            Value::Object(m) => line.extend(m),
-            other => {
-                line.insert("record".into(), other);
-            }
-        }
-        self.write(&Value::Object(line).to_string());
+        self.record_struct(&record);
     }
 
     /// Writes one record given as a struct that serialises to a JSON
@@ -79,20 +68,12 @@ impl Audit {
         if !self.enabled() {
             return;
         }
-        let body = match serde_json::to_string(record) {
-            Ok(body) => body,
+        match serde_json::to_string(record) {
+            Ok(body) => self.write(&stamp("time", &rfc3339_now(), &body)),
             Err(e) => {
                 tracing::error!(target: TARGET, error = %e, "cannot serialise an audit record");
-                return;
             }
-        };
-        let time = rfc3339_now();
-        let text = match body.strip_prefix('{') {
-            Some("}") => format!("{{\"time\":\"{time}\"}}"),
-            Some(rest) => format!("{{\"time\":\"{time}\",{rest}"),
-            None => format!("{{\"time\":\"{time}\",\"record\":{body}}}"),
-        };
-        self.write(&text);
+        }
     }
 
     fn write(&self, text: &str) {
@@ -105,6 +86,18 @@ impl Audit {
                 }
             }
         }
+    }
+}
+
+/// `body`, the JSON text of an object, with the string field `key:
+/// value` put first; a `body` that is not an object becomes
+/// `{key: value, "record": body}`. (`key` and `value` must need no JSON
+/// escaping: field names and RFC 3339 times.)
+pub fn stamp(key: &str, value: &str, body: &str) -> String {
+    match body.strip_prefix('{') {
+        Some("}") => format!("{{\"{key}\":\"{value}\"}}"),
+        Some(rest) => format!("{{\"{key}\":\"{value}\",{rest}"),
+        None => format!("{{\"{key}\":\"{value}\",\"record\":{body}}}"),
     }
 }
 
