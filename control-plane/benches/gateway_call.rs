@@ -43,6 +43,10 @@
 //! * `--no-hops`: leave out the `unary`, `sidecar` and `cp-only` clients.
 //! * `--only gateway|direct|unary|sidecar|cp-only` and `--measure-ms N`: run one
 //!   client, N ms per round, e.g. under `perf record` (no ratios then).
+//! * `--concurrency 1|64`: run only that concurrency.
+//! * `--current-thread`: run the bench's clients (the engine and rmcp's
+//!   client alike) on a single-threaded tokio runtime instead of one worker
+//!   per core.
 //! * `--gateway-workers N`: run the control plane and the sidecar with
 //!   `worker_threads = N` (default: theirs, 1: a single-threaded runtime;
 //!   0: one worker per core).
@@ -89,6 +93,10 @@ struct Settings {
     only: Option<String>,
     /// `--gateway-workers N`: tokio workers of the gateway processes.
     gateway_workers: Option<usize>,
+    /// `--concurrency N`: run only that concurrency (1 or 64).
+    concurrency: Option<usize>,
+    /// `--current-thread`: the bench's clients on a single-threaded runtime.
+    current_thread: bool,
     warmup: Duration,
     measure: Duration,
     rounds: usize,
@@ -104,6 +112,7 @@ impl Settings {
             || args.iter().any(|a| a == "--quick")
             || !args.iter().any(|a| a == "--bench");
         let hops = !args.iter().any(|a| a == "--no-hops");
+        let current_thread = args.iter().any(|a| a == "--current-thread");
         let value = |flag: &str| {
             args.iter()
                 .position(|a| a == flag)
@@ -112,12 +121,22 @@ impl Settings {
         let only = value("--only");
         let gateway_workers =
             value("--gateway-workers").map(|n| n.parse().expect("--gateway-workers N"));
+        let concurrency = value("--concurrency").map(|n| {
+            let n: usize = n.parse().expect("--concurrency N");
+            assert!(
+                CONCURRENCY.contains(&n),
+                "--concurrency: one of {CONCURRENCY:?}"
+            );
+            n
+        });
         let mut settings = if quick {
             Settings {
                 quick,
                 hops,
                 only,
                 gateway_workers,
+                concurrency,
+                current_thread,
                 warmup: Duration::from_millis(100),
                 measure: Duration::from_millis(300),
                 rounds: 1,
@@ -128,6 +147,8 @@ impl Settings {
                 hops,
                 only,
                 gateway_workers,
+                concurrency,
+                current_thread,
                 warmup: Duration::from_millis(500),
                 measure: Duration::from_millis(1500),
                 rounds: 5,
@@ -696,10 +717,12 @@ fn machine() -> String {
 fn main() {
     let settings = Settings::from_env();
     let bins = binaries();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let mut builder = if settings.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = builder.enable_all().build().expect("tokio runtime");
     runtime.block_on(bench(settings, bins));
 }
 
@@ -734,6 +757,14 @@ async fn bench(settings: Settings, bins: Binaries) {
         None => "default (worker_threads = 1: one thread)".to_owned(),
     };
     println!("gateway: runtime per process: {runtime}");
+    println!(
+        "clients: {}",
+        if settings.current_thread {
+            "one single-threaded runtime (--current-thread)"
+        } else {
+            "one multi-threaded runtime, one worker per core"
+        }
+    );
     let gateway = start_gateway(&bins, settings.gateway_workers).await;
     let (direct, direct_pid) = start_direct(&bins.server).await;
     println!(
@@ -810,6 +841,9 @@ async fn bench(settings: Settings, bins: Binaries) {
     );
     let mut goals = Vec::new();
     for &concurrency in &CONCURRENCY {
+        if settings.concurrency.is_some_and(|c| c != concurrency) {
+            continue;
+        }
         for (client, pids) in &clients {
             run(client, pids, concurrency, settings.warmup).await;
         }
