@@ -4,8 +4,11 @@
 //! [`switchyard_proto::calls::Mux`]; a broken stream fails the calls on it
 //! (UNAVAILABLE, naming the sidecar) and the next call opens a new one. A
 //! sidecar without `CallStream` (an older build, UNIMPLEMENTED) gets one
-//! `CallTool` RPC per call instead. gRPC channels are cached per sidecar
-//! address. A sidecar that reported the state `draining` (it is
+//! `CallTool` RPC per call instead, until a different sidecar registers at
+//! that address (an upgrade in place), when the next call tries
+//! `CallStream` again. gRPC channels are cached per sidecar address, and
+//! [`Router::prune`] drops what is cached for addresses that no live
+//! sidecar has any more. A sidecar that reported the state `draining` (it is
 //! shutting down) gets no new calls; when all of a server's sidecars are
 //! draining, a call fails fast with UNAVAILABLE "server unavailable: NAME:
 //! draining (...)". A server without a live sidecar, or whose sidecar
@@ -46,8 +49,9 @@ pub struct Router {
 enum Link {
     /// On its call stream.
     Stream(Arc<Mux<SidecarCallFrames>>),
-    /// One `CallTool` RPC per call: the sidecar has no `CallStream`.
-    Unary,
+    /// One `CallTool` RPC per call: the sidecar with this id has no
+    /// `CallStream`.
+    Unary { sidecar_id: String },
 }
 
 /// `upstream_state` of a sidecar that is shutting down: it finishes its
@@ -163,7 +167,8 @@ impl Router {
         // Opening the stream counts against the call's time too: a
         // sidecar that accepts connections but never answers fails the
         // call, not every call after it.
-        let link = match tokio::time::timeout(timeout, self.link(&pick.call_address)).await {
+        let opened = self.link(&pick.call_address, &pick.sidecar_id);
+        let link = match tokio::time::timeout(timeout, opened).await {
             Ok(Ok(link)) => link,
             Ok(Err(LinkError::Address(e))) => return Err(unavailable(server, e)),
             Ok(Err(LinkError::Open(status))) => return Err(unreachable(status.message())),
@@ -171,7 +176,7 @@ impl Router {
         };
         let mux = match link {
             Link::Stream(mux) => mux,
-            Link::Unary => {
+            Link::Unary { .. } => {
                 return Box::pin(self.call_unary(server, pick, request, timeout)).await;
             }
         };
@@ -193,17 +198,18 @@ impl Router {
         }
     }
 
-    /// The call stream of `address`, opened if needed.
-    async fn link(&self, address: &str) -> Result<Link, LinkError> {
-        if let Some(link) = self.live_link(address) {
+    /// The call stream of `address` (where sidecar `sidecar_id` is
+    /// registered), opened if needed.
+    async fn link(&self, address: &str, sidecar_id: &str) -> Result<Link, LinkError> {
+        if let Some(link) = self.live_link(address, sidecar_id) {
             return Ok(link);
         }
         // Boxed: opening is rare, and its future is large.
-        Box::pin(self.open_link(address)).await
+        Box::pin(self.open_link(address, sidecar_id)).await
     }
 
     /// Opens the call stream of `address` (one opener per address).
-    async fn open_link(&self, address: &str) -> Result<Link, LinkError> {
+    async fn open_link(&self, address: &str, sidecar_id: &str) -> Result<Link, LinkError> {
         let gate = self
             .opening
             .lock()
@@ -212,15 +218,17 @@ impl Router {
             .or_default()
             .clone();
         let _opening = gate.lock().await;
-        if let Some(link) = self.live_link(address) {
+        if let Some(link) = self.live_link(address, sidecar_id) {
             return Ok(link);
         }
         let mut client = self.client(address).map_err(LinkError::Address)?;
         let link = match Mux::open(|frames| async move { client.call_stream(frames).await }).await {
             Ok(mux) => Link::Stream(mux),
             Err(status) if status.code() == Code::Unimplemented => {
-                tracing::info!(%address, "the sidecar has no CallStream; calls go one RPC each");
-                Link::Unary
+                tracing::info!(%address, sidecar = %sidecar_id, "the sidecar has no CallStream; calls go one RPC each");
+                Link::Unary {
+                    sidecar_id: sidecar_id.to_owned(),
+                }
             }
             Err(status) => {
                 self.channels.lock().unwrap().remove(address);
@@ -234,12 +242,51 @@ impl Router {
         Ok(link)
     }
 
-    fn live_link(&self, address: &str) -> Option<Link> {
+    /// The usable link of `address`: an open stream, or a unary link
+    /// probed on the sidecar that is registered there now.
+    fn live_link(&self, address: &str, sidecar_id: &str) -> Option<Link> {
         match self.streams.lock().unwrap().get(address) {
             Some(Link::Stream(mux)) if !mux.is_closed() => Some(Link::Stream(mux.clone())),
-            Some(Link::Unary) => Some(Link::Unary),
+            Some(link @ Link::Unary { sidecar_id: probed }) if probed == sidecar_id => {
+                Some(link.clone())
+            }
             _ => None,
         }
+    }
+
+    /// Drops the cached channels, call streams and opening gates of
+    /// addresses that no live sidecar in `snap` has any more (sidecar pods
+    /// come and go with new addresses), and the unary links of addresses
+    /// where another sidecar than the probed one is now registered, so the
+    /// next call there tries `CallStream` again. Calls in flight keep their
+    /// stream until they end. Called every few seconds by the control
+    /// plane's state loop.
+    pub fn prune(&self, snap: &Snapshot) {
+        let live: HashMap<&str, Vec<&str>> =
+            snap.sidecars
+                .values()
+                .flat_map(|m| m.values())
+                .fold(HashMap::new(), |mut live, s| {
+                    live.entry(s.call_address.as_str())
+                        .or_default()
+                        .push(s.sidecar_id.as_str());
+                    live
+                });
+        self.streams.lock().unwrap().retain(|address, link| {
+            match (live.get(address.as_str()), link) {
+                (None, _) => false,
+                (Some(ids), Link::Unary { sidecar_id }) => ids.contains(&sidecar_id.as_str()),
+                (Some(_), Link::Stream(_)) => true,
+            }
+        });
+        self.channels
+            .lock()
+            .unwrap()
+            .retain(|address, _| live.contains_key(address.as_str()));
+        // A gate someone holds or waits on stays until the next prune.
+        self.opening.lock().unwrap().retain(|address, gate| {
+            live.contains_key(address.as_str()) || Arc::strong_count(gate) > 1
+        });
     }
 
     /// Drops a broken call stream (and its channel), unless a new one
@@ -418,6 +465,74 @@ mod tests {
             e.message(),
             "server unavailable: files: draining (sidecar a is shutting down; no other live sidecar)"
         );
+    }
+
+    /// The router's cached addresses: (channels, links, opening gates).
+    fn cached(router: &Router) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        (
+            sorted(router.channels.lock().unwrap().keys().cloned().collect()),
+            sorted(router.streams.lock().unwrap().keys().cloned().collect()),
+            sorted(router.opening.lock().unwrap().keys().cloned().collect()),
+        )
+    }
+
+    #[tokio::test]
+    async fn prune_forgets_addresses_no_live_sidecar_has() {
+        let router = Router::new();
+        let (gone, kept) = ("http://127.0.0.1:9", "http://127.0.0.1:7");
+        for address in [gone, kept] {
+            router.client(address).unwrap();
+            router.streams.lock().unwrap().insert(
+                address.into(),
+                Link::Unary {
+                    sidecar_id: "a".into(),
+                },
+            );
+            router
+                .opening
+                .lock()
+                .unwrap()
+                .insert(address.into(), Default::default());
+        }
+        // A gate in use survives its address's removal until released.
+        let held = router.opening.lock().unwrap()[gone].clone();
+        router.prune(&snapshot(&[sidecar("a", kept, "connected")]));
+        let one = vec![kept.to_owned()];
+        assert_eq!(
+            cached(&router),
+            (one.clone(), one.clone(), vec![kept.into(), gone.into()])
+        );
+        drop(held);
+        router.prune(&snapshot(&[sidecar("a", kept, "connected")]));
+        assert_eq!(cached(&router), (one.clone(), one.clone(), one.clone()));
+        // No sidecars at all: nothing is kept.
+        router.prune(&Snapshot::default());
+        assert_eq!(cached(&router), (vec![], vec![], vec![]));
+    }
+
+    #[tokio::test]
+    async fn a_unary_link_is_probed_again_when_another_sidecar_takes_its_address() {
+        let router = Router::new();
+        let address = "http://127.0.0.1:9";
+        router.streams.lock().unwrap().insert(
+            address.into(),
+            Link::Unary {
+                sidecar_id: "old".into(),
+            },
+        );
+        // The sidecar it was probed on is still the one there: kept.
+        assert!(router.live_link(address, "old").is_some());
+        router.prune(&snapshot(&[sidecar("old", address, "connected")]));
+        assert_eq!(cached(&router).1, vec![address.to_owned()]);
+        // An upgrade in place: a new sidecar at the same address. The old
+        // link is not used for it, and prune drops it.
+        assert!(router.live_link(address, "new").is_none());
+        router.prune(&snapshot(&[sidecar("new", address, "connected")]));
+        assert!(cached(&router).1.is_empty());
     }
 
     #[tokio::test]

@@ -228,7 +228,8 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     let grpc_addr = grpc_listener.local_addr().expect("bound");
     let http_addr = http_listener.local_addr().expect("bound");
 
-    // Cancellations requested on other replicas, and the state gauges.
+    // Cancellations requested on other replicas, the state gauges, and
+    // pruning the router's cache of sidecar addresses.
     {
         let cp = cp.clone();
         let mut changes = state.subscribe();
@@ -246,7 +247,12 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                         Err(_) => return,
                     },
-                    _ = gauges.tick() => cp.metrics.observe_state(&cp.state.snapshot()),
+                    _ = gauges.tick() => {
+                        let snap = cp.state.snapshot();
+                        cp.metrics.observe_state(&snap);
+                        // Forget channels and call streams of sidecars that have gone.
+                        cp.router.prune(&snap);
+                    }
                 }
             }
         });
