@@ -927,6 +927,8 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
 
     let catalogue = Catalogue::new();
     let stop = CancellationToken::new();
+    // Cancelled when the grace period is over: the calls still running end.
+    let abort = CancellationToken::new();
     let grpc_stop = stop.clone();
     // TCP_NODELAY on the accepted sockets: calls are small request/response
     // messages, and Nagle would hold back the response frames until the
@@ -956,7 +958,8 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
         .with_catalogue(catalogue.clone())
         .with_audit(audit)
         .with_tasks(tasks_config)
-        .with_stop(stop.clone());
+        .with_stop(stop.clone())
+        .with_abort(abort.clone());
     let tasks = service.tasks();
     let mut grpc = tokio::spawn(
         builder
@@ -1043,6 +1046,9 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
                     grace_s = settings.grace.as_secs(),
                     "grace period over; cancelling the remaining calls"
                 );
+                abort.cancel();
+                // Their answers (UNAVAILABLE) get a moment to leave.
+                let _ = tokio::time::timeout(Duration::from_millis(500), &mut grpc).await;
                 grpc.abort();
             }
         }

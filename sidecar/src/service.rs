@@ -39,6 +39,9 @@ pub struct CallService {
     /// Cancelled when the sidecar shuts down: call streams take no new
     /// calls and end once theirs are done.
     stop: tokio_util::sync::CancellationToken,
+    /// Cancelled when the shutdown grace period is over: the calls still
+    /// running are cancelled (upstream too) and answer UNAVAILABLE.
+    abort: tokio_util::sync::CancellationToken,
     responder: Responder,
     tasks_config: TasksConfig,
     tasks: Tasks,
@@ -86,6 +89,7 @@ impl CallService {
         CallService {
             tasks: Tasks::new(pool.clone(), responder.clone(), tasks_config.clone()),
             stop: tokio_util::sync::CancellationToken::new(),
+            abort: tokio_util::sync::CancellationToken::new(),
             pool,
             responder,
             tasks_config,
@@ -114,6 +118,29 @@ impl CallService {
     pub fn with_stop(mut self, stop: tokio_util::sync::CancellationToken) -> Self {
         self.stop = stop;
         self
+    }
+
+    /// `abort` is cancelled when the sidecar's shutdown grace period is
+    /// over: every foreground call still running (`CallTool` or on a call
+    /// stream) is cancelled, which sends `notifications/cancelled`
+    /// upstream, and answers UNAVAILABLE saying so.
+    pub fn with_abort(mut self, abort: tokio_util::sync::CancellationToken) -> Self {
+        self.abort = abort;
+        self
+    }
+
+    /// Runs `call` unless the grace period ends first (see
+    /// [`CallService::with_abort`]).
+    async fn abortable<T>(
+        &self,
+        call: impl Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        tokio::select! {
+            r = call => r,
+            () = self.abort.cancelled() => Err(Status::unavailable(
+                "the sidecar is shutting down and its grace period is over; the call was cancelled",
+            )),
+        }
     }
 
     /// Result size limits.
@@ -382,7 +409,9 @@ impl SidecarCalls for CallService {
         &self,
         request: Request<SidecarCallRequest>,
     ) -> Result<Response<SidecarCallResponse>, Status> {
-        self.call(request.into_inner()).await.map(Response::new)
+        self.abortable(self.call(request.into_inner()))
+            .await
+            .map(Response::new)
     }
 
     type CallStreamStream = CallOutcomes;
@@ -400,7 +429,10 @@ impl SidecarCalls for CallService {
                 let this = this.clone();
                 // Boxed: the call's future is large, and the task that runs
                 // it would otherwise copy all of it when it is spawned.
-                let call = Box::pin(async move { this.call(req).await });
+                let call = Box::pin(async move {
+                    let call = this.call(req);
+                    this.abortable(call).await
+                });
                 async move {
                     // Dropping the call's future cancels the upstream
                     // request, as a dropped CallTool RPC does.

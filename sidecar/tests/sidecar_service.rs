@@ -8,7 +8,8 @@
 //! stream breaks, calls through `SidecarCalls` (result, bad JSON, JSON-RPC
 //! error, timeout, server crash), cancellation reaching the server as
 //! `notifications/cancelled`, `/healthz`, `/readyz`, `/metrics`, graceful
-//! shutdown on SIGTERM with a call in flight, and a bad config file.
+//! shutdown on SIGTERM with a call in flight, calls cancelled when the
+//! grace period ends, and a bad config file.
 
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -657,4 +658,76 @@ async fn a_tool_list_change_resends_the_catalogue() {
     assert_eq!(text_of(&r.get_ref().result_json), "ok");
     let (tools, _) = registry.catalogue().await;
     assert!(tools.contains(&"fresh".to_owned()), "{tools:?}");
+}
+
+#[tokio::test]
+async fn calls_still_running_when_the_grace_period_ends_are_cancelled() {
+    // No control plane: calls are served all the same.
+    let (cp_port, _cp_listener) = reserve_port();
+    let crashy = stub_script("crashy.py").display().to_string();
+    let cp = format!("http://127.0.0.1:{cp_port}");
+    let mut sidecar = Sidecar::start(&[
+        "--server-name",
+        "crashy",
+        "--control-plane",
+        &cp,
+        "--grace-secs",
+        "1",
+        "--",
+        "python3",
+        &crashy,
+    ])
+    .await;
+    let mut client = sidecar.client().await;
+    let r = client
+        .call_tool(call("echo", json!({"message": "up"})))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&r.get_ref().result_json), "up");
+
+    // One hanging call as a CallTool RPC, one on a call stream.
+    let mut unary_client = client.clone();
+    let unary = tokio::spawn(async move { unary_client.call_tool(call("hang", json!({}))).await });
+    let mut stream_client = client.clone();
+    let mux = switchyard_proto::calls::Mux::<switchyard_proto::calls::SidecarCallFrames>::open(
+        |frames| async move { stream_client.call_stream(frames).await },
+    )
+    .await
+    .unwrap();
+    let streamed = tokio::spawn(async move { mux.call(call("hang", json!({}))).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sidecar.child.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+
+    // Both end after the drain notice and the 1 s grace, with UNAVAILABLE
+    // saying why, well before the call's own timeout.
+    let e = tokio::time::timeout(LIMIT, unary)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("grace period is over"), "{e:?}");
+    match tokio::time::timeout(LIMIT, streamed)
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        Err(switchyard_proto::calls::CallError::Call(e)) => {
+            assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+            assert!(e.message().contains("grace period is over"), "{e:?}");
+        }
+        other => panic!("the streamed call: {other:?}"),
+    }
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(1), "{waited:?}");
+    let status = tokio::time::timeout(LIMIT, sidecar.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
 }
