@@ -2,7 +2,7 @@
 //! processes on the path cost when they do nothing but pass each line on.
 //!
 //! ```text
-//! cargo bench -p switchyard-control-plane --bench hop_floor             # full run, about 30 s
+//! cargo bench -p switchyard-control-plane --bench hop_floor             # full run, about 60 s
 //! cargo bench -p switchyard-control-plane --bench hop_floor -- --quick  # smoke run
 //! ```
 //!
@@ -28,11 +28,23 @@
 //!   runtime (the runtime every switchyard process uses), still with no
 //!   parsing, no HTTP/2 and no protobuf.
 //!
+//! A third client, `grpc`, takes the gRPC path `2 tonic`: it sends each
+//! request line as the `params_json` of a call on a `SidecarCalls`
+//! call stream ([`Mux`]) to a relay that forwards it on its own call stream
+//! to a second relay, which writes it to the server's stdin and answers with
+//! the line it reads back. The relays are tonic servers on a
+//! single-threaded runtime using [`calls::serve`], as the control plane and
+//! the sidecar are, but they do nothing else: no sessions, no routing, no
+//! JSON, no audit. This is the shape and the stack of `gateway_call`'s
+//! gateway path, so `grpc 2 tonic` ÷ `rmcp direct` is the floor for a
+//! gateway built on them.
+//!
 //! `2 blocking` and `2 tokio` have the shape of engine → control plane →
 //! sidecar → server, so `rmcp 2 blocking` ÷ `rmcp direct` bounds from below
 //! the p50 ratio that any gateway of two separate processes can reach in
 //! `gateway_call` on this machine, whatever its code does (`2 tokio`: any
-//! gateway of two tokio processes). Every relay is this bench
+//! gateway of two tokio processes; `grpc 2 tonic`: any gateway of two
+//! processes that speak gRPC to each other with tonic). Every relay is this bench
 //! binary started again with `--role relay`. Each round runs the paths in
 //! turn, rotating which goes first; the table shows each path's median round
 //! by calls/s, with that round's p50 and p99 and the CPU time per call of
@@ -49,8 +61,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard_proto::calls::{self, CallError, Mux, SidecarCallFrames};
+use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_test_support::bench::{cpu_time, release_bin};
+use tokio_util::sync::CancellationToken;
 
 /// The request: `gateway_call`'s `tools/call` of `echo`, as the 2026-07-28
 /// era sends it (no `initialize`; the version and capabilities in `_meta`).
@@ -74,7 +90,8 @@ fn main() {
         return match kind.as_str() {
             "blocking" => relay_blocking(&next),
             "tokio" => relay_tokio(&next),
-            other => panic!("--kind {other}: expected blocking or tokio"),
+            "tonic" => relay_tonic(&next),
+            other => panic!("--kind {other}: expected blocking, tokio or tonic"),
         };
     }
     // `cargo bench` passes `--bench`; `cargo test --benches` does not.
@@ -99,21 +116,22 @@ fn main() {
 }
 
 async fn bench(server: PathBuf, warmup: Duration, measure: Duration, rounds: usize) {
-    // Pairs of (line, rmcp) per shape; direct first.
+    // Pairs of (line, rmcp) per shape; direct first; then the gRPC path.
     let mut paths = Vec::new();
     for (kind, relays) in [("blocking", 0), ("blocking", 2), ("tokio", 2)] {
         for client in ["line", "rmcp"] {
             paths.push(Route::start(&server, client, kind, relays).await);
         }
     }
+    paths.push(Route::start(&server, "grpc", "tonic", 2).await);
     for path in &mut paths {
-        path.run(warmup).await;
+        path.run_on_worker(warmup).await;
     }
     let mut results: Vec<Vec<Round>> = vec![Vec::new(); paths.len()];
     for round in 0..rounds {
         for k in 0..paths.len() {
             let i = (round + k) % paths.len();
-            results[i].push(paths[i].run(measure).await);
+            results[i].push(paths[i].run_on_worker(measure).await);
         }
     }
 
@@ -148,13 +166,20 @@ async fn bench(server: PathBuf, warmup: Duration, measure: Duration, rounds: usi
         );
         medians.push(m);
     }
-    // Paths come in pairs (line, rmcp) per shape; direct is the first pair.
+    // Paths come in pairs (line, rmcp) per shape; direct is the first
+    // pair; the gRPC path is compared with rmcp direct, as `gateway_call`
+    // compares its gRPC engine with rmcp's client.
     for (i, (path, m)) in paths.iter().zip(&medians).enumerate().skip(2) {
+        let direct = if path.label.starts_with("grpc") {
+            1
+        } else {
+            i % 2
+        };
         println!(
             "ratio {} / {}: p50 {:.2}",
             path.label,
-            paths[i % 2].label,
-            m.p50_us / medians[i % 2].p50_us
+            paths[direct].label,
+            m.p50_us / medians[direct].p50_us
         );
     }
     for path in paths {
@@ -263,6 +288,153 @@ fn relay_tokio(next: &str) {
     });
 }
 
+/// The same relay as a gRPC service on a single-threaded tokio runtime, as
+/// a switchyard process is: `SidecarCalls.CallStream` served with
+/// [`calls::serve`], each call's `params_json` carrying the request line and
+/// its `result_json` the answer line. Towards a port it forwards each call
+/// on one call stream ([`Mux`]); towards the server it writes the line to
+/// its stdin and reads the answer from its stdout.
+fn relay_tonic(next: &str) {
+    use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
+    use switchyard_proto::v1::{
+        SidecarCallFrame, SidecarCallOutcome, SidecarCallRequest, SidecarCallResponse,
+        SidecarCancelBackgroundRequest, SidecarCancelBackgroundResponse,
+    };
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    use tonic::{Request, Response, Status, Streaming};
+
+    type ServerPipe = (
+        tokio::process::ChildStdin,
+        tokio::io::BufReader<tokio::process::ChildStdout>,
+    );
+    enum Onward {
+        Server(Arc<tokio::sync::Mutex<ServerPipe>>),
+        Relay(Arc<Mux<SidecarCallFrames>>),
+    }
+    #[derive(Clone)]
+    struct Relay(Arc<Onward>);
+    impl Relay {
+        async fn forward(&self, call: SidecarCallRequest) -> Result<SidecarCallResponse, Status> {
+            match &*self.0 {
+                Onward::Relay(mux) => mux.call(call).await.map_err(|e| match e {
+                    CallError::Call(s) | CallError::Stream(s) => s,
+                }),
+                Onward::Server(pipe) => {
+                    let mut pipe = pipe.lock().await;
+                    let (stdin, stdout) = &mut *pipe;
+                    let mut line = call.params_json;
+                    line.push('\n');
+                    stdin.write_all(line.as_bytes()).await.map_err(to_status)?;
+                    stdin.flush().await.map_err(to_status)?;
+                    let mut answer = String::new();
+                    stdout.read_line(&mut answer).await.map_err(to_status)?;
+                    Ok(SidecarCallResponse {
+                        result_json: answer,
+                        ..Default::default()
+                    })
+                }
+            }
+        }
+    }
+    fn to_status(e: std::io::Error) -> Status {
+        Status::unavailable(format!("relay: the server: {e}"))
+    }
+    #[tonic::async_trait]
+    impl SidecarCalls for Relay {
+        async fn call_tool(
+            &self,
+            _: Request<SidecarCallRequest>,
+        ) -> Result<Response<SidecarCallResponse>, Status> {
+            Err(Status::unimplemented("relay: CallStream only"))
+        }
+        type CallStreamStream = calls::Outcomes<SidecarCallOutcome>;
+        async fn call_stream(
+            &self,
+            request: Request<Streaming<SidecarCallFrame>>,
+        ) -> Result<Response<Self::CallStreamStream>, Status> {
+            let relay = self.clone();
+            Ok(Response::new(calls::serve::<SidecarCallFrames, _, _>(
+                request.into_inner(),
+                1024,
+                CancellationToken::new(),
+                move |call, _cancelled| {
+                    let relay = relay.clone();
+                    async move { relay.forward(call).await }
+                },
+            )))
+        }
+        async fn cancel_background_call(
+            &self,
+            _: Request<SidecarCancelBackgroundRequest>,
+        ) -> Result<Response<SidecarCancelBackgroundResponse>, Status> {
+            Err(Status::unimplemented("relay: CallStream only"))
+        }
+    }
+
+    // Towards a relay, a call stream replaces the plain TCP hop.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("relay: bind");
+    let port = listener.local_addr().expect("relay: local addr").port();
+    let hop = next.parse::<u16>().map_err(|_| Hop::open(next));
+    let pid = match &hop {
+        Err(server) => server
+            .server_pid()
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
+        Ok(_) => String::new(),
+    };
+    println!("{port} {pid}");
+    std::io::stdout().flush().expect("relay: print port");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("relay: runtime");
+    runtime.block_on(async move {
+        let onward = match hop {
+            Ok(port) => Onward::Relay(grpc_mux(port).await),
+            Err(Hop::Tcp { .. }) => unreachable!("a port is not a server"),
+            Err(Hop::Stdio {
+                child,
+                stdin,
+                stdout,
+            }) => {
+                // Dropping the handle leaves the server running; it exits at
+                // the end of its stdin, when this relay exits.
+                drop(child);
+                Onward::Server(Arc::new(tokio::sync::Mutex::new((
+                    tokio::process::ChildStdin::from_std(stdin).expect("stdin"),
+                    tokio::io::BufReader::new(
+                        tokio::process::ChildStdout::from_std(stdout.into_inner()).expect("stdout"),
+                    ),
+                ))))
+            }
+        };
+        listener.set_nonblocking(true).expect("relay: nonblocking");
+        let listener = tokio::net::TcpListener::from_std(listener).expect("relay: listener");
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .add_service(SidecarCallsServer::new(Relay(Arc::new(onward))))
+            .serve_with_incoming(incoming)
+            .await
+            .expect("relay: serve");
+    });
+}
+
+/// A call stream to the tonic relay on `port`, as the control plane opens
+/// one to a sidecar.
+async fn grpc_mux(port: u16) -> Arc<Mux<SidecarCallFrames>> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .expect("endpoint")
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .expect("connect to the tonic relay");
+    let mut client = SidecarCallsClient::new(channel);
+    Mux::open(|frames| async move { client.call_stream(frames).await })
+        .await
+        .expect("open the call stream")
+}
+
 /// The next process on a path, seen from the one before it, with blocking
 /// I/O.
 enum Hop {
@@ -347,6 +519,11 @@ impl Hop {
 enum Client {
     Line(Hop),
     Rmcp(RunningService<RoleClient, ClientConfig>),
+    /// A call stream to a tonic relay, as `gateway_call`'s engine has one
+    /// to the control plane.
+    Grpc(Arc<Mux<SidecarCallFrames>>),
+    /// Lent to the task that runs a round.
+    None,
 }
 
 impl Client {
@@ -415,6 +592,18 @@ impl Client {
                         .map(str::to_owned);
                 assert_eq!(text.as_deref(), Some(MESSAGE), "rmcp call: {result:?}");
             }
+            Client::Grpc(mux) => {
+                let call = switchyard_proto::v1::SidecarCallRequest {
+                    params_json: REQUEST.to_owned(),
+                    ..Default::default()
+                };
+                let answer = mux.call(call).await.expect("gRPC call").result_json;
+                assert!(
+                    answer.contains(ECHOED) && answer.starts_with(r#"{"jsonrpc":"2.0","id":1,"#),
+                    "unexpected answer {answer}"
+                );
+            }
+            Client::None => unreachable!("a client lent to a round is back before the next"),
         }
     }
 
@@ -424,6 +613,8 @@ impl Client {
             Client::Rmcp(service) => {
                 let _ = service.cancel().await;
             }
+            Client::Grpc(mux) => drop(mux),
+            Client::None => {}
         }
     }
 }
@@ -477,6 +668,10 @@ impl Route {
                 let pid = hop.server_pid();
                 (Client::Line(hop), pid)
             }
+            "grpc" => {
+                let port = next.parse().expect("a gRPC client needs a relay");
+                (Client::Grpc(grpc_mux(port).await), None)
+            }
             _ => Client::rmcp(&next).await,
         };
         pids.extend(server_pid);
@@ -490,12 +685,41 @@ impl Route {
                 client_label = match client {
                     Client::Line(_) => "line",
                     Client::Rmcp(_) => "rmcp",
+                    Client::Grpc(_) => "grpc",
+                    Client::None => unreachable!("a new client"),
                 }
             ),
             client,
             relays: children,
             pids,
         }
+    }
+
+    /// [`Route::run`] in a task of the runtime, as `gateway_call` runs
+    /// its clients: rmcp's answers then wake a worker, not the thread
+    /// blocked on the whole bench. The blocking line client runs in place,
+    /// on that thread, with no runtime work in its way.
+    async fn run_on_worker(&mut self, span: Duration) -> Round {
+        if matches!(self.client, Client::Line(_)) {
+            return self.run(span).await;
+        }
+        let client = std::mem::replace(&mut self.client, Client::None);
+        let pids = self.pids.clone();
+        let label = self.label.clone();
+        let (client, round) = tokio::spawn(async move {
+            let mut route = Route {
+                label,
+                client,
+                relays: Vec::new(),
+                pids,
+            };
+            let round = route.run(span).await;
+            (route.client, round)
+        })
+        .await
+        .expect("the round's task");
+        self.client = client;
+        round
     }
 
     async fn run(&mut self, span: Duration) -> Round {
