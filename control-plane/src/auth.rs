@@ -132,15 +132,19 @@ pub enum Refusal {
     UnknownCertificate,
     /// A known caller whose role may not call the service.
     WrongRole,
+    /// A sidecar credential bound to other servers than the one it acts
+    /// for (`[[auth.*]] servers`).
+    WrongServer,
 }
 
 impl Refusal {
     /// All of them.
-    pub const ALL: [Refusal; 4] = [
+    pub const ALL: [Refusal; 5] = [
         Refusal::MissingCredentials,
         Refusal::InvalidToken,
         Refusal::UnknownCertificate,
         Refusal::WrongRole,
+        Refusal::WrongServer,
     ];
 
     /// The metric label.
@@ -150,6 +154,7 @@ impl Refusal {
             Refusal::InvalidToken => "invalid_token",
             Refusal::UnknownCertificate => "unknown_certificate",
             Refusal::WrongRole => "wrong_role",
+            Refusal::WrongServer => "wrong_server",
         }
     }
 }
@@ -164,19 +169,64 @@ pub struct Caller {
     pub role: Role,
     /// `token` or `mtls`.
     pub method: &'static str,
+    /// Role `sidecar`: the servers it may act for (`[[auth.*]] servers`);
+    /// empty: any server.
+    pub servers: Vec<String>,
+}
+
+impl Caller {
+    /// PERMISSION_DENIED unless this caller may act for `server`: a
+    /// sidecar credential bound to servers (`[[auth.tokens]] servers`,
+    /// `[[auth.mtls]] servers`) may register, report, relay interactions
+    /// and update background calls only for those.
+    pub fn may_act_for(&self, server: &str) -> Result<(), Status> {
+        if self.servers.is_empty() || self.servers.iter().any(|s| s == server) {
+            return Ok(());
+        }
+        Err(Status::permission_denied(format!(
+            "sidecar credential {:?} is bound to the servers {:?}; it may not act for server {server:?}",
+            self.name, self.servers
+        )))
+    }
+}
+
+/// [`Caller::may_act_for`] for the caller of a request, if it has one
+/// (anonymous callers, allowed when `[auth] required` is false, are not
+/// bound). A refusal is logged and counted as `wrong_server`.
+pub fn check_server<T>(
+    request: &tonic::Request<T>,
+    metrics: &Metrics,
+    server: &str,
+) -> Result<(), Status> {
+    let Some(caller) = request.extensions().get::<Caller>() else {
+        return Ok(());
+    };
+    caller.may_act_for(server).inspect_err(|status| {
+        metrics.auth_refusal(
+            Service::SidecarRegistry.label(),
+            Refusal::WrongServer.label(),
+        );
+        tracing::warn!(
+            service = Service::SidecarRegistry.grpc_name(),
+            reason = Refusal::WrongServer.label(),
+            message = status.message(),
+            "call refused"
+        );
+    })
 }
 
 struct TokenIdentity {
     digest: [u8; 32],
     name: String,
     role: Role,
+    servers: Vec<String>,
 }
 
 /// The identities of `[auth]`, and the decision for one request.
 pub struct Authenticator {
     required: bool,
     tokens: Vec<TokenIdentity>,
-    mtls: Vec<(String, Role)>,
+    mtls: Vec<(String, Role, Vec<String>)>,
     metrics: Option<Metrics>,
 }
 
@@ -224,12 +274,13 @@ impl Authenticator {
                 digest: d,
                 name: t.name.clone(),
                 role: Role::parse(&t.role).unwrap_or(Role::Engine),
+                servers: t.servers.clone(),
             });
         }
         let mtls = config
             .mtls
             .iter()
-            .filter_map(|m| Some((m.name.clone(), Role::parse(&m.role)?)))
+            .filter_map(|m| Some((m.name.clone(), Role::parse(&m.role)?, m.servers.clone())))
             .collect();
         Ok(Authenticator {
             required: config.required,
@@ -307,15 +358,20 @@ impl Authenticator {
                 name: found.name.clone(),
                 role: found.role,
                 method: "token",
+                servers: found.servers.clone(),
             })
         } else if let Some(leaf) = peer_certs.and_then(<[_]>::first) {
             let names = certificate_names(leaf);
-            let found = self.mtls.iter().find(|(n, _)| names.iter().any(|c| c == n));
+            let found = self
+                .mtls
+                .iter()
+                .find(|(n, _, _)| names.iter().any(|c| c == n));
             match found {
-                Some((n, role)) => Some(Caller {
+                Some((n, role, servers)) => Some(Caller {
                     name: n.clone(),
                     role: *role,
                     method: "mtls",
+                    servers: servers.clone(),
                 }),
                 None if self.required => {
                     return Err(self.refuse(
@@ -488,10 +544,12 @@ mod tests {
                 name: "engine-a".into(),
                 role: "engine".into(),
                 token_file: file,
+                servers: vec![],
             }],
             mtls: vec![crate::config::MtlsEntry {
                 name: "ops.example.test".into(),
                 role: "admin".into(),
+                servers: vec![],
             }],
         };
         let metrics = Metrics::new();
@@ -563,5 +621,83 @@ mod tests {
             None
         );
         assert!(open.check(Service::Engine, &md, None).is_err());
+    }
+
+    #[test]
+    fn a_bound_sidecar_credential_acts_only_for_its_servers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bound, free) = (dir.path().join("bound"), dir.path().join("free"));
+        std::fs::write(&bound, "bound-token").unwrap();
+        std::fs::write(&free, "free-token").unwrap();
+        let entry =
+            |name: &str, file: &std::path::Path, servers: &[&str]| crate::config::TokenEntry {
+                name: name.into(),
+                role: "sidecar".into(),
+                token_file: file.to_owned(),
+                servers: servers.iter().map(|s| s.to_string()).collect(),
+            };
+        let config = AuthConfig {
+            required: true,
+            tokens: vec![
+                entry("files-sidecars", &bound, &["files", "search"]),
+                entry("any-sidecar", &free, &[]),
+            ],
+            mtls: vec![crate::config::MtlsEntry {
+                name: "sidecar.example.test".into(),
+                role: "sidecar".into(),
+                servers: vec!["web".into()],
+            }],
+        };
+        let metrics = Metrics::new();
+        let auth = Authenticator::load(&config, Some(&metrics)).unwrap();
+        let caller = |token: &str| {
+            let mut md = MetadataMap::new();
+            md.insert("authorization", format!("Bearer {token}").parse().unwrap());
+            auth.check(Service::SidecarRegistry, &md, None)
+                .unwrap()
+                .unwrap()
+        };
+        let request = |c: Option<Caller>| {
+            let mut r = tonic::Request::new(());
+            if let Some(c) = c {
+                r.extensions_mut().insert(c);
+            }
+            r
+        };
+
+        let b = caller("bound-token");
+        assert_eq!(b.servers, ["files", "search"]);
+        assert!(check_server(&request(Some(b.clone())), &metrics, "files").is_ok());
+        assert!(check_server(&request(Some(b.clone())), &metrics, "search").is_ok());
+        let e = check_server(&request(Some(b)), &metrics, "web").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert_eq!(
+            e.message(),
+            "sidecar credential \"files-sidecars\" is bound to the servers [\"files\", \"search\"]; it may not act for server \"web\""
+        );
+        // Unbound and anonymous callers act for any server.
+        assert!(check_server(&request(Some(caller("free-token"))), &metrics, "web").is_ok());
+        assert!(check_server(&request(None), &metrics, "web").is_ok());
+        // A certificate identity is bound the same way.
+        let c = auth
+            .check(
+                Service::SidecarRegistry,
+                &MetadataMap::new(),
+                Some(&[cert("sc", &["sidecar.example.test"])]),
+            )
+            .unwrap()
+            .unwrap();
+        assert!(c.may_act_for("web").is_ok());
+        assert!(c.may_act_for("files").is_err());
+
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&metrics.registry().gather())
+            .unwrap();
+        assert!(
+            text.contains(
+                "switchyard_control_plane_auth_refusals_total{reason=\"wrong_server\",service=\"sidecar_registry\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

@@ -171,6 +171,10 @@ pub struct TokenEntry {
     pub role: String,
     /// The file; the token is its content, trimmed.
     pub token_file: PathBuf,
+    /// Role `sidecar` only: the servers a sidecar with this token may
+    /// register and act for. Empty (the default): any server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<String>,
 }
 
 /// `[[auth.mtls]]`: a client certificate identity.
@@ -182,6 +186,40 @@ pub struct MtlsEntry {
     pub name: String,
     /// `engine`, `admin` or `sidecar`.
     pub role: String,
+    /// Role `sidecar` only: the servers a sidecar with this certificate
+    /// may register and act for. Empty (the default): any server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<String>,
+}
+
+/// Checks `[[auth.*]] servers` at `key`: only for role `sidecar`, and no
+/// empty or repeated names.
+fn validate_bound_servers(
+    key: &str,
+    role: &str,
+    servers: &[String],
+) -> Result<(), (String, String)> {
+    if servers.is_empty() {
+        return Ok(());
+    }
+    if role != "sidecar" {
+        return Err((
+            key.to_owned(),
+            format!(
+                "only a credential of role \"sidecar\" is bound to servers; this one has role {role:?}"
+            ),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (j, name) in servers.iter().enumerate() {
+        if name.trim().is_empty() {
+            return Err((format!("{key}[{j}]"), "must not be empty".into()));
+        }
+        if !seen.insert(name.as_str()) {
+            return Err((format!("{key}[{j}]"), format!("{name:?} is listed twice")));
+        }
+    }
+    Ok(())
 }
 
 /// `[limits]`.
@@ -626,6 +664,7 @@ impl Config {
             if t.token_file.as_os_str().is_empty() {
                 return err(&format!("auth.tokens[{i}].token_file"), "must not be empty");
             }
+            validate_bound_servers(&format!("auth.tokens[{i}].servers"), &t.role, &t.servers)?;
         }
         let mut names = BTreeSet::new();
         for (i, m) in self.auth.mtls.iter().enumerate() {
@@ -644,6 +683,7 @@ impl Config {
                     format!("unknown role {:?}: {roles}", m.role),
                 ));
             }
+            validate_bound_servers(&format!("auth.mtls[{i}].servers"), &m.role, &m.servers)?;
         }
         if !self.auth.mtls.is_empty() && tls.client_ca_file.is_none() {
             return err(

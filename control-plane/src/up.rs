@@ -43,18 +43,32 @@ pub fn sidecar_binary() -> PathBuf {
 
 /// How `up`'s sidecars reach its control plane: over `https://` when
 /// `[tls]` has a certificate (trusting `client_ca_file`, else `cert_file`
-/// itself), with the token of the first `[[auth.tokens]]` entry of role
-/// `sidecar`.
+/// itself), each sidecar with the token of the first `[[auth.tokens]]`
+/// entry of role `sidecar` that may act for its server.
 #[derive(Debug, Clone)]
 struct SidecarLink {
     control_plane: String,
     ca_file: Option<PathBuf>,
-    token_file: Option<PathBuf>,
+    /// The `[[auth.tokens]]` entries of role `sidecar`, in file order:
+    /// (token file, the servers it is bound to; empty: any).
+    sidecar_tokens: Vec<(PathBuf, Vec<String>)>,
+}
+
+impl SidecarLink {
+    /// The token file for `server`'s sidecar: the first sidecar token that
+    /// may act for it.
+    fn token_for(&self, server: &str) -> Option<&Path> {
+        self.sidecar_tokens
+            .iter()
+            .find(|(_, servers)| servers.is_empty() || servers.iter().any(|s| s == server))
+            .map(|(file, _)| file.as_path())
+    }
 }
 
 /// What `up` needs of a file beyond what a replica needs: its sidecars
 /// authenticate with a token, so `tls.require_client_cert` must be false,
-/// and `auth.required` needs a token of role `sidecar`. Errors: the
+/// and `auth.required` needs, for each configured server, a token of role
+/// `sidecar` that may act for it. Errors: the
 /// problem, naming the key (the CLI exits 64 before starting anything).
 pub fn check(config: &Config) -> Result<(), String> {
     if config.tls.require_client_cert {
@@ -67,18 +81,24 @@ pub fn check(config: &Config) -> Result<(), String> {
             "auth.required = true needs an [[auth.tokens]] entry with role \"sidecar\" for the sidecars `switchyard up` starts".into(),
         );
     }
+    if config.auth.required {
+        let link = SidecarLink::tokens(config);
+        for (i, server) in config.servers.iter().enumerate() {
+            if link.token_for(&server.name).is_none() {
+                return Err(format!(
+                    "servers[{i}].name: auth.required = true, but no [[auth.tokens]] entry with role \"sidecar\" may act for server {:?} (each one's `servers` leaves it out)",
+                    server.name
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
 impl SidecarLink {
     fn new(config: &Config, grpc_addr: std::net::SocketAddr) -> anyhow::Result<SidecarLink> {
         check(config).map_err(|e| anyhow::anyhow!("switchyard up: {e}"))?;
-        let token_file = config
-            .auth
-            .tokens
-            .iter()
-            .find(|t| t.role == "sidecar")
-            .map(|t| t.token_file.clone());
+        let sidecar_tokens = Self::tokens(config).sidecar_tokens;
         let (control_plane, ca_file) = match &config.tls.cert_file {
             Some(cert) => {
                 // Certificates for one machine name `localhost` (or
@@ -105,8 +125,23 @@ impl SidecarLink {
         Ok(SidecarLink {
             control_plane,
             ca_file,
-            token_file,
+            sidecar_tokens,
         })
+    }
+
+    /// A link with only the sidecar tokens of `config` filled in.
+    fn tokens(config: &Config) -> SidecarLink {
+        SidecarLink {
+            control_plane: String::new(),
+            ca_file: None,
+            sidecar_tokens: config
+                .auth
+                .tokens
+                .iter()
+                .filter(|t| t.role == "sidecar")
+                .map(|t| (t.token_file.clone(), t.servers.clone()))
+                .collect(),
+        }
     }
 }
 
@@ -257,9 +292,12 @@ fn spawn_sidecar(spec: &ServerConfig, link: &SidecarLink, workdir: &Path) -> any
             http_listen: "127.0.0.1:0",
             grace_secs: SIDECAR_GRACE_SECS,
             control_plane_ca_file: link.ca_file.as_deref(),
-            token_file: link.token_file.as_deref(),
+            token_file: link.token_for(&spec.name),
         },
     })?;
+    if link.token_for(&spec.name).is_none() && !link.sidecar_tokens.is_empty() {
+        tracing::warn!(server = %spec.name, "no [[auth.tokens]] entry of role sidecar may act for this server; its sidecar starts without a token");
+    }
     std::fs::write(&file, text)?;
     let child = Command::new(sidecar_binary())
         .arg("run")
@@ -283,5 +321,58 @@ pub async fn stop_child(mut child: Child, grace: Duration) {
     }
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
         let _ = child.kill().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(tokens: &str) -> Config {
+        Config::parse(&format!(
+            "[auth]\nrequired = true\n{tokens}\n\
+             [[servers]]\nname = \"files\"\ntransport = \"stdio\"\ncommand = \"files-server\"\n\n\
+             [[servers]]\nname = \"web\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\n"
+        ))
+        .unwrap()
+    }
+
+    const ENGINE: &str =
+        "[[auth.tokens]]\nname = \"e\"\nrole = \"engine\"\ntoken_file = \"/t/e\"\n";
+
+    #[test]
+    fn each_sidecar_gets_the_first_token_that_may_act_for_its_server() {
+        let c = config(&format!(
+            "{ENGINE}\
+             [[auth.tokens]]\nname = \"web-only\"\nrole = \"sidecar\"\ntoken_file = \"/t/web\"\nservers = [\"web\"]\n\
+             [[auth.tokens]]\nname = \"any\"\nrole = \"sidecar\"\ntoken_file = \"/t/any\"\n"
+        ));
+        assert_eq!(check(&c), Ok(()));
+        let link = SidecarLink::tokens(&c);
+        assert_eq!(link.token_for("web"), Some(Path::new("/t/web")));
+        assert_eq!(link.token_for("files"), Some(Path::new("/t/any")));
+    }
+
+    #[test]
+    fn a_server_no_sidecar_token_may_act_for_is_refused_by_name() {
+        let c = config(&format!(
+            "{ENGINE}\
+             [[auth.tokens]]\nname = \"web-only\"\nrole = \"sidecar\"\ntoken_file = \"/t/web\"\nservers = [\"web\"]\n"
+        ));
+        let e = check(&c).unwrap_err();
+        assert!(
+            e.starts_with("servers[0].name: ") && e.contains("\"files\""),
+            "{e}"
+        );
+        assert_eq!(SidecarLink::tokens(&c).token_for("files"), None);
+        // Not required: the sidecar may start without a token.
+        let open = Config {
+            auth: crate::config::AuthConfig {
+                required: false,
+                ..c.auth.clone()
+            },
+            ..c
+        };
+        assert_eq!(check(&open), Ok(()));
     }
 }

@@ -9,8 +9,11 @@
 //! works on both; the sidecar token only on SidecarRegistry; each refusal
 //! is counted in `switchyard_control_plane_auth_refusals_total` on
 //! `/metrics` (which, like `/readyz`, needs no token); the CLI's
-//! `--token-file` and `SWITCHYARD_TOKEN`; an unknown role and a missing
-//! token file stop the binary with exit 64 naming the key.
+//! `--token-file` and `SWITCHYARD_TOKEN`; a sidecar token bound to a server
+//! (`servers = [...]`) serves that server and is PERMISSION_DENIED for
+//! another on Register, Report and Interact (`wrong_server`); an unknown
+//! role, `servers` on an engine token and a missing token file stop the
+//! binary with exit 64 naming the key.
 
 mod common;
 
@@ -60,11 +63,18 @@ token_file = {admin}
 name = "sidecars"
 role = "sidecar"
 token_file = {sidecar}
+
+[[auth.tokens]]
+name = "orders-sidecars"
+role = "sidecar"
+token_file = {orders_sidecar}
+servers = ["orders"]
 {servers}"#,
         store = toml_str(dir.join("store/store.redb").to_string_lossy()),
         engine = token_file(dir, "engine", "engine-token-1"),
         admin = token_file(dir, "admin", "admin-token-1"),
         sidecar = token_file(dir, "sidecar", "sidecar-token-1"),
+        orders_sidecar = token_file(dir, "orders-sidecar", "orders-sidecar-token-1"),
     );
     (text, grpc, http)
 }
@@ -87,11 +97,11 @@ async fn tokens_are_checked_and_roles_enforced() {
     assert_eq!(refusals("engine", "missing_credentials").await, 0.0);
     assert_eq!(refusals("admin", "wrong_role").await, 0.0);
 
-    // The sidecar registers with its token.
+    // The sidecar registers with its token, one bound to `orders`.
     let sidecar_toml = format!(
         "control_plane = {}\ntoken_file = {}\nsidecar_id = \"orders-1\"\ngrace_secs = 2",
         toml_str(&endpoint),
-        toml_str(dir.path().join("sidecar.token").to_string_lossy()),
+        toml_str(dir.path().join("orders-sidecar.token").to_string_lossy()),
     );
     let (_sidecar, _, _) = start_sidecar(
         "sidecar",
@@ -238,6 +248,55 @@ async fn tokens_are_checked_and_roles_enforced() {
     assert_eq!(refusals("sidecar_registry", "wrong_role").await, 1.0);
     // No refusal ever hit the real sidecar.
     assert_eq!(refusals("sidecar_registry", "invalid_token").await, 0.0);
+    assert_eq!(refusals("sidecar_registry", "wrong_server").await, 0.0);
+
+    // A sidecar token bound to `orders` acts for no other server: not to
+    // register, not on the report stream, not to relay an interaction.
+    let bound = "orders-sidecar-token-1";
+    let billing = pb::RegisterRequest {
+        server: "billing".into(),
+        ..register()
+    };
+    let e = registry.register(bearer(billing, bound)).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert_eq!(
+        e.message(),
+        "sidecar credential \"orders-sidecars\" is bound to the servers [\"orders\"]; it may not act for server \"billing\""
+    );
+    let hello = pb::SidecarReport {
+        report: Some(pb::sidecar_report::Report::Hello(pb::Hello {
+            server: "billing".into(),
+            sidecar_id: "intruder".into(),
+        })),
+    };
+    let e = registry
+        .report(bearer(tokio_stream::iter(vec![hello]), bound))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("\"billing\""), "{e:?}");
+    let e = registry
+        .interact(bearer(
+            pb::InteractRequest {
+                server: "billing".into(),
+                ..Default::default()
+            },
+            bound,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert_eq!(refusals("sidecar_registry", "wrong_server").await, 3.0);
+    // The same token still serves its own server: `orders` answers.
+    let resp = engine
+        .call_tool(bearer(
+            call_request("orders__get_order", r#"{"order_id":"O-1001"}"#, ""),
+            "engine-token-1",
+        ))
+        .await
+        .expect("a call to orders, whose sidecar has the bound token")
+        .into_inner();
+    assert!(resp.structured_content_json.contains("O-1001"), "{resp:?}");
 
     // Health needs no token.
     assert_eq!(http_get(&http, "/readyz").await.0, 200);
@@ -306,6 +365,18 @@ async fn bad_auth_settings_exit_64_naming_the_key() {
     assert_eq!(code, Some(64), "{err}");
     assert!(
         err.contains("auth.tokens[2].token_file") && err.contains("empty"),
+        "{err}"
+    );
+    // `servers` on a credential that is not a sidecar's.
+    let (code, err) = run(text.replacen(
+        "role = \"engine\"\n",
+        "role = \"engine\"\nservers = [\"orders\"]\n",
+        1,
+    ))
+    .await;
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("auth.tokens[0].servers") && err.contains("only a credential of role"),
         "{err}"
     );
     // Two entries with one token.

@@ -314,6 +314,13 @@ class Render(unittest.TestCase):
         self.assertIn(f"https://{RELEASE}-orders.{NAMESPACE}.svc:7702", sidecar_c["args"])
         volumes = {v["name"]: v for v in pod["volumes"]}
         self.assertEqual(volumes["tls"]["secret"]["secretName"], "switchyard-sidecar-tls")
+        # orders' sidecar sends its own token, bound to orders; the others
+        # send auth.sidecarToken.
+        self.assertEqual(volumes["auth"]["secret"]["items"], [{"key": "orders-sidecar", "path": "token"}])
+        self.assertIn('name = "orders-sidecar"\nrole = "sidecar"\ntoken_file = "/etc/switchyard/auth/orders-sidecar"\n'
+                      'servers = ["orders"]', config)
+        pod = one("tls", "Deployment", f"{RELEASE}-everything")["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
         self.assertEqual(volumes["auth"]["secret"]["items"], [{"key": "sidecar", "path": "token"}])
         # tls.yaml references its certificates; tls-inline makes the chart create them.
         secrets = {s["metadata"]["name"] for s in find("tls", "Secret")}
@@ -349,6 +356,14 @@ class Render(unittest.TestCase):
             ({"auth": {"mtls": [{"name": "e", "role": "engine"}]}}, "auth.mtls needs tls.clientAuth"),
             ({"auth": {"required": True, "tokens": [{"name": "e", "role": "engine", "value": "t"}]}, "servers": [
                 {"name": "a", "transport": "http", "url": "http://x/mcp"}]}, "auth.sidecarToken"),
+            ({"auth": {"tokens": [{"name": "e", "role": "engine", "value": "t", "servers": ["a"]}]}},
+             "auth.tokens e: servers is only for a token of role sidecar"),
+            ({"auth": {"tokens": [{"name": "s", "role": "sidecar", "value": "t", "servers": ["b"]}]}, "servers": [
+                {"name": "a", "transport": "http", "url": "http://x/mcp", "sidecarToken": "s"}]},
+             'servers a: its sidecar token "s" is bound to the servers [b], not to a'),
+            ({"auth": {"tokens": [{"name": "e", "role": "engine", "value": "t"}]}, "servers": [
+                {"name": "a", "transport": "http", "url": "http://x/mcp", "sidecarToken": "e"}]},
+             'servers a: sidecarToken "e" must name an auth.tokens entry with role sidecar'),
         ]
         for values, message in cases:
             with self.subTest(values=values):

@@ -9,11 +9,14 @@
 //! report stream carries `adopt` messages for the tasks a sidecar is to
 //! poll ([`crate::background`]). A sidecar that reports the state
 //! `draining` (it got SIGTERM) keeps its registration until its stream
-//! ends, but gets no new calls ([`crate::routing`]).
+//! ends, but gets no new calls ([`crate::routing`]). A sidecar credential
+//! bound to servers (`[[auth.tokens]] servers`) is refused PERMISSION_DENIED
+//! on every RPC here that names another server.
 
 use crate::ControlPlane;
 use crate::api::admin::spec_to_pb;
 use crate::api::engine::registry_status;
+use crate::auth::check_server;
 use crate::model::{SidecarRecord, now_ms, sidecar_key};
 use crate::routing::DRAINING;
 use crate::state::Change;
@@ -57,6 +60,12 @@ impl SidecarRegistry for SidecarApi {
         &self,
         req: Request<pb::UpdateBackgroundCallRequest>,
     ) -> Result<Response<pb::BackgroundCall>, Status> {
+        let server = req.get_ref().call.as_ref().map(|c| c.server.clone());
+        check_server(
+            &req,
+            &self.cp.metrics,
+            server.as_deref().unwrap_or_default(),
+        )?;
         let call = req
             .into_inner()
             .call
@@ -78,6 +87,7 @@ impl SidecarRegistry for SidecarApi {
         &self,
         req: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
+        check_server(&req, &self.cp.metrics, &req.get_ref().server)?;
         let r = req.into_inner();
         if r.sidecar_id.is_empty()
             || r.sidecar_id.len() > 256
@@ -135,6 +145,7 @@ impl SidecarRegistry for SidecarApi {
         &self,
         req: Request<pb::InteractRequest>,
     ) -> Result<Response<pb::InteractResponse>, Status> {
+        check_server(&req, &self.cp.metrics, &req.get_ref().server)?;
         let r = req.into_inner();
         let request = crate::interactions::InteractRequest {
             interaction_id: r.interaction_id,
@@ -155,6 +166,7 @@ impl SidecarRegistry for SidecarApi {
         &self,
         req: Request<pb::CompleteInteractionRequest>,
     ) -> Result<Response<pb::CompleteInteractionResponse>, Status> {
+        check_server(&req, &self.cp.metrics, &req.get_ref().server)?;
         let r = req.into_inner();
         let found = self
             .cp
@@ -170,6 +182,7 @@ impl SidecarRegistry for SidecarApi {
         &self,
         req: Request<Streaming<pb::SidecarReport>>,
     ) -> Result<Response<ControlStream>, Status> {
+        let caller = req.extensions().get::<crate::auth::Caller>().cloned();
         let mut inbound = req.into_inner();
         let Some(first) = inbound.message().await? else {
             return Err(Status::invalid_argument("report stream: empty"));
@@ -179,6 +192,12 @@ impl SidecarRegistry for SidecarApi {
                 "report stream: the first message must be hello",
             ));
         };
+        // The hello names the server every later report is about.
+        let mut hello_req = Request::new(());
+        if let Some(c) = caller {
+            hello_req.extensions_mut().insert(c);
+        }
+        check_server(&hello_req, &self.cp.metrics, &hello.server)?;
         let key = sidecar_key(&hello.server, &hello.sidecar_id);
         let kv = self
             .cp

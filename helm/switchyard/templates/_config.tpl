@@ -60,12 +60,18 @@ required = {{ .Values.auth.required }}
 name = {{ .name | toJson }}
 role = {{ .role | toJson }}
 token_file = {{ printf "%s/%s" (include "switchyard.authDir" $) .name | toJson }}
+{{- with .servers }}
+servers = {{ . | toJson }}
+{{- end }}
 {{- end }}
 {{- range .Values.auth.mtls }}
 
 [[auth.mtls]]
 name = {{ .name | toJson }}
 role = {{ .role | toJson }}
+{{- with .servers }}
+servers = {{ . | toJson }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- range .Values.servers }}
@@ -104,7 +110,7 @@ tls_key_file = {{ printf "%s/tls.key" $dir | toJson }}
 client_ca_file = {{ printf "%s/ca.crt" $dir | toJson }}
 {{- end }}
 {{- end }}
-{{- if $v.auth.sidecarToken }}
+{{- if include "switchyard.sidecarToken" . }}
 token_file = {{ printf "%s/token" (include "switchyard.authDir" $root) | toJson }}
 {{- end }}
 {{- end -}}

@@ -174,8 +174,35 @@ max_message_bytes = {{ int64 .maxMessageBytes }}
 {{- if and .Values.tls.clientAuth (not .Values.tls.enabled) -}}
 {{- fail "tls.clientAuth needs tls.enabled" -}}
 {{- end -}}
-{{- if and .Values.auth.required (not .Values.auth.sidecarToken) (not .Values.tls.clientAuth) .Values.servers -}}
-{{- fail "auth.required with servers needs auth.sidecarToken (a token with role sidecar) or tls.clientAuth with an auth.mtls entry for the sidecars" -}}
+{{- range $s := .Values.servers -}}
+{{- if and $.Values.auth.required (not (include "switchyard.sidecarToken" (dict "root" $ "server" $s))) (not $.Values.tls.clientAuth) -}}
+{{- fail "auth.required with servers needs auth.sidecarToken (a token with role sidecar; or servers[].sidecarToken for each server) or tls.clientAuth with an auth.mtls entry for the sidecars" -}}
+{{- end -}}
+{{- with $s.sidecarToken -}}
+{{- $entry := dict -}}
+{{- range $.Values.auth.tokens -}}
+{{- if and (eq .name $s.sidecarToken) (eq .role "sidecar") -}}{{- $entry = . -}}{{- end -}}
+{{- end -}}
+{{- if not $entry -}}
+{{- fail (printf "servers %s: sidecarToken %q must name an auth.tokens entry with role sidecar" $s.name $s.sidecarToken) -}}
+{{- end -}}
+{{- end -}}
+{{- $token := include "switchyard.sidecarToken" (dict "root" $ "server" $s) -}}
+{{- range $.Values.auth.tokens -}}
+{{- if and (eq .name $token) .servers (not (has $s.name .servers)) -}}
+{{- fail (printf "servers %s: its sidecar token %q is bound to the servers %v, not to %s" $s.name $token .servers $s.name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.auth.tokens -}}
+{{- if and .servers (ne .role "sidecar") -}}
+{{- fail (printf "auth.tokens %s: servers is only for a token of role sidecar" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.auth.mtls -}}
+{{- if and .servers (ne .role "sidecar") -}}
+{{- fail (printf "auth.mtls %s: servers is only for a certificate of role sidecar" .name) -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.auth.mtls (not .Values.tls.clientAuth) -}}
 {{- fail "auth.mtls needs tls.clientAuth: client certificates must be verified before their names are trusted" -}}
@@ -219,4 +246,12 @@ max_message_bytes = {{ int64 .maxMessageBytes }}
 {{- fail (printf "servers %q: an http server needs image (its container) or url" .name) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The auth.tokens entry a server's sidecar sends: its servers[].sidecarToken,
+else auth.sidecarToken; empty for none. Call with (dict "root" $ "server" $s).
+*/}}
+{{- define "switchyard.sidecarToken" -}}
+{{- .server.sidecarToken | default .root.Values.auth.sidecarToken -}}
 {{- end -}}
