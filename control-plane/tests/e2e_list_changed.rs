@@ -2,88 +2,119 @@
 //! `notifications/tools/list_changed`, re-lists after its coalescing
 //! window, the control plane updates the catalogue, and engines see the new
 //! tool appear and, once removed, calling it gives "tool not found" naming
-//! the tool.
+//! the tool. In each era and transport the reference server has:
+//! 2025-11-25 over stdio (the notification comes on the connection) and
+//! over Streamable HTTP, and 2026-07-28 over stdio and over Streamable HTTP,
+//! where the server sends it only on a `subscriptions/listen` stream that
+//! opted in to `toolsListChanged`, which the sidecar keeps open.
 
 mod common;
 
 use common::*;
 use std::time::Duration;
 use switchyard_proto::v1 as pb;
+use switchyard_proto::v1::engine_service_client::EngineServiceClient;
+use tonic::transport::Channel;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_removed_by_the_server_is_not_found() {
     let _heavy = HEAVY.lock().await;
     let gw = Gateway::start(StoreKind::Embedded, 10).await;
     let reference = switchyard_test_support::reference_server_bin();
+    let http_server = |era: &str| {
+        let mut cmd = tokio::process::Command::new(&reference);
+        cmd.args(["--http", "127.0.0.1:0", "--stage-a", "--era", era]);
+        switchyard_test_support::start_http_server(cmd, "/mcp")
+    };
+    let modern_http = http_server("2026-07-28").await;
+    let legacy_http = http_server("2025-11-25").await;
     gw.engine().await; // the control plane is up
     let mut admin = gw.admin().await;
-    admin
-        .add_server(pb::AddServerRequest {
-            spec: Some(pb::ServerSpec {
-                name: "stagea".into(),
-                transport: pb::Transport::Stdio as i32,
-                command: reference.to_string_lossy().into_owned(),
-                args: vec!["--stage-a".into(), "--era".into(), "2025-11-25".into()],
-                ..Default::default()
-            }),
-        })
-        .await
-        .expect("add the stage A server");
-    gw.wait_servers_up(&["stagea"], LIMIT).await;
-    let mut engine = gw.engine().await;
-    assert!(
-        !tool_names(&mut engine, "")
+    let stdio = |name: &str, era: &str| pb::ServerSpec {
+        name: name.into(),
+        transport: pb::Transport::Stdio as i32,
+        command: reference.to_string_lossy().into_owned(),
+        args: vec!["--stage-a".into(), "--era".into(), era.into()],
+        ..Default::default()
+    };
+    let http = |name: &str, url: &str| pb::ServerSpec {
+        name: name.into(),
+        transport: pb::Transport::Http as i32,
+        url: url.into(),
+        ..Default::default()
+    };
+    let specs = [
+        stdio("legacy", "2025-11-25"),
+        stdio("modern", "2026-07-28"),
+        http("modernhttp", &modern_http.url),
+        http("legacyhttp", &legacy_http.url),
+    ];
+    for spec in specs {
+        admin
+            .add_server(pb::AddServerRequest { spec: Some(spec) })
             .await
-            .contains(&"stagea__extra_tool".to_owned())
-    );
+            .expect("add a stage A server");
+    }
+    let servers = ["legacy", "modern", "modernhttp", "legacyhttp"];
+    gw.wait_servers_up(&servers, LIMIT).await;
+    let mut engine = gw.engine().await;
+    for server in servers {
+        appears_then_is_not_found(&mut engine, server).await;
+    }
+    gw.stop().await;
+}
 
-    let toggle = || call_request("stagea__toggle_extra_tool", "{}", "");
+/// Toggles `SERVER__extra_tool` on and off through the server's own tool,
+/// and follows the engine's tool list.
+async fn appears_then_is_not_found(engine: &mut EngineServiceClient<Channel>, server: &str) {
+    let extra = format!("{server}__extra_tool");
+    assert!(
+        !tool_names(engine, "").await.contains(&extra),
+        "{extra} listed before it was added"
+    );
+    let toggle = || call_request(&format!("{server}__toggle_extra_tool"), "{}", "");
     engine.call_tool(toggle()).await.expect("toggle on");
-    eventually("extra_tool appears", Duration::from_secs(15), || {
-        let mut engine = engine.clone();
-        async move {
-            if tool_names(&mut engine, "")
-                .await
-                .contains(&"stagea__extra_tool".to_owned())
-            {
-                Ok(())
-            } else {
-                Err("not listed yet".to_owned())
+    let watcher = engine.clone();
+    let listed = |want: bool| {
+        let engine = watcher.clone();
+        let extra = extra.clone();
+        move || {
+            let mut engine = engine.clone();
+            let extra = extra.clone();
+            async move {
+                if tool_names(&mut engine, "").await.contains(&extra) == want {
+                    Ok(())
+                } else {
+                    Err(format!("{extra} listed: {}", !want))
+                }
             }
         }
-    })
+    };
+    eventually(
+        &format!("{extra} appears"),
+        Duration::from_secs(15),
+        listed(true),
+    )
     .await;
     let r = engine
-        .call_tool(call_request("stagea__extra_tool", "{}", ""))
+        .call_tool(call_request(&extra, "{}", ""))
         .await
         .expect("the new tool is callable")
         .into_inner();
     assert!(!r.is_error, "{}", r.result_json);
 
     engine.call_tool(toggle()).await.expect("toggle off");
-    eventually("extra_tool disappears", Duration::from_secs(15), || {
-        let mut engine = engine.clone();
-        async move {
-            if tool_names(&mut engine, "")
-                .await
-                .contains(&"stagea__extra_tool".to_owned())
-            {
-                Err("still listed".to_owned())
-            } else {
-                Ok(())
-            }
-        }
-    })
+    eventually(
+        &format!("{extra} disappears"),
+        Duration::from_secs(15),
+        listed(false),
+    )
     .await;
     let status = engine
-        .call_tool(call_request("stagea__extra_tool", "{}", ""))
+        .call_tool(call_request(&extra, "{}", ""))
         .await
         .expect_err("a removed tool");
     assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
     assert!(status.message().contains("tool not found"), "{status:?}");
-    assert!(
-        status.message().contains("stagea__extra_tool"),
-        "{status:?}"
-    );
-    gw.stop().await;
+    assert!(status.message().contains(&extra), "{status:?}");
 }

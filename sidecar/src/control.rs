@@ -8,7 +8,9 @@
 //! - [`watch_upstream`] follows the upstream session: it keeps it connected,
 //!   re-lists tools after each connection and after list changes
 //!   (coalesced, see [`crate::catalogue`]: at most one re-list per window),
-//!   compiles the tools' output schemas into the shared [`Catalogue`], and
+//!   compiles the tools' output schemas into the shared [`Catalogue`],
+//!   keeps a 2026-07-28 `subscriptions/listen` stream open for the list
+//!   changes when the server declares `tools.listChanged`, and
 //!   publishes the latest [`UpstreamStatus`] and [`CatalogueSnapshot`] on
 //!   watch channels (an [`UpstreamView`]). It does not depend on the control
 //!   plane, so a catalogue is ready as soon as a stream opens.
@@ -31,7 +33,7 @@ use crate::catalogue::{Catalogue, Coalescer, DEFAULT_LIST_CHANGED_WINDOW};
 use crate::elicitation::{CallContext, Interaction, InteractionHandler};
 use crate::http_endpoints::Health;
 use crate::tls::{AuthChannel, BearerToken};
-use crate::upstream::{Link, Upstream, UpstreamError};
+use crate::upstream::{Era, Link, Upstream, UpstreamError};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -41,8 +43,9 @@ use switchyard_proto::v1::{
     CatalogueSnapshot, CompleteInteractionRequest, Hello, InteractRequest, RegisterRequest,
     SidecarReport, UpstreamStatus, control_message, sidecar_report,
 };
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 /// First delay between registration attempts.
@@ -209,6 +212,7 @@ pub fn watch_upstream_with(
             seen_connections: 0,
             compiled,
             coalescer: Coalescer::new(window),
+            listener: None,
         }
         .run(),
     );
@@ -229,6 +233,89 @@ struct UpstreamWatcher {
     seen_connections: u64,
     compiled: Catalogue,
     coalescer: Coalescer,
+    /// The `subscriptions/listen` keeper of the current 2026-07-28
+    /// connection, and where it says it reopened the stream (so changes
+    /// missed meanwhile are caught by a re-list).
+    listener: Option<(AbortOnDropHandle<()>, mpsc::UnboundedReceiver<()>)>,
+}
+
+/// The longest one `subscriptions/listen` request is held open before it
+/// is cancelled and reopened (a guard against a stream that went quiet
+/// without closing).
+pub const LISTEN_LIMIT: Duration = Duration::from_secs(3600);
+/// First and largest delay before reopening a `subscriptions/listen`
+/// stream that failed.
+const LISTEN_BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30));
+
+/// Keeps a `subscriptions/listen` request open for
+/// `notifications/tools/list_changed` (2026-07-28,
+/// basic/utilities/subscriptions: a server sends notifications only on
+/// such a stream, and only the kinds the client opted in to) while the
+/// connection it started on is up: a stream the server ends, or that
+/// fails, is reopened (after 1 s, doubling to 30 s while it keeps
+/// failing), and each reopening is signalled on `reopened`. A server
+/// that answers -32601 (no subscriptions) is not asked again on this
+/// connection.
+async fn keep_listening(
+    upstream: Upstream,
+    mut link: watch::Receiver<Link>,
+    reopened: mpsc::UnboundedSender<()>,
+) {
+    let server = upstream.name().to_owned();
+    let generation = link.borrow().connections;
+    let mut backoff = LISTEN_BACKOFF.0;
+    let mut first = true;
+    loop {
+        {
+            let l = link.borrow_and_update();
+            if !l.connected || l.connections != generation {
+                return;
+            }
+        }
+        if !first {
+            let _ = reopened.send(());
+        }
+        first = false;
+        let opened = tokio::time::Instant::now();
+        let listen = upstream.listen(json!({"toolsListChanged": true}), LISTEN_LIMIT);
+        tokio::pin!(listen);
+        let ended = loop {
+            tokio::select! {
+                r = &mut listen => break r,
+                changed = link.changed() => {
+                    // The connection went away: its requests end with it.
+                    if changed.is_err() {
+                        return;
+                    }
+                    let l = link.borrow_and_update();
+                    if !l.connected || l.connections != generation {
+                        return;
+                    }
+                }
+            }
+        };
+        if opened.elapsed() > LISTEN_BACKOFF.1 {
+            backoff = LISTEN_BACKOFF.0;
+        }
+        match ended {
+            Ok(_) => {
+                tracing::info!(%server, "the server ended its subscriptions/listen stream; reopening");
+            }
+            Err(UpstreamError::Rpc { code: -32601, .. }) => {
+                tracing::info!(%server, "the server has no subscriptions/listen; tool list changes are heard only when it sends them on a response");
+                return;
+            }
+            Err(UpstreamError::Timeout { .. }) => {
+                tracing::debug!(%server, "subscriptions/listen held for its whole limit; reopening");
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(%server, error = %e, retry_in_ms = backoff.as_millis() as u64, "subscriptions/listen failed; reopening");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(LISTEN_BACKOFF.1);
+    }
 }
 
 type ConnectFuture = BoxFuture<'static, Result<(), UpstreamError>>;
@@ -292,6 +379,10 @@ impl UpstreamWatcher {
                 () = async { tokio::time::sleep_until(self.coalescer.deadline().expect("guarded")).await }, if self.coalescer.deadline().is_some() => {
                     self.refresh().await;
                 }
+                Some(()) = async { self.listener.as_mut().expect("guarded").1.recv().await }, if self.listener.is_some() => {
+                    // Changes may have been sent while no stream was open.
+                    self.coalescer.notified(tokio::time::Instant::now());
+                }
             }
         }
     }
@@ -301,14 +392,38 @@ impl UpstreamWatcher {
             if link.connections != self.seen_connections {
                 self.seen_connections = link.connections;
                 self.set_status("connected", String::new());
+                self.listen();
                 self.refresh().await;
             }
         } else {
+            self.listener = None;
             self.catalogue.send_if_modified(|c| c.take().is_some());
             if let Some(e) = link.last_error {
                 self.set_status("down", e);
             }
         }
+    }
+
+    /// Starts keeping a `subscriptions/listen` stream open on the new
+    /// connection when it is 2026-07-28 and the server declares
+    /// `tools.listChanged` (the previous connection's keeper is dropped,
+    /// which stops it).
+    fn listen(&mut self) {
+        self.listener = None;
+        let Some(negotiated) = self.upstream.negotiated() else {
+            return;
+        };
+        let list_changed = negotiated.capabilities["tools"]["listChanged"] == Value::Bool(true);
+        if negotiated.era != Era::Modern || !list_changed {
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(keep_listening(
+            self.upstream.clone(),
+            self.upstream.link(),
+            tx,
+        ));
+        self.listener = Some((AbortOnDropHandle::new(task), rx));
     }
 
     fn set_status(&self, state: &str, last_error: String) {

@@ -260,10 +260,20 @@ impl Connection {
         method: &str,
         params: Option<Value>,
     ) -> Result<Value, UpstreamError> {
-        let (params, headers) = self.decorate(method, params);
-        self.transport
-            .call(method, params, &headers, self.config.request_timeout)
+        self.request_within(method, params, self.config.request_timeout)
             .await
+    }
+
+    /// [`Connection::request`] with its own time limit instead of the
+    /// server's `request_timeout` (a long-lived `subscriptions/listen`).
+    pub async fn request_within(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        limit: Duration,
+    ) -> Result<Value, UpstreamError> {
+        let (params, headers) = self.decorate(method, params);
+        self.transport.call(method, params, &headers, limit).await
     }
 
     fn decorate(&self, method: &str, params: Option<Value>) -> (Option<Value>, ExtraHeaders) {

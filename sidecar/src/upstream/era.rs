@@ -312,9 +312,10 @@ async fn initialize(
             &legacy_headers(&version),
         )
         .await?;
-    if config.interactive {
-        // Server requests not tied to one of ours arrive on the standalone
-        // stream (a no-op for stdio).
+    let list_changed = result["capabilities"]["tools"]["listChanged"] == Value::Bool(true);
+    if config.interactive || list_changed {
+        // Server requests not tied to one of ours, and list changes, arrive
+        // on the standalone stream (a no-op for stdio).
         transport.listen(&version);
     }
     Ok(Negotiated {

@@ -312,6 +312,34 @@ impl Upstream {
         .await
     }
 
+    /// Holds a 2026-07-28 `subscriptions/listen` request open on the
+    /// current connection (basic/utilities/subscriptions): `filter` is the
+    /// `notifications` object, e.g. `{"toolsListChanged": true}`. The
+    /// server's notifications on it reach [`Upstream::subscribe`] like any
+    /// other. Returns the `result` the server ends the subscription with
+    /// (it does so only when it stops listening, e.g. on shutdown), or the
+    /// error that ended it: the connection closing, or a JSON-RPC error
+    /// (-32601 from a server without subscriptions). Waits at most
+    /// `limit`. Never opens a connection: without a live one it fails at
+    /// once with [`UpstreamError::NoResponse`]. Dropping the future cancels
+    /// the request upstream.
+    pub async fn listen(&self, filter: Value, limit: Duration) -> Result<Value, UpstreamError> {
+        let Some(conn) = self.ready_connection() else {
+            return Err(UpstreamError::NoResponse {
+                server: self.name().to_owned(),
+                method: "subscriptions/listen".into(),
+                detail: "the server is not connected".into(),
+            });
+        };
+        conn.request_within(
+            "subscriptions/listen",
+            Some(serde_json::json!({ "notifications": filter })),
+            limit,
+        )
+        .instrument(self.inner.span.clone())
+        .await
+    }
+
     /// Every tool definition, exactly as the server sent them, following
     /// every `nextCursor`. A server without the tools capability has none.
     pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
