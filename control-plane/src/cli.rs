@@ -1215,11 +1215,15 @@ fn session_json(s: &pb::Session) -> Value {
         Ok(pb::PermissionMode::ReadOnly) => "read_only",
         _ => "ask",
     };
-    json!({
+    let mut v = json!({
         "id": s.id, "enabledServers": s.enabled_servers, "permissionMode": mode,
         "roots": s.roots.iter().map(|r| json!({"uri": r.uri, "name": r.name})).collect::<Vec<_>>(),
         "createdAtMs": s.created_at_ms, "updatedAtMs": s.updated_at_ms,
-    })
+    });
+    if !s.owner.is_empty() {
+        v["owner"] = json!(s.owner);
+    }
+    v
 }
 
 async fn sessions(ep: &str, cmd: SessionsCommand) -> Result<(), Failure> {

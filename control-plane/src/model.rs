@@ -267,12 +267,30 @@ pub struct SessionRecord {
     pub created_at_ms: i64,
     /// Updated, ms since the epoch.
     pub updated_at_ms: i64,
+    /// The name of the authenticated caller that created it
+    /// (`[[auth.tokens]] name`, or the matched certificate name); empty
+    /// when an anonymous caller did.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
 }
 
 impl SessionRecord {
     /// Whether the session may use `server`.
     pub fn enables(&self, server: &str) -> bool {
         self.enabled_servers.is_empty() || self.enabled_servers.iter().any(|s| s == server)
+    }
+
+    /// Whether `caller` may see and use this session: anonymous callers
+    /// (allowed only while `[auth] required` is false) and admins may use
+    /// any session; an engine may use the sessions it created, and those
+    /// an anonymous caller created.
+    pub fn usable_by(&self, caller: Option<&crate::auth::Caller>) -> bool {
+        match caller {
+            None => true,
+            Some(c) => {
+                c.role == crate::auth::Role::Admin || self.owner.is_empty() || self.owner == c.name
+            }
+        }
     }
 }
 
@@ -282,4 +300,45 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::{Caller, Role};
+
+    fn caller(name: &str, role: Role) -> Caller {
+        Caller {
+            name: name.into(),
+            role,
+            method: "token",
+            servers: vec![],
+        }
+    }
+
+    #[test]
+    fn a_session_is_usable_by_its_owner_admins_and_anonymous_callers() {
+        let session = |owner: &str| SessionRecord {
+            id: "s".into(),
+            enabled_servers: vec![],
+            permission_mode: PermissionMode::Ask,
+            roots: vec![],
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            owner: owner.into(),
+        };
+        let owned = session("engine-a");
+        assert!(owned.usable_by(Some(&caller("engine-a", Role::Engine))));
+        assert!(!owned.usable_by(Some(&caller("engine-b", Role::Engine))));
+        assert!(owned.usable_by(Some(&caller("ops", Role::Admin))));
+        assert!(owned.usable_by(None));
+        // Created by an anonymous caller: anyone's.
+        assert!(session("").usable_by(Some(&caller("engine-b", Role::Engine))));
+        // The owner is stored only when there is one.
+        let text = serde_json::to_string(&session("")).unwrap();
+        assert!(!text.contains("owner"), "{text}");
+        let back: SessionRecord =
+            serde_json::from_str(&serde_json::to_string(&owned).unwrap()).unwrap();
+        assert_eq!(back.owner, "engine-a");
+    }
 }

@@ -6,7 +6,10 @@
 //! Covered: no token → UNAUTHENTICATED naming what is missing; a wrong
 //! token → UNAUTHENTICATED; the engine token works on EngineService (a call
 //! end to end) and is PERMISSION_DENIED on AdminService; the admin token
-//! works on both; the sidecar token only on SidecarRegistry; each refusal
+//! works on both; a session belongs to the engine that created it
+//! (another engine gets NOT_FOUND on every RPC naming it and does not see
+//! it listed; admins see it with its `owner`); the sidecar token only on
+//! SidecarRegistry; each refusal
 //! is counted in `switchyard_control_plane_auth_refusals_total` on
 //! `/metrics` (which, like `/readyz`, needs no token); the CLI's
 //! `--token-file` and `SWITCHYARD_TOKEN`; a sidecar token bound to a server
@@ -55,6 +58,11 @@ role = "engine"
 token_file = {engine}
 
 [[auth.tokens]]
+name = "engine-b"
+role = "engine"
+token_file = {engine_b}
+
+[[auth.tokens]]
 name = "ops"
 role = "admin"
 token_file = {admin}
@@ -72,6 +80,7 @@ servers = ["orders"]
 {servers}"#,
         store = toml_str(dir.join("store/store.redb").to_string_lossy()),
         engine = token_file(dir, "engine", "engine-token-1"),
+        engine_b = token_file(dir, "engine-b", "engine-b-token-1"),
         admin = token_file(dir, "admin", "admin-token-1"),
         sidecar = token_file(dir, "sidecar", "sidecar-token-1"),
         orders_sidecar = token_file(dir, "orders-sidecar", "orders-sidecar-token-1"),
@@ -220,6 +229,215 @@ async fn tokens_are_checked_and_roles_enforced() {
         .await
         .expect("CreateSession with the admin token");
 
+    // Sessions belong to the engine that created them: another engine
+    // cannot see or use them (NOT_FOUND, as for no session at all); the
+    // owner and admins can.
+    fn a<T>(m: T) -> tonic::Request<T> {
+        bearer(m, "engine-token-1")
+    }
+    fn b<T>(m: T) -> tonic::Request<T> {
+        bearer(m, "engine-b-token-1")
+    }
+    let mine = engine
+        .create_session(a(pb::CreateSessionRequest {
+            enabled_servers: vec!["orders".into()],
+            permission_mode: pb::PermissionMode::Auto as i32,
+            roots: vec![],
+        }))
+        .await
+        .expect("CreateSession as engine-a")
+        .into_inner();
+    assert_eq!(mine.owner, "engine-a");
+    let sid = mine.id.clone();
+    let not_found = |e: tonic::Status| {
+        assert_eq!(e.code(), Code::NotFound, "{e:?}");
+        assert_eq!(e.message(), format!("session {sid:?} not found"), "{e:?}");
+    };
+    let get = |id: &str| pb::GetSessionRequest {
+        session_id: id.into(),
+    };
+    not_found(engine.get_session(b(get(&sid))).await.unwrap_err());
+    not_found(
+        engine
+            .update_session(b(pb::UpdateSessionRequest {
+                session_id: sid.clone(),
+                ..Default::default()
+            }))
+            .await
+            .unwrap_err(),
+    );
+    not_found(
+        engine
+            .call_tool(b(call_request(
+                "orders__get_order",
+                r#"{"order_id":"O-1001"}"#,
+                &sid,
+            )))
+            .await
+            .unwrap_err(),
+    );
+    not_found(
+        engine
+            .list_tools(b(pb::ListToolsRequest {
+                session_id: sid.clone(),
+            }))
+            .await
+            .unwrap_err(),
+    );
+    not_found(
+        engine
+            .subscribe_events(b(pb::SubscribeEventsRequest {
+                session_id: sid.clone(),
+                ..Default::default()
+            }))
+            .await
+            .unwrap_err(),
+    );
+    not_found(
+        engine
+            .list_interactions(b(pb::ListInteractionsRequest {
+                session_id: sid.clone(),
+                ..Default::default()
+            }))
+            .await
+            .unwrap_err(),
+    );
+    not_found(
+        engine
+            .cancel_call(b(pb::CancelCallRequest {
+                session_id: sid.clone(),
+                call_id: "c-1".into(),
+            }))
+            .await
+            .unwrap_err(),
+    );
+    not_found(
+        engine
+            .delete_session(b(pb::DeleteSessionRequest {
+                session_id: sid.clone(),
+            }))
+            .await
+            .unwrap_err(),
+    );
+    let listed = |resp: pb::ListSessionsResponse| -> Vec<(String, String)> {
+        resp.sessions.into_iter().map(|s| (s.id, s.owner)).collect()
+    };
+    let of_b = listed(
+        engine
+            .list_sessions(b(pb::ListSessionsRequest {}))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert!(!of_b.iter().any(|(id, _)| *id == sid), "{of_b:?}");
+    let of_a = listed(
+        engine
+            .list_sessions(a(pb::ListSessionsRequest {}))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert!(of_a.contains(&(sid.clone(), "engine-a".into())), "{of_a:?}");
+    let of_admin = listed(
+        engine
+            .list_sessions(bearer(pb::ListSessionsRequest {}, "admin-token-1"))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert!(
+        of_admin.contains(&(sid.clone(), "engine-a".into())),
+        "{of_admin:?}"
+    );
+    // The owner calls in its session; the session is still there.
+    let resp = engine
+        .call_tool(a(call_request(
+            "orders__get_order",
+            r#"{"order_id":"O-1001"}"#,
+            &sid,
+        )))
+        .await
+        .expect("a call in its own session")
+        .into_inner();
+    assert!(resp.structured_content_json.contains("O-1001"), "{resp:?}");
+    engine
+        .get_session(bearer(get(&sid), "admin-token-1"))
+        .await
+        .expect("admins see every session");
+    // Its background calls too: `list_orders` moves to the background at
+    // once, in engine-a's session.
+    admin
+        .set_tool_policy(bearer(
+            pb::SetToolPolicyRequest {
+                server: "orders".into(),
+                tool: "list_orders".into(),
+                policy: "default".into(),
+                background: "always".into(),
+            },
+            "admin-token-1",
+        ))
+        .await
+        .expect("background: always");
+    let moved = engine
+        .call_tool(a(call_request("orders__list_orders", "{}", &sid)))
+        .await
+        .expect("a call that moves to the background")
+        .into_inner()
+        .background
+        .expect("moved to the background");
+    let listed_by = |token: &'static str| {
+        let mut engine = engine.clone();
+        async move {
+            engine
+                .list_background_calls(bearer(
+                    pb::ListBackgroundCallsRequest {
+                        include_finished: true,
+                        ..Default::default()
+                    },
+                    token,
+                ))
+                .await
+                .unwrap()
+                .into_inner()
+                .calls
+                .into_iter()
+                .map(|c| c.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(listed_by("engine-token-1").await.contains(&moved.id));
+    assert!(listed_by("admin-token-1").await.contains(&moved.id));
+    assert!(!listed_by("engine-b-token-1").await.contains(&moved.id));
+    let by_id = |id: &str| pb::GetBackgroundCallRequest {
+        id: id.into(),
+        session_id: String::new(),
+    };
+    let e = engine
+        .get_background_call(b(by_id(&moved.id)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = engine
+        .cancel_background_call(b(pb::CancelBackgroundCallRequest {
+            id: moved.id.clone(),
+            session_id: String::new(),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = engine
+        .list_background_calls(b(pb::ListBackgroundCallsRequest {
+            session_id: sid.clone(),
+            include_finished: true,
+        }))
+        .await
+        .unwrap_err();
+    not_found(e);
+    engine
+        .get_background_call(a(by_id(&moved.id)))
+        .await
+        .expect("the owner sees its background call");
+
     // The sidecar token only opens the sidecar registry.
     let e = engine
         .list_tools(bearer(pb::ListToolsRequest::default(), "sidecar-token-1"))
@@ -348,7 +566,7 @@ async fn bad_auth_settings_exit_64_naming_the_key() {
     let (code, err) = run(text.replacen("role = \"admin\"", "role = \"operator\"", 1)).await;
     assert_eq!(code, Some(64), "{err}");
     assert!(
-        err.contains("auth.tokens[1].role") && err.contains("operator") && err.contains("cp.toml"),
+        err.contains("auth.tokens[2].role") && err.contains("operator") && err.contains("cp.toml"),
         "{err}"
     );
     // A token file that is not there.
@@ -356,7 +574,7 @@ async fn bad_auth_settings_exit_64_naming_the_key() {
     let (code, err) = run(text.clone()).await;
     assert_eq!(code, Some(64), "{err}");
     assert!(
-        err.contains("auth.tokens[2].token_file") && err.contains("sidecar.token"),
+        err.contains("auth.tokens[3].token_file") && err.contains("sidecar.token"),
         "{err}"
     );
     // An empty token file.
@@ -364,7 +582,7 @@ async fn bad_auth_settings_exit_64_naming_the_key() {
     let (code, err) = run(text.clone()).await;
     assert_eq!(code, Some(64), "{err}");
     assert!(
-        err.contains("auth.tokens[2].token_file") && err.contains("empty"),
+        err.contains("auth.tokens[3].token_file") && err.contains("empty"),
         "{err}"
     );
     // `servers` on a credential that is not a sidecar's.

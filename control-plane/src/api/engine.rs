@@ -6,6 +6,7 @@
 
 use crate::ControlPlane;
 use crate::audit::{AuditHints, ToolCallAudit};
+use crate::auth::Caller;
 use crate::interactions::ApprovalOutcome;
 use crate::interactions::{InteractionRecord, Status as InteractionStatus, pb_to_json};
 use crate::model::{self, PermissionMode, RootRecord, SessionRecord, ToolPolicy};
@@ -36,13 +37,44 @@ impl EngineApi {
         EngineApi { cp }
     }
 
-    async fn session(&self, id: &str) -> Result<SessionRecord, Status> {
-        if let Some(s) = self.cp.state.snapshot().sessions.get(id) {
-            return Ok(s.clone());
+    /// The session `id`, if `caller` may use it
+    /// ([`SessionRecord::usable_by`]); NOT_FOUND otherwise, as for a
+    /// session that does not exist (another caller's sessions are not
+    /// revealed).
+    async fn session(&self, id: &str, caller: Option<&Caller>) -> Result<SessionRecord, Status> {
+        let session = match self.cp.state.snapshot().sessions.get(id) {
+            Some(s) => s.clone(),
+            // Boxed: the read-through is rare, and its future would otherwise
+            // make every call's future (moved on each spawn) much larger.
+            None => Box::pin(self.read_session(id)).await?,
+        };
+        if session.usable_by(caller) {
+            Ok(session)
+        } else {
+            Err(Status::not_found(format!("session {id:?} not found")))
         }
-        // Boxed: the read-through is rare, and its future would otherwise
-        // make every call's future (moved on each spawn) much larger.
-        Box::pin(self.read_session(id)).await
+    }
+
+    /// NOT_FOUND unless `caller` may use session `id` (nothing to check
+    /// for an empty id: no session).
+    async fn check_session(&self, id: &str, caller: Option<&Caller>) -> Result<(), Status> {
+        if id.is_empty() || caller.is_none() {
+            return Ok(());
+        }
+        self.session(id, caller).await.map(|_| ())
+    }
+
+    /// Whether `caller` may see a record of session `id` in a listing:
+    /// records without a session are not scoped; those of a session that
+    /// is gone are shown to anonymous callers and admins only.
+    fn sees_session(&self, id: &str, caller: Option<&Caller>, snap: &Snapshot) -> bool {
+        if id.is_empty() || caller.is_none() {
+            return true;
+        }
+        match snap.sessions.get(id) {
+            Some(s) => s.usable_by(caller),
+            None => caller.is_some_and(|c| c.role == crate::auth::Role::Admin),
+        }
     }
 
     /// A session created on another replica a moment ago: read through.
@@ -140,6 +172,7 @@ pub fn session_to_pb(s: &SessionRecord) -> pb::Session {
             .collect(),
         created_at_ms: s.created_at_ms,
         updated_at_ms: s.updated_at_ms,
+        owner: s.owner.clone(),
     }
 }
 
@@ -326,8 +359,12 @@ impl EngineApi {
     /// it (see `proto/switchyard/v1/engine.proto`). Errors: NOT_FOUND,
     /// INVALID_ARGUMENT, FAILED_PRECONDITION, UNAVAILABLE,
     /// DEADLINE_EXCEEDED, CANCELLED, ALREADY_EXISTS (a `call_id` in use).
-    pub async fn call(&self, r: pb::CallToolRequest) -> Result<pb::CallToolResponse, Status> {
-        self.call_until(r, CancellationToken::new()).await
+    pub async fn call(
+        &self,
+        r: pb::CallToolRequest,
+        caller: Option<&Caller>,
+    ) -> Result<pb::CallToolResponse, Status> {
+        self.call_until(r, caller, CancellationToken::new()).await
     }
 
     /// [`EngineApi::call`], cancelled (CANCELLED, counted and audited as
@@ -336,13 +373,14 @@ impl EngineApi {
     pub async fn call_until(
         &self,
         r: pb::CallToolRequest,
+        caller: Option<&Caller>,
         cancelled: CancellationToken,
     ) -> Result<pb::CallToolResponse, Status> {
         let started = Instant::now();
         let session = if r.session_id.is_empty() {
             None
         } else {
-            Some(self.session(&r.session_id).await?)
+            Some(self.session(&r.session_id, caller).await?)
         };
         let snap = self.cp.state.snapshot();
         let target = match snap.resolve(&r.tool) {
@@ -602,14 +640,21 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::ListBackgroundCallsRequest>,
     ) -> Result<Response<pb::ListBackgroundCallsResponse>, Status> {
+        let caller = caller_of(&req);
         let r = req.into_inner();
+        self.check_session(&r.session_id, caller.as_ref()).await?;
         let calls = self
             .cp
             .background
             .list(&r.session_id, r.include_finished)
             .await?;
+        let snap = self.cp.state.snapshot();
         Ok(Response::new(pb::ListBackgroundCallsResponse {
-            calls: calls.iter().map(|c| c.to_pb()).collect(),
+            calls: calls
+                .iter()
+                .filter(|c| self.sees_session(&c.session_id, caller.as_ref(), &snap))
+                .map(|c| c.to_pb())
+                .collect(),
         }))
     }
 
@@ -617,13 +662,16 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::GetBackgroundCallRequest>,
     ) -> Result<Response<pb::BackgroundCall>, Status> {
+        let caller = caller_of(&req);
         let r = req.into_inner();
+        let snap = self.cp.state.snapshot();
         let rec = self
             .cp
             .background
             .get(&r.id)
             .await?
             .filter(|c| r.session_id.is_empty() || c.session_id == r.session_id)
+            .filter(|c| self.sees_session(&c.session_id, caller.as_ref(), &snap))
             .ok_or_else(|| Status::not_found(format!("background call {:?} not found", r.id)))?;
         Ok(Response::new(rec.to_pb()))
     }
@@ -632,7 +680,18 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::CancelBackgroundCallRequest>,
     ) -> Result<Response<pb::BackgroundCall>, Status> {
+        let caller = caller_of(&req);
         let r = req.into_inner();
+        // Another caller's call is not found, as in GetBackgroundCall.
+        let snap = self.cp.state.snapshot();
+        if let Some(c) = self.cp.background.get(&r.id).await?
+            && !self.sees_session(&c.session_id, caller.as_ref(), &snap)
+        {
+            return Err(Status::not_found(format!(
+                "background call {:?} not found",
+                r.id
+            )));
+        }
         let rec = self
             .cp
             .background
@@ -645,6 +704,7 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
+        let owner = caller_of(&req).map(|c| c.name).unwrap_or_default();
         let r = req.into_inner();
         self.check_servers(&r.enabled_servers)?;
         let now = model::now_ms();
@@ -655,6 +715,7 @@ impl EngineService for EngineApi {
             roots: roots_from(r.roots)?,
             created_at_ms: now,
             updated_at_ms: now,
+            owner,
         };
         let rev = self
             .cp
@@ -670,8 +731,9 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::UpdateSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
+        let caller = caller_of(&req);
         let r = req.into_inner();
-        let mut rec = self.session(&r.session_id).await?;
+        let mut rec = self.session(&r.session_id, caller.as_ref()).await?;
         self.check_servers(&r.enabled_servers)?;
         rec.enabled_servers = r.enabled_servers;
         rec.permission_mode = mode_from(r.permission_mode)?;
@@ -691,16 +753,25 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::Session>, Status> {
-        let s = self.session(&req.into_inner().session_id).await?;
+        let caller = caller_of(&req);
+        let s = self
+            .session(&req.into_inner().session_id, caller.as_ref())
+            .await?;
         Ok(Response::new(session_to_pb(&s)))
     }
 
     async fn list_sessions(
         &self,
-        _: Request<pb::ListSessionsRequest>,
+        req: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let caller = caller_of(&req);
         let snap = self.cp.state.snapshot();
-        let mut sessions: Vec<_> = snap.sessions.values().map(session_to_pb).collect();
+        let mut sessions: Vec<_> = snap
+            .sessions
+            .values()
+            .filter(|s| s.usable_by(caller.as_ref()))
+            .map(session_to_pb)
+            .collect();
         sessions.sort_by(|a, b| a.created_at_ms.cmp(&b.created_at_ms).then(a.id.cmp(&b.id)));
         Ok(Response::new(pb::ListSessionsResponse { sessions }))
     }
@@ -709,7 +780,9 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::DeleteSessionRequest>,
     ) -> Result<Response<pb::DeleteSessionResponse>, Status> {
+        let caller = caller_of(&req);
         let id = req.into_inner().session_id;
+        self.check_session(&id, caller.as_ref()).await?;
         self.cp
             .registry
             .delete_session(&id)
@@ -733,11 +806,12 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let caller = caller_of(&req);
         let r = req.into_inner();
         let session = if r.session_id.is_empty() {
             None
         } else {
-            Some(self.session(&r.session_id).await?)
+            Some(self.session(&r.session_id, caller.as_ref()).await?)
         };
         let (tools, unavailable_servers) = tools_for(&self.cp.state.snapshot(), session.as_ref());
         Ok(Response::new(pb::ListToolsResponse {
@@ -750,7 +824,10 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::CallToolRequest>,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
-        self.call(req.into_inner()).await.map(Response::new)
+        let caller = caller_of(&req);
+        self.call(req.into_inner(), caller.as_ref())
+            .await
+            .map(Response::new)
     }
 
     type CallToolStreamStream = Outcomes<pb::CallToolOutcome>;
@@ -760,17 +837,20 @@ impl EngineService for EngineApi {
         req: Request<Streaming<pb::CallToolFrame>>,
     ) -> Result<Response<Self::CallToolStreamStream>, Status> {
         let api = self.clone();
+        // Every call on the stream is made as the stream's caller.
+        let caller = caller_of(&req);
         Ok(Response::new(calls::serve::<EngineCallFrames, _, _>(
             req.into_inner(),
             MAX_STREAM_CALLS,
             self.cp.shutdown.clone(),
             move |r, cancelled| {
                 let api = api.clone();
+                let caller = caller.clone();
                 // Boxed: the call's future is large, and the task that runs
                 // it would otherwise copy all of it when it is spawned.
                 // The call ends itself when cancelled, so it is counted and
                 // audited like any other.
-                Box::pin(async move { api.call_until(r, cancelled).await })
+                Box::pin(async move { api.call_until(r, caller.as_ref(), cancelled).await })
             },
         )))
     }
@@ -779,12 +859,14 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::CancelCallRequest>,
     ) -> Result<Response<pb::CancelCallResponse>, Status> {
+        let caller = caller_of(&req);
         let r = req.into_inner();
         if r.call_id.is_empty() {
             return Err(Status::invalid_argument("call_id: required"));
         }
         check_id("call_id", &r.call_id)?;
         check_id("session_id", &r.session_id)?;
+        self.check_session(&r.session_id, caller.as_ref()).await?;
         if self.cp.router.cancel(&r.session_id, &r.call_id) {
             return Ok(Response::new(pb::CancelCallResponse { cancelled: true }));
         }
@@ -801,7 +883,9 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::ListInteractionsRequest>,
     ) -> Result<Response<pb::ListInteractionsResponse>, Status> {
+        let caller = caller_of(&req);
         let r = req.into_inner();
+        self.check_session(&r.session_id, caller.as_ref()).await?;
         let list = self
             .cp
             .interactions
@@ -816,7 +900,9 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::AnswerInteractionRequest>,
     ) -> Result<Response<pb::Interaction>, Status> {
+        let caller = caller_of(&req);
         let r = req.into_inner();
+        self.check_session(&r.session_id, caller.as_ref()).await?;
         let rec = self
             .cp
             .interactions
@@ -831,9 +917,10 @@ impl EngineService for EngineApi {
         &self,
         req: Request<pb::SubscribeEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
+        let caller = caller_of(&req);
         let r = req.into_inner();
         let id = r.session_id;
-        self.session(&id).await?;
+        self.session(&id, caller.as_ref()).await?;
         let mut changes = self.cp.state.subscribe();
         // Background calls that finished since `background_after_ms`, read
         // after subscribing, so none falls between the two (duplicates are
@@ -968,6 +1055,12 @@ fn interaction_event(kind: &str, rec: &InteractionRecord) -> pb::SessionEvent {
 
 /// Ids that become store key segments: 1 to 128 characters, no `/`, no
 /// control characters.
+/// The authenticated caller of a request ([`crate::auth::Guard`] puts it
+/// in the extensions); `None` for an anonymous one.
+fn caller_of<T>(req: &Request<T>) -> Option<Caller> {
+    req.extensions().get::<Caller>().cloned()
+}
+
 fn check_id(field: &str, id: &str) -> Result<(), Status> {
     if id.len() > 128 || id.contains('/') || id.chars().any(char::is_control) {
         return Err(Status::invalid_argument(format!(
