@@ -120,7 +120,9 @@ impl Registry {
         Ok(r.revision)
     }
 
-    /// Removes a server and its catalogue; its names disappear from the map.
+    /// Removes a server, its catalogue, and its tools' hint overrides and
+    /// policies (a server added later under the same name starts without
+    /// them); its names disappear from the map.
     pub async fn remove_server(&self, name: &str) -> Result<Revision, RegistryError> {
         let existed = self
             .timed("delete", self.store.delete(&server_key(name)))
@@ -130,6 +132,17 @@ impl Registry {
         }
         self.timed("delete", self.store.delete(&tools_key(name)))
             .await?;
+        let mut settings = 0;
+        for prefix in [hints_key(name, ""), policy_key(name, "")] {
+            let listing = self.timed("list", self.store.list(&prefix)).await?;
+            for kv in listing.kvs {
+                self.timed("delete", self.store.delete(&kv.key)).await?;
+                settings += 1;
+            }
+        }
+        if settings > 0 {
+            tracing::info!(server = %name, settings, "removed the server's hint overrides and tool policies");
+        }
         self.recompute_names().await
     }
 
@@ -509,3 +522,6 @@ impl Registry {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
