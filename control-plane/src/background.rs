@@ -444,6 +444,51 @@ fn check_id(field: &str, id: &str) -> Result<(), BackgroundError> {
     Ok(())
 }
 
+/// The most calls one `ListBackgroundCalls` page holds.
+pub const MAX_PAGE_SIZE: u32 = 1000;
+
+/// One page of `records` (oldest first, by creation time then id, as
+/// [`Background::list`] returns them): at most `page_size` (0: all) after
+/// the position `page_token` names, and the token of the next page when
+/// more follow. A token is `<created_at_ms>:<id>` of the last call of the
+/// page before; callers treat it as opaque. Errors: a `page_size` over
+/// [`MAX_PAGE_SIZE`], or a token this function did not make.
+pub fn page_of(
+    records: Vec<BackgroundRecord>,
+    page_size: u32,
+    page_token: &str,
+) -> Result<(Vec<BackgroundRecord>, String), BackgroundError> {
+    if page_size > MAX_PAGE_SIZE {
+        return Err(BackgroundError::Invalid(format!(
+            "page_size: {page_size} is over the maximum {MAX_PAGE_SIZE}"
+        )));
+    }
+    let after = if page_token.is_empty() {
+        None
+    } else {
+        let parsed = page_token
+            .split_once(':')
+            .and_then(|(t, id)| Some((t.parse::<i64>().ok()?, id)))
+            .filter(|(_, id)| !id.is_empty());
+        Some(parsed.ok_or_else(|| {
+            BackgroundError::Invalid(
+                "page_token: not a token that ListBackgroundCalls returned".into(),
+            )
+        })?)
+    };
+    let mut rest: Vec<_> = records
+        .into_iter()
+        .filter(|r| after.is_none_or(|(t, id)| (r.created_at_ms, r.id.as_str()) > (t, id)))
+        .collect();
+    if page_size == 0 || rest.len() <= page_size as usize {
+        return Ok((rest, String::new()));
+    }
+    rest.truncate(page_size as usize);
+    let last = rest.last().expect("page_size >= 1");
+    let next = format!("{}:{}", last.created_at_ms, last.id);
+    Ok((rest, next))
+}
+
 /// A new random UUID (version 4), for a background call's id.
 pub fn new_uuid() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -1473,6 +1518,63 @@ mod tests {
         assert_eq!(&id[14..15], "4");
         assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"), "{id}");
         assert_ne!(id, new_uuid());
+    }
+
+    #[test]
+    fn pages_follow_creation_order_without_gaps_or_repeats() {
+        let rec = |created: i64, id: &str| BackgroundRecord {
+            id: id.into(),
+            created_at_ms: created,
+            ..Default::default()
+        };
+        // Two calls created in the same millisecond are ordered by id.
+        let all = vec![
+            rec(1, "a"),
+            rec(2, "b"),
+            rec(2, "c"),
+            rec(3, "d"),
+            rec(4, "e"),
+        ];
+        let ids = |page: &[BackgroundRecord]| page.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+        let mut seen = Vec::new();
+        let mut token = String::new();
+        let mut pages = 0;
+        loop {
+            let (page, next) = page_of(all.clone(), 2, &token).unwrap();
+            assert!(page.len() <= 2);
+            seen.extend(ids(&page));
+            pages += 1;
+            if next.is_empty() {
+                break;
+            }
+            token = next;
+        }
+        assert_eq!((seen, pages), (ids(&all), 3));
+        // 0: everything at once, no token.
+        assert_eq!(
+            page_of(all.clone(), 0, "").unwrap(),
+            (all.clone(), String::new())
+        );
+        // A call created after the first page was read comes later, once.
+        let (first, token) = page_of(all.clone(), 2, "").unwrap();
+        assert_eq!(ids(&first), ["a", "b"]);
+        let mut grown = all.clone();
+        grown.push(rec(5, "f"));
+        let (rest, next) = page_of(grown, 0, &token).unwrap();
+        assert_eq!(
+            (ids(&rest), next),
+            (
+                vec!["c".to_owned(), "d".into(), "e".into(), "f".into()],
+                String::new()
+            )
+        );
+        // Bad input.
+        for bad in ["x", "12", "12:", ":a", "a:b"] {
+            let e = page_of(all.clone(), 2, bad).unwrap_err();
+            assert!(e.to_string().contains("page_token"), "{bad}: {e}");
+        }
+        let e = page_of(all, MAX_PAGE_SIZE + 1, "").unwrap_err();
+        assert!(e.to_string().contains("page_size: 1001"), "{e}");
     }
 
     #[test]

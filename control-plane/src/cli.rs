@@ -294,6 +294,9 @@ pub enum BackgroundCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Calls fetched per request (1 to 1000); every page is listed.
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        page_size: u32,
     },
     /// Cancel a running background call (`tasks/cancel` upstream, best
     /// effort; recorded as cancelled).
@@ -1033,19 +1036,34 @@ async fn tool_settings(ep: &str, cmd: Command) -> Result<(), Failure> {
 async fn background(ep: &str, cmd: BackgroundCommand) -> Result<(), Failure> {
     let mut client = engine(ep).await?;
     match cmd {
-        BackgroundCommand::List { session, all, json } => {
-            let resp = client
-                .list_background_calls(pb::ListBackgroundCallsRequest {
-                    session_id: session.unwrap_or_default(),
-                    include_finished: all,
-                })
-                .await?
-                .into_inner();
-            let calls: Vec<crate::background::BackgroundRecord> = resp
-                .calls
-                .into_iter()
-                .map(crate::background::BackgroundRecord::from_pb)
-                .collect();
+        BackgroundCommand::List {
+            session,
+            all,
+            json,
+            page_size,
+        } => {
+            let mut calls: Vec<crate::background::BackgroundRecord> = Vec::new();
+            let mut page_token = String::new();
+            loop {
+                let resp = client
+                    .list_background_calls(pb::ListBackgroundCallsRequest {
+                        session_id: session.clone().unwrap_or_default(),
+                        include_finished: all,
+                        page_size,
+                        page_token,
+                    })
+                    .await?
+                    .into_inner();
+                calls.extend(
+                    resp.calls
+                        .into_iter()
+                        .map(crate::background::BackgroundRecord::from_pb),
+                );
+                if resp.next_page_token.is_empty() {
+                    break;
+                }
+                page_token = resp.next_page_token;
+            }
             if json {
                 print_json(
                     &json!({"calls": calls.iter().map(|c| c.to_json()).collect::<Vec<_>>()}),

@@ -477,6 +477,7 @@ async fn calls_move_update_finish_and_replay_on_one_replica() {
         .list_background_calls(pb::ListBackgroundCallsRequest {
             session_id: s.clone(),
             include_finished: false,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -781,6 +782,7 @@ async fn calls_move_update_finish_and_replay_on_one_replica() {
         .list_background_calls(pb::ListBackgroundCallsRequest {
             session_id: String::new(),
             include_finished: true,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -788,6 +790,58 @@ async fn calls_move_update_finish_and_replay_on_one_replica() {
         .calls;
     let tasks = all.iter().filter(|c| c.mode == "task").count();
     assert!(tasks >= 3, "{all:?}");
+    // Paged, the same calls in the same order; the CLI follows the pages.
+    let mut paged = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = engine(&ep)
+            .await
+            .unwrap()
+            .list_background_calls(pb::ListBackgroundCallsRequest {
+                include_finished: true,
+                page_size: 2,
+                page_token,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page.calls.len() <= 2, "{page:?}");
+        paged.extend(page.calls.into_iter().map(|c| c.id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    let ids: Vec<String> = all.iter().map(|c| c.id.clone()).collect();
+    assert_eq!(paged, ids);
+    let listed = ok_json(
+        &cli(
+            &ep,
+            &["background", "list", "--all", "--json", "--page-size", "1"],
+        )
+        .await,
+        "background list --page-size 1",
+    );
+    let cli_ids: Vec<&str> = listed["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(cli_ids, ids);
+    let e = engine(&ep)
+        .await
+        .unwrap()
+        .list_background_calls(pb::ListBackgroundCallsRequest {
+            page_size: 2,
+            page_token: "not-a-token".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("page_token"), "{e:?}");
     assert_eq!(moved("task"), Some(tasks as f64), "{metrics}");
     assert_eq!(moved("wait"), Some(1.0), "{metrics}");
     let finished = |outcome| {
@@ -1251,6 +1305,7 @@ async fn results_survive_a_replica_killed_on_etcd() {
         .list_background_calls(pb::ListBackgroundCallsRequest {
             session_id: s.clone(),
             include_finished: true,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -296,6 +296,7 @@ async fn tampered_records_and_bad_ids_touch_no_other_session() {
         .list_background_calls(pb::ListBackgroundCallsRequest {
             session_id: b.clone(),
             include_finished: true,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -429,6 +429,7 @@ async fn tokens_are_checked_and_roles_enforced() {
         .list_background_calls(b(pb::ListBackgroundCallsRequest {
             session_id: sid.clone(),
             include_finished: true,
+            ..Default::default()
         }))
         .await
         .unwrap_err();

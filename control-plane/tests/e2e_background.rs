@@ -570,6 +570,7 @@ async fn a_sidecar_killed_with_100_live_tasks_is_replaced_and_loses_nothing() {
             .list_background_calls(pb::ListBackgroundCallsRequest {
                 session_id: session.clone(),
                 include_finished: true,
+                ..Default::default()
             })
             .await
             .expect("ListBackgroundCalls")

@@ -208,8 +208,11 @@ impl AdminService for AdminApi {
             .background
             .list(&r.session_id, r.include_finished)
             .await?;
+        let (page, next_page_token) =
+            crate::background::page_of(calls, r.page_size, &r.page_token)?;
         Ok(Response::new(pb::ListBackgroundCallsResponse {
-            calls: calls.iter().map(|c| c.to_pb()).collect(),
+            calls: page.iter().map(|c| c.to_pb()).collect(),
+            next_page_token,
         }))
     }
 

@@ -649,12 +649,15 @@ impl EngineService for EngineApi {
             .list(&r.session_id, r.include_finished)
             .await?;
         let snap = self.cp.state.snapshot();
+        let visible = calls
+            .into_iter()
+            .filter(|c| self.sees_session(&c.session_id, caller.as_ref(), &snap))
+            .collect();
+        let (page, next_page_token) =
+            crate::background::page_of(visible, r.page_size, &r.page_token)?;
         Ok(Response::new(pb::ListBackgroundCallsResponse {
-            calls: calls
-                .iter()
-                .filter(|c| self.sees_session(&c.session_id, caller.as_ref(), &snap))
-                .map(|c| c.to_pb())
-                .collect(),
+            calls: page.iter().map(|c| c.to_pb()).collect(),
+            next_page_token,
         }))
     }
 
