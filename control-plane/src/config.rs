@@ -215,6 +215,12 @@ fn validate_bound_servers(
         if name.trim().is_empty() {
             return Err((format!("{key}[{j}]"), "must not be empty".into()));
         }
+        if !switchyard_sidecar::config::valid_server_name(name) {
+            return Err((
+                format!("{key}[{j}]"),
+                format!("{name:?} is not a server name (1 to 48 characters of [A-Za-z0-9_-])"),
+            ));
+        }
         if !seen.insert(name.as_str()) {
             return Err((format!("{key}[{j}]"), format!("{name:?} is listed twice")));
         }

@@ -109,6 +109,12 @@ impl Metrics {
         // work before the first refusal.
         for service in crate::auth::Service::ALL {
             for reason in crate::auth::Refusal::ALL {
+                // Only sidecars are bound to servers.
+                if reason == crate::auth::Refusal::WrongServer
+                    && service != crate::auth::Service::SidecarRegistry
+                {
+                    continue;
+                }
                 auth_refusals.with_label_values(&[service.label(), reason.label()]);
             }
         }

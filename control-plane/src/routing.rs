@@ -154,7 +154,39 @@ impl Router {
             .filter(|s| s.upstream_state == "connected")
             .collect();
         let sidecars = if connected.is_empty() { all } else { connected };
-        let pick = sidecars[self.next.fetch_add(1, Ordering::Relaxed) % sidecars.len()];
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        let deadline = tokio::time::Instant::now() + timeout;
+        // A sidecar whose call stream cannot be opened never saw the call,
+        // so the next one is tried (each gets the time left); the error of
+        // the last one tried is returned.
+        let mut tried = 0;
+        let (pick, link) = loop {
+            let pick = sidecars[(first + tried) % sidecars.len()];
+            tried += 1;
+            let unreachable = |why: &str| {
+                unavailable(
+                    server,
+                    format!(
+                        "sidecar {} at {} unreachable: {why}",
+                        pick.sidecar_id, pick.call_address
+                    ),
+                )
+            };
+            // Opening the stream counts against the call's time too: a
+            // sidecar that accepts connections but never answers fails the
+            // call, not every call after it.
+            let opened = self.link(&pick.call_address, &pick.sidecar_id);
+            let failed = match tokio::time::timeout_at(deadline, opened).await {
+                Ok(Ok(link)) => break (pick, link),
+                Ok(Err(LinkError::Address(e))) => unavailable(server, e),
+                Ok(Err(LinkError::Open(status))) => unreachable(status.message()),
+                Err(_) => unreachable("its call stream did not open in time"),
+            };
+            if tried >= sidecars.len() || tokio::time::Instant::now() >= deadline {
+                return Err(failed);
+            }
+            tracing::info!(%server, sidecar = %pick.sidecar_id, error = %failed.message(), "trying the server's next sidecar");
+        };
         let unreachable = |why: &str| {
             unavailable(
                 server,
@@ -163,16 +195,6 @@ impl Router {
                     pick.sidecar_id, pick.call_address
                 ),
             )
-        };
-        // Opening the stream counts against the call's time too: a
-        // sidecar that accepts connections but never answers fails the
-        // call, not every call after it.
-        let opened = self.link(&pick.call_address, &pick.sidecar_id);
-        let link = match tokio::time::timeout(timeout, opened).await {
-            Ok(Ok(link)) => link,
-            Ok(Err(LinkError::Address(e))) => return Err(unavailable(server, e)),
-            Ok(Err(LinkError::Open(status))) => return Err(unreachable(status.message())),
-            Err(_) => return Err(unreachable("its call stream did not open in time")),
         };
         let mux = match link {
             Link::Stream(mux) => mux,
@@ -533,6 +555,88 @@ mod tests {
         assert!(router.live_link(address, "new").is_none());
         router.prune(&snapshot(&[sidecar("new", address, "connected")]));
         assert!(cached(&router).1.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_sidecar_that_cannot_be_reached_is_skipped_for_the_next() {
+        // One address refuses connections; the other accepts them and
+        // serves a CallStream that answers every call.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let good = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(
+                    switchyard_proto::v1::sidecar_calls_server::SidecarCallsServer::new(Echo),
+                )
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let dead = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}", l.local_addr().unwrap())
+        };
+        let router = Router::new();
+        let snap = snapshot(&[
+            sidecar("a", &dead, "connected"),
+            sidecar("b", &good, "connected"),
+        ]);
+        // Whichever the round robin picks first, every call is answered.
+        for _ in 0..4 {
+            let r = router
+                .call(&snap, "files", request(), Duration::from_secs(10))
+                .await
+                .expect("answered by the sidecar that is up");
+            assert_eq!(r.result_json, "{\"ok\":true}");
+        }
+        // With none reachable, the error names the last one tried.
+        let snap = snapshot(&[sidecar("a", &dead, "connected")]);
+        let e = router
+            .call(&snap, "files", request(), Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+        assert!(e.message().contains("sidecar a at"), "{e:?}");
+    }
+
+    /// A sidecar whose CallStream answers `{"ok":true}` to every call.
+    struct Echo;
+
+    #[tonic::async_trait]
+    impl switchyard_proto::v1::sidecar_calls_server::SidecarCalls for Echo {
+        async fn call_tool(
+            &self,
+            _: tonic::Request<SidecarCallRequest>,
+        ) -> Result<tonic::Response<SidecarCallResponse>, Status> {
+            Err(Status::unimplemented("CallStream only"))
+        }
+        type CallStreamStream =
+            switchyard_proto::calls::Outcomes<switchyard_proto::v1::SidecarCallOutcome>;
+        async fn call_stream(
+            &self,
+            request: tonic::Request<tonic::Streaming<switchyard_proto::v1::SidecarCallFrame>>,
+        ) -> Result<tonic::Response<Self::CallStreamStream>, Status> {
+            Ok(tonic::Response::new(switchyard_proto::calls::serve::<
+                SidecarCallFrames,
+                _,
+                _,
+            >(
+                request.into_inner(),
+                16,
+                CancellationToken::new(),
+                |_, _| async {
+                    Ok(SidecarCallResponse {
+                        result_json: "{\"ok\":true}".into(),
+                        ..Default::default()
+                    })
+                },
+            )))
+        }
+        async fn cancel_background_call(
+            &self,
+            _: tonic::Request<switchyard_proto::v1::SidecarCancelBackgroundRequest>,
+        ) -> Result<tonic::Response<switchyard_proto::v1::SidecarCancelBackgroundResponse>, Status>
+        {
+            Err(Status::unimplemented("not here"))
+        }
     }
 
     #[tokio::test]

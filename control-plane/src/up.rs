@@ -148,8 +148,25 @@ impl SidecarLink {
 struct Managed {
     spec: ServerConfig,
     child: Option<Child>,
+    /// Exits in a row, each after less than [`HEALTHY_RUN`]: the restart
+    /// delay doubles with each (0.5 s × 2^n, at most 30 s).
     failures: u32,
     next_start: tokio::time::Instant,
+    /// When the running child started.
+    started: tokio::time::Instant,
+}
+
+/// A sidecar that ran this long before it exited is restarted after the
+/// shortest delay again: the earlier exits are forgotten.
+const HEALTHY_RUN: Duration = Duration::from_secs(60);
+
+/// After a sidecar exit: the exits in a row (`failures` before this one,
+/// or none if it `ran` for [`HEALTHY_RUN`]) and the delay before the next
+/// start, 1 s doubling with each exit in a row, at most 30 s.
+fn next_restart(failures: u32, ran: Duration) -> (u32, Duration) {
+    let failures = if ran >= HEALTHY_RUN { 1 } else { failures + 1 };
+    let delay = Duration::from_millis(500 * (1u64 << failures.min(6))).min(Duration::from_secs(30));
+    (failures, delay)
 }
 
 /// Runs until SIGINT/SIGTERM. Returns the process exit code.
@@ -235,14 +252,14 @@ fn reconcile(
             child: None,
             failures: 0,
             next_start: now,
+            started: now,
         });
         if let Some(child) = &mut m.child {
             match child.try_wait() {
                 Ok(None) => continue,
                 Ok(Some(status)) => {
-                    m.failures += 1;
-                    let delay = Duration::from_millis(500 * (1u64 << m.failures.min(6)))
-                        .min(Duration::from_secs(30));
+                    let (failures, delay) = next_restart(m.failures, m.started.elapsed());
+                    m.failures = failures;
                     tracing::warn!(server = %name, %status, retry_in_ms = delay.as_millis() as u64, "sidecar exited; restarting");
                     m.child = None;
                     m.next_start = now + delay;
@@ -255,7 +272,10 @@ fn reconcile(
         }
         if m.child.is_none() && now >= m.next_start {
             match spawn_sidecar(&m.spec, link, workdir) {
-                Ok(child) => m.child = Some(child),
+                Ok(child) => {
+                    m.child = Some(child);
+                    m.started = tokio::time::Instant::now();
+                }
                 Err(e) => {
                     tracing::error!(server = %name, error = %e, "cannot start a sidecar");
                     m.failures += 1;
@@ -339,6 +359,24 @@ mod tests {
 
     const ENGINE: &str =
         "[[auth.tokens]]\nname = \"e\"\nrole = \"engine\"\ntoken_file = \"/t/e\"\n";
+
+    #[test]
+    fn restart_delays_double_and_reset_after_a_healthy_run() {
+        let quick = Duration::from_secs(1);
+        let mut failures = 0;
+        let mut delays = Vec::new();
+        for _ in 0..7 {
+            let (f, d) = next_restart(failures, quick);
+            failures = f;
+            delays.push(d.as_secs());
+        }
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
+        // A minute of healthy running forgets the earlier exits.
+        assert_eq!(
+            next_restart(failures, HEALTHY_RUN),
+            (1, Duration::from_secs(1))
+        );
+    }
 
     #[test]
     fn each_sidecar_gets_the_first_token_that_may_act_for_its_server() {

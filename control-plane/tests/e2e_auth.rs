@@ -598,6 +598,15 @@ async fn bad_auth_settings_exit_64_naming_the_key() {
         err.contains("auth.tokens[0].servers") && err.contains("only a credential of role"),
         "{err}"
     );
+    // A name that is not a server name (a stray space).
+    let (code, err) =
+        run(text.replacen("servers = [\"orders\"]", "servers = [\"orders \"]", 1)).await;
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("auth.tokens[4].servers[0]")
+            && err.contains("\"orders \" is not a server name"),
+        "{err}"
+    );
     // Two entries with one token.
     std::fs::write(dir.path().join("sidecar.token"), "admin-token-1").unwrap();
     let (code, err) = run(text.clone()).await;

@@ -6,7 +6,10 @@
 //! 2025-11-25 over stdio (the notification comes on the connection) and
 //! over Streamable HTTP, and 2026-07-28 over stdio and over Streamable HTTP,
 //! where the server sends it only on a `subscriptions/listen` stream that
-//! opted in to `toolsListChanged`, which the sidecar keeps open.
+//! opted in to `toolsListChanged`, which the sidecar keeps open. Also: a
+//! 2025-11-25 HTTP change made by a call in a session (the server tells
+//! the session's own connection), and HTTP servers that restart without
+//! the changing tools (the sidecar connects again and re-lists).
 
 mod common;
 
@@ -59,20 +62,79 @@ async fn a_tool_removed_by_the_server_is_not_found() {
     gw.wait_servers_up(&servers, LIMIT).await;
     let mut engine = gw.engine().await;
     for server in servers {
-        appears_then_is_not_found(&mut engine, server).await;
+        appears_then_is_not_found(&mut engine, server, "").await;
+    }
+    // Within a session, a 2025-11-25 HTTP call runs on the session's own
+    // connection, and the server tells that connection of the change.
+    let session = engine
+        .create_session(pb::CreateSessionRequest {
+            enabled_servers: vec![],
+            permission_mode: pb::PermissionMode::Auto as i32,
+            roots: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    appears_then_is_not_found(&mut engine, "legacyhttp", &session).await;
+
+    // An HTTP server that restarts, now without the stage-A tools: the
+    // sidecar notices it went away, connects again, and re-lists.
+    let port = |url: &str| {
+        url.rsplit(':')
+            .next()
+            .unwrap()
+            .trim_end_matches("/mcp")
+            .to_owned()
+    };
+    for (server, mut old, era) in [
+        ("modernhttp", modern_http, "2026-07-28"),
+        ("legacyhttp", legacy_http, "2025-11-25"),
+    ] {
+        let addr = format!("127.0.0.1:{}", port(&old.url));
+        old.child.kill().await.unwrap();
+        old.child.wait().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut cmd = tokio::process::Command::new(&reference);
+        cmd.args(["--http", &addr, "--era", era]);
+        let _restarted = switchyard_test_support::start_http_server(cmd, "/mcp").await;
+        let toggle = format!("{server}__toggle_extra_tool");
+        eventually(
+            &format!("{toggle} gone after {server} restarted without it"),
+            Duration::from_secs(30),
+            || {
+                let mut engine = engine.clone();
+                let toggle = toggle.clone();
+                async move {
+                    let names = tool_names(&mut engine, "").await;
+                    if names.contains(&toggle) {
+                        Err("still listed".to_owned())
+                    } else if names.iter().any(|n| n.starts_with(&format!("{server}__"))) {
+                        Ok(())
+                    } else {
+                        Err(format!("no tools of {server} listed"))
+                    }
+                }
+            },
+        )
+        .await;
     }
     gw.stop().await;
 }
 
 /// Toggles `SERVER__extra_tool` on and off through the server's own tool,
 /// and follows the engine's tool list.
-async fn appears_then_is_not_found(engine: &mut EngineServiceClient<Channel>, server: &str) {
+async fn appears_then_is_not_found(
+    engine: &mut EngineServiceClient<Channel>,
+    server: &str,
+    session: &str,
+) {
     let extra = format!("{server}__extra_tool");
     assert!(
         !tool_names(engine, "").await.contains(&extra),
         "{extra} listed before it was added"
     );
-    let toggle = || call_request(&format!("{server}__toggle_extra_tool"), "{}", "");
+    let toggle = || call_request(&format!("{server}__toggle_extra_tool"), "{}", session);
     engine.call_tool(toggle()).await.expect("toggle on");
     let watcher = engine.clone();
     let listed = |want: bool| {
@@ -97,7 +159,7 @@ async fn appears_then_is_not_found(engine: &mut EngineServiceClient<Channel>, se
     )
     .await;
     let r = engine
-        .call_tool(call_request(&extra, "{}", ""))
+        .call_tool(call_request(&extra, "{}", session))
         .await
         .expect("the new tool is callable")
         .into_inner();
@@ -111,7 +173,7 @@ async fn appears_then_is_not_found(engine: &mut EngineServiceClient<Channel>, se
     )
     .await;
     let status = engine
-        .call_tool(call_request(&extra, "{}", ""))
+        .call_tool(call_request(&extra, "{}", session))
         .await
         .expect_err("a removed tool");
     assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");

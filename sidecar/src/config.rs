@@ -79,6 +79,16 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+/// Whether `name` is a valid server name: 1 to 48 characters of
+/// `[A-Za-z0-9_-]`.
+pub fn valid_server_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 48
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 impl ServerConfig {
     /// Checks the entry; `at` is its key path for messages (e.g.
     /// `servers[0]`). Errors name the key and the problem.
@@ -87,13 +97,7 @@ impl ServerConfig {
             key: format!("{at}.{key}"),
             problem,
         };
-        if self.name.is_empty()
-            || self.name.len() > 48
-            || !self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
+        if !valid_server_name(&self.name) {
             return Err(err(
                 "name",
                 format!(

@@ -60,12 +60,10 @@ impl SidecarRegistry for SidecarApi {
         &self,
         req: Request<pb::UpdateBackgroundCallRequest>,
     ) -> Result<Response<pb::BackgroundCall>, Status> {
-        let server = req.get_ref().call.as_ref().map(|c| c.server.clone());
-        check_server(
-            &req,
-            &self.cp.metrics,
-            server.as_deref().unwrap_or_default(),
-        )?;
+        let Some(server) = req.get_ref().call.as_ref().map(|c| c.server.clone()) else {
+            return Err(Status::invalid_argument("call: required"));
+        };
+        check_server(&req, &self.cp.metrics, &server)?;
         let call = req
             .into_inner()
             .call

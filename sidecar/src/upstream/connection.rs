@@ -169,11 +169,13 @@ impl Transport {
         }
     }
 
-    /// Resolves when a stdio process exits; never for HTTP.
+    /// Resolves when a stdio process exits (with its exit status), or when
+    /// an HTTP server is found gone (with why; see
+    /// [`HttpConnection::lost`]).
     pub async fn exited(&self) -> String {
         match &self.kind {
             Kind::Stdio(s) => s.exited().await,
-            Kind::Http(_) => std::future::pending().await,
+            Kind::Http(h) => h.lost().await,
         }
     }
 

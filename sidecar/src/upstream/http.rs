@@ -34,6 +34,8 @@ pub const SESSION_ID: &str = "mcp-session-id";
 /// How often a 2025-11-25 SSE stream is resumed without progress before
 /// the request fails.
 const MAX_RESUMES_WITHOUT_PROGRESS: u32 = 5;
+/// The longest wait before the standalone GET stream is opened again.
+const MAX_STREAM_RETRY: Duration = Duration::from_secs(30);
 /// Resume delay when the server sent no `retry` field.
 const DEFAULT_RETRY: Duration = Duration::from_millis(500);
 /// Bytes of an error body kept for messages.
@@ -54,6 +56,11 @@ pub struct HttpConnection {
     metrics: ServerMetrics,
     /// Stops the standalone GET stream.
     stop: tokio_util::sync::CancellationToken,
+    /// Cancelled when the server is found gone: unreachable, or our session
+    /// ended (404); see [`HttpConnection::lost`].
+    lost: tokio_util::sync::CancellationToken,
+    /// Why, once `lost`.
+    lost_reason: Mutex<String>,
 }
 
 impl Drop for HttpConnection {
@@ -111,7 +118,42 @@ impl HttpConnection {
             inbound,
             metrics,
             stop: tokio_util::sync::CancellationToken::new(),
+            lost: tokio_util::sync::CancellationToken::new(),
+            lost_reason: Mutex::new(String::new()),
         })
+    }
+
+    /// Marks the connection gone: it takes no more requests, its GET stream
+    /// stops, and [`HttpConnection::lost`] resolves, so the upstream
+    /// session reports the server down and connects again (re-negotiating,
+    /// which re-reads the capabilities of a server that restarted).
+    fn mark_lost(&self, reason: String) {
+        if self.lost.is_cancelled() {
+            return;
+        }
+        tracing::info!(server = %self.server, %reason, "the server is gone; connecting again");
+        *self.lost_reason.lock().unwrap() = reason;
+        self.alive.store(false, Ordering::Relaxed);
+        self.stop.cancel();
+        self.lost.cancel();
+    }
+
+    /// Resolves, with the reason, once the server is found gone: a request
+    /// could not reach it (connection refused or reset before an answer),
+    /// or it answered 404 to our session (2025-11-25: the session ended,
+    /// e.g. the server restarted).
+    pub async fn lost(&self) -> String {
+        self.lost.cancelled().await;
+        self.lost_reason.lock().unwrap().clone()
+    }
+
+    /// An I/O error of `what`; one that did not reach the server at all
+    /// (connect failed) means it is gone.
+    fn io_error(&self, what: String, e: reqwest::Error) -> UpstreamError {
+        if e.is_connect() {
+            self.mark_lost(format!("{what}: cannot connect: {e}"));
+        }
+        UpstreamError::io(&self.server, what, e)
     }
 
     /// Switches to 2025-11-25 semantics (set after `initialize`).
@@ -181,7 +223,7 @@ impl HttpConnection {
             .post(body, extra)
             .send()
             .await
-            .map_err(|e| UpstreamError::io(&self.server, format!("POST {method}"), e))?;
+            .map_err(|e| self.io_error(format!("POST {method}"), e))?;
         if let Some(sid) = resp.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
             let mut current = self.session_id.lock().unwrap();
             if current.as_deref() != Some(sid) {
@@ -298,7 +340,7 @@ impl HttpConnection {
             };
         }
         if status == 404 && had_session {
-            self.alive.store(false, Ordering::Relaxed);
+            self.mark_lost(format!("{method}: the server ended our session (HTTP 404)"));
             return UpstreamError::SessionExpired {
                 server: self.server.clone(),
                 method: method.to_owned(),
@@ -537,17 +579,32 @@ impl HttpConnection {
                             let Some(conn) = weak.upgrade() else { return };
                             conn.events(resp)
                         }
+                        Ok(resp) if resp.status() == reqwest::StatusCode::NOT_FOUND => {
+                            // Our session ended (the server restarted):
+                            // connecting again opens a new stream.
+                            if let Some(conn) = weak.upgrade() {
+                                conn.mark_lost("the standalone event stream: the server ended our session (HTTP 404)".into());
+                            }
+                            return;
+                        }
                         Ok(resp) => {
                             tracing::debug!(status = resp.status().as_u16(), "the server offers no standalone event stream");
                             return;
                         }
                         Err(e) => {
                             tracing::debug!(error = %e, "opening the standalone event stream failed");
-                            idle_rounds += 1;
-                            if idle_rounds > MAX_RESUMES_WITHOUT_PROGRESS {
+                            if e.is_connect() {
+                                if let Some(conn) = weak.upgrade() {
+                                    conn.mark_lost(format!("the standalone event stream: cannot connect: {e}"));
+                                }
                                 return;
                             }
-                            tokio::time::sleep(retry * idle_rounds).await;
+                            idle_rounds += 1;
+                            let delay = (retry * idle_rounds).min(MAX_STREAM_RETRY);
+                            tokio::select! {
+                                () = tokio::time::sleep(delay) => {}
+                                () = stop.cancelled() => return,
+                            }
                             continue;
                         }
                     };
@@ -579,12 +636,12 @@ impl HttpConnection {
                             tracing::debug!("dropping a response on the standalone event stream");
                         }
                     }
-                    idle_rounds = if progressed { 0 } else { idle_rounds + 1 };
-                    if idle_rounds > MAX_RESUMES_WITHOUT_PROGRESS {
-                        tracing::debug!("the standalone event stream keeps ending without events; giving up");
-                        return;
-                    }
-                    let delay = (retry * 2u32.pow(idle_rounds)).min(Duration::from_secs(30));
+                    // A server (or a proxy with an idle timeout) may end the
+                    // stream at any time; it is opened again, less often
+                    // while it keeps ending without events, but never given
+                    // up: list changes and server requests arrive on it.
+                    idle_rounds = if progressed { 0 } else { (idle_rounds + 1).min(16) };
+                    let delay = (retry * 2u32.pow(idle_rounds)).min(MAX_STREAM_RETRY);
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         () = stop.cancelled() => return,

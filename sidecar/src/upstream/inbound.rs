@@ -24,7 +24,18 @@ pub struct Inbound {
     server: String,
     notifications: broadcast::Sender<Value>,
     relay: Arc<Relay>,
+    /// A per-session connection's: the shared upstream's dispatcher, which
+    /// also gets this connection's list changes (the server's lists are the
+    /// same for every session, and only the shared upstream is watched).
+    shared: Option<Arc<Inbound>>,
 }
+
+/// The notifications that say a server-wide list changed.
+const LIST_CHANGES: [&str; 3] = [
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+];
 
 impl Inbound {
     /// A dispatcher for `server`, answering server requests through `relay`.
@@ -33,6 +44,19 @@ impl Inbound {
             server: server.to_owned(),
             notifications: broadcast::channel(NOTIFICATION_BUFFER).0,
             relay,
+            shared: None,
+        }
+    }
+
+    /// A per-session connection's dispatcher: as [`Inbound::new`], and the
+    /// list-changed notifications (`notifications/{tools,prompts,resources}/list_changed`)
+    /// are also passed to `shared`, the shared upstream's. A 2025-11-25
+    /// server sends them to the client whose request changed the list,
+    /// which may be a session's connection.
+    pub fn for_session(server: &str, relay: Arc<Relay>, shared: Arc<Inbound>) -> Self {
+        Inbound {
+            shared: Some(shared),
+            ..Inbound::new(server, relay)
         }
     }
 
@@ -46,6 +70,11 @@ impl Inbound {
     pub fn notification(&self, msg: Value) {
         tracing::debug!(server = %self.server, method = %msg["method"], "notification from server");
         self.relay.notification(&msg);
+        if let Some(shared) = &self.shared
+            && LIST_CHANGES.contains(&msg["method"].as_str().unwrap_or(""))
+        {
+            shared.notification(msg.clone());
+        }
         // No subscriber is fine: nobody is interested yet.
         let _ = self.notifications.send(msg);
     }

@@ -123,7 +123,7 @@ impl Upstream {
     /// built.
     pub fn new(config: UpstreamConfig, metrics: &UpstreamMetrics) -> Result<Self, UpstreamError> {
         let metrics = metrics.server(&config.name);
-        Self::build(Arc::new(config), metrics, None, None, None)
+        Self::build(Arc::new(config), metrics, None, None, None, None)
     }
 
     /// A session that handles interactions: it declares elicitation (form
@@ -136,7 +136,14 @@ impl Upstream {
     ) -> Result<Self, UpstreamError> {
         config.interactive = true;
         let metrics = metrics.server(&config.name);
-        Self::build(Arc::new(config), metrics, Some(interactions), None, None)
+        Self::build(
+            Arc::new(config),
+            metrics,
+            Some(interactions),
+            None,
+            None,
+            None,
+        )
     }
 
     /// Another session to the same server, with the same configuration and
@@ -162,6 +169,7 @@ impl Upstream {
             self.inner.relay.interactions().cloned(),
             Some(session_id.to_owned()),
             self.inner.http_client.clone(),
+            Some(self.inner.inbound.clone()),
         )
     }
 
@@ -171,6 +179,7 @@ impl Upstream {
         interactions: Option<Interactions>,
         bound_session: Option<String>,
         http_client: Option<reqwest::Client>,
+        shared_inbound: Option<Arc<Inbound>>,
     ) -> Result<Self, UpstreamError> {
         let http_client = match (&config.transport, http_client) {
             (TransportConfig::Http(_), Some(client)) => Some(client),
@@ -189,7 +198,10 @@ impl Upstream {
         let relay = Arc::new(Relay::new(&config.name, interactions, bound_session));
         Ok(Upstream {
             inner: Arc::new(Inner {
-                inbound: Arc::new(Inbound::new(&config.name, relay.clone())),
+                inbound: Arc::new(match shared_inbound {
+                    Some(shared) => Inbound::for_session(&config.name, relay.clone(), shared),
+                    None => Inbound::new(&config.name, relay.clone()),
+                }),
                 metrics,
                 config,
                 ids: Arc::new(AtomicU64::new(1)),
@@ -660,6 +672,7 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
             // Every handle is gone: dropping `conn` stops the server.
             () = dropped.cancelled() => return,
         };
+        let http = conn.transport().is_http();
         drop(conn);
         let Some(inner) = inner.upgrade() else { return };
         inner.link.send_if_modified(|l| {
@@ -668,7 +681,11 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
                 return false;
             }
             l.connected = false;
-            l.last_error = Some(format!("server {} exited ({status})", inner.config.name));
+            l.last_error = Some(if http {
+                format!("server {} is gone: {status}", inner.config.name)
+            } else {
+                format!("server {} exited ({status})", inner.config.name)
+            });
             true
         });
         if !inner.config.restart.eager || matches!(*inner.state.lock().unwrap(), State::Closed) {

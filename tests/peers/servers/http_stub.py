@@ -66,7 +66,9 @@ AUTH = env_int("STUB_HTTP_AUTH", 0)
 STRICT = os.environ.get("STUB_HTTP_STRICT") == "1"
 JSON = "application/json; charset=utf-8"
 
-srv = Server("http-stub")
+# `tools` without `listChanged`: its tool list never changes, so a client
+# needs no standalone GET stream for it (the tests count every request).
+srv = Server("http-stub", capabilities={"tools": {}})
 srv.add_echo()
 lock = threading.Lock()
 sessions = set()
