@@ -587,6 +587,13 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
                 // Valid for replicas; `up` alone would refuse it.
                 eprintln!("note: `switchyard up` would refuse this file: {e}");
             }
+            let bound = c.auth.tokens.iter().any(|t| !t.servers.is_empty())
+                || c.auth.mtls.iter().any(|m| !m.servers.is_empty());
+            if bound && !c.auth.required {
+                eprintln!(
+                    "note: auth.required is false: a sidecar that presents no credentials may act for any server, so `servers` on sidecar credentials binds only those that present one"
+                );
+            }
             Ok(())
         }
         Command::Tools { session, json } => {

@@ -154,6 +154,27 @@ async fn bad_configs_exit_64_naming_file_key_and_problem() {
         &["cannot read"],
     );
 
+    // Bound sidecar tokens without `required`: valid, with a note saying
+    // that they bind only the sidecars that present them.
+    std::fs::write(d.join("sc.token"), "sidecar-token\n").unwrap();
+    let loose = write(
+        d,
+        "loose.toml",
+        "[auth]\n[[auth.tokens]]\nname = \"files-sidecars\"\nrole = \"sidecar\"\ntoken_file = \"sc.token\"\nservers = [\"files\"]\n",
+    );
+    let out = cli(&nowhere, &["check-config", &loose]).await;
+    ok_stdout(&out, "check-config loose.toml");
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        note.contains("note: auth.required is false") && note.contains("`servers`"),
+        "{note}"
+    );
+    let out = cli(&nowhere, &["check-config", quickstart_path().as_str()]).await;
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("auth.required"),
+        "{out:?}"
+    );
+
     // The quickstart's file is fine.
     let quickstart = repo_root().join("examples/quickstart.toml");
     let quickstart = quickstart.to_str().unwrap();
@@ -320,4 +341,12 @@ async fn runtime_worker_threads_take_effect() {
         let status = up.terminate().await;
         assert!(status.success(), "{status:?}\n{}", up.log());
     }
+}
+
+fn quickstart_path() -> String {
+    repo_root()
+        .join("examples/quickstart.toml")
+        .to_str()
+        .unwrap()
+        .to_owned()
 }

@@ -310,6 +310,13 @@ async fn keep_listening(
                 continue;
             }
             Err(e) => {
+                let l = link.borrow();
+                if !l.connected || l.connections != generation {
+                    // The connection went away with its stream: the next
+                    // connection gets a listener of its own.
+                    return;
+                }
+                drop(l);
                 tracing::warn!(%server, error = %e, retry_in_ms = backoff.as_millis() as u64, "subscriptions/listen failed; reopening");
             }
         }
