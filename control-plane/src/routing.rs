@@ -64,6 +64,18 @@ pub fn unavailable(server: &str, why: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("server unavailable: {server}: {why}"))
 }
 
+/// "server unavailable" because sidecar `pick` of `server` cannot be
+/// reached, and why.
+fn unreachable(server: &str, pick: &crate::model::SidecarRecord, why: &str) -> Status {
+    unavailable(
+        server,
+        format!(
+            "sidecar {} at {} unreachable: {why}",
+            pick.sidecar_id, pick.call_address
+        ),
+    )
+}
+
 impl Router {
     /// A router.
     pub fn new() -> Self {
@@ -163,15 +175,7 @@ impl Router {
         let (pick, link) = loop {
             let pick = sidecars[(first + tried) % sidecars.len()];
             tried += 1;
-            let unreachable = |why: &str| {
-                unavailable(
-                    server,
-                    format!(
-                        "sidecar {} at {} unreachable: {why}",
-                        pick.sidecar_id, pick.call_address
-                    ),
-                )
-            };
+            let unreachable = |why: &str| unreachable(server, pick, why);
             // Opening the stream counts against the call's time too: a
             // sidecar that accepts connections but never answers fails the
             // call, not every call after it.
@@ -187,15 +191,7 @@ impl Router {
             }
             tracing::info!(%server, sidecar = %pick.sidecar_id, error = %failed.message(), "trying the server's next sidecar");
         };
-        let unreachable = |why: &str| {
-            unavailable(
-                server,
-                format!(
-                    "sidecar {} at {} unreachable: {why}",
-                    pick.sidecar_id, pick.call_address
-                ),
-            )
-        };
+        let unreachable = |why: &str| unreachable(server, pick, why);
         let mux = match link {
             Link::Stream(mux) => mux,
             Link::Unary { .. } => {
@@ -339,15 +335,7 @@ impl Router {
             Err(status) if is_transport_failure(&status) => {
                 self.channels.lock().unwrap().remove(&pick.call_address);
                 self.streams.lock().unwrap().remove(&pick.call_address);
-                Err(unavailable(
-                    server,
-                    format!(
-                        "sidecar {} at {} unreachable: {}",
-                        pick.sidecar_id,
-                        pick.call_address,
-                        status.message()
-                    ),
-                ))
+                Err(unreachable(server, pick, status.message()))
             }
             Err(status) => Err(status),
         }
