@@ -55,10 +55,11 @@
 //!   `cargo build --release` for the three (a no-op when they are fresh) and
 //!   uses the release builds in the target directory.
 
-use rmcp::model::{CallToolRequestParams, ClientConfig, JsonObject, ProtocolVersion};
-use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
-use rmcp::{ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
+mod common;
+
+use common::{ERA, start_direct};
+use rmcp::model::{CallToolRequestParams, JsonObject};
+use rmcp::{Peer, RoleClient};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -75,7 +76,6 @@ use tonic::transport::{Channel, Endpoint};
 
 const CONCURRENCY: [usize; 2] = [1, 64];
 const MESSAGE: &str = "hello from the switchyard benchmark";
-const ERA: &str = "2026-07-28";
 const SERVER: &str = "orders";
 const TOOL: &str = "orders__echo";
 /// Gateway ÷ direct calls/s at concurrency 64: at least this.
@@ -426,33 +426,6 @@ fn children(pid: u32) -> Vec<u32> {
                 .collect::<Vec<u32>>()
         })
         .collect()
-}
-
-async fn start_direct(bin: &Path) -> (RunningService<RoleClient, ClientConfig>, Option<u32>) {
-    let mut cmd = Command::new(bin);
-    cmd.args(["--era", ERA]);
-    let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the reference server");
-    let pid = transport.id();
-    // rmcp's plain `serve` sends the legacy `initialize` with 2026-07-28,
-    // which a modern-only server refuses: discover instead.
-    let client = ClientConfig::default()
-        .serve_with_lifecycle(
-            transport,
-            ClientLifecycleMode::Discover {
-                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            },
-        )
-        .await
-        .expect("rmcp client connects");
-    let version = client
-        .peer_info()
-        .map(|i| i.protocol_version.to_string())
-        .unwrap_or_default();
-    assert_eq!(version, ERA, "rmcp negotiated era");
-    (client, pid)
 }
 
 // ---- clients ----------------------------------------------------------------------

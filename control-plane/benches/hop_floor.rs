@@ -53,10 +53,12 @@
 //! The server binary is `SWITCHYARD_REFERENCE_SERVER`, or the release build
 //! in the target directory (built when missing).
 
-use rmcp::model::{CallToolRequestParams, ClientConfig, JsonObject, ProtocolVersion};
+mod common;
+
+use common::ERA;
+use rmcp::model::{CallToolRequestParams, ClientConfig, JsonObject};
 use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
-use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
+use rmcp::{ClientServiceExt, RoleClient};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -75,7 +77,6 @@ const REQUEST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":
 const ECHOED: &str = r#""text":"hello from the switchyard benchmark""#;
 /// The echoed message.
 const MESSAGE: &str = "hello from the switchyard benchmark";
-const ERA: &str = "2026-07-28";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -531,40 +532,19 @@ impl Client {
     /// to a server it starts (`TokioChildProcess`), or over TCP to a relay.
     /// Returns the server's pid when it started one.
     async fn rmcp(next: &str) -> (Client, Option<u32>) {
-        let mode = ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        let Ok(port) = next.parse::<u16>() else {
+            let (service, pid) = common::start_direct(Path::new(next)).await;
+            return (Client::Rmcp(service), pid);
         };
-        let (service, pid) = match next.parse::<u16>() {
-            Ok(port) => {
-                let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-                    .await
-                    .expect("connect to relay");
-                stream.set_nodelay(true).expect("nodelay");
-                let (r, w) = stream.into_split();
-                (
-                    ClientConfig::default()
-                        .serve_with_lifecycle((r, w), mode)
-                        .await,
-                    None,
-                )
-            }
-            Err(_) => {
-                let mut cmd = tokio::process::Command::new(next);
-                cmd.args(["--era", ERA]);
-                let (transport, _) = TokioChildProcess::builder(cmd)
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("spawn the reference server");
-                let pid = transport.id();
-                (
-                    ClientConfig::default()
-                        .serve_with_lifecycle(transport, mode)
-                        .await,
-                    pid,
-                )
-            }
-        };
-        (Client::Rmcp(service.expect("rmcp client connects")), pid)
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect to relay");
+        stream.set_nodelay(true).expect("nodelay");
+        let service = ClientConfig::default()
+            .serve_with_lifecycle(stream.into_split(), common::discover())
+            .await
+            .expect("rmcp client connects");
+        (Client::Rmcp(service), None)
     }
 
     /// One call; panics on a wrong answer.

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use std::path::Path;
 use std::process::Output;
-use switchyard_test_support::{free_port, repo_root};
+use switchyard_test_support::{WORKER_COMM, free_port, repo_root, thread_names};
 use tokio::process::Command;
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
@@ -243,20 +243,6 @@ async fn runtime_worker_threads_is_validated() {
             &format!("--check worker_threads = {n}"),
         );
     }
-}
-
-/// What `comm` shows of a tokio worker's name (`tokio-runtime-worker`).
-const WORKER_COMM: &str = "tokio-runtime-w";
-
-/// The kernel names (`comm`) of the threads of `pid`, sorted.
-fn thread_names(pid: u32) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("the process is running")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|c| c.trim_end().to_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// The worker threads of `pid` once they are `want` (each names itself

@@ -12,13 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use switchyard_test_support as support;
+use switchyard_test_support::{WORKER_COMM, thread_names};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const SIDECAR: &str = env!("CARGO_BIN_EXE_switchyard-sidecar");
 const LIMIT: Duration = Duration::from_secs(30);
-/// What `comm` shows of a worker's name.
-const WORKER_COMM: &str = "tokio-runtime-w";
 
 /// A sidecar config file in `dir` with `extra` appended to `[sidecar]`.
 fn config(dir: &Path, extra: &str) -> PathBuf {
@@ -31,17 +30,6 @@ fn config(dir: &Path, extra: &str) -> PathBuf {
     let path = dir.join("sidecar.toml");
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// The kernel names (`comm`) of the threads of `pid`.
-fn thread_names(pid: u32) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("the process is running")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|c| c.trim_end().to_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 fn workers(pid: u32) -> usize {

@@ -55,6 +55,19 @@ impl EngineApi {
         }
     }
 
+    /// Stores `rec` and answers it, once this replica's read model has it
+    /// (at most 2 s), so the caller's next RPC here sees the change.
+    async fn save_session(&self, rec: &SessionRecord) -> Result<Response<pb::Session>, Status> {
+        let rev = self
+            .cp
+            .registry
+            .put_session(rec)
+            .await
+            .map_err(registry_status)?;
+        self.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+        Ok(Response::new(session_to_pb(rec)))
+    }
+
     /// NOT_FOUND unless `caller` may use session `id` (nothing to check
     /// for an empty id: no session).
     async fn check_session(&self, id: &str, caller: Option<&Caller>) -> Result<(), Status> {
@@ -720,14 +733,7 @@ impl EngineService for EngineApi {
             updated_at_ms: now,
             owner,
         };
-        let rev = self
-            .cp
-            .registry
-            .put_session(&rec)
-            .await
-            .map_err(registry_status)?;
-        self.cp.state.wait_for(rev, Duration::from_secs(2)).await;
-        Ok(Response::new(session_to_pb(&rec)))
+        self.save_session(&rec).await
     }
 
     async fn update_session(
@@ -742,14 +748,7 @@ impl EngineService for EngineApi {
         rec.permission_mode = mode_from(r.permission_mode)?;
         rec.roots = roots_from(r.roots)?;
         rec.updated_at_ms = model::now_ms();
-        let rev = self
-            .cp
-            .registry
-            .put_session(&rec)
-            .await
-            .map_err(registry_status)?;
-        self.cp.state.wait_for(rev, Duration::from_secs(2)).await;
-        Ok(Response::new(session_to_pb(&rec)))
+        self.save_session(&rec).await
     }
 
     async fn get_session(
@@ -840,8 +839,9 @@ impl EngineService for EngineApi {
         req: Request<Streaming<pb::CallToolFrame>>,
     ) -> Result<Response<Self::CallToolStreamStream>, Status> {
         let api = self.clone();
-        // Every call on the stream is made as the stream's caller.
-        let caller = caller_of(&req);
+        // Every call on the stream is made as the stream's caller (shared,
+        // not copied per call).
+        let caller = caller_of(&req).map(Arc::new);
         Ok(Response::new(calls::serve::<EngineCallFrames, _, _>(
             req.into_inner(),
             MAX_STREAM_CALLS,
@@ -853,7 +853,7 @@ impl EngineService for EngineApi {
                 // it would otherwise copy all of it when it is spawned.
                 // The call ends itself when cancelled, so it is counted and
                 // audited like any other.
-                Box::pin(async move { api.call_until(r, caller.as_ref(), cancelled).await })
+                Box::pin(async move { api.call_until(r, caller.as_deref(), cancelled).await })
             },
         )))
     }

@@ -188,6 +188,22 @@ impl<R: tokio::io::AsyncBufRead + Unpin + Send> LineSource for tokio::io::Lines<
     }
 }
 
+/// What `comm` shows of a tokio worker thread's name (`tokio-runtime-worker`,
+/// cut to the kernel's 15 characters).
+pub const WORKER_COMM: &str = "tokio-runtime-w";
+
+/// The kernel names (`comm`) of the threads of process `pid`, sorted.
+/// Panics when the process is not running.
+pub fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the process is running")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim_end().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
