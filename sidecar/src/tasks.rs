@@ -1697,9 +1697,16 @@ impl Tasks {
             result
         });
         let window = Self::window(Some(&policy), timeout_ms, true).unwrap_or_default();
-        let answer = tokio::select! {
-            r = &mut call => Some(r),
-            () = tokio::time::sleep(window) => None,
+        // A zero window (`background = always`) moves the call at once: it
+        // must not race a fast upstream answer, or a tool marked
+        // always-background would sometimes answer in the foreground.
+        let answer = if window.is_zero() && policy.allowed {
+            None
+        } else {
+            tokio::select! {
+                r = &mut call => Some(r),
+                () = tokio::time::sleep(window) => None,
+            }
         };
         if let Some(answer) = answer {
             return match answer {

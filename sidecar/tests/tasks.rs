@@ -745,6 +745,24 @@ async fn a_tool_without_task_support_is_held_in_wait_mode() {
         "{r:?}"
     );
     assert!(registry.updates("quick").is_empty());
+    // `background = always` (a zero window) moves even the quickest call,
+    // every time: it does not race the upstream's answer.
+    for i in 0..20 {
+        let id = format!("always{i}");
+        let r = side
+            .call(request(
+                "echo",
+                json!({"message": "at once"}),
+                Some(policy(&id, 0)),
+            ))
+            .await
+            .unwrap();
+        let moved = r
+            .background
+            .unwrap_or_else(|| panic!("call {i} answered in the foreground: {r:?}"));
+        assert_eq!(moved.mode, "wait");
+        assert_eq!(registry.finished(&id).await.status, "completed");
+    }
     // A held call can be cancelled.
     side.moved(
         "trigger-long-running-operation",
