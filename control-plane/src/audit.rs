@@ -142,7 +142,7 @@ impl Audit {
         }
         let body = serde_json::to_string(rec).expect("audit records serialise");
         let ts = rfc3339_ms(crate::model::now_ms());
-        self.write(&switchyard_sidecar::audit::stamp("ts", &ts, &body));
+        self.write(&switchyard_common::audit::stamp("ts", &ts, &body));
     }
 
     fn write(&self, line: &str) {
@@ -154,19 +154,12 @@ impl Audit {
                     tracing::info!(target: "switchyard::audit", "{line}");
                 }
             }
-            None => switchyard_sidecar::logging::write_record(line),
+            None => switchyard_common::logging::write_record(line),
         }
     }
 }
 
-/// `ms` since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-pub fn rfc3339_ms(ms: i64) -> String {
-    // Times before 1970 never occur here; they would read as 1970.
-    switchyard_sidecar::audit::rfc3339(
-        ms.div_euclid(1000).max(0) as u64,
-        ms.rem_euclid(1000) as u32,
-    )
-}
+pub use switchyard_common::time::rfc3339_ms;
 
 #[cfg(test)]
 mod tests {

@@ -32,7 +32,7 @@ use crate::config::AuthConfig;
 use crate::metrics::Metrics;
 use rustls::pki_types::CertificateDer;
 use sha2::{Digest, Sha256};
-use switchyard_sidecar::tls::{self as shared, CredentialError};
+use switchyard_common::tls::{self as shared, CredentialError};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 

@@ -45,6 +45,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use switchyard_common::ids::new_uuid;
 use switchyard_proto::v1 as pb;
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -370,7 +371,7 @@ impl From<BackgroundError> for Status {
             BackgroundError::Contention(_) => Status::aborted(e.to_string()),
             BackgroundError::Store(_) => Status::unavailable(format!(
                 "store unavailable: {}",
-                switchyard_sidecar::upstream::error::error_chain(&e)
+                switchyard_common::error_chain(&e)
             )),
         }
     }
@@ -487,11 +488,6 @@ pub fn page_of(
     let last = rest.last().expect("page_size >= 1");
     let next = format!("{}:{}", last.created_at_ms, last.id);
     Ok((rest, next))
-}
-
-/// A new random UUID (version 4), for a background call's id.
-pub fn new_uuid() -> String {
-    uuid::Uuid::new_v4().to_string()
 }
 
 /// What the model reads when a call moved to the background: the fixed

@@ -14,10 +14,10 @@ use crate::interactions::{self, form};
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 use std::path::PathBuf;
+use switchyard_common::tls::{AuthChannel, BearerToken, PemIdentity};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::admin_service_client::AdminServiceClient;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
-use switchyard_sidecar::tls::{AuthChannel, BearerToken, PemIdentity};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
 /// Exit status for a bad configuration or usage (sysexits EX_USAGE).
@@ -437,9 +437,9 @@ impl ConnectOptions {
     /// and the file.
     pub fn from_flags(cli: &ConnectFlags) -> Result<ConnectOptions, Failure> {
         let usage =
-            |e: switchyard_sidecar::tls::CredentialError| Failure::new(EXIT_USAGE, e.to_string());
+            |e: switchyard_common::tls::CredentialError| Failure::new(EXIT_USAGE, e.to_string());
         let token = match &cli.token_file {
-            Some(f) => Some(switchyard_sidecar::tls::load_token("--token-file", f).map_err(usage)?),
+            Some(f) => Some(switchyard_common::tls::load_token("--token-file", f).map_err(usage)?),
             None => std::env::var("SWITCHYARD_TOKEN")
                 .ok()
                 .map(|t| t.trim().to_owned())
@@ -447,13 +447,13 @@ impl ConnectOptions {
         };
         let ca_pem = match &cli.ca_file {
             Some(f) => {
-                Some(switchyard_sidecar::tls::load_certificates("--ca-file", f).map_err(usage)?)
+                Some(switchyard_common::tls::load_certificates("--ca-file", f).map_err(usage)?)
             }
             None => None,
         };
         let identity = match (&cli.cert_file, &cli.key_file) {
             (Some(c), Some(k)) => Some(
-                switchyard_sidecar::tls::load_identity("--cert-file", c, "--key-file", k)
+                switchyard_common::tls::load_identity("--cert-file", c, "--key-file", k)
                     .map_err(usage)?,
             ),
             _ => None,
@@ -491,7 +491,7 @@ async fn channel(endpoint: &str) -> Result<AuthChannel, Failure> {
         .map_err(|e| Failure::new(EXIT_USAGE, format!("--endpoint {endpoint:?}: {e}")))?
         .connect_timeout(std::time::Duration::from_secs(5));
     if endpoint.starts_with("https://") {
-        switchyard_sidecar::tls::install_crypto_provider();
+        switchyard_common::tls::install_crypto_provider();
         let Some(ca) = &options.ca_pem else {
             return Err(Failure::new(
                 EXIT_USAGE,
@@ -513,7 +513,7 @@ async fn channel(endpoint: &str) -> Result<AuthChannel, Failure> {
             EXIT_UNAVAILABLE,
             format!(
                 "cannot reach the control plane at {endpoint}: {}",
-                switchyard_sidecar::upstream::error::error_chain(&e)
+                switchyard_common::error_chain(&e)
             ),
         )
     })?;

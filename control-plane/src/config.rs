@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use switchyard_sidecar::config::ServerConfig;
+use switchyard_common::server_spec::ServerConfig;
 
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -215,7 +215,7 @@ fn validate_bound_servers(
         if name.trim().is_empty() {
             return Err((format!("{key}[{j}]"), "must not be empty".into()));
         }
-        if !switchyard_sidecar::config::valid_server_name(name) {
+        if !switchyard_common::server_spec::valid_server_name(name) {
             return Err((
                 format!("{key}[{j}]"),
                 format!("{name:?} is not a server name (1 to 48 characters of [A-Za-z0-9_-])"),
@@ -314,7 +314,7 @@ pub struct RuntimeConfig {
     /// current-thread runtime: the least CPU per call); N > 1 a
     /// multi-thread runtime with N workers; 0 a multi-thread runtime with
     /// one worker per CPU core. At most
-    /// [`switchyard_sidecar::run::MAX_WORKER_THREADS`] (1024).
+    /// [`switchyard_common::runtime::MAX_WORKER_THREADS`] (1024).
     #[serde(default = "default_worker_threads")]
     pub worker_threads: u32,
 }
@@ -394,7 +394,7 @@ pub enum ConfigFileError {
         file: PathBuf,
         /// Which key, which file, what is wrong.
         #[source]
-        source: switchyard_sidecar::tls::CredentialError,
+        source: switchyard_common::tls::CredentialError,
     },
     /// A value is wrong.
     #[error("{file}: {key}: {problem}")]
@@ -478,7 +478,7 @@ impl Config {
 
     /// Reads every certificate, key and token file the configuration
     /// names, and checks them (see [`crate::tls`] and [`crate::auth`]).
-    pub fn check_files(&self) -> Result<(), switchyard_sidecar::tls::CredentialError> {
+    pub fn check_files(&self) -> Result<(), switchyard_common::tls::CredentialError> {
         crate::tls::TlsMaterial::load(&self.tls)?;
         crate::auth::Authenticator::load(&self.auth, None)?;
         if let Some(file) = &self.store.token_encryption_key_file {
@@ -518,7 +518,7 @@ impl Config {
                 "must be between 2 and 3600".into(),
             ));
         }
-        let max = switchyard_sidecar::config::MAX_TIMEOUT_SEC;
+        let max = switchyard_common::server_spec::MAX_TIMEOUT_SEC;
         if self.control_plane.call_timeout_sec == 0 || self.control_plane.call_timeout_sec > max {
             return Err((
                 "control_plane.call_timeout_sec".into(),
@@ -532,7 +532,7 @@ impl Config {
             ));
         }
         self.validate_background()?;
-        let max = switchyard_sidecar::run::MAX_WORKER_THREADS;
+        let max = switchyard_common::runtime::MAX_WORKER_THREADS;
         if self.runtime.worker_threads > max {
             return Err((
                 "runtime.worker_threads".into(),
@@ -720,11 +720,11 @@ impl Config {
 /// surrounding white space. Errors name the key and the file.
 pub fn load_encryption_key(
     file: &Path,
-) -> Result<[u8; 32], switchyard_sidecar::tls::CredentialError> {
+) -> Result<[u8; 32], switchyard_common::tls::CredentialError> {
     use base64::Engine as _;
     const KEY: &str = "store.token_encryption_key_file";
     let bytes =
-        std::fs::read(file).map_err(|source| switchyard_sidecar::tls::CredentialError::Read {
+        std::fs::read(file).map_err(|source| switchyard_common::tls::CredentialError::Read {
             key: KEY.into(),
             file: file.to_owned(),
             source,
@@ -738,7 +738,7 @@ pub fn load_encryption_key(
         .ok();
     match decoded.as_deref().map(<[u8; 32]>::try_from) {
         Some(Ok(key)) => Ok(key),
-        _ => Err(switchyard_sidecar::tls::CredentialError::Key {
+        _ => Err(switchyard_common::tls::CredentialError::Key {
             key: KEY.into(),
             file: file.to_owned(),
             problem: format!(

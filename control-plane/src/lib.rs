@@ -61,7 +61,7 @@ pub struct ControlPlane {
 
 /// Logs to stderr; `SWITCHYARD_LOG` sets the filter (default `info`).
 /// Keep the guard until the end of `main` (see
-/// [`switchyard_sidecar::logging`]).
-pub fn init_logging() -> switchyard_sidecar::logging::LogGuard {
-    switchyard_sidecar::logging::init("info")
+/// [`switchyard_common::logging`]).
+pub fn init_logging() -> switchyard_common::logging::LogGuard {
+    switchyard_common::logging::init("info")
 }

@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use switchyard_sidecar::config::ServerConfig;
+use switchyard_common::server_spec::ServerConfig;
 
 /// Key of a server.
 pub fn server_key(name: &str) -> String {
@@ -294,13 +294,9 @@ impl SessionRecord {
     }
 }
 
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+/// Milliseconds since the Unix epoch (the one definition is shared with
+/// the sidecar).
+pub use switchyard_common::time::now_ms;
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@ use crate::names::NameMap;
 use crate::store::{AnyStore, Compare, LeaseId, Op, Revision, Store, StoreError, Txn};
 use serde_json::Value;
 use std::time::{Duration, Instant};
-use switchyard_sidecar::config::ServerConfig;
+use switchyard_common::server_spec::ServerConfig;
 
 /// How often a CAS loop retries before giving up.
 const MAX_CAS_ATTEMPTS: usize = 20;

@@ -35,10 +35,10 @@ use crate::store::{AnyStore, EmbeddedConfig, EtcdConfig, StoreConfig};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_common::tls::CredentialError;
 use switchyard_proto::v1::admin_service_server::AdminServiceServer;
 use switchyard_proto::v1::engine_service_server::EngineServiceServer;
 use switchyard_proto::v1::sidecar_registry_server::SidecarRegistryServer;
-use switchyard_sidecar::tls::CredentialError;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 

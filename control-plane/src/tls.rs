@@ -8,10 +8,10 @@
 //!
 //! Files are read and checked once, by [`TlsMaterial::load`]; errors name
 //! the configuration key and the file (see
-//! [`switchyard_sidecar::tls::CredentialError`]).
+//! [`switchyard_common::tls::CredentialError`]).
 
 use crate::config::TlsConfig;
-use switchyard_sidecar::tls::{self as shared, CredentialError, PemIdentity};
+use switchyard_common::tls::{self as shared, CredentialError, PemIdentity};
 use tonic::transport::{Certificate, ClientTlsConfig, ServerTlsConfig};
 
 /// TLS settings loaded from `[tls]`.

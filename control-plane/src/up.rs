@@ -12,7 +12,7 @@ use crate::state::Change;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use switchyard_sidecar::config::ServerConfig;
+use switchyard_common::server_spec::ServerConfig;
 use tokio::process::{Child, Command};
 
 /// The grace period `up` gives each sidecar for each of its stop steps

@@ -32,12 +32,12 @@
 use crate::catalogue::{Catalogue, Coalescer, DEFAULT_LIST_CHANGED_WINDOW};
 use crate::elicitation::{CallContext, Interaction, InteractionHandler};
 use crate::http_endpoints::Health;
-use crate::tls::{AuthChannel, BearerToken};
 use crate::upstream::{Era, Link, Upstream, UpstreamError};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_common::tls::{AuthChannel, BearerToken};
 use switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient;
 use switchyard_proto::v1::{
     CatalogueSnapshot, CompleteInteractionRequest, Hello, InteractRequest, RegisterRequest,
@@ -105,8 +105,8 @@ pub struct ControlSettings {
     /// PEM CA certificate(s) to trust for an `https://` control plane.
     pub ca_pem: Option<Vec<u8>>,
     /// The client certificate (mTLS, `https://` only) and bearer token
-    /// presented to the control plane (see [`crate::tls`]).
-    pub credentials: crate::tls::ClientCredentials,
+    /// presented to the control plane (see [`switchyard_common::tls`]).
+    pub credentials: switchyard_common::tls::ClientCredentials,
     /// The server this sidecar fronts.
     pub server: String,
     /// This sidecar's id.

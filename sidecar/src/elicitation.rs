@@ -32,26 +32,16 @@
 //! - Every interaction is bounded by [`Interactions::timeout`]; when it
 //!   passes the server gets `{"action": "cancel"}`.
 
-use crate::audit::Audit;
 use crate::upstream::UpstreamError;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_common::audit::Audit;
+use switchyard_mcp::meta;
+use switchyard_mcp::methods::{ELICIT, ELICITATION_COMPLETE, LIST_ROOTS, SAMPLING};
 
-/// Server-to-client request: ask the user (client/elicitation).
-pub const ELICIT: &str = "elicitation/create";
-/// Server-to-client request: the client's roots (client/roots).
-pub const LIST_ROOTS: &str = "roots/list";
-/// Server-to-client request: sampling, never declared (design §4).
-pub const SAMPLING: &str = "sampling/createMessage";
-/// A URL elicitation finished out of band.
-pub const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
-/// `_meta` key tying a message to a task (2025-11-25 tasks).
-pub const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
-/// `URLElicitationRequiredError` (2025-11-25 schema `URL_ELICITATION_REQUIRED`).
-pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 /// Default bound on one interaction.
 pub const DEFAULT_INTERACTION_TIMEOUT: Duration = Duration::from_secs(600);
 /// URL elicitations remembered per session for completion notifications.
@@ -279,7 +269,7 @@ impl Relay {
 
     /// Whose is a server request with these params (see the module docs)?
     fn attribute(&self, params: &Value) -> Result<CallContext, Declined> {
-        if let Some(task) = params.get("_meta").and_then(|m| m.get(META_RELATED_TASK)) {
+        if let Some(task) = params.get("_meta").and_then(|m| m.get(meta::RELATED_TASK)) {
             let task_id = task.get("taskId").and_then(Value::as_str).unwrap_or("");
             // Hook for the tasks stage: the task's initiator, wherever the
             // request arrives.
@@ -652,7 +642,7 @@ mod tests {
         assert_eq!(r.attribute(&json!({})).unwrap().session_id, "b");
         drop(b);
         assert!(r.in_flight().is_empty());
-        let task = json!({"_meta": {META_RELATED_TASK: {"taskId": "t1"}}});
+        let task = json!({"_meta": {meta::RELATED_TASK: {"taskId": "t1"}}});
         let _c = r.enter(ctx("c"));
         assert!(r.attribute(&task).unwrap_err().reason.contains("t1"));
     }

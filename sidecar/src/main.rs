@@ -4,7 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-use switchyard_sidecar::config::TransportKind;
+use switchyard_common::server_spec::TransportKind;
 use switchyard_sidecar::{probe, run};
 
 #[derive(Debug, Parser)]
@@ -83,7 +83,7 @@ fn main() -> std::process::ExitCode {
         Command::Probe(_) => "off",
         Command::CheckConfig(_) => "warn",
     };
-    let _log = switchyard_sidecar::logging::init(default_level);
+    let _log = switchyard_common::logging::init(default_level);
     if let Command::CheckConfig(args) = &cli.command {
         return match check_config(args) {
             Ok(line) => {
@@ -111,7 +111,7 @@ fn main() -> std::process::ExitCode {
     let worker_threads = settings
         .as_ref()
         .map_or(1, |settings| settings.worker_threads);
-    let runtime = match run::build_runtime(worker_threads) {
+    let runtime = match switchyard_common::runtime::build_runtime(worker_threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -34,7 +34,7 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub cwd: Option<std::path::PathBuf>,
     /// Protocol era: auto (probe 2026-07-28, fall back to 2025-11-25), 2026-07-28 or 2025-11-25.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = parse_era)]
     pub era: EraPreference,
     /// Call this tool after listing.
     #[arg(long, value_name = "TOOL")]
@@ -53,11 +53,8 @@ pub struct ProbeArgs {
     pub command: Vec<String>,
 }
 
-impl clap::builder::ValueParserFactory for EraPreference {
-    type Parser = clap::builder::ValueParser;
-    fn value_parser() -> Self::Parser {
-        clap::builder::ValueParser::new(|s: &str| s.parse::<EraPreference>())
-    }
+fn parse_era(s: &str) -> Result<EraPreference, String> {
+    s.parse()
 }
 
 /// Runs the probe; `Err` is the one-line reason for the failure.

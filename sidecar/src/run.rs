@@ -12,9 +12,7 @@
 //! [`SidecarSection`]) or from flags; sidecar flags override the file.
 //! Keys and defaults are documented in `docs/sidecar.md`.
 
-use crate::audit::Audit;
 use crate::catalogue::Catalogue;
-use crate::config::{ConfigError, ServerConfig, TransportKind};
 use crate::control::{self, ControlPlaneInteractions, ControlSettings};
 use crate::elicitation::Interactions;
 use crate::http_endpoints::{self, Health};
@@ -28,6 +26,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_common::audit::Audit;
+use switchyard_common::server_spec::{ConfigError, ServerConfig, TransportKind};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -49,61 +49,6 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:0";
 /// Default `worker_threads`: one thread (a current-thread runtime).
 pub const DEFAULT_WORKER_THREADS: u32 = 1;
-/// The largest `worker_threads` accepted (sidecar and control plane).
-pub const MAX_WORKER_THREADS: u32 = 1024;
-/// Thread name (as `/proc/PID/task/TID/comm`, `ps -L` and `top -H` show
-/// it) of a multi-thread runtime's workers built by [`build_runtime`]; the
-/// kernel keeps its first 15 bytes, `tokio-runtime-w`.
-pub const WORKER_THREAD_NAME: &str = "tokio-runtime-worker";
-/// Thread name of the runtime's other threads (tokio's blocking pool: file
-/// and store work), and of a worker until it first goes idle.
-pub const POOL_THREAD_NAME: &str = "tokio-pool";
-
-/// Builds the tokio runtime for a `worker_threads` setting (the same
-/// meaning in the sidecar and the control plane): 1 a current-thread
-/// runtime (everything on the calling thread, which drives it with
-/// `block_on`); N > 1 a multi-thread runtime with N workers; 0 a
-/// multi-thread runtime with tokio's default worker count (one per CPU
-/// core, or `TOKIO_WORKER_THREADS`). The value is not range-checked here
-/// (configuration validation refuses more than [`MAX_WORKER_THREADS`]).
-///
-/// Threads: tokio starts its workers as blocking-pool threads, and which
-/// pool thread picks up which worker is a race, so every pool thread is
-/// started as [`POOL_THREAD_NAME`] and a worker renames itself (its
-/// kernel `comm`, via `/proc/thread-self/comm`) to [`WORKER_THREAD_NAME`]
-/// the first time it goes idle, which a new worker does at once. The Rust
-/// thread name (panic messages) stays [`POOL_THREAD_NAME`].
-///
-/// Errors: the OS refused a thread or the I/O driver (`std::io::Error`
-/// from `tokio::runtime::Builder::build`).
-pub fn build_runtime(worker_threads: u32) -> std::io::Result<tokio::runtime::Runtime> {
-    if worker_threads == 1 {
-        return tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .thread_name(POOL_THREAD_NAME)
-            .build();
-    }
-    thread_local! {
-        static NAMED_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if worker_threads > 1 {
-        builder.worker_threads(worker_threads as usize);
-    }
-    builder
-        .enable_all()
-        .thread_name(POOL_THREAD_NAME)
-        // Only workers park; a blocking-pool thread never runs this.
-        .on_thread_park(|| {
-            if !NAMED_WORKER.get() {
-                NAMED_WORKER.set(true);
-                // Best effort: without /proc the name just stays.
-                let _ = std::fs::write("/proc/thread-self/comm", WORKER_THREAD_NAME);
-            }
-        })
-        .build()
-}
-
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
 #[command(
@@ -243,7 +188,7 @@ pub struct SidecarSection {
     /// (default 1800).
     pub task_poll_failure_limit_secs: Option<u64>,
     /// Runtime worker threads (default 1: one thread; N > 1: N workers;
-    /// 0: one per CPU core; at most 1024). See [`build_runtime`].
+    /// 0: one per CPU core; at most 1024). See `switchyard_common::runtime::build_runtime`.
     pub worker_threads: Option<u32>,
 }
 
@@ -266,7 +211,7 @@ pub struct Settings {
     pub control_plane_ca: Option<Vec<u8>>,
     /// Certificate and key served on `SidecarCalls`, and presented to the
     /// control plane as client certificate.
-    pub tls_identity: Option<crate::tls::PemIdentity>,
+    pub tls_identity: Option<switchyard_common::tls::PemIdentity>,
     /// CA that client certificates on `SidecarCalls` must chain to.
     pub client_ca: Option<Vec<u8>>,
     /// Bearer token sent to the control plane.
@@ -293,7 +238,7 @@ pub struct Settings {
     pub task_poll_min: Duration,
     /// Continuous poll failure that fails a background call.
     pub task_poll_failure_limit: Duration,
-    /// Runtime worker threads, for [`build_runtime`] (1 = one thread).
+    /// Runtime worker threads, for `switchyard_common::runtime::build_runtime` (1 = one thread).
     pub worker_threads: u32,
 }
 
@@ -447,22 +392,24 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         (None, Some(p)) => Some((p.clone(), origin.clone(), key.to_owned())),
         (None, None) => None,
     };
-    let credential_error = |origin: &str, e: crate::tls::CredentialError| RunError::Config {
-        origin: origin.to_owned(),
-        source: ConfigError {
-            key: e.key().to_owned(),
-            problem: e.to_string(),
-        },
-    };
+    let credential_error =
+        |origin: &str, e: switchyard_common::tls::CredentialError| RunError::Config {
+            origin: origin.to_owned(),
+            source: ConfigError {
+                key: e.key().to_owned(),
+                problem: e.to_string(),
+            },
+        };
     let control_plane_ca = match path_setting(
         &args.control_plane_ca_file,
         &file.control_plane_ca_file,
         "--control-plane-ca-file",
         "sidecar.control_plane_ca_file",
     ) {
-        Some((path, o, key)) => {
-            Some(crate::tls::load_certificates(&key, &path).map_err(|e| credential_error(&o, e))?)
-        }
+        Some((path, o, key)) => Some(
+            switchyard_common::tls::load_certificates(&key, &path)
+                .map_err(|e| credential_error(&o, e))?,
+        ),
         None => None,
     };
     let cert = path_setting(
@@ -479,7 +426,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
     );
     let tls_identity = match (cert, key) {
         (Some((cert, o, cert_key)), Some((key, _, key_key))) => Some(
-            crate::tls::load_identity(&cert_key, &cert, &key_key, &key)
+            switchyard_common::tls::load_identity(&cert_key, &cert, &key_key, &key)
                 .map_err(|e| credential_error(&o, e))?,
         ),
         (Some((_, o, cert_key)), None) => {
@@ -511,9 +458,10 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
                 "needs sidecar.tls_cert_file and sidecar.tls_key_file (client certificates are only checked over TLS)",
             ));
         }
-        Some((path, o, key)) => {
-            Some(crate::tls::load_certificates(&key, &path).map_err(|e| credential_error(&o, e))?)
-        }
+        Some((path, o, key)) => Some(
+            switchyard_common::tls::load_certificates(&key, &path)
+                .map_err(|e| credential_error(&o, e))?,
+        ),
         None => None,
     };
     let token = match path_setting(
@@ -522,9 +470,9 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         "--token-file",
         "sidecar.token_file",
     ) {
-        Some((path, o, key)) => {
-            Some(crate::tls::load_token(&key, &path).map_err(|e| credential_error(&o, e))?)
-        }
+        Some((path, o, key)) => Some(
+            switchyard_common::tls::load_token(&key, &path).map_err(|e| credential_error(&o, e))?,
+        ),
         None => None,
     };
 
@@ -643,12 +591,13 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
             .worker_threads
             .map(|v| (v, origin.as_str(), "sidecar.worker_threads")))
     {
-        Some((n, origin, key)) if n > MAX_WORKER_THREADS => {
+        Some((n, origin, key)) if n > switchyard_common::runtime::MAX_WORKER_THREADS => {
             return Err(config_error(
                 origin,
                 key,
                 format!(
-                    "{n} is too many: must be at most {MAX_WORKER_THREADS} (1 = one thread, 0 = one worker per CPU core)"
+                    "{n} is too many: must be at most {} (1 = one thread, 0 = one worker per CPU core)",
+                    switchyard_common::runtime::MAX_WORKER_THREADS
                 ),
             ));
         }
@@ -863,14 +812,14 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 /// [`run`] with settings already read by [`settings`] (the binary reads
 /// them first, to build the runtime `worker_threads` asks for).
 pub async fn run_with(settings: Settings) -> Result<(), RunError> {
-    crate::tls::install_crypto_provider();
+    switchyard_common::tls::install_crypto_provider();
     let registry = prometheus::Registry::new();
     let metrics =
         UpstreamMetrics::register(&registry).map_err(|source| RunError::Metrics { source })?;
     let control_settings = ControlSettings {
         control_plane: settings.control_plane.clone(),
         ca_pem: settings.control_plane_ca.clone(),
-        credentials: crate::tls::ClientCredentials {
+        credentials: switchyard_common::tls::ClientCredentials {
             identity: settings.tls_identity.clone(),
             token: settings.token.clone(),
         },
@@ -911,7 +860,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
         metrics: crate::tasks::TaskMetrics::register(&registry)
             .map_err(|source| RunError::Metrics { source })?,
     };
-    let mut upstream_config = settings.server.upstream();
+    let mut upstream_config = crate::upstream::UpstreamConfig::from_spec(&settings.server);
     upstream_config.max_input_rounds = settings.max_input_rounds;
     let upstream = Upstream::with_interactions(upstream_config, &metrics, interactions)
         .map_err(|source| RunError::Upstream { source })?;
@@ -1245,90 +1194,6 @@ mod tests {
         let e = settings(&args(&["--config", path])).unwrap_err();
         assert_eq!(e.exit_code(), EXIT_CONFIG);
         assert!(e.to_string().contains("sidecar.worker_threads"), "{e}");
-    }
-
-    /// This process's threads whose kernel name (`comm`) is `name`.
-    fn threads_named(name: &str) -> usize {
-        std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-            .filter(|comm| comm.trim_end() == name)
-            .count()
-    }
-
-    /// Polls [`threads_named`] (up to 5 s) until it is `want`.
-    fn wait_threads_named(name: &str, want: usize) -> usize {
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            let n = threads_named(name);
-            if n == want || std::time::Instant::now() > deadline {
-                return n;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    #[test]
-    fn build_runtime_makes_the_flavour_asked_for() {
-        use tokio::runtime::RuntimeFlavor;
-        const COMM: &str = "tokio-runtime-w";
-        assert!(WORKER_THREAD_NAME.starts_with(COMM));
-        // Only this test builds runtimes with named workers.
-        assert_eq!(threads_named(COMM), 0);
-
-        let rt = build_runtime(1).unwrap();
-        assert_eq!(rt.handle().runtime_flavor(), RuntimeFlavor::CurrentThread);
-        let caller = std::thread::current().id();
-        let (on, blocking) = rt.block_on(async {
-            let on = tokio::spawn(async { std::thread::current().id() })
-                .await
-                .unwrap();
-            let blocking =
-                tokio::task::spawn_blocking(|| std::thread::current().name().map(str::to_owned))
-                    .await
-                    .unwrap();
-            (on, blocking)
-        });
-        assert_eq!(
-            on, caller,
-            "a current-thread runtime runs tasks on its caller"
-        );
-        assert_eq!(blocking.as_deref(), Some(POOL_THREAD_NAME));
-        assert_eq!(threads_named(COMM), 0);
-        drop(rt);
-
-        let rt = build_runtime(3).unwrap();
-        assert_eq!(rt.handle().runtime_flavor(), RuntimeFlavor::MultiThread);
-        assert_eq!(rt.metrics().num_workers(), 3);
-        // Blocking work at once (the race of tokio's start) does not take
-        // a worker's name.
-        let blocking = rt.block_on(async {
-            let mut names = Vec::new();
-            for _ in 0..4 {
-                names.push(
-                    tokio::task::spawn_blocking(|| {
-                        std::thread::sleep(Duration::from_millis(20));
-                        std::fs::read_to_string("/proc/thread-self/comm").unwrap()
-                    })
-                    .await
-                    .unwrap(),
-                );
-            }
-            names
-        });
-        assert!(
-            blocking.iter().all(|n| n.trim_end() == POOL_THREAD_NAME),
-            "{blocking:?}"
-        );
-        assert_eq!(wait_threads_named(COMM, 3), 3);
-        drop(rt);
-        assert_eq!(threads_named(COMM), 0, "the workers are gone");
-
-        let rt = build_runtime(0).unwrap();
-        assert_eq!(rt.handle().runtime_flavor(), RuntimeFlavor::MultiThread);
-        let workers = rt.metrics().num_workers();
-        assert!(workers >= 1);
-        assert_eq!(wait_threads_named(COMM, workers), workers);
     }
 
     #[test]

@@ -16,7 +16,6 @@
 //! its deadline passes), tonic drops the handler future, which drops the
 //! upstream request future, which sends `notifications/cancelled` upstream.
 
-use crate::audit::Audit;
 use crate::catalogue::Catalogue;
 use crate::elicitation::CallContext;
 use crate::pool::SessionPool;
@@ -25,6 +24,7 @@ use crate::tasks::{Plan, Tasks, TasksConfig};
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::{Value, json};
 use std::time::Duration;
+use switchyard_common::audit::Audit;
 use switchyard_proto::calls::{self, SidecarCallFrames};
 use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
 use switchyard_proto::v1::{

@@ -68,14 +68,16 @@
 use crate::elicitation::{CallContext, Interactions, Relay, TaskInitiators};
 use crate::pool::{Lease, SessionPool};
 use crate::service::{Responder, status_of};
-use crate::tls::AuthChannel;
 use crate::upstream::{Era, Upstream, UpstreamError};
 use futures::future::BoxFuture;
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+use switchyard_common::time::now_ms;
+use switchyard_common::tls::AuthChannel;
+use switchyard_mcp::meta;
 use switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient;
 use switchyard_proto::v1::{
     BackgroundCall, BackgroundPolicy, BackgroundResult, SidecarCallResponse,
@@ -85,11 +87,6 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tonic::Status;
 
-/// The tasks extension's identifier (SEP-2663).
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
-/// `CreateTaskResult._meta` key of the text for the model meanwhile
-/// (2025-11-25 basic/utilities/tasks, "Creating Tasks").
-pub const META_IMMEDIATE_RESPONSE: &str = "io.modelcontextprotocol/model-immediate-response";
 /// Default lower bound of the poll interval.
 pub const DEFAULT_POLL_MIN: Duration = Duration::from_secs(5);
 /// Upper bound of the poll interval.
@@ -161,14 +158,6 @@ pub fn clamp_poll_interval(server_ms: Option<u64>, min: Duration) -> Duration {
         .map(Duration::from_millis)
         .unwrap_or(POLL_ABSENT)
         .clamp(min, POLL_MAX)
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Settings of the tasks machinery.
@@ -495,14 +484,14 @@ pub fn declare_extension(mut params: Value) -> Value {
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(meta) = meta {
             let caps = meta
-                .entry(crate::upstream::era::META_CLIENT_CAPABILITIES)
+                .entry(meta::CLIENT_CAPABILITIES)
                 .or_insert_with(|| Value::Object(Map::new()));
             if let Value::Object(caps) = caps {
                 let ext = caps
                     .entry("extensions")
                     .or_insert_with(|| Value::Object(Map::new()));
                 if let Value::Object(ext) = ext {
-                    ext.insert(TASKS_EXTENSION.into(), json!({}));
+                    ext.insert(meta::TASKS_EXTENSION.into(), json!({}));
                 }
             }
         }
@@ -785,7 +774,7 @@ impl Tasks {
             Era::Modern => {
                 if caps
                     .get("extensions")
-                    .and_then(|e| e.get(TASKS_EXTENSION))
+                    .and_then(|e| e.get(meta::TASKS_EXTENSION))
                     .is_some_and(|v| !v.is_null())
                 {
                     Ok(Plan::Task(Era::Modern))
@@ -1001,7 +990,7 @@ impl Tasks {
         };
         let immediate = created
             .get("_meta")
-            .and_then(|m| m.get(META_IMMEDIATE_RESPONSE))
+            .and_then(|m| m.get(meta::IMMEDIATE_RESPONSE))
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned();
@@ -1319,7 +1308,7 @@ impl Tasks {
                                     .entry("_meta")
                                     .or_insert_with(|| Value::Object(Map::new()));
                                 if let Some(meta) = meta.as_object_mut() {
-                                    meta.entry(crate::elicitation::META_RELATED_TASK)
+                                    meta.entry(meta::RELATED_TASK)
                                         .or_insert_with(|| json!({"taskId": state.task_id}));
                                 }
                             }
@@ -1920,7 +1909,7 @@ impl Tasks {
                 tracing::debug!(id = %call.id, "already polling this background call");
                 continue;
             }
-            let era = if call.protocol_version.as_str() >= crate::upstream::era::MODERN_VERSION {
+            let era = if call.protocol_version.as_str() >= switchyard_mcp::era::MODERN_VERSION {
                 Era::Modern
             } else {
                 Era::Legacy
@@ -1962,8 +1951,8 @@ fn protocol_version(upstream: &Upstream, era: Era) -> String {
     match upstream.negotiated() {
         Some(n) if n.era == era => n.protocol_version,
         _ => match era {
-            Era::Modern => crate::upstream::era::MODERN_VERSION.into(),
-            Era::Legacy => crate::upstream::era::LEGACY_VERSION.into(),
+            Era::Modern => switchyard_mcp::era::MODERN_VERSION.into(),
+            Era::Legacy => switchyard_mcp::era::LEGACY_VERSION.into(),
         },
     }
 }
@@ -1993,7 +1982,7 @@ mod tests {
 
     #[test]
     fn create_task_results_are_recognised_in_both_eras() {
-        let legacy = json!({"task": {"taskId": "t1", "status": "working", "pollInterval": 5000, "createdAt": "x", "ttl": 1}, "_meta": {META_IMMEDIATE_RESPONSE: "soon"}});
+        let legacy = json!({"task": {"taskId": "t1", "status": "working", "pollInterval": 5000, "createdAt": "x", "ttl": 1}, "_meta": {meta::IMMEDIATE_RESPONSE: "soon"}});
         let s = created_task(&legacy).unwrap().unwrap();
         assert_eq!(
             (s.task_id.as_str(), s.status.as_str(), s.poll_interval_ms),
@@ -2022,8 +2011,7 @@ mod tests {
         let m = augment(Era::Modern, p, None);
         assert_eq!(m["_meta"]["k"], 1);
         assert_eq!(
-            m["_meta"][crate::upstream::era::META_CLIENT_CAPABILITIES]["extensions"]
-                [TASKS_EXTENSION],
+            m["_meta"][meta::CLIENT_CAPABILITIES]["extensions"][meta::TASKS_EXTENSION],
             json!({})
         );
         assert!(m.get("task").is_none());
@@ -2031,9 +2019,7 @@ mod tests {
 
     #[test]
     fn the_era_meta_keeps_the_extension_declared_per_request() {
-        use crate::upstream::era::{
-            META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, apply_modern_meta,
-        };
+        use crate::upstream::era::apply_modern_meta;
         let mut config = crate::upstream::UpstreamConfig::new(
             "s",
             crate::upstream::TransportConfig::Stdio(Default::default()),
@@ -2044,14 +2030,14 @@ mod tests {
             unreachable!()
         };
         apply_modern_meta(&mut meta, &config);
-        assert_eq!(meta[META_PROTOCOL_VERSION], "2026-07-28");
-        let caps = &meta[META_CLIENT_CAPABILITIES];
-        assert_eq!(caps["extensions"][TASKS_EXTENSION], json!({}));
+        assert_eq!(meta[meta::PROTOCOL_VERSION], "2026-07-28");
+        let caps = &meta[meta::CLIENT_CAPABILITIES];
+        assert_eq!(caps["extensions"][meta::TASKS_EXTENSION], json!({}));
         assert_eq!(caps["elicitation"], json!({"form": {}, "url": {}}));
         // Without a declaration: the era's own capabilities only.
         let mut meta = Map::new();
         apply_modern_meta(&mut meta, &config);
-        assert!(meta[META_CLIENT_CAPABILITIES].get("extensions").is_none());
+        assert!(meta[meta::CLIENT_CAPABILITIES].get("extensions").is_none());
     }
 
     #[test]

@@ -22,13 +22,13 @@ use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_common::audit::Audit;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::sidecar_registry_server::{SidecarRegistry, SidecarRegistryServer};
 use switchyard_proto::v1::{
     CompleteInteractionRequest, CompleteInteractionResponse, ControlMessage, InteractRequest,
     InteractResponse, RegisterRequest, RegisterResponse, SidecarCallRequest, SidecarReport,
 };
-use switchyard_sidecar::audit::Audit;
 use switchyard_sidecar::control::{ControlPlaneInteractions, ControlSettings};
 use switchyard_sidecar::elicitation::{
     CallContext, Interaction, InteractionHandler, InteractionKind, Interactions,

@@ -485,7 +485,7 @@ async fn a_task_the_server_does_not_know_fails() {
     for era in [Era::Legacy, Era::Modern] {
         let registry = Registry::start().await;
         let side = side(reference(era), &registry).await;
-        let now = switchyard_sidecar::tasks::now_ms();
+        let now = switchyard_common::time::now_ms();
         side.tasks.adopt(vec![BackgroundCall {
             id: "ghost".into(),
             server: "ref".into(),
@@ -759,6 +759,7 @@ async fn a_tool_without_task_support_is_held_in_wait_mode() {
             .unwrap();
         let moved = r
             .background
+            .clone()
             .unwrap_or_else(|| panic!("call {i} answered in the foreground: {r:?}"));
         assert_eq!(moved.mode, "wait");
         assert_eq!(registry.finished(&id).await.status, "completed");

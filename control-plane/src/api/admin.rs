@@ -10,9 +10,9 @@ use crate::model::{
 use crate::state::Snapshot;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_common::server_spec::{ServerConfig, TransportKind};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::admin_service_server::AdminService;
-use switchyard_sidecar::config::{ServerConfig, TransportKind};
 use tonic::{Request, Response, Status};
 
 /// The service.
@@ -59,7 +59,7 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
         } else {
             s.request_timeout_ms.div_ceil(1000)
         },
-        max_message_bytes: switchyard_sidecar::upstream::config::DEFAULT_MAX_MESSAGE_BYTES,
+        max_message_bytes: switchyard_common::server_spec::DEFAULT_MAX_MESSAGE_BYTES,
     };
     config
         .validate("spec")

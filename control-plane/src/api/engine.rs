@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard_common::ids::new_id;
 use switchyard_proto::calls::{self, EngineCallFrames, Outcomes};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::engine_service_server::EngineService;
@@ -124,7 +125,7 @@ pub fn registry_status(e: RegistryError) -> Status {
         RegistryError::Contention(_) => Status::aborted(e.to_string()),
         RegistryError::Store(_) => Status::unavailable(format!(
             "store unavailable: {}",
-            switchyard_sidecar::upstream::error::error_chain(&e)
+            switchyard_common::error_chain(&e)
         )),
     }
 }
@@ -464,7 +465,7 @@ impl EngineApi {
             _ => {}
         }
         let params_json = params_json(&target.tool, &r.arguments_json, &r.meta_json)?;
-        let max_ms = switchyard_sidecar::config::MAX_TIMEOUT_SEC * 1000;
+        let max_ms = switchyard_common::server_spec::MAX_TIMEOUT_SEC * 1000;
         if r.timeout_ms > max_ms {
             return Err(Status::invalid_argument(format!(
                 "timeout_ms: {} is over the maximum {max_ms} (7 days)",
@@ -1071,11 +1072,4 @@ fn check_id(field: &str, id: &str) -> Result<(), Status> {
         )));
     }
     Ok(())
-}
-
-/// A new random id (128 bits, hex).
-pub fn new_id() -> String {
-    use rand::Rng;
-    let bytes: [u8; 16] = rand::rng().random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

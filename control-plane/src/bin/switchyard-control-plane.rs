@@ -49,7 +49,7 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::SUCCESS;
     }
     // [runtime] worker_threads: 1 (default) one thread, N workers, 0 one per core.
-    let runtime = match switchyard_sidecar::run::build_runtime(config.runtime.worker_threads) {
+    let runtime = match switchyard_common::runtime::build_runtime(config.runtime.worker_threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

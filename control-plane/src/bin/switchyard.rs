@@ -23,7 +23,7 @@ fn main() -> std::process::ExitCode {
             .unwrap_or(1),
         _ => 1,
     };
-    let runtime = match switchyard_sidecar::run::build_runtime(worker_threads) {
+    let runtime = match switchyard_common::runtime::build_runtime(worker_threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

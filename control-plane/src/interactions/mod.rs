@@ -1425,7 +1425,7 @@ impl Interactions {
         }
         let now = now_ms();
         let rec = InteractionRecord {
-            id: crate::api::engine::new_id(),
+            id: switchyard_common::ids::new_id(),
             session_id: session.to_owned(),
             run_id: run_id.to_owned(),
             kind: Kind::Approval,

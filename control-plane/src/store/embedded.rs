@@ -35,7 +35,8 @@ use redb::{
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+use switchyard_common::time::now_ms;
 use tokio::sync::broadcast;
 
 #[cfg(test)]
@@ -286,14 +287,6 @@ impl Fail {
             },
         }
     }
-}
-
-fn now_ms() -> i64 {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 /// One redb write transaction's view: the open tables plus the revision

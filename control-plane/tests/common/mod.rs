@@ -805,7 +805,7 @@ pub async fn tls_channel(
     ca_file: Option<&Path>,
     client: Option<(&Path, &Path)>,
 ) -> Result<Channel, String> {
-    switchyard_sidecar::tls::install_crypto_provider();
+    switchyard_common::tls::install_crypto_provider();
     let mut ep = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(2));
@@ -827,7 +827,7 @@ pub async fn tls_channel(
     ep.connect().await.map_err(|e| {
         format!(
             "connect to {endpoint}: {}",
-            switchyard_sidecar::upstream::error::error_chain(&e)
+            switchyard_common::error_chain(&e)
         )
     })
 }

@@ -3,11 +3,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+use switchyard_common::server_spec::{ServerConfig, TransportKind};
+pub use switchyard_mcp::era::EraPreference;
 
 /// Default per-request timeout: 10 minutes.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default limit on one message: 8 MiB.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+pub use switchyard_common::server_spec::DEFAULT_MAX_MESSAGE_BYTES;
 /// Default time to wait for an answer to the `server/discover` probe before
 /// treating the server as legacy (basic/transports/stdio, "Backward
 /// Compatibility": "does not respond within a reasonable timeout").
@@ -55,32 +57,6 @@ pub struct HttpConfig {
     pub url: String,
     /// Static headers sent with every request (e.g. `Authorization`).
     pub headers: Vec<(String, String)>,
-}
-
-/// Which protocol era to speak (basic/versioning).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EraPreference {
-    /// Probe for 2026-07-28, fall back to the 2025-11-25 handshake.
-    #[default]
-    Auto,
-    /// Only 2026-07-28 (no fallback).
-    Modern,
-    /// Only the `initialize` handshake (2025-11-25), without probing.
-    Legacy,
-}
-
-impl std::str::FromStr for EraPreference {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(EraPreference::Auto),
-            "2026-07-28" | "modern" => Ok(EraPreference::Modern),
-            "2025-11-25" | "legacy" => Ok(EraPreference::Legacy),
-            other => Err(format!(
-                "unknown protocol era {other:?}: expected auto, 2026-07-28 or 2025-11-25"
-            )),
-        }
-    }
 }
 
 /// Restart policy for a stdio server that exited: exponential backoff from
@@ -155,6 +131,32 @@ pub struct UpstreamConfig {
 }
 
 impl UpstreamConfig {
+    /// The session configuration of a server spec (call
+    /// [`ServerConfig::validate`] first: an unparsable era reads as `auto`).
+    pub fn from_spec(spec: &ServerConfig) -> Self {
+        let transport = match spec.transport {
+            TransportKind::Stdio => TransportConfig::Stdio(StdioConfig {
+                command: spec.command.clone().unwrap_or_default(),
+                args: spec.args.clone(),
+                env: spec.env.clone(),
+                cwd: spec.cwd.clone(),
+            }),
+            TransportKind::Http => TransportConfig::Http(HttpConfig {
+                url: spec.url.clone().unwrap_or_default(),
+                headers: spec
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            }),
+        };
+        let mut c = UpstreamConfig::new(spec.name.clone(), transport);
+        c.era = spec.era.parse().unwrap_or_default();
+        c.request_timeout = Duration::from_secs(spec.request_timeout_sec);
+        c.max_message_bytes = spec.max_message_bytes;
+        c
+    }
+
     /// A configuration with every default.
     pub fn new(name: impl Into<String>, transport: TransportConfig) -> Self {
         UpstreamConfig {

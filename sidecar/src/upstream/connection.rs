@@ -7,10 +7,8 @@
 use super::config::{TransportConfig, UpstreamConfig};
 use super::era::{self, Era, Negotiated};
 use super::error::UpstreamError;
-use super::headers::{self, HeaderParam};
 use super::http::{ExtraHeaders, HttpConnection};
 use super::inbound::Inbound;
-use super::jsonrpc;
 use super::metrics::ServerMetrics;
 use super::stdio::StdioConnection;
 use serde_json::{Map, Value};
@@ -18,6 +16,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use switchyard_mcp::headers::{self, HeaderParam};
+use switchyard_mcp::jsonrpc;
 
 /// Longest `tools/list` walk; a server whose cursors never end is an error.
 const MAX_LIST_PAGES: usize = 1000;

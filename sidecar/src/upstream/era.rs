@@ -10,44 +10,19 @@
 //! `initialize`, then `notifications/initialized` (2025-11-25
 //! basic/lifecycle).
 
-use super::config::{EraPreference, UpstreamConfig};
+use super::config::UpstreamConfig;
 use super::connection::Transport;
 use super::error::UpstreamError;
-use super::jsonrpc;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+pub use switchyard_mcp::era::Era;
+use switchyard_mcp::era::{EraPreference, LEGACY_VERSION, LEGACY_VERSIONS, MODERN_VERSION};
+use switchyard_mcp::{jsonrpc, meta};
 
 /// Longest wait for the `initialize` answer: a server that never completes
 /// its handshake is reported instead of holding every call for the full
 /// request timeout.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// The modern protocol version we speak.
-pub const MODERN_VERSION: &str = "2026-07-28";
-/// The legacy version we ask for in `initialize`.
-pub const LEGACY_VERSION: &str = "2025-11-25";
-/// Legacy versions we accept when a server answers `initialize` with an
-/// older one (each is a superset-compatible subset of what we use).
-pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-
-/// `_meta` keys of a modern request (2026-07-28 schema `RequestMetaObject`).
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// See [`META_PROTOCOL_VERSION`].
-pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-/// See [`META_PROTOCOL_VERSION`].
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// `DiscoverResult._meta` key of the server's identity.
-pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-
-/// Which era a server speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Era {
-    /// 2026-07-28 and later: stateless, per-request `_meta`.
-    Modern,
-    /// 2025-11-25 and earlier: `initialize` handshake.
-    Legacy,
-}
 
 /// What negotiation established. `server_info` and `capabilities` are kept
 /// exactly as the server sent them.
@@ -93,12 +68,15 @@ pub fn client_capabilities(config: &UpstreamConfig) -> Value {
 /// The modern per-request `_meta` entries.
 pub fn modern_meta(config: &UpstreamConfig) -> Map<String, Value> {
     let mut m = Map::new();
-    m.insert(META_PROTOCOL_VERSION.into(), MODERN_VERSION.into());
+    m.insert(meta::PROTOCOL_VERSION.into(), MODERN_VERSION.into());
     m.insert(
-        META_CLIENT_INFO.into(),
+        meta::CLIENT_INFO.into(),
         json!({"name": config.client_name, "version": config.client_version}),
     );
-    m.insert(META_CLIENT_CAPABILITIES.into(), client_capabilities(config));
+    m.insert(
+        meta::CLIENT_CAPABILITIES.into(),
+        client_capabilities(config),
+    );
     m
 }
 
@@ -117,7 +95,7 @@ pub fn apply_modern_meta(meta: &mut Map<String, Value>, config: &UpstreamConfig)
 /// [`modern_meta`] (a connection builds them once).
 pub fn apply_meta(meta: &mut Map<String, Value>, modern: &Map<String, Value>) {
     let extensions = meta
-        .get(META_CLIENT_CAPABILITIES)
+        .get(meta::CLIENT_CAPABILITIES)
         .and_then(|c| c.get("extensions"))
         .and_then(Value::as_object)
         .cloned();
@@ -125,7 +103,7 @@ pub fn apply_meta(meta: &mut Map<String, Value>, modern: &Map<String, Value>) {
         meta.insert(k.clone(), v.clone());
     }
     if let Some(extensions) = extensions
-        && let Some(Value::Object(caps)) = meta.get_mut(META_CLIENT_CAPABILITIES)
+        && let Some(Value::Object(caps)) = meta.get_mut(meta::CLIENT_CAPABILITIES)
         && let Value::Object(ours) = caps
             .entry("extensions")
             .or_insert_with(|| Value::Object(Map::new()))
@@ -193,7 +171,7 @@ async fn discover(transport: &Transport, config: &UpstreamConfig) -> Result<Prob
                 if supported.iter().any(|v| v == MODERN_VERSION) {
                     let server_info = result
                         .get("_meta")
-                        .and_then(|m| m.get(META_SERVER_INFO))
+                        .and_then(|m| m.get(meta::SERVER_INFO))
                         .cloned()
                         .unwrap_or(Value::Null);
                     Ok(Probe::Modern(Negotiated {

@@ -5,6 +5,7 @@
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
+pub use switchyard_common::error_chain;
 
 /// An upstream failure. Cheap to clone (shared causes are behind `Arc`), so
 /// one failure can be handed to every caller that waited on it.
@@ -139,23 +140,6 @@ pub enum UpstreamError {
         /// Server name.
         server: String,
     },
-}
-
-/// An error and its causes, `a: b: c`, without repeating a cause that the
-/// outer message already contains (reqwest's "error sending request" hides
-/// "connection refused" in its sources).
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cur = c.source();
-    }
-    out
 }
 
 fn stderr_hint(tail: &str) -> String {

@@ -16,7 +16,6 @@
 
 use super::error::UpstreamError;
 use super::inbound::Inbound;
-use super::jsonrpc::{self, Kind};
 use super::metrics::ServerMetrics;
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
@@ -27,6 +26,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_mcp::jsonrpc::{self, Kind};
 use tracing::Instrument;
 
 /// `MCP-Session-Id` (2025-11-25 transports, "Session Management").
@@ -751,7 +751,7 @@ pub fn media_type(headers: &HeaderMap) -> Option<String> {
 
 /// Builds the shared HTTP client (rustls with the ring provider).
 pub fn client() -> Result<reqwest::Client, reqwest::Error> {
-    crate::tls::install_crypto_provider();
+    switchyard_common::tls::install_crypto_provider();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(90))

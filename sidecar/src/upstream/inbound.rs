@@ -8,10 +8,10 @@
 //! refused with -32601. `notifications/elicitation/complete` is passed to
 //! the stage too, and fanned out like every notification.
 
-use super::jsonrpc;
 use crate::elicitation::Relay;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use switchyard_mcp::jsonrpc;
 use tokio::sync::broadcast;
 
 /// Capacity of the notification fan-out; a subscriber that falls this far

@@ -26,11 +26,10 @@ pub mod config;
 pub mod connection;
 pub mod era;
 pub mod error;
-pub mod framing;
-pub mod headers;
+
 pub mod http;
 pub mod inbound;
-pub mod jsonrpc;
+
 pub mod metrics;
 pub mod stdio;
 
@@ -41,7 +40,7 @@ pub use era::{Era, Negotiated};
 pub use error::UpstreamError;
 pub use metrics::{ServerMetrics, UpstreamMetrics};
 
-use crate::elicitation::{self, CallContext, Interactions, Relay};
+use crate::elicitation::{CallContext, Interactions, Relay};
 use connection::Connection;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -50,6 +49,7 @@ use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+use switchyard_mcp::jsonrpc;
 use tokio::sync::{broadcast, watch};
 use tracing::Instrument;
 
@@ -429,7 +429,7 @@ impl Upstream {
         let _in_flight = self.inner.relay.enter(context.clone());
         let result = self.rounds(method, &params, &context).await;
         if let Err(UpstreamError::Rpc {
-            code: elicitation::URL_ELICITATION_REQUIRED,
+            code: jsonrpc::URL_ELICITATION_REQUIRED,
             data,
             ..
         }) = &result

@@ -10,15 +10,15 @@
 
 use super::config::StdioConfig;
 use super::error::UpstreamError;
-use super::framing::{Frame, LineReader};
 use super::inbound::Inbound;
-use super::jsonrpc::{self, Kind};
 use super::metrics::ServerMetrics;
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_mcp::framing::{Frame, LineReader};
+use switchyard_mcp::jsonrpc::{self, Kind};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_common::audit::Audit;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::sidecar_registry_server::{SidecarRegistry, SidecarRegistryServer};
 use switchyard_proto::v1::{
@@ -19,7 +20,6 @@ use switchyard_proto::v1::{
     RegisterRequest, RegisterResponse, SidecarCallRequest, SidecarCallResponse, SidecarReport,
     UpdateBackgroundCallRequest, Welcome, control_message, sidecar_report,
 };
-use switchyard_sidecar::audit::Audit;
 use switchyard_sidecar::catalogue::Catalogue;
 use switchyard_sidecar::control::{
     ControlPlaneInteractions, ControlSettings, registry_client, watch_upstream_with,

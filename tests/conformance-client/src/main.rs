@@ -14,7 +14,7 @@
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_sidecar::audit::Audit;
+use switchyard_common::audit::Audit;
 use switchyard_sidecar::elicitation::{
     CallContext, Interaction, InteractionHandler, InteractionKind, Interactions,
 };

@@ -146,7 +146,7 @@ impl IdScanner {
         {
             self.id = serde_json::from_slice::<Value>(&raw)
                 .ok()
-                .filter(super::jsonrpc::is_valid_id);
+                .filter(crate::jsonrpc::is_valid_id);
         }
     }
 

@@ -1,13 +1,14 @@
-//! The server configuration shared by `switchyard up` (the `[[servers]]`
-//! entries of its TOML file), `switchyard-sidecar run --config`, the admin
-//! API (`ServerSpec`) and the store. Keys are documented in
-//! `docs/configuration.md`.
+//! The server spec shared by `switchyard up` (the `[[servers]]` entries of
+//! its TOML file), `switchyard-sidecar run --config`, the admin API
+//! (`ServerSpec`) and the store, with the limits both binaries check. Keys
+//! are documented in `docs/configuration.md`. Pure data and validation: the
+//! sidecar turns a spec into its upstream session's configuration
+//! (`switchyard_sidecar::upstream::UpstreamConfig::from_spec`).
 
-use crate::upstream::{EraPreference, HttpConfig, StdioConfig, TransportConfig, UpstreamConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
+use switchyard_mcp::era::EraPreference;
 
 /// How a server is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +59,8 @@ pub struct ServerConfig {
 
 /// Longest timeout accepted anywhere in the configuration: 7 days.
 pub const MAX_TIMEOUT_SEC: u64 = 7 * 24 * 3600;
+/// Default largest message accepted from a server: 8 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 
 fn default_era() -> String {
     "auto".into()
@@ -66,7 +69,7 @@ fn default_request_timeout_sec() -> u64 {
     600
 }
 fn default_max_message_bytes() -> usize {
-    crate::upstream::config::DEFAULT_MAX_MESSAGE_BYTES
+    DEFAULT_MAX_MESSAGE_BYTES
 }
 
 /// A configuration problem: which key, and what is wrong with it.
@@ -145,7 +148,7 @@ impl ServerConfig {
                 let Some(url) = &self.url else {
                     return Err(err("url", "is required for transport = \"http\"".into()));
                 };
-                match reqwest::Url::parse(url) {
+                match url::Url::parse(url) {
                     Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
                     Ok(u) => {
                         return Err(err(
@@ -173,31 +176,6 @@ impl ServerConfig {
         }
         Ok(())
     }
-
-    /// The upstream session configuration (call `validate` first).
-    pub fn upstream(&self) -> UpstreamConfig {
-        let transport = match self.transport {
-            TransportKind::Stdio => TransportConfig::Stdio(StdioConfig {
-                command: self.command.clone().unwrap_or_default(),
-                args: self.args.clone(),
-                env: self.env.clone(),
-                cwd: self.cwd.clone(),
-            }),
-            TransportKind::Http => TransportConfig::Http(HttpConfig {
-                url: self.url.clone().unwrap_or_default(),
-                headers: self
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            }),
-        };
-        let mut c = UpstreamConfig::new(self.name.clone(), transport);
-        c.era = self.era.parse().unwrap_or_default();
-        c.request_timeout = Duration::from_secs(self.request_timeout_sec);
-        c.max_message_bytes = self.max_message_bytes;
-        c
-    }
 }
 
 #[cfg(test)]
@@ -219,7 +197,7 @@ mod tests {
             "name = \"web\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\n[headers]\nAuthorization = \"Bearer t\"\n",
         );
         h.validate("servers[1]").unwrap();
-        assert!(matches!(h.upstream().transport, TransportConfig::Http(_)));
+        assert_eq!(h.transport, TransportKind::Http);
     }
 
     #[test]

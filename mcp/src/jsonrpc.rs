@@ -15,6 +15,8 @@ pub const HEADER_MISMATCH: i64 = -32020;
 pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 /// MCP `UnsupportedProtocolVersion` (2026-07-28, basic/versioning).
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// `URLElicitationRequiredError` (2025-11-25 schema `URL_ELICITATION_REQUIRED`).
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// Whether `code` is one of the errors that only a modern (2026-07-28 and
 /// later) server emits; used to tell eras apart (basic/versioning,

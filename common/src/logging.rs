@@ -152,8 +152,12 @@ pub fn init(default_level: &str) -> LogGuard {
     }
 }
 
+/// The tracing target of audit records written to the log (also
+/// `audit::TARGET`).
+pub const AUDIT_TARGET: &str = "switchyard::audit";
+
 /// Logs an audit record (one line of JSON) at info level under the
-/// target [`crate::audit::TARGET`], in the fmt layer's line format
+/// target [`AUDIT_TARGET`], in the fmt layer's line format
 /// (`<RFC 3339 UTC time>  INFO switchyard::audit: <text>`) but written as
 /// it is: the fmt layer would escape it character by character, which
 /// costs more than building the record. Callers check `tracing::enabled!`
@@ -167,7 +171,7 @@ pub fn write_record(text: &str) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let time = crate::audit::rfc3339_frac(now.as_secs(), now.subsec_micros(), 6);
-    let target = crate::audit::TARGET;
+    let time = crate::time::rfc3339_frac(now.as_secs(), now.subsec_micros(), 6);
+    let target = AUDIT_TARGET;
     batch.append(format!("{time}  INFO {target}: {text}\n").as_bytes());
 }

@@ -1,0 +1,37 @@
+//! What both Switchyard binaries share, and nothing either one owns alone:
+//!
+//! - [`server_spec`]: the server spec (`[[servers]]`, the admin API's
+//!   `ServerSpec`, the store's server records) and the limits both check;
+//! - [`tls`]: rustls set-up, PEM and token loading, the bearer-token
+//!   interceptor;
+//! - [`logging`] and [`audit`]: log initialisation and the one audit sink
+//!   (JSON lines to a file or the log);
+//! - [`runtime`]: the tokio runtime built from `worker_threads`;
+//! - [`time`] and [`ids`]: wall-clock milliseconds and RFC 3339 text; ids
+//!   and their checks;
+//! - [`error_chain`]: an error and its causes on one line.
+
+pub mod audit;
+pub mod ids;
+pub mod logging;
+pub mod runtime;
+pub mod server_spec;
+pub mod time;
+pub mod tls;
+
+/// An error and its causes, `a: b: c`, without repeating a cause that the
+/// outer message already contains (reqwest's "error sending request" hides
+/// "connection refused" in its sources).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cur = c.source();
+    }
+    out
+}
