@@ -141,7 +141,7 @@ impl Audit {
             return;
         }
         let body = serde_json::to_string(rec).expect("audit records serialise");
-        let ts = rfc3339_ms(crate::model::now_ms());
+        let ts = rfc3339_ms(switchyard_common::time::now_ms());
         self.write(&switchyard_common::audit::stamp("ts", &ts, &body));
     }
 

@@ -28,149 +28,63 @@
 //! stack is composed in [`crate::server`]. Health and metrics (HTTP) are
 //! not authenticated.
 
-use crate::config::AuthConfig;
 use crate::metrics::Metrics;
+pub use crate::model::principal::{Caller, Refusal, Role, Service};
 use rustls::pki_types::CertificateDer;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::path::PathBuf;
 use switchyard_common::tls::{self as shared, CredentialError};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
-/// A caller's role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// An agent engine: `EngineService`.
-    Engine,
-    /// An administrator: `AdminService` and `EngineService`.
-    Admin,
-    /// A sidecar: `SidecarRegistry`.
-    Sidecar,
+/// `[auth]`: callers of the gRPC services are identified by a bearer token
+/// (`[[auth.tokens]]`) or a verified client certificate (`[[auth.mtls]]`);
+/// each identity has one role. See `docs/configuration.md`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Refuse callers without credentials (default false: anonymous
+    /// callers may use every service; presented credentials are always
+    /// checked).
+    #[serde(default)]
+    pub required: bool,
+    /// `[[auth.tokens]]`.
+    #[serde(default)]
+    pub tokens: Vec<TokenEntry>,
+    /// `[[auth.mtls]]`.
+    #[serde(default)]
+    pub mtls: Vec<MtlsEntry>,
 }
 
-impl Role {
-    /// `engine`, `admin` or `sidecar`; anything else is `None`.
-    pub fn parse(s: &str) -> Option<Role> {
-        match s {
-            "engine" => Some(Role::Engine),
-            "admin" => Some(Role::Admin),
-            "sidecar" => Some(Role::Sidecar),
-            _ => None,
-        }
-    }
-
-    /// The configuration spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Engine => "engine",
-            Role::Admin => "admin",
-            Role::Sidecar => "sidecar",
-        }
-    }
-}
-
-/// A guarded gRPC service (the `service` label of the refusal metric).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Service {
-    /// `switchyard.v1.EngineService`.
-    Engine,
-    /// `switchyard.v1.AdminService`.
-    Admin,
-    /// `switchyard.v1.SidecarRegistry`.
-    SidecarRegistry,
-}
-
-impl Service {
-    /// All of them.
-    pub const ALL: [Service; 3] = [Service::Engine, Service::Admin, Service::SidecarRegistry];
-
-    /// The metric label: `engine`, `admin`, `sidecar_registry`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Service::Engine => "engine",
-            Service::Admin => "admin",
-            Service::SidecarRegistry => "sidecar_registry",
-        }
-    }
-
-    /// The gRPC service name.
-    pub fn grpc_name(self) -> &'static str {
-        match self {
-            Service::Engine => "EngineService",
-            Service::Admin => "AdminService",
-            Service::SidecarRegistry => "SidecarRegistry",
-        }
-    }
-
-    /// Whether `role` may call this service.
-    pub fn allows(self, role: Role) -> bool {
-        matches!(
-            (self, role),
-            (Service::Engine, Role::Engine | Role::Admin)
-                | (Service::Admin, Role::Admin)
-                | (Service::SidecarRegistry, Role::Sidecar)
-        )
-    }
-
-    fn needed(self) -> &'static str {
-        match self {
-            Service::Engine => "engine or admin",
-            Service::Admin => "admin",
-            Service::SidecarRegistry => "sidecar",
-        }
-    }
-}
-
-/// Why a call was refused (the `reason` label of the refusal metric).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// No token and no (known) client certificate while `required`.
-    MissingCredentials,
-    /// A token that matches no entry, or a malformed `authorization`.
-    InvalidToken,
-    /// A verified client certificate whose names match no entry, no
-    /// token, while `required`.
-    UnknownCertificate,
-    /// A known caller whose role may not call the service.
-    WrongRole,
-    /// A sidecar credential bound to other servers than the one it acts
-    /// for (`[[auth.*]] servers`).
-    WrongServer,
-}
-
-impl Refusal {
-    /// All of them.
-    pub const ALL: [Refusal; 5] = [
-        Refusal::MissingCredentials,
-        Refusal::InvalidToken,
-        Refusal::UnknownCertificate,
-        Refusal::WrongRole,
-        Refusal::WrongServer,
-    ];
-
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Refusal::MissingCredentials => "missing_credentials",
-            Refusal::InvalidToken => "invalid_token",
-            Refusal::UnknownCertificate => "unknown_certificate",
-            Refusal::WrongRole => "wrong_role",
-            Refusal::WrongServer => "wrong_server",
-        }
-    }
-}
-
-/// An authenticated caller; put in the request's extensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    /// The entry's name (`[[auth.tokens]] name`, or the certificate name
-    /// that matched `[[auth.mtls]] name`).
+/// `[[auth.tokens]]`: a bearer token read from a file (a mounted secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    /// The caller's name (logs).
     pub name: String,
-    /// Its role.
-    pub role: Role,
-    /// `token` or `mtls`.
-    pub method: &'static str,
-    /// Role `sidecar`: the servers it may act for (`[[auth.*]] servers`);
-    /// empty: any server.
+    /// `engine`, `admin` or `sidecar`.
+    pub role: String,
+    /// The file; the token is its content, trimmed.
+    pub token_file: PathBuf,
+    /// Role `sidecar` only: the servers a sidecar with this token may
+    /// register and act for. Empty (the default): any server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<String>,
+}
+
+/// `[[auth.mtls]]`: a client certificate identity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MtlsEntry {
+    /// The certificate's subject common name, or one of its DNS subject
+    /// alternative names.
+    pub name: String,
+    /// `engine`, `admin` or `sidecar`.
+    pub role: String,
+    /// Role `sidecar` only: the servers a sidecar with this certificate
+    /// may register and act for. Empty (the default): any server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub servers: Vec<String>,
 }
 
@@ -540,13 +454,13 @@ mod tests {
         std::fs::write(&file, "s3cret\n").unwrap();
         let config = AuthConfig {
             required: true,
-            tokens: vec![crate::config::TokenEntry {
+            tokens: vec![TokenEntry {
                 name: "engine-a".into(),
                 role: "engine".into(),
                 token_file: file,
                 servers: vec![],
             }],
-            mtls: vec![crate::config::MtlsEntry {
+            mtls: vec![MtlsEntry {
                 name: "ops.example.test".into(),
                 role: "admin".into(),
                 servers: vec![],
@@ -629,20 +543,19 @@ mod tests {
         let (bound, free) = (dir.path().join("bound"), dir.path().join("free"));
         std::fs::write(&bound, "bound-token").unwrap();
         std::fs::write(&free, "free-token").unwrap();
-        let entry =
-            |name: &str, file: &std::path::Path, servers: &[&str]| crate::config::TokenEntry {
-                name: name.into(),
-                role: "sidecar".into(),
-                token_file: file.to_owned(),
-                servers: servers.iter().map(|s| s.to_string()).collect(),
-            };
+        let entry = |name: &str, file: &std::path::Path, servers: &[&str]| TokenEntry {
+            name: name.into(),
+            role: "sidecar".into(),
+            token_file: file.to_owned(),
+            servers: servers.iter().map(|s| s.to_string()).collect(),
+        };
         let config = AuthConfig {
             required: true,
             tokens: vec![
                 entry("files-sidecars", &bound, &["files", "search"]),
                 entry("any-sidecar", &free, &[]),
             ],
-            mtls: vec![crate::config::MtlsEntry {
+            mtls: vec![MtlsEntry {
                 name: "sidecar.example.test".into(),
                 role: "sidecar".into(),
                 servers: vec!["web".into()],

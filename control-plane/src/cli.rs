@@ -20,8 +20,7 @@ use switchyard_proto::v1::admin_service_client::AdminServiceClient;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
-/// Exit status for a bad configuration or usage (sysexits EX_USAGE).
-pub const EXIT_USAGE: u8 = 64;
+pub use crate::server::EXIT_USAGE;
 /// Exit status when the control plane is unreachable (EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;
 

@@ -114,83 +114,8 @@ impl Default for StoreConfig {
     }
 }
 
-/// `[tls]`: TLS (rustls, ring) on the gRPC listener when `cert_file` and
-/// `key_file` are set, optionally verifying client certificates (mTLS);
-/// and the CA of the sidecars' `SidecarCalls` endpoints.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM certificate chain of the gRPC listener (leaf first). It is also
-    /// presented as client certificate to `https://` sidecars.
-    #[serde(default)]
-    pub cert_file: Option<PathBuf>,
-    /// PEM private key of `cert_file`.
-    #[serde(default)]
-    pub key_file: Option<PathBuf>,
-    /// PEM CA(s) client certificates are verified against (mTLS). A
-    /// client without a certificate is still let through the handshake
-    /// unless `require_client_cert`.
-    #[serde(default)]
-    pub client_ca_file: Option<PathBuf>,
-    /// Refuse TLS clients without a certificate signed by `client_ca_file`
-    /// (default false).
-    #[serde(default)]
-    pub require_client_cert: bool,
-    /// PEM CA(s) that signed the sidecars' `SidecarCalls` certificates;
-    /// needed for sidecars that register an `https://` call address.
-    #[serde(default)]
-    pub sidecar_ca_file: Option<PathBuf>,
-}
-
-/// `[auth]`: callers of the gRPC services are identified by a bearer token
-/// (`[[auth.tokens]]`) or a verified client certificate (`[[auth.mtls]]`);
-/// each identity has one role. See `docs/configuration.md`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuthConfig {
-    /// Refuse callers without credentials (default false: anonymous
-    /// callers may use every service; presented credentials are always
-    /// checked).
-    #[serde(default)]
-    pub required: bool,
-    /// `[[auth.tokens]]`.
-    #[serde(default)]
-    pub tokens: Vec<TokenEntry>,
-    /// `[[auth.mtls]]`.
-    #[serde(default)]
-    pub mtls: Vec<MtlsEntry>,
-}
-
-/// `[[auth.tokens]]`: a bearer token read from a file (a mounted secret).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TokenEntry {
-    /// The caller's name (logs).
-    pub name: String,
-    /// `engine`, `admin` or `sidecar`.
-    pub role: String,
-    /// The file; the token is its content, trimmed.
-    pub token_file: PathBuf,
-    /// Role `sidecar` only: the servers a sidecar with this token may
-    /// register and act for. Empty (the default): any server.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub servers: Vec<String>,
-}
-
-/// `[[auth.mtls]]`: a client certificate identity.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MtlsEntry {
-    /// The certificate's subject common name, or one of its DNS subject
-    /// alternative names.
-    pub name: String,
-    /// `engine`, `admin` or `sidecar`.
-    pub role: String,
-    /// Role `sidecar` only: the servers a sidecar with this certificate
-    /// may register and act for. Empty (the default): any server.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub servers: Vec<String>,
-}
+pub use crate::auth::{AuthConfig, MtlsEntry, TokenEntry};
+pub use crate::tls::TlsConfig;
 
 /// Checks `[[auth.*]] servers` at `key`: only for role `sidecar`, and no
 /// empty or repeated names.

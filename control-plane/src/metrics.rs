@@ -107,11 +107,11 @@ impl Metrics {
         .expect("valid metric");
         // Every series exists from the start (at 0), so rates and alerts
         // work before the first refusal.
-        for service in crate::auth::Service::ALL {
-            for reason in crate::auth::Refusal::ALL {
+        for service in crate::model::principal::Service::ALL {
+            for reason in crate::model::principal::Refusal::ALL {
                 // Only sidecars are bound to servers.
-                if reason == crate::auth::Refusal::WrongServer
-                    && service != crate::auth::Service::SidecarRegistry
+                if reason == crate::model::principal::Refusal::WrongServer
+                    && service != crate::model::principal::Service::SidecarRegistry
                 {
                     continue;
                 }
@@ -165,8 +165,8 @@ impl Metrics {
         }
     }
 
-    /// Counts one refused gRPC call (labels from [`crate::auth::Service`]
-    /// and [`crate::auth::Refusal`]).
+    /// Counts one refused gRPC call (labels from [`crate::model::principal::Service`]
+    /// and [`crate::model::principal::Refusal`]).
     pub fn auth_refusal(&self, service: &str, reason: &str) {
         self.auth_refusals
             .with_label_values(&[service, reason])
@@ -217,26 +217,33 @@ impl Metrics {
         }
     }
 
-    /// Sets the gauges from the read model.
-    pub fn observe_state(&self, snap: &crate::state::Snapshot) {
-        self.sessions.set(snap.sessions.len() as i64);
-        for kind in ["form", "url", "approval"] {
-            let n = snap
-                .interactions
-                .values()
-                .flat_map(|m| m.values())
-                .filter(|r| r.is_pending() && r.kind.as_str() == kind)
-                .count();
+    /// Sets the gauges from the read model's counts.
+    pub fn observe_state(&self, gauges: &StateGauges) {
+        self.sessions.set(gauges.sessions as i64);
+        for (kind, n) in &gauges.interactions_pending {
             self.interactions_pending
                 .with_label_values(&[kind])
-                .set(n as i64);
+                .set(*n as i64);
         }
         self.sidecars_up.reset();
-        for name in snap.servers.keys() {
-            let n = snap.sidecars.get(name).map_or(0, |m| m.len());
-            self.sidecars_up.with_label_values(&[name]).set(n as i64);
+        for (name, n) in &gauges.sidecars_up {
+            self.sidecars_up.with_label_values(&[name]).set(*n as i64);
         }
     }
+}
+
+/// What the read model's gauges show, counted by the state
+/// (`state::Snapshot::gauges`): numbers, so metrics need not know the read
+/// model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StateGauges {
+    /// Engine sessions.
+    pub sessions: usize,
+    /// Pending interactions by kind (`form`, `url`, `approval`; every kind
+    /// listed, 0 included).
+    pub interactions_pending: Vec<(&'static str, usize)>,
+    /// Live sidecars by server (every registered server listed, 0 included).
+    pub sidecars_up: Vec<(String, usize)>,
 }
 
 impl Default for Metrics {

@@ -80,12 +80,16 @@ pub enum StartError {
     },
 }
 
+/// Exit status for a bad configuration or usage (sysexits `EX_USAGE`),
+/// shared by every binary and command.
+pub const EXIT_USAGE: u8 = 64;
+
 impl StartError {
     /// The process exit status: 64 (EX_USAGE) for unusable credentials or
     /// TLS settings, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::Credential(_) | StartError::Tls(_) => crate::cli::EXIT_USAGE,
+            StartError::Credential(_) | StartError::Tls(_) => EXIT_USAGE,
             _ => 1,
         }
     }
@@ -249,7 +253,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
                     },
                     _ = gauges.tick() => {
                         let snap = cp.state.snapshot();
-                        cp.metrics.observe_state(&snap);
+                        cp.metrics.observe_state(&snap.gauges());
                         // Forget channels and call streams of sidecars that have gone.
                         cp.router.prune(&snap);
                     }

@@ -154,6 +154,30 @@ impl Snapshot {
             .unwrap_or_else(|| crate::names::plain_name(server, tool))
     }
 
+    /// The counts behind the read model's gauges (see
+    /// [`crate::metrics::Metrics::observe_state`]).
+    pub fn gauges(&self) -> crate::metrics::StateGauges {
+        let pending = |kind: &str| {
+            self.interactions
+                .values()
+                .flat_map(|m| m.values())
+                .filter(|r| r.is_pending() && r.kind.as_str() == kind)
+                .count()
+        };
+        crate::metrics::StateGauges {
+            sessions: self.sessions.len(),
+            interactions_pending: ["form", "url", "approval"]
+                .into_iter()
+                .map(|kind| (kind, pending(kind)))
+                .collect(),
+            sidecars_up: self
+                .servers
+                .keys()
+                .map(|name| (name.clone(), self.sidecars.get(name).map_or(0, |m| m.len())))
+                .collect(),
+        }
+    }
+
     /// The effective hints of `def`, a tool of `server`.
     pub fn hints_of(&self, server: &str, def: &serde_json::Value) -> crate::policy::EffectiveHints {
         let tool = def

@@ -10,9 +10,38 @@
 //! the configuration key and the file (see
 //! [`switchyard_common::tls::CredentialError`]).
 
-use crate::config::TlsConfig;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use switchyard_common::tls::{self as shared, CredentialError, PemIdentity};
 use tonic::transport::{Certificate, ClientTlsConfig, ServerTlsConfig};
+
+/// `[tls]`: TLS (rustls, ring) on the gRPC listener when `cert_file` and
+/// `key_file` are set, optionally verifying client certificates (mTLS);
+/// and the CA of the sidecars' `SidecarCalls` endpoints.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain of the gRPC listener (leaf first). It is also
+    /// presented as client certificate to `https://` sidecars.
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// PEM CA(s) client certificates are verified against (mTLS). A
+    /// client without a certificate is still let through the handshake
+    /// unless `require_client_cert`.
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Refuse TLS clients without a certificate signed by `client_ca_file`
+    /// (default false).
+    #[serde(default)]
+    pub require_client_cert: bool,
+    /// PEM CA(s) that signed the sidecars' `SidecarCalls` certificates;
+    /// needed for sidecars that register an `https://` call address.
+    #[serde(default)]
+    pub sidecar_ca_file: Option<PathBuf>,
+}
 
 /// TLS settings loaded from `[tls]`.
 #[derive(Debug, Clone, Default)]

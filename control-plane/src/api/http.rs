@@ -32,7 +32,7 @@ pub async fn serve(
 }
 
 async fn metrics(State(cp): State<Arc<ControlPlane>>) -> impl IntoResponse {
-    cp.metrics.observe_state(&cp.state.snapshot());
+    cp.metrics.observe_state(&cp.state.snapshot().gauges());
     let families = cp.metrics.registry().gather();
     match prometheus::TextEncoder::new().encode_to_string(&families) {
         Ok(body) => (

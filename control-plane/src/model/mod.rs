@@ -15,6 +15,8 @@
 //! | `policies/<server>/<tool>` | [`PolicyRecord`] | until cleared |
 //! | `background/<id>` | [`crate::background::BackgroundRecord`] (a background call, stage B) | running, then `backgroundCalls.retentionSec` once finished |
 
+pub mod principal;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchyard_common::server_spec::ServerConfig;
@@ -284,11 +286,11 @@ impl SessionRecord {
     /// (allowed only while `[auth] required` is false) and admins may use
     /// any session; an engine may use the sessions it created, and those
     /// an anonymous caller created.
-    pub fn usable_by(&self, caller: Option<&crate::auth::Caller>) -> bool {
+    pub fn usable_by(&self, caller: Option<&principal::Caller>) -> bool {
         match caller {
             None => true,
             Some(c) => {
-                c.role == crate::auth::Role::Admin || self.owner.is_empty() || self.owner == c.name
+                c.role == principal::Role::Admin || self.owner.is_empty() || self.owner == c.name
             }
         }
     }
@@ -301,7 +303,7 @@ pub use switchyard_common::time::now_ms;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::{Caller, Role};
+    use crate::model::principal::{Caller, Role};
 
     fn caller(name: &str, role: Role) -> Caller {
         Caller {
