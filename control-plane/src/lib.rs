@@ -11,6 +11,7 @@ pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod background;
+pub mod call;
 pub mod cli;
 pub mod config;
 pub mod interactions;
@@ -19,12 +20,12 @@ pub mod model;
 pub mod names;
 pub mod policy;
 pub mod registry;
-pub mod routing;
 pub mod schema_summary;
 pub mod server;
 pub mod state;
 pub mod store;
 pub mod tls;
+pub mod tools;
 pub mod up;
 
 use std::sync::Arc;
@@ -39,7 +40,7 @@ pub struct ControlPlane {
     /// The write side.
     pub registry: registry::Registry,
     /// Call routing.
-    pub router: routing::Router,
+    pub router: call::route::Router,
     /// Interactions (forms, URLs, approvals).
     pub interactions: interactions::Interactions,
     /// Background calls (stage B).

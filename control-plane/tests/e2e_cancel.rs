@@ -1,7 +1,9 @@
 //! Cancelling an engine call: `CancelCall` ends the call at once with
 //! CANCELLED, and the cancellation travels control plane -> sidecar ->
 //! server as `notifications/cancelled` (the stub server reports the ids it
-//! received). Other calls are untouched.
+//! received). An engine that goes away from a unary `CallTool` cancels the
+//! call the same way, and it is counted and audited. Other calls are
+//! untouched.
 
 mod common;
 
@@ -82,6 +84,64 @@ async fn cancel_call_reaches_the_server() {
             let ids: Value = serde_json::from_str(&r.text).map_err(|e| e.to_string())?;
             match ids.as_array() {
                 Some(a) if a.len() == 1 && a[0].is_u64() => Ok(()),
+                _ => Err(format!("cancelled ids: {ids}")),
+            }
+        }
+    })
+    .await;
+
+    // An engine that goes away from a unary CallTool: the call is cancelled
+    // upstream, and counted and audited as cancelled like any other end.
+    let cancelled_before = scrape(
+        &gw.http_addr,
+        "switchyard_control_plane_calls_total",
+        &[("server", "stub"), ("outcome", "cancelled")],
+    )
+    .await;
+    let mut caller = engine.clone();
+    let mut hang = call_request("stub__hang", "{}", "");
+    hang.timeout_ms = 60_000;
+    let gone = tokio::spawn(async move { caller.call_tool(hang).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!gone.is_finished(), "the call ended early");
+    gone.abort();
+    eventually("the gone engine's call is counted", LIMIT, || async {
+        let n = scrape(
+            &gw.http_addr,
+            "switchyard_control_plane_calls_total",
+            &[("server", "stub"), ("outcome", "cancelled")],
+        )
+        .await;
+        (n >= cancelled_before + 1.0)
+            .then_some(())
+            .ok_or(format!("{n} cancelled calls"))
+    })
+    .await;
+    eventually("the gone engine's call is audited", LIMIT, || async {
+        let n = gw
+            .log()
+            .lines()
+            .filter(|l| {
+                l.contains(r#""kind":"tool.called""#)
+                    && l.contains(r#""tool":"hang""#)
+                    && l.contains(r#""outcome":"cancelled""#)
+            })
+            .count();
+        // call-1 (CancelCall) and this one.
+        (n == 2).then_some(()).ok_or(format!("{n} records"))
+    })
+    .await;
+    eventually("the server saw both cancellations", LIMIT, || {
+        let mut engine = engine.clone();
+        async move {
+            let r = engine
+                .call_tool(call_request("stub__cancelled_ids", "{}", ""))
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner();
+            let ids: Value = serde_json::from_str(&r.text).map_err(|e| e.to_string())?;
+            match ids.as_array() {
+                Some(a) if a.len() == 2 => Ok(()),
                 _ => Err(format!("cancelled ids: {ids}")),
             }
         }

@@ -117,7 +117,7 @@ pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
     let all_down = sidecars.iter().all(|s| s.upstream_state == "down");
     let all_draining = sidecars
         .iter()
-        .all(|s| s.upstream_state == crate::routing::DRAINING);
+        .all(|s| s.upstream_state == crate::call::route::DRAINING);
     let state = match (sidecars.is_empty(), connected, cat) {
         (true, _, _) => "down",
         (false, true, Some(_)) => "up",
@@ -147,11 +147,11 @@ pub fn server_tool(snap: &Snapshot, server: &str, tool: &str) -> pb::ServerTool 
     let fallback = serde_json::json!({"name": tool});
     let in_catalogue = def.is_some();
     let def = def.unwrap_or(&fallback);
-    let view = crate::api::engine::tool_view(snap, server, def, crate::model::PermissionMode::Auto);
+    let view = crate::tools::tool_view(snap, server, def, crate::model::PermissionMode::Auto);
     pb::ServerTool {
         name: snap.engine_name(server, tool),
         upstream_name: tool.to_owned(),
-        title: crate::api::engine::title_of(def).to_owned(),
+        title: crate::tools::title_of(def).to_owned(),
         hints: Some(view.hints.to_pb()),
         hint_sources: Some(view.hints.sources_pb()),
         policy: view.policy.as_str().into(),

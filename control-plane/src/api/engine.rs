@@ -5,20 +5,17 @@
 //! and cancelling; [`crate::background`]).
 
 use crate::ControlPlane;
-use crate::audit::{AuditHints, ToolCallAudit};
 use crate::auth::Caller;
-use crate::interactions::ApprovalOutcome;
 use crate::interactions::{InteractionRecord, Status as InteractionStatus, pb_to_json};
-use crate::model::{self, PermissionMode, RootRecord, SessionRecord, ToolPolicy};
-use crate::policy::{Decision, EffectiveHints, HintSource, decide, effective_policy};
+use crate::model::{self, PermissionMode, RootRecord, SessionRecord};
 use crate::registry::RegistryError;
-use crate::routing::unavailable;
 use crate::state::{Change, Snapshot};
+use crate::tools::tools_for;
 use futures::Stream;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use switchyard_common::ids::new_id;
 use switchyard_proto::calls::{self, EngineCallFrames, Outcomes};
 use switchyard_proto::v1 as pb;
@@ -43,17 +40,7 @@ impl EngineApi {
     /// session that does not exist (another caller's sessions are not
     /// revealed).
     async fn session(&self, id: &str, caller: Option<&Caller>) -> Result<SessionRecord, Status> {
-        let session = match self.cp.state.snapshot().sessions.get(id) {
-            Some(s) => s.clone(),
-            // Boxed: the read-through is rare, and its future would otherwise
-            // make every call's future (moved on each spawn) much larger.
-            None => Box::pin(self.read_session(id)).await?,
-        };
-        if session.usable_by(caller) {
-            Ok(session)
-        } else {
-            Err(Status::not_found(format!("session {id:?} not found")))
-        }
+        Ok(crate::call::admit::session(&self.cp, id, caller).await?)
     }
 
     /// Stores `rec` and answers it, once this replica's read model has it
@@ -91,16 +78,6 @@ impl EngineApi {
         }
     }
 
-    /// A session created on another replica a moment ago: read through.
-    async fn read_session(&self, id: &str) -> Result<SessionRecord, Status> {
-        self.cp
-            .registry
-            .get_session(id)
-            .await
-            .map_err(registry_status)?
-            .ok_or_else(|| Status::not_found(format!("session {id:?} not found")))
-    }
-
     fn check_servers(&self, servers: &[String]) -> Result<(), Status> {
         let snap = self.cp.state.snapshot();
         for s in servers {
@@ -114,20 +91,9 @@ impl EngineApi {
     }
 }
 
-/// Maps registry errors to statuses.
+/// Maps registry errors to statuses (as [`crate::call::CallError`] does).
 pub fn registry_status(e: RegistryError) -> Status {
-    match e {
-        RegistryError::UnknownServer(_) | RegistryError::UnknownSession(_) => {
-            Status::not_found(e.to_string())
-        }
-        RegistryError::ServerExists(_) => Status::already_exists(e.to_string()),
-        RegistryError::Invalid(_) => Status::invalid_argument(e.to_string()),
-        RegistryError::Contention(_) => Status::aborted(e.to_string()),
-        RegistryError::Store(_) => Status::unavailable(format!(
-            "store unavailable: {}",
-            switchyard_common::error_chain(&e)
-        )),
-    }
+    crate::call::CallError::from(e).into()
 }
 
 fn mode_from(m: i32) -> Result<PermissionMode, Status> {
@@ -190,180 +156,6 @@ pub fn session_to_pb(s: &SessionRecord) -> pb::Session {
     }
 }
 
-/// A tool's display name: `title`, else `annotations.title`, else its name.
-pub fn title_of(def: &Value) -> &str {
-    def.get("title")
-        .or_else(|| def["annotations"].get("title"))
-        .and_then(Value::as_str)
-        .or_else(|| def.get("name").and_then(Value::as_str))
-        .unwrap_or("")
-}
-
-/// The permission mode a call or listing is decided in: the session's, or
-/// `auto` without one (see [`crate::policy`]).
-pub fn mode_of(session: Option<&SessionRecord>) -> PermissionMode {
-    session.map_or(PermissionMode::Auto, |s| s.permission_mode)
-}
-
-/// A tool of `server` as the control plane decides about it: effective
-/// hints, policy, and the decision for a session in `mode`.
-#[derive(Debug, Clone, Copy)]
-pub struct ToolView {
-    /// Effective hints.
-    pub hints: EffectiveHints,
-    /// Effective policy.
-    pub policy: ToolPolicy,
-    /// The decision.
-    pub decision: Decision,
-}
-
-/// The view of `def` (a tool of `server`) for a session in `mode`.
-pub fn tool_view(snap: &Snapshot, server: &str, def: &Value, mode: PermissionMode) -> ToolView {
-    let hints = snap.hints_of(server, def);
-    let tool = def.get("name").and_then(Value::as_str).unwrap_or("");
-    let policy = effective_policy(snap.policy_set(server, tool), &hints);
-    ToolView {
-        hints,
-        policy,
-        decision: decide(mode, policy, hints.read_only.value),
-    }
-}
-
-/// The definition an engine gets: without `outputSchema` (summarised in
-/// the description instead), with overridden hints in `annotations`.
-pub fn engine_definition(def: &Value, hints: &EffectiveHints) -> Value {
-    let mut def = def.clone();
-    if let Some(m) = def.as_object_mut() {
-        m.remove("outputSchema");
-    }
-    for (key, hint) in [
-        ("readOnlyHint", hints.read_only),
-        ("destructiveHint", hints.destructive),
-        ("idempotentHint", hints.idempotent),
-    ] {
-        if hint.source == HintSource::Override {
-            if !def["annotations"].is_object() {
-                def["annotations"] = json!({});
-            }
-            def["annotations"][key] = Value::Bool(hint.value);
-        }
-    }
-    def
-}
-
-/// The tools a session may see, with engine-visible names.
-pub fn tools_for(snap: &Snapshot, session: Option<&SessionRecord>) -> (Vec<pb::Tool>, Vec<String>) {
-    let mut tools = Vec::new();
-    let mut unavailable = Vec::new();
-    let mode = mode_of(session);
-    for name in snap.servers.keys() {
-        if session.is_some_and(|s| !s.enables(name)) {
-            continue;
-        }
-        let live = snap
-            .sidecars
-            .get(name)
-            .is_some_and(|m| m.values().any(|s| s.upstream_state == "connected"));
-        let Some(cat) = snap.catalogues.get(name).filter(|_| live) else {
-            unavailable.push(name.clone());
-            continue;
-        };
-        for def in &cat.tools {
-            let Some(upstream) = def.get("name").and_then(Value::as_str) else {
-                continue;
-            };
-            let view = tool_view(snap, name, def, mode);
-            if !view.decision.offered() {
-                continue;
-            }
-            tools.push(pb::Tool {
-                name: snap.engine_name(name, upstream),
-                server: name.clone(),
-                upstream_name: upstream.to_owned(),
-                title: title_of(def).to_owned(),
-                description: crate::schema_summary::describe(
-                    def.get("description").and_then(Value::as_str).unwrap_or(""),
-                    def.get("outputSchema"),
-                ),
-                input_schema_json: def
-                    .get("inputSchema")
-                    .map(Value::to_string)
-                    .unwrap_or_default(),
-                hints: Some(view.hints.to_pb()),
-                definition_json: engine_definition(def, &view.hints).to_string(),
-            });
-        }
-    }
-    tools.sort_by(|a, b| a.name.cmp(&b.name));
-    (tools, unavailable)
-}
-
-/// The `tools/call` params for the sidecar, as JSON text:
-/// `{"name": TOOL, "arguments": ARGUMENTS, "_meta": META}`, with the
-/// engine's `arguments_json` (empty = `{}`) and `meta_json` (empty = no
-/// `_meta`) spliced in exactly as given, after checking that each is a JSON
-/// object. Errors: INVALID_ARGUMENT naming the field.
-fn params_json(tool: &str, arguments_json: &str, meta_json: &str) -> Result<String, Status> {
-    let arguments = raw_object("arguments_json", arguments_json)?;
-    let meta = raw_object("meta_json", meta_json)?;
-    let name = Value::from(tool).to_string();
-    let mut out = String::with_capacity(
-        name.len() + arguments.map_or(2, str::len) + meta.map_or(0, str::len) + 32,
-    );
-    out.push_str("{\"name\":");
-    out.push_str(&name);
-    out.push_str(",\"arguments\":");
-    out.push_str(arguments.unwrap_or("{}"));
-    if let Some(meta) = meta {
-        out.push_str(",\"_meta\":");
-        out.push_str(meta);
-    }
-    out.push('}');
-    Ok(out)
-}
-
-/// `text` checked to be one JSON object (surrounding white space dropped);
-/// `None` when blank. Errors: INVALID_ARGUMENT naming `field`.
-fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, Status> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Ok(None);
-    }
-    let raw: &serde_json::value::RawValue = serde_json::from_str(text)
-        .map_err(|e| Status::invalid_argument(format!("{field}: not valid JSON: {e}")))?;
-    if !raw.get().starts_with('{') {
-        return Err(Status::invalid_argument(format!(
-            "{field}: must be a JSON object"
-        )));
-    }
-    Ok(Some(raw.get()))
-}
-
-/// The text an engine's model reads: the text items of `content`, in order.
-pub fn model_text(result: &Value) -> String {
-    result["content"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|c| c.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
-
-/// A sidecar response carrying the "not approved" result (the upstream was
-/// never called).
-fn not_approved(result: Value) -> pb::SidecarCallResponse {
-    pb::SidecarCallResponse {
-        result_json: result.to_string(),
-        model_text: model_text(&result),
-        is_error: result.get("isError") == Some(&Value::Bool(true)),
-        ..Default::default()
-    }
-}
-
 /// Calls in flight on one `CallToolStream`, at most; more get
 /// RESOURCE_EXHAUSTED.
 pub const MAX_STREAM_CALLS: usize = 4096;
@@ -383,266 +175,16 @@ impl EngineApi {
 
     /// [`EngineApi::call`], cancelled (CANCELLED, counted and audited as
     /// such) when `cancelled` is: a `CallToolStream` cancel frame, or the
-    /// stream going away.
+    /// stream going away. The call path is [`crate::call`].
     pub async fn call_until(
         &self,
         r: pb::CallToolRequest,
         caller: Option<&Caller>,
         cancelled: CancellationToken,
     ) -> Result<pb::CallToolResponse, Status> {
-        let started = Instant::now();
-        let session = if r.session_id.is_empty() {
-            None
-        } else {
-            Some(self.session(&r.session_id, caller).await?)
-        };
-        let snap = self.cp.state.snapshot();
-        let target = match snap.resolve(&r.tool) {
-            Some(t) => t.clone(),
-            None => {
-                // The name map may lag a new catalogue by a moment.
-                snap.catalogues
-                    .iter()
-                    .flat_map(|(server, cat)| {
-                        cat.tools
-                            .iter()
-                            .filter_map(|d| d.get("name").and_then(Value::as_str))
-                            .map(move |t| (server, t))
-                    })
-                    .find(|(server, t)| snap.engine_name(server, t) == r.tool)
-                    .map(|(server, t)| crate::names::ToolRef {
-                        server: server.clone(),
-                        tool: t.to_owned(),
-                    })
-                    .ok_or_else(|| Status::not_found(format!("tool not found: {:?}", r.tool)))?
-            }
-        };
-        let server = target.server.as_str();
-        if !snap.servers.contains_key(server) {
-            return Err(Status::not_found(format!(
-                "tool not found: {:?} (server {server} was removed)",
-                r.tool
-            )));
-        }
-        let Some(cat) = snap.catalogues.get(server) else {
-            return Err(unavailable(server, "no catalogue yet"));
-        };
-        let Some(def) = cat.tools.iter().find(|t| t["name"] == target.tool.as_str()) else {
-            return Err(Status::not_found(format!(
-                "tool not found: {:?} (server {server} no longer has a tool {:?})",
-                r.tool, target.tool
-            )));
-        };
-        if let Some(s) = &session
-            && !s.enables(server)
-        {
-            return Err(Status::failed_precondition(format!(
-                "tool {:?} is not offered to session {}: server {server} is not enabled",
-                r.tool, s.id
-            )));
-        }
-        let view = tool_view(&snap, server, def, mode_of(session.as_ref()));
-        match (view.decision, &session) {
-            (Decision::NotOffered(why), Some(s)) => {
-                return Err(Status::failed_precondition(format!(
-                    "tool {:?} is not offered to session {}: {why}",
-                    r.tool, s.id
-                )));
-            }
-            (Decision::NotOffered(why), None) => {
-                return Err(Status::failed_precondition(format!(
-                    "tool {:?} is not offered: {why}",
-                    r.tool
-                )));
-            }
-            (Decision::Approve, None) => {
-                return Err(Status::failed_precondition(format!(
-                    "tool {:?} needs the user's approval (policy {}) and the call has no session to ask in",
-                    r.tool,
-                    view.policy.as_str()
-                )));
-            }
-            _ => {}
-        }
-        let params_json = params_json(&target.tool, &r.arguments_json, &r.meta_json)?;
-        let max_ms = switchyard_common::server_spec::MAX_TIMEOUT_SEC * 1000;
-        if r.timeout_ms > max_ms {
-            return Err(Status::invalid_argument(format!(
-                "timeout_ms: {} is over the maximum {max_ms} (7 days)",
-                r.timeout_ms
-            )));
-        }
-        // Stage B: the call may move to the background after its
-        // foreground phase; without a timeout of the engine's, the gRPC
-        // deadline covers that phase (and the 10-minute foreground poll at
-        // maxPerTarget) plus a margin.
-        let background = self.cp.background.policy(
-            &r.tool,
-            snap.background_always(server, &target.tool),
-            self.cp.state.background_running(server),
-        );
-        let timeout = if r.timeout_ms > 0 {
-            Duration::from_millis(r.timeout_ms)
-        } else {
-            let phase = if background.allowed {
-                background.auto_after_ms
-            } else {
-                background.foreground_limit_ms
-            };
-            self.cp
-                .call_timeout
-                .max(Duration::from_millis(phase) + Duration::from_secs(30))
-        };
-        let request = pb::SidecarCallRequest {
-            params_json,
-            timeout_ms: timeout.as_millis() as u64,
-            session_id: r.session_id.clone(),
-            run_id: r.run_id.clone(),
-            roots_json: session
-                .as_ref()
-                .filter(|s| !s.roots.is_empty())
-                .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
-                .unwrap_or_default(),
-            retry_safe: view.hints.retry_safe(),
-            background: Some(background),
-        };
-        if !r.call_id.is_empty() {
-            check_id("call_id", &r.call_id)?;
-        }
-        let guard = self
-            .cp
-            .router
-            .track(&r.session_id, &r.call_id)
-            .map_err(|_| {
-                Status::already_exists(format!(
-                    "call_id: a call {:?} is already running in this session",
-                    r.call_id
-                ))
-            })?;
-        let approval_needed = view.decision == Decision::Approve;
-        let cp = self.cp.clone();
-        let (session_id, run_id) = (r.session_id.clone(), r.run_id.clone());
-        let (server_name, tool_name) = (server.to_owned(), target.tool.clone());
-        let call = async move {
-            if approval_needed {
-                // Boxed: rare, and large.
-                let outcome = Box::pin(cp.interactions.request_approval(
-                    &session_id,
-                    &run_id,
-                    &server_name,
-                    &tool_name,
-                    "",
-                ))
-                .await;
-                if let Some(result) = outcome.not_approved_result(&server_name, &tool_name) {
-                    return (Some(outcome), Ok(not_approved(result)));
-                }
-                let call = cp.router.call(
-                    &snap,
-                    &server_name,
-                    request,
-                    timeout + Duration::from_secs(1),
-                );
-                return (Some(outcome), call.await);
-            }
-            let call = cp.router.call(
-                &snap,
-                &server_name,
-                request,
-                timeout + Duration::from_secs(1),
-            );
-            (None, call.await)
-        };
-        let by_call_id = guard.as_ref().map(|g| g.token.clone()).unwrap_or_default();
-        let (approval, outcome) = tokio::select! {
-            r = call => r,
-            _ = by_call_id.cancelled() => (None, Err(Status::cancelled(format!("call {} cancelled", r.call_id)))),
-            _ = cancelled.cancelled() => (None, Err(Status::cancelled("call cancelled on its stream"))),
-        };
-        drop(guard);
-        let label = match &outcome {
-            Ok(_) => "ok",
-            Err(s) => match s.code() {
-                tonic::Code::Unavailable => "unavailable",
-                tonic::Code::DeadlineExceeded => "timeout",
-                tonic::Code::Cancelled => "cancelled",
-                tonic::Code::FailedPrecondition => "rpc_error",
-                _ => "error",
-            },
-        };
-        let resp = outcome.map(|resp| match resp.background {
-            // Moved to the background (stage B): the model is told so,
-            // and the result arrives later as a session event.
-            Some(bg) => pb::CallToolResponse {
-                text: crate::background::moved_text(&r.tool, &bg.id, &bg.immediate_response),
-                server: server.to_owned(),
-                upstream_tool: target.tool.clone(),
-                duration_ms: started.elapsed().as_millis() as u64,
-                background: Some(bg),
-                ..Default::default()
-            },
-            None => pb::CallToolResponse {
-                background: None,
-                text: resp.model_text,
-                structured_content_json: resp.structured_content_json,
-                is_error: resp.is_error,
-                result_json: resp.result_json,
-                server: server.to_owned(),
-                upstream_tool: target.tool.clone(),
-                duration_ms: started.elapsed().as_millis() as u64,
-                attachments: resp.attachments,
-                validation_errors: resp.validation_errors,
-            },
-        });
-        let not_approved_call = approval.as_ref().is_some_and(|a| !a.is_approved());
-        let moved = resp.as_ref().ok().and_then(|r| r.background.as_ref());
-        if let Some(bg) = moved {
-            self.cp.background.count_moved(server, &bg.mode);
-            tracing::info!(id = %bg.id, %server, tool = %target.tool, mode = %bg.mode, "call moved to the background");
-        }
-        let label = match &resp {
-            Ok(r) if r.background.is_some() => "backgrounded",
-            Ok(_) if not_approved_call => "not_approved",
-            Ok(r) if r.is_error => "tool_error",
-            _ => label,
-        };
-        self.cp.metrics.call(server, label, started.elapsed());
-        let h = view.hints.to_pb();
-        self.cp.audit.tool_call(&ToolCallAudit {
-            kind: if moved.is_some() {
-                "tool.backgrounded"
-            } else {
-                "tool.called"
-            },
-            session: r.session_id.clone(),
-            run: r.run_id.clone(),
-            call_id: r.call_id.clone(),
-            server: server.to_owned(),
-            tool: target.tool.clone(),
-            outcome: label.to_owned(),
-            policy: view.policy.as_str(),
-            approval: match &approval {
-                None if approval_needed => "cancel",
-                None => "not_needed",
-                Some(ApprovalOutcome::Approved) => "approve",
-                Some(ApprovalOutcome::Denied) => "deny",
-                Some(ApprovalOutcome::TimedOut) => "timeout",
-                Some(ApprovalOutcome::Cancelled(_)) => "cancel",
-                Some(ApprovalOutcome::Failed(_)) => "failed",
-            },
-            duration_ms: started.elapsed().as_millis() as u64,
-            hints: AuditHints {
-                read_only_hint: h.read_only_hint,
-                destructive_hint: h.destructive_hint,
-                idempotent_hint: h.idempotent_hint,
-                open_world_hint: h.open_world_hint,
-            },
-            validation_errors: resp
-                .as_ref()
-                .map(|r| r.validation_errors.clone())
-                .unwrap_or_default(),
-        });
-        resp
+        crate::call::run(&self.cp, r, caller, cancelled)
+            .await
+            .map_err(Status::from)
     }
 }
 
@@ -828,8 +370,16 @@ impl EngineService for EngineApi {
         req: Request<pb::CallToolRequest>,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
         let caller = caller_of(&req);
-        self.call(req.into_inner(), caller.as_ref())
+        // The call runs in its own task, so that an engine that goes away
+        // (tonic drops this future) cancels it through its token: it is
+        // cancelled upstream and still counted and audited.
+        let cancelled = CancellationToken::new();
+        let _engine_gone = cancelled.clone().drop_guard();
+        let api = self.clone();
+        let r = req.into_inner();
+        tokio::spawn(async move { api.call_until(r, caller.as_ref(), cancelled).await })
             .await
+            .map_err(|e| Status::internal(format!("the call's task failed: {e}")))?
             .map(Response::new)
     }
 
@@ -1057,8 +607,6 @@ fn interaction_event(kind: &str, rec: &InteractionRecord) -> pb::SessionEvent {
     }
 }
 
-/// Ids that become store key segments: 1 to 128 characters, no `/`, no
-/// control characters.
 /// The authenticated caller of a request ([`crate::auth::Guard`] puts it
 /// in the extensions); `None` for an anonymous one.
 fn caller_of<T>(req: &Request<T>) -> Option<Caller> {
@@ -1066,10 +614,5 @@ fn caller_of<T>(req: &Request<T>) -> Option<Caller> {
 }
 
 fn check_id(field: &str, id: &str) -> Result<(), Status> {
-    if id.len() > 128 || id.contains('/') || id.chars().any(char::is_control) {
-        return Err(Status::invalid_argument(format!(
-            "{field}: at most 128 characters, without '/' or control characters"
-        )));
-    }
-    Ok(())
+    Ok(crate::call::check_id(field, id)?)
 }

@@ -5,3 +5,4 @@ pub mod admin;
 pub mod engine;
 pub mod http;
 pub mod sidecar;
+pub mod status;

@@ -17,14 +17,16 @@
 //! `(session, call id)` so they can be cancelled, from this replica or any
 //! other (see [`crate::state::Change::Cancel`]).
 
+use super::error::{CallError, Kind};
 use crate::state::Snapshot;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use switchyard_proto::calls::{CallError, Mux, SidecarCallFrames};
+use switchyard_proto::calls::{CallError as MuxError, Mux, SidecarCallFrames};
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{SidecarCallRequest, SidecarCallResponse};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
@@ -60,13 +62,13 @@ enum Link {
 pub const DRAINING: &str = "draining";
 
 /// "server unavailable", naming the server and why.
-pub fn unavailable(server: &str, why: impl std::fmt::Display) -> Status {
-    Status::unavailable(format!("server unavailable: {server}: {why}"))
+fn unavailable(server: &str, why: impl std::fmt::Display) -> CallError {
+    CallError::server_unavailable(server, why)
 }
 
 /// "server unavailable" because sidecar `pick` of `server` cannot be
 /// reached, and why.
-fn unreachable(server: &str, pick: &crate::model::SidecarRecord, why: &str) -> Status {
+fn unreachable(server: &str, pick: &crate::model::SidecarRecord, why: &str) -> CallError {
     unavailable(
         server,
         format!(
@@ -129,14 +131,19 @@ impl Router {
         Ok(client)
     }
 
-    /// Sends a call to a live sidecar of `server`.
+    /// Sends a call to a live sidecar of `server`, answered by `deadline`
+    /// (opening a sidecar's call stream counts against it). A sidecar whose
+    /// stream cannot be opened never saw the call, so the next live one is
+    /// tried: the one retry this hop declares. Errors: UNAVAILABLE naming
+    /// the server (no live sidecar, all draining, unreachable),
+    /// DEADLINE_EXCEEDED, or what the sidecar answered.
     pub async fn call(
         &self,
         snap: &Snapshot,
         server: &str,
         request: SidecarCallRequest,
-        timeout: Duration,
-    ) -> Result<SidecarCallResponse, Status> {
+        deadline: Instant,
+    ) -> Result<SidecarCallResponse, CallError> {
         let all: Vec<_> = snap
             .sidecars
             .get(server)
@@ -167,7 +174,7 @@ impl Router {
             .collect();
         let sidecars = if connected.is_empty() { all } else { connected };
         let first = self.next.fetch_add(1, Ordering::Relaxed);
-        let deadline = tokio::time::Instant::now() + timeout;
+        let budget = deadline.saturating_duration_since(Instant::now());
         // A sidecar whose call stream cannot be opened never saw the call,
         // so the next one is tried (each gets the time left); the error of
         // the last one tried is returned.
@@ -186,32 +193,32 @@ impl Router {
                 Ok(Err(LinkError::Open(status))) => unreachable(status.message()),
                 Err(_) => unreachable("its call stream did not open in time"),
             };
-            if tried >= sidecars.len() || tokio::time::Instant::now() >= deadline {
+            if tried >= sidecars.len() || Instant::now() >= deadline {
                 return Err(failed);
             }
-            tracing::info!(%server, sidecar = %pick.sidecar_id, error = %failed.message(), "trying the server's next sidecar");
+            tracing::info!(%server, sidecar = %pick.sidecar_id, error = %failed.message, "trying the server's next sidecar");
         };
         let unreachable = |why: &str| unreachable(server, pick, why);
         let mux = match link {
             Link::Stream(mux) => mux,
             Link::Unary { .. } => {
-                return Box::pin(self.call_unary(server, pick, request, timeout)).await;
+                return Box::pin(self.call_unary(server, pick, request, deadline)).await;
             }
         };
         // The sidecar enforces `timeout_ms`; this bounds the wait here too.
         // A call that times out (or whose future is dropped: the engine
         // cancelled) is cancelled on the stream.
-        match tokio::time::timeout(timeout, mux.call(request)).await {
+        match tokio::time::timeout_at(deadline, mux.call(request)).await {
             Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(CallError::Call(status))) => Err(status),
-            Ok(Err(CallError::Stream(status))) => {
+            Ok(Err(MuxError::Call(status))) => Err(from_sidecar(status)),
+            Ok(Err(MuxError::Stream(status))) => {
                 self.forget_stream(&pick.call_address, &mux);
                 Err(unreachable(status.message()))
             }
-            Err(_) => Err(Status::deadline_exceeded(format!(
+            Err(_) => Err(CallError::deadline_exceeded(format!(
                 "server {server}: sidecar {} did not answer within {} ms",
                 pick.sidecar_id,
-                timeout.as_millis()
+                budget.as_millis()
             ))),
         }
     }
@@ -323,13 +330,13 @@ impl Router {
         server: &str,
         pick: &crate::model::SidecarRecord,
         request: SidecarCallRequest,
-        timeout: Duration,
-    ) -> Result<SidecarCallResponse, Status> {
+        deadline: Instant,
+    ) -> Result<SidecarCallResponse, CallError> {
         let mut client = self
             .client(&pick.call_address)
             .map_err(|e| unavailable(server, e))?;
         let mut req = tonic::Request::new(request);
-        req.set_timeout(timeout);
+        req.set_timeout(deadline.saturating_duration_since(Instant::now()));
         match client.call_tool(req).await {
             Ok(resp) => Ok(resp.into_inner()),
             Err(status) if is_transport_failure(&status) => {
@@ -337,7 +344,7 @@ impl Router {
                 self.streams.lock().unwrap().remove(&pick.call_address);
                 Err(unreachable(server, pick, status.message()))
             }
-            Err(status) => Err(status),
+            Err(status) => Err(from_sidecar(status)),
         }
     }
 
@@ -412,6 +419,34 @@ impl Drop for CallGuard<'_> {
     }
 }
 
+/// A sidecar's answer as a [`CallError`]: the status code as the kind, its
+/// message and details unchanged (this is the outbound gRPC edge).
+fn from_sidecar(status: Status) -> CallError {
+    let kind = match status.code() {
+        Code::NotFound => Kind::NotFound,
+        Code::InvalidArgument => Kind::InvalidArgument,
+        Code::FailedPrecondition => Kind::FailedPrecondition,
+        Code::AlreadyExists => Kind::AlreadyExists,
+        Code::Aborted => Kind::Aborted,
+        Code::Unavailable => Kind::Unavailable,
+        Code::DeadlineExceeded => Kind::DeadlineExceeded,
+        Code::Cancelled => Kind::Cancelled,
+        Code::ResourceExhausted => Kind::ResourceExhausted,
+        Code::PermissionDenied => Kind::PermissionDenied,
+        Code::Internal => Kind::Internal,
+        Code::Unimplemented => Kind::Unimplemented,
+        Code::Unauthenticated => Kind::Unauthenticated,
+        Code::OutOfRange => Kind::OutOfRange,
+        Code::DataLoss => Kind::DataLoss,
+        _ => Kind::Unknown,
+    };
+    CallError {
+        kind,
+        message: status.message().to_owned(),
+        details: status.details().to_vec(),
+    }
+}
+
 fn is_transport_failure(status: &Status) -> bool {
     // tonic reports connection failures as UNAVAILABLE/UNKNOWN with a
     // transport source and no server-provided message metadata.
@@ -466,13 +501,18 @@ mod tests {
         let snap = snapshot(&[sidecar("a", "http://127.0.0.1:9", DRAINING)]);
         let started = std::time::Instant::now();
         let e = router
-            .call(&snap, "files", request(), Duration::from_secs(30))
+            .call(
+                &snap,
+                "files",
+                request(),
+                Instant::now() + Duration::from_secs(30),
+            )
             .await
             .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(1));
-        assert_eq!(e.code(), Code::Unavailable);
+        assert_eq!(e.kind, Kind::Unavailable);
         assert_eq!(
-            e.message(),
+            e.message,
             "server unavailable: files: draining (sidecar a is shutting down; no other live sidecar)"
         );
     }
@@ -570,7 +610,12 @@ mod tests {
         // Whichever the round robin picks first, every call is answered.
         for _ in 0..4 {
             let r = router
-                .call(&snap, "files", request(), Duration::from_secs(10))
+                .call(
+                    &snap,
+                    "files",
+                    request(),
+                    Instant::now() + Duration::from_secs(10),
+                )
                 .await
                 .expect("answered by the sidecar that is up");
             assert_eq!(r.result_json, "{\"ok\":true}");
@@ -578,11 +623,16 @@ mod tests {
         // With none reachable, the error names the last one tried.
         let snap = snapshot(&[sidecar("a", &dead, "connected")]);
         let e = router
-            .call(&snap, "files", request(), Duration::from_secs(10))
+            .call(
+                &snap,
+                "files",
+                request(),
+                Instant::now() + Duration::from_secs(10),
+            )
             .await
             .unwrap_err();
-        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
-        assert!(e.message().contains("sidecar a at"), "{e:?}");
+        assert_eq!(e.kind, Kind::Unavailable, "{e:?}");
+        assert!(e.message.contains("sidecar a at"), "{e:?}");
     }
 
     /// A sidecar whose CallStream answers `{"ok":true}` to every call.
@@ -637,12 +687,17 @@ mod tests {
         ]);
         for _ in 0..4 {
             let e = router
-                .call(&snap, "files", request(), Duration::from_secs(5))
+                .call(
+                    &snap,
+                    "files",
+                    request(),
+                    Instant::now() + Duration::from_secs(5),
+                )
                 .await
                 .unwrap_err();
-            assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+            assert_eq!(e.kind, Kind::Unavailable, "{e:?}");
             assert!(
-                e.message()
+                e.message
                     .contains("sidecar b at http://127.0.0.1:7 unreachable"),
                 "{e:?}"
             );

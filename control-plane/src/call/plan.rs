@@ -1,0 +1,121 @@
+//! Step 4 of the call path: what the sidecar is asked to do, and for how
+//! long. The `tools/call` params (the engine's arguments and `_meta`
+//! spliced in as given), the call's timeout, and the background policy
+//! (stage B: whether and when the call may move to the background).
+
+use super::error::CallError;
+use super::resolve::Target;
+use crate::ControlPlane;
+use crate::model::SessionRecord;
+use crate::state::Snapshot;
+use serde_json::Value;
+use std::time::Duration;
+use switchyard_proto::v1 as pb;
+
+/// The planned call.
+#[derive(Debug)]
+pub struct Plan {
+    /// The request for the sidecar; its `timeout_ms` is set when the call
+    /// is routed, from the call's deadline.
+    pub request: pb::SidecarCallRequest,
+    /// How long the call may take once routed: the engine's `timeout_ms`,
+    /// else the background phase (or the foreground limit at
+    /// maxPerTarget) plus a margin, at least `control_plane.call_timeout_sec`.
+    pub timeout: Duration,
+}
+
+/// Plans the call of `target` for request `r`. `retry_safe`: the tool's
+/// effective hints allow the stage-A retry. Errors: INVALID_ARGUMENT
+/// naming the field (`arguments_json`, `meta_json`, `timeout_ms`).
+pub fn plan(
+    cp: &ControlPlane,
+    snap: &Snapshot,
+    r: &pb::CallToolRequest,
+    target: &Target<'_>,
+    session: Option<&SessionRecord>,
+    retry_safe: bool,
+) -> Result<Plan, CallError> {
+    let params_json = params_json(&target.tool, &r.arguments_json, &r.meta_json)?;
+    let max_ms = switchyard_common::server_spec::MAX_TIMEOUT_SEC * 1000;
+    if r.timeout_ms > max_ms {
+        return Err(CallError::invalid_argument(format!(
+            "timeout_ms: {} is over the maximum {max_ms} (7 days)",
+            r.timeout_ms
+        )));
+    }
+    // Stage B: the call may move to the background after its foreground
+    // phase; without a timeout of the engine's, the call's deadline covers
+    // that phase (and the 10-minute foreground poll at maxPerTarget) plus a
+    // margin.
+    let server = target.server.as_str();
+    let background = cp.background.policy(
+        &r.tool,
+        snap.background_always(server, &target.tool),
+        cp.state.background_running(server),
+    );
+    let timeout = if r.timeout_ms > 0 {
+        Duration::from_millis(r.timeout_ms)
+    } else {
+        let phase = if background.allowed {
+            background.auto_after_ms
+        } else {
+            background.foreground_limit_ms
+        };
+        cp.call_timeout
+            .max(Duration::from_millis(phase) + Duration::from_secs(30))
+    };
+    let request = pb::SidecarCallRequest {
+        params_json,
+        timeout_ms: 0,
+        session_id: r.session_id.clone(),
+        run_id: r.run_id.clone(),
+        roots_json: session
+            .filter(|s| !s.roots.is_empty())
+            .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
+            .unwrap_or_default(),
+        retry_safe,
+        background: Some(background),
+    };
+    Ok(Plan { request, timeout })
+}
+
+/// The `tools/call` params for the sidecar, as JSON text:
+/// `{"name": TOOL, "arguments": ARGUMENTS, "_meta": META}`, with the
+/// engine's `arguments_json` (empty = `{}`) and `meta_json` (empty = no
+/// `_meta`) spliced in exactly as given, after checking that each is a JSON
+/// object. Errors: INVALID_ARGUMENT naming the field.
+pub fn params_json(tool: &str, arguments_json: &str, meta_json: &str) -> Result<String, CallError> {
+    let arguments = raw_object("arguments_json", arguments_json)?;
+    let meta = raw_object("meta_json", meta_json)?;
+    let name = Value::from(tool).to_string();
+    let mut out = String::with_capacity(
+        name.len() + arguments.map_or(2, str::len) + meta.map_or(0, str::len) + 32,
+    );
+    out.push_str("{\"name\":");
+    out.push_str(&name);
+    out.push_str(",\"arguments\":");
+    out.push_str(arguments.unwrap_or("{}"));
+    if let Some(meta) = meta {
+        out.push_str(",\"_meta\":");
+        out.push_str(meta);
+    }
+    out.push('}');
+    Ok(out)
+}
+
+/// `text` checked to be one JSON object (surrounding white space dropped);
+/// `None` when blank. Errors: INVALID_ARGUMENT naming `field`.
+fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, CallError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let raw: &serde_json::value::RawValue = serde_json::from_str(text)
+        .map_err(|e| CallError::invalid_argument(format!("{field}: not valid JSON: {e}")))?;
+    if !raw.get().starts_with('{') {
+        return Err(CallError::invalid_argument(format!(
+            "{field}: must be a JSON object"
+        )));
+    }
+    Ok(Some(raw.get()))
+}

@@ -1,0 +1,64 @@
+//! Step 2 of the call path: the engine's tool name to a server, the
+//! upstream tool's name and its definition, in this replica's read model.
+
+use super::error::CallError;
+use crate::names::ToolRef;
+use crate::state::Snapshot;
+use serde_json::Value;
+
+/// A resolved tool: the server, the tool's upstream name, its definition
+/// exactly as the server listed it (borrowed from the snapshot).
+#[derive(Debug, Clone)]
+pub struct Target<'s> {
+    /// The server.
+    pub server: String,
+    /// The tool's name on the server.
+    pub tool: String,
+    /// The definition from the server's catalogue.
+    pub definition: &'s Value,
+}
+
+/// Resolves `engine_tool` (`server__tool` style, see `names`).
+/// Errors: NOT_FOUND (no such tool, its server was removed, or the server
+/// no longer has it), UNAVAILABLE (the server has no catalogue yet).
+pub fn resolve<'s>(snap: &'s Snapshot, engine_tool: &str) -> Result<Target<'s>, CallError> {
+    let target = match snap.resolve(engine_tool) {
+        Some(t) => t.clone(),
+        // The name map may lag a new catalogue by a moment.
+        None => snap
+            .catalogues
+            .iter()
+            .flat_map(|(server, cat)| {
+                cat.tools
+                    .iter()
+                    .filter_map(|d| d.get("name").and_then(Value::as_str))
+                    .map(move |t| (server, t))
+            })
+            .find(|(server, t)| snap.engine_name(server, t) == engine_tool)
+            .map(|(server, t)| ToolRef {
+                server: server.clone(),
+                tool: t.to_owned(),
+            })
+            .ok_or_else(|| CallError::not_found(format!("tool not found: {engine_tool:?}")))?,
+    };
+    let server = target.server.as_str();
+    if !snap.servers.contains_key(server) {
+        return Err(CallError::not_found(format!(
+            "tool not found: {engine_tool:?} (server {server} was removed)"
+        )));
+    }
+    let Some(cat) = snap.catalogues.get(server) else {
+        return Err(CallError::server_unavailable(server, "no catalogue yet"));
+    };
+    let Some(def) = cat.tools.iter().find(|t| t["name"] == target.tool.as_str()) else {
+        return Err(CallError::not_found(format!(
+            "tool not found: {engine_tool:?} (server {server} no longer has a tool {:?})",
+            target.tool
+        )));
+    };
+    Ok(Target {
+        definition: def,
+        server: target.server,
+        tool: target.tool,
+    })
+}

@@ -1,0 +1,120 @@
+//! Stage A, tools: how the control plane decides about a server's tools
+//! and shows them to engines. Effective hints and policies
+//! ([`crate::policy`]), the view of one tool for a session ([`ToolView`]),
+//! the definition an engine gets (no `outputSchema`, overridden hints in
+//! `annotations`, the output summary in the description), and a session's
+//! tool list ([`tools_for`]).
+
+use crate::model::{PermissionMode, SessionRecord, ToolPolicy};
+use crate::policy::{Decision, EffectiveHints, HintSource, decide, effective_policy};
+use crate::state::Snapshot;
+use serde_json::{Value, json};
+use switchyard_proto::v1 as pb;
+
+/// A tool's display name: `title`, else `annotations.title`, else its name.
+pub fn title_of(def: &Value) -> &str {
+    def.get("title")
+        .or_else(|| def["annotations"].get("title"))
+        .and_then(Value::as_str)
+        .or_else(|| def.get("name").and_then(Value::as_str))
+        .unwrap_or("")
+}
+
+/// The permission mode a call or listing is decided in: the session's, or
+/// `auto` without one (see [`crate::policy`]).
+pub fn mode_of(session: Option<&SessionRecord>) -> PermissionMode {
+    session.map_or(PermissionMode::Auto, |s| s.permission_mode)
+}
+
+/// A tool of `server` as the control plane decides about it: effective
+/// hints, policy, and the decision for a session in `mode`.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolView {
+    /// Effective hints.
+    pub hints: EffectiveHints,
+    /// Effective policy.
+    pub policy: ToolPolicy,
+    /// The decision.
+    pub decision: Decision,
+}
+
+/// The view of `def` (a tool of `server`) for a session in `mode`.
+pub fn tool_view(snap: &Snapshot, server: &str, def: &Value, mode: PermissionMode) -> ToolView {
+    let hints = snap.hints_of(server, def);
+    let tool = def.get("name").and_then(Value::as_str).unwrap_or("");
+    let policy = effective_policy(snap.policy_set(server, tool), &hints);
+    ToolView {
+        hints,
+        policy,
+        decision: decide(mode, policy, hints.read_only.value),
+    }
+}
+
+/// The definition an engine gets: without `outputSchema` (summarised in
+/// the description instead), with overridden hints in `annotations`.
+pub fn engine_definition(def: &Value, hints: &EffectiveHints) -> Value {
+    let mut def = def.clone();
+    if let Some(m) = def.as_object_mut() {
+        m.remove("outputSchema");
+    }
+    for (key, hint) in [
+        ("readOnlyHint", hints.read_only),
+        ("destructiveHint", hints.destructive),
+        ("idempotentHint", hints.idempotent),
+    ] {
+        if hint.source == HintSource::Override {
+            if !def["annotations"].is_object() {
+                def["annotations"] = json!({});
+            }
+            def["annotations"][key] = Value::Bool(hint.value);
+        }
+    }
+    def
+}
+
+/// The tools a session may see, with engine-visible names.
+pub fn tools_for(snap: &Snapshot, session: Option<&SessionRecord>) -> (Vec<pb::Tool>, Vec<String>) {
+    let mut tools = Vec::new();
+    let mut unavailable = Vec::new();
+    let mode = mode_of(session);
+    for name in snap.servers.keys() {
+        if session.is_some_and(|s| !s.enables(name)) {
+            continue;
+        }
+        let live = snap
+            .sidecars
+            .get(name)
+            .is_some_and(|m| m.values().any(|s| s.upstream_state == "connected"));
+        let Some(cat) = snap.catalogues.get(name).filter(|_| live) else {
+            unavailable.push(name.clone());
+            continue;
+        };
+        for def in &cat.tools {
+            let Some(upstream) = def.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let view = tool_view(snap, name, def, mode);
+            if !view.decision.offered() {
+                continue;
+            }
+            tools.push(pb::Tool {
+                name: snap.engine_name(name, upstream),
+                server: name.clone(),
+                upstream_name: upstream.to_owned(),
+                title: title_of(def).to_owned(),
+                description: crate::schema_summary::describe(
+                    def.get("description").and_then(Value::as_str).unwrap_or(""),
+                    def.get("outputSchema"),
+                ),
+                input_schema_json: def
+                    .get("inputSchema")
+                    .map(Value::to_string)
+                    .unwrap_or_default(),
+                hints: Some(view.hints.to_pb()),
+                definition_json: engine_definition(def, &view.hints).to_string(),
+            });
+        }
+    }
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    (tools, unavailable)
+}
