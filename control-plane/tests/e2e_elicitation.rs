@@ -20,7 +20,7 @@ async fn an_engine_answers_a_server_everything_elicitation_through_the_cli() {
     let gw = Gateway::start(StoreKind::Embedded, 10).await;
     let session = ok_stdout(
         // auto: the tool is not read-only, so an `ask` session would need
-        // an approval first (crate::policy).
+        // an approval first (crate::tools::policy).
         &gw.cli(&[
             "sessions",
             "create",

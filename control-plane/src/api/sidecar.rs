@@ -313,7 +313,7 @@ fn tool_settings(snap: &crate::state::Snapshot, server: &str) -> pb::ToolSetting
                 .get(&(server.to_owned(), tool.to_owned()));
             hints.insert(
                 tool.to_owned(),
-                crate::policy::effective_hints(def, ov).to_pb(),
+                crate::tools::policy::effective_hints(def, ov).to_pb(),
             );
         }
     }

@@ -8,8 +8,8 @@ use super::resolve::Target;
 use crate::ControlPlane;
 use crate::auth::Caller;
 use crate::model::SessionRecord;
-use crate::policy::Decision;
 use crate::state::Snapshot;
+use crate::tools::policy::Decision;
 use crate::tools::{ToolView, mode_of, tool_view};
 
 /// The session `id` if `caller` may use it ([`SessionRecord::usable_by`]);

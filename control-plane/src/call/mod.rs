@@ -32,7 +32,7 @@ pub use error::{CallError, Kind};
 
 use crate::ControlPlane;
 use crate::auth::Caller;
-use crate::policy::Decision;
+use crate::tools::policy::Decision;
 use std::time::{Duration, Instant};
 use switchyard_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;

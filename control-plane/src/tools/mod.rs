@@ -1,13 +1,17 @@
 //! Stage A, tools: how the control plane decides about a server's tools
 //! and shows them to engines. Effective hints and policies
-//! ([`crate::policy`]), the view of one tool for a session ([`ToolView`]),
+//! ([`crate::tools::policy`]), the view of one tool for a session ([`ToolView`]),
 //! the definition an engine gets (no `outputSchema`, overridden hints in
 //! `annotations`, the output summary in the description), and a session's
 //! tool list ([`tools_for`]).
 
+pub mod names;
+pub mod policy;
+pub mod schema_summary;
+
 use crate::model::{PermissionMode, SessionRecord, ToolPolicy};
-use crate::policy::{Decision, EffectiveHints, HintSource, decide, effective_policy};
 use crate::state::Snapshot;
+use crate::tools::policy::{Decision, EffectiveHints, HintSource, decide, effective_policy};
 use serde_json::{Value, json};
 use switchyard_proto::v1 as pb;
 
@@ -21,7 +25,7 @@ pub fn title_of(def: &Value) -> &str {
 }
 
 /// The permission mode a call or listing is decided in: the session's, or
-/// `auto` without one (see [`crate::policy`]).
+/// `auto` without one (see [`crate::tools::policy`]).
 pub fn mode_of(session: Option<&SessionRecord>) -> PermissionMode {
     session.map_or(PermissionMode::Auto, |s| s.permission_mode)
 }
@@ -102,7 +106,7 @@ pub fn tools_for(snap: &Snapshot, session: Option<&SessionRecord>) -> (Vec<pb::T
                 server: name.clone(),
                 upstream_name: upstream.to_owned(),
                 title: title_of(def).to_owned(),
-                description: crate::schema_summary::describe(
+                description: crate::tools::schema_summary::describe(
                     def.get("description").and_then(Value::as_str).unwrap_or(""),
                     def.get("outputSchema"),
                 ),
