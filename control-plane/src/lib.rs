@@ -17,6 +17,7 @@ pub mod config;
 pub mod interactions;
 pub mod metrics;
 pub mod model;
+pub mod names;
 pub mod registry;
 pub mod server;
 pub mod state;

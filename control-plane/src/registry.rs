@@ -5,8 +5,8 @@
 
 use crate::metrics::Metrics;
 use crate::model::*;
+use crate::names::NameMap;
 use crate::store::{AnyStore, Compare, LeaseId, Op, Revision, Store, StoreError, Txn};
-use crate::tools::names::NameMap;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 use switchyard_common::server_spec::ServerConfig;

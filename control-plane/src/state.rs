@@ -17,8 +17,8 @@
 //! its key and ignored; everything else keeps serving.
 
 use crate::model::*;
+use crate::names::{NameMap, ToolRef};
 use crate::store::{AnyStore, KeyValue, Revision, Store, WatchEvent};
-use crate::tools::names::{NameMap, ToolRef};
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -151,7 +151,7 @@ impl Snapshot {
         self.name_of
             .get(&(server.to_owned(), tool.to_owned()))
             .cloned()
-            .unwrap_or_else(|| crate::tools::names::plain_name(server, tool))
+            .unwrap_or_else(|| crate::names::plain_name(server, tool))
     }
 
     /// The counts behind the read model's gauges (see
@@ -176,23 +176,6 @@ impl Snapshot {
                 .map(|name| (name.clone(), self.sidecars.get(name).map_or(0, |m| m.len())))
                 .collect(),
         }
-    }
-
-    /// The effective hints of `def`, a tool of `server`.
-    pub fn hints_of(
-        &self,
-        server: &str,
-        def: &serde_json::Value,
-    ) -> crate::tools::policy::EffectiveHints {
-        let tool = def
-            .get("name")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("");
-        crate::tools::policy::effective_hints(
-            def,
-            self.hint_overrides
-                .get(&(server.to_owned(), tool.to_owned())),
-        )
     }
 
     /// The administrator's policy of a tool, if set.

@@ -2,8 +2,8 @@
 //! upstream tool's name and its definition, in this replica's read model.
 
 use super::error::CallError;
+use crate::names::ToolRef;
 use crate::state::Snapshot;
-use crate::tools::names::ToolRef;
 use serde_json::Value;
 
 /// A resolved tool: the server, the tool's upstream name, its definition

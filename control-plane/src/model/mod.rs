@@ -7,7 +7,7 @@
 //! | `servers/<name>` | [`ServerRecord`] | until removed |
 //! | `sidecars/<server>/<sidecar id>` | [`SidecarRecord`] | leased: the report stream keeps it alive |
 //! | `tools/<server>` | [`CatalogueRecord`] | until the server is removed |
-//! | `toolnames` | [`crate::tools::names::NameMap`] + the catalogue epoch it was built from | derived |
+//! | `toolnames` | [`crate::names::NameMap`] + the catalogue epoch it was built from | derived |
 //! | `sessions/<id>` | [`SessionRecord`] | until deleted |
 //! | `cancels/<session>/<call id>` | empty | leased, short |
 //! | `interactions/<session>/<id>` | [`crate::interactions::InteractionRecord`] | until resolved, then leased (1 h) |
@@ -227,7 +227,7 @@ pub struct CatalogueRecord {
 pub struct NamesRecord {
     /// The map.
     #[serde(flatten)]
-    pub map: crate::tools::names::NameMap,
+    pub map: crate::names::NameMap,
 }
 
 /// A session's permission mode.

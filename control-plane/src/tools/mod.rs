@@ -5,7 +5,6 @@
 //! `annotations`, the output summary in the description), and a session's
 //! tool list ([`tools_for`]).
 
-pub mod names;
 pub mod policy;
 pub mod schema_summary;
 
@@ -44,8 +43,12 @@ pub struct ToolView {
 
 /// The view of `def` (a tool of `server`) for a session in `mode`.
 pub fn tool_view(snap: &Snapshot, server: &str, def: &Value, mode: PermissionMode) -> ToolView {
-    let hints = snap.hints_of(server, def);
     let tool = def.get("name").and_then(Value::as_str).unwrap_or("");
+    let hints = policy::effective_hints(
+        def,
+        snap.hint_overrides
+            .get(&(server.to_owned(), tool.to_owned())),
+    );
     let policy = effective_policy(snap.policy_set(server, tool), &hints);
     ToolView {
         hints,
