@@ -1,11 +1,16 @@
 //! The Switchyard control plane: the shared brain behind the engine-facing
 //! gRPC API. It is responsible for the server registry (servers, tool
-//! catalogues, policies, hint overrides, OAuth clients and tokens), engine
-//! sessions and their interactions and background calls, routing calls to
-//! healthy sidecars and events back to the session that owns them, and the
-//! state store all of that lives in: etcd, or an embedded on-disk store when no
-//! etcd is configured. Replicas keep no state of their own; everything goes
-//! through [`store`].
+//! catalogues, policies, hint overrides), engine sessions and their
+//! interactions and background calls, routing calls to healthy sidecars and
+//! events back to the session that owns them, and the state store all of
+//! that lives in: etcd, or an embedded on-disk store when no etcd is
+//! configured. Replicas keep no state of their own; everything goes through
+//! [`store`].
+//!
+//! The call path is [`call`] (its `mod.rs` lists the steps); the gRPC edges
+//! are [`api`]. Each seed stage has one module: [`tools`] (A),
+//! [`background`] (B), [`interactions`] (C); OAuth (D) will be `oauth` and
+//! resources and prompts (E) `resources`.
 
 pub mod api;
 pub mod audit;
