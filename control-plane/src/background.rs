@@ -37,14 +37,16 @@ use crate::config::BackgroundCallsConfig;
 use crate::metrics::Metrics;
 use crate::model::{background_key, now_ms, server_key, sidecar_key};
 use crate::state::{BackgroundEntry, Snapshot};
-use crate::store::{AnyStore, Compare, KeyValue, Op, Store, StoreError, Txn};
+use crate::store::cas::{self, Decision, Write};
+use crate::store::{AnyStore, Compare, KeyValue, Metered, Op, Store, StoreError, Txn};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::future::ready;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use switchyard_common::ids::new_uuid;
 use switchyard_proto::v1 as pb;
 use tokio::sync::mpsc;
@@ -67,8 +69,6 @@ pub const DEADLINE_GRACE_MS: i64 = 30_000;
 pub const MAX_RECORD_BYTES: usize = 1024 * 1024;
 /// How many calls one `ControlMessage.adopt` carries at most.
 const ADOPT_BATCH: usize = 500;
-/// How often a CAS loop retries before giving up.
-const MAX_CAS_ATTEMPTS: usize = 20;
 
 /// The statuses: the MCP task statuses (wait mode uses `working` and the
 /// terminal ones).
@@ -389,7 +389,7 @@ struct LocalStream {
 #[derive(Debug)]
 pub struct Background {
     config: BackgroundCallsConfig,
-    store: AnyStore,
+    store: Metered<AnyStore>,
     metrics: Metrics,
     streams: Mutex<HashMap<String, Vec<LocalStream>>>,
     serial: AtomicUsize,
@@ -521,8 +521,9 @@ pub fn is_event_for(rec: &BackgroundRecord, session: &str) -> bool {
 }
 
 impl Background {
-    /// The background calls of a replica over `store`.
-    pub fn new(config: BackgroundCallsConfig, store: AnyStore, metrics: Metrics) -> Self {
+    /// The background calls of a replica over `store` (metered: its
+    /// operations are counted in the store metrics).
+    pub fn new(config: BackgroundCallsConfig, store: Metered<AnyStore>, metrics: Metrics) -> Self {
         Background {
             config,
             store,
@@ -537,17 +538,6 @@ impl Background {
     /// The configuration.
     pub fn config(&self) -> &BackgroundCallsConfig {
         &self.config
-    }
-
-    async fn timed<T, F: std::future::Future<Output = Result<T, StoreError>>>(
-        &self,
-        op: &'static str,
-        f: F,
-    ) -> Result<T, StoreError> {
-        let started = Instant::now();
-        let r = f.await;
-        self.metrics.store_op(op, started.elapsed(), r.is_ok());
-        r
     }
 
     /// The `BackgroundPolicy` of an engine call of `tool` on `server`
@@ -583,7 +573,8 @@ impl Background {
     pub async fn get(&self, id: &str) -> Result<Option<BackgroundRecord>, BackgroundError> {
         check_id("id", id)?;
         Ok(self
-            .timed("get", self.store.get(&background_key(id)))
+            .store
+            .get(&background_key(id))
             .await?
             .as_ref()
             .and_then(parse))
@@ -591,7 +582,7 @@ impl Background {
 
     /// Every record from the store (a prefix list), oldest first.
     pub async fn list_all(&self) -> Result<Vec<BackgroundRecord>, BackgroundError> {
-        let listing = self.timed("list", self.store.list(PREFIX)).await?;
+        let listing = self.store.list(PREFIX).await?;
         let mut all: Vec<_> = listing
             .kvs
             .iter()
@@ -682,20 +673,21 @@ impl Background {
         check_lengths(&incoming)?;
         if !snap.servers.contains_key(&incoming.server)
             && self
-                .timed("get", self.store.get(&server_key(&incoming.server)))
+                .store
+                .get(&server_key(&incoming.server))
                 .await?
                 .is_none()
         {
             return Err(BackgroundError::UnknownServer(incoming.server));
         }
         let key = background_key(&incoming.id);
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let old = self.timed("get", self.store.get(&key)).await?;
+        let incoming = &incoming;
+        let updated = cas::update(&self.store, &key, |old| async move {
             let stored = old.as_ref().and_then(parse);
             let now = now_ms();
             let mut rec = incoming.clone();
             match &stored {
-                Some(s) if s.is_terminal() => return Ok(s.clone()),
+                Some(s) if s.is_terminal() => return Ok(Decision::Keep(s.clone())),
                 Some(s) => {
                     if s.server != rec.server {
                         return Err(BackgroundError::Invalid(format!(
@@ -711,7 +703,7 @@ impl Background {
                             .is_some_and(|m| m.contains_key(&s.sidecar_id))
                     {
                         tracing::info!(id = %rec.id, owner = %s.sidecar_id, from = %rec.sidecar_id, "ignoring an update from a sidecar that does not own the background call");
-                        return Ok(s.clone());
+                        return Ok(Decision::Keep(s.clone()));
                     }
                     rec.tool = s.tool.clone();
                     rec.engine_tool = s.engine_tool.clone();
@@ -729,7 +721,7 @@ impl Background {
                     let mut same = rec.clone();
                     same.updated_at_ms = s.updated_at_ms;
                     if same == *s {
-                        return Ok(s.clone());
+                        return Ok(Decision::Keep(s.clone()));
                     }
                 }
                 None => {
@@ -761,27 +753,14 @@ impl Background {
             // deleted at once.
             rec.finished_at_ms = if rec.is_terminal() { now } else { 0 };
             let value = fit(&mut rec)?;
-            let r = self
-                .timed(
-                    "txn",
-                    self.store.txn(
-                        Txn::new()
-                            .when([Compare::mod_revision(
-                                &key,
-                                old.as_ref().map_or(0, |kv| kv.mod_revision),
-                            )])
-                            .and_then([Op::put(&key, value)]),
-                    ),
-                )
-                .await?;
-            if r.succeeded {
-                if rec.is_terminal() {
-                    self.count_finished(&rec);
-                }
-                return Ok(rec);
-            }
+            Ok(Decision::Write(Write::put(value), rec))
+        })
+        .await
+        .map_err(|e| e.into_error(|| BackgroundError::Contention(incoming.id.clone())))?;
+        if updated.written && updated.value.is_terminal() {
+            self.count_finished(&updated.value);
         }
-        Err(BackgroundError::Contention(incoming.id))
+        Ok(updated.value)
     }
 
     /// Changes a stored, non-terminal record with `f` (CAS). `f` returns
@@ -794,43 +773,18 @@ impl Background {
         mut f: impl FnMut(&mut BackgroundRecord) -> bool,
     ) -> Result<Option<(BackgroundRecord, bool)>, BackgroundError> {
         let key = background_key(id);
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some(old) = self.timed("get", self.store.get(&key)).await? else {
-                return Ok(None);
-            };
-            let Some(mut rec) = parse(&old) else {
-                return Ok(None);
-            };
-            if rec.is_terminal() {
-                return Ok(Some((rec, false)));
-            }
-            let before = rec.clone();
-            if !f(&mut rec) {
-                return Ok(Some((before, false)));
-            }
-            let now = now_ms();
-            rec.updated_at_ms = now;
-            if rec.is_terminal() && rec.finished_at_ms == 0 {
-                rec.finished_at_ms = now;
-            }
-            let r = self
-                .timed(
-                    "txn",
-                    self.store.txn(
-                        Txn::new()
-                            .when([Compare::mod_revision(&key, old.mod_revision)])
-                            .and_then([Op::put(&key, json(&rec))]),
-                    ),
-                )
-                .await?;
-            if r.succeeded {
-                if rec.is_terminal() {
-                    self.count_finished(&rec);
-                }
-                return Ok(Some((rec, true)));
-            }
+        let updated = cas::update(&self.store, &key, |old| {
+            ready(Ok(transition_step(old.as_ref(), &mut f)))
+        })
+        .await
+        .map_err(|e| e.into_error(|| BackgroundError::Contention(id.to_owned())))?;
+        if updated.written
+            && let Some(rec) = &updated.value
+            && rec.is_terminal()
+        {
+            self.count_finished(rec);
         }
-        Err(BackgroundError::Contention(id.to_owned()))
+        Ok(updated.value.map(|rec| (rec, updated.written)))
     }
 
     /// Makes a running call terminal with `status` (`failed` or
@@ -983,7 +937,8 @@ impl Background {
         }
         // Unsure (a store failure): count it live, so nothing is failed
         // or adopted on a guess.
-        self.timed("get", self.store.get(&sidecar_key(server, sidecar_id)))
+        self.store
+            .get(&sidecar_key(server, sidecar_id))
             .await
             .map_or(true, |kv| kv.is_some())
     }
@@ -1198,24 +1153,47 @@ impl Background {
     /// terminal at the revision read.
     async fn delete_finished(&self, id: &str) -> Result<(), BackgroundError> {
         let key = background_key(id);
-        let Some(kv) = self.timed("get", self.store.get(&key)).await? else {
+        let Some(kv) = self.store.get(&key).await? else {
             return Ok(());
         };
         if parse(&kv).is_some_and(|r| !r.is_terminal()) {
             return Ok(());
         }
-        self.timed(
-            "txn",
-            self.store.txn(
+        self.store
+            .txn(
                 Txn::new()
                     .when([Compare::mod_revision(&key, kv.mod_revision)])
                     .and_then([Op::delete(&key)]),
-            ),
-        )
-        .await?;
+            )
+            .await?;
         tracing::debug!(%id, "finished background call deleted (retention)");
         Ok(())
     }
+}
+
+/// One attempt of [`Background::transition`] on the record as read: keep
+/// it (absent or unparsable: `None`; terminal, or `f` said no: the record)
+/// or write what `f` made of it, stamped.
+fn transition_step(
+    old: Option<&KeyValue>,
+    f: &mut impl FnMut(&mut BackgroundRecord) -> bool,
+) -> Decision<Option<BackgroundRecord>> {
+    let Some(mut rec) = old.and_then(parse) else {
+        return Decision::Keep(None);
+    };
+    if rec.is_terminal() {
+        return Decision::Keep(Some(rec));
+    }
+    let before = rec.clone();
+    if !f(&mut rec) {
+        return Decision::Keep(Some(before));
+    }
+    let now = now_ms();
+    rec.updated_at_ms = now;
+    if rec.is_terminal() && rec.finished_at_ms == 0 {
+        rec.finished_at_ms = now;
+    }
+    Decision::Write(Write::put(json(&rec)), Some(rec))
 }
 
 /// Whether the read model has `sidecar_id` of `server` registered.

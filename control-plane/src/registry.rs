@@ -3,16 +3,13 @@
 //! sessions. Every read-modify-write is a compare-and-swap transaction, so
 //! replicas never lose each other's updates.
 
-use crate::metrics::Metrics;
 use crate::model::*;
 use crate::names::NameMap;
-use crate::store::{AnyStore, Compare, LeaseId, Op, Revision, Store, StoreError, Txn};
+use crate::store::cas::{self, Decision, Write};
+use crate::store::{AnyStore, Compare, LeaseId, Metered, Op, Revision, Store, StoreError, Txn};
 use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use switchyard_common::server_spec::ServerConfig;
-
-/// How often a CAS loop retries before giving up.
-const MAX_CAS_ATTEMPTS: usize = 20;
 
 /// A registry operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,8 +37,7 @@ pub enum RegistryError {
 /// The write side.
 #[derive(Debug, Clone)]
 pub struct Registry {
-    store: AnyStore,
-    metrics: Metrics,
+    store: Metered<AnyStore>,
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
@@ -49,25 +45,15 @@ fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
 }
 
 impl Registry {
-    /// A registry over `store`.
-    pub fn new(store: AnyStore, metrics: Metrics) -> Self {
-        Registry { store, metrics }
+    /// A registry over `store` (metered: its operations are counted in the
+    /// store metrics).
+    pub fn new(store: Metered<AnyStore>) -> Self {
+        Registry { store }
     }
 
     /// The store.
-    pub fn store(&self) -> &AnyStore {
+    pub fn store(&self) -> &Metered<AnyStore> {
         &self.store
-    }
-
-    async fn timed<T, F: std::future::Future<Output = Result<T, StoreError>>>(
-        &self,
-        op: &'static str,
-        f: F,
-    ) -> Result<T, StoreError> {
-        let started = Instant::now();
-        let r = f.await;
-        self.metrics.store_op(op, started.elapsed(), r.is_ok());
-        r
     }
 
     /// Adds a server. Errors: it exists already.
@@ -79,13 +65,11 @@ impl Registry {
         let key = server_key(&spec.name);
         let rec = ServerRecord { spec, origin };
         let r = self
-            .timed(
-                "txn",
-                self.store.txn(
-                    Txn::new()
-                        .when([Compare::absent(&key)])
-                        .and_then([Op::put(&key, json(&rec))]),
-                ),
+            .store
+            .txn(
+                Txn::new()
+                    .when([Compare::absent(&key)])
+                    .and_then([Op::put(&key, json(&rec))]),
             )
             .await?;
         if !r.succeeded {
@@ -97,7 +81,7 @@ impl Registry {
     /// Replaces a server's spec. Errors: unknown server.
     pub async fn update_server(&self, spec: ServerConfig) -> Result<Revision, RegistryError> {
         let key = server_key(&spec.name);
-        let Some(old) = self.timed("get", self.store.get(&key)).await? else {
+        let Some(old) = self.store.get(&key).await? else {
             return Err(RegistryError::UnknownServer(spec.name));
         };
         let origin = serde_json::from_slice::<ServerRecord>(&old.value)
@@ -105,13 +89,11 @@ impl Registry {
             .unwrap_or(Origin::Admin);
         let rec = ServerRecord { spec, origin };
         let r = self
-            .timed(
-                "txn",
-                self.store.txn(
-                    Txn::new()
-                        .when([Compare::mod_revision(&key, old.mod_revision)])
-                        .and_then([Op::put(&key, json(&rec))]),
-                ),
+            .store
+            .txn(
+                Txn::new()
+                    .when([Compare::mod_revision(&key, old.mod_revision)])
+                    .and_then([Op::put(&key, json(&rec))]),
             )
             .await?;
         if !r.succeeded {
@@ -124,19 +106,16 @@ impl Registry {
     /// policies (a server added later under the same name starts without
     /// them); its names disappear from the map.
     pub async fn remove_server(&self, name: &str) -> Result<Revision, RegistryError> {
-        let existed = self
-            .timed("delete", self.store.delete(&server_key(name)))
-            .await?;
+        let existed = self.store.delete(&server_key(name)).await?;
         if !existed {
             return Err(RegistryError::UnknownServer(name.to_owned()));
         }
-        self.timed("delete", self.store.delete(&tools_key(name)))
-            .await?;
+        self.store.delete(&tools_key(name)).await?;
         let mut settings = 0;
         for prefix in [hints_key(name, ""), policy_key(name, "")] {
-            let listing = self.timed("list", self.store.list(&prefix)).await?;
+            let listing = self.store.list(&prefix).await?;
             for kv in listing.kvs {
-                self.timed("delete", self.store.delete(&kv.key)).await?;
+                self.store.delete(&kv.key).await?;
                 settings += 1;
             }
         }
@@ -156,7 +135,7 @@ impl Registry {
         servers: &[ServerConfig],
         prune: bool,
     ) -> Result<(), RegistryError> {
-        let listing = self.timed("list", self.store.list("servers/")).await?;
+        let listing = self.store.list("servers/").await?;
         for kv in &listing.kvs {
             let Ok(rec) = serde_json::from_slice::<ServerRecord>(&kv.value) else {
                 continue;
@@ -175,11 +154,9 @@ impl Registry {
                 spec: s.clone(),
                 origin: Origin::Config,
             };
-            self.timed(
-                "put",
-                self.store.put(&server_key(&s.name), json(&rec), None),
-            )
-            .await?;
+            self.store
+                .put(&server_key(&s.name), json(&rec), None)
+                .await?;
         }
         Ok(())
     }
@@ -190,25 +167,17 @@ impl Registry {
         rec: SidecarRecord,
         ttl: Duration,
     ) -> Result<LeaseId, RegistryError> {
-        if self
-            .timed("get", self.store.get(&server_key(&rec.server)))
-            .await?
-            .is_none()
-        {
+        if self.store.get(&server_key(&rec.server)).await?.is_none() {
             return Err(RegistryError::UnknownServer(rec.server));
         }
-        let lease = self
-            .timed("grant_lease", self.store.grant_lease(ttl))
-            .await?;
-        self.timed(
-            "put",
-            self.store.put(
+        let lease = self.store.grant_lease(ttl).await?;
+        self.store
+            .put(
                 &sidecar_key(&rec.server, &rec.sidecar_id),
                 json(&rec),
                 Some(lease),
-            ),
-        )
-        .await?;
+            )
+            .await?;
         Ok(lease)
     }
 
@@ -218,28 +187,24 @@ impl Registry {
         rec: &SidecarRecord,
         lease: LeaseId,
     ) -> Result<(), RegistryError> {
-        self.timed(
-            "put",
-            self.store.put(
+        self.store
+            .put(
                 &sidecar_key(&rec.server, &rec.sidecar_id),
                 json(rec),
                 Some(lease),
-            ),
-        )
-        .await?;
+            )
+            .await?;
         Ok(())
     }
 
     /// Keeps a registration's lease alive.
     pub async fn keep_alive(&self, lease: LeaseId) -> Result<(), RegistryError> {
-        Ok(self
-            .timed("keep_alive", self.store.keep_alive(lease))
-            .await?)
+        Ok(self.store.keep_alive(lease).await?)
     }
 
     /// Drops a registration now (its stream ended).
     pub async fn revoke(&self, lease: LeaseId) -> Result<(), RegistryError> {
-        Ok(self.timed("revoke", self.store.revoke(lease)).await?)
+        Ok(self.store.revoke(lease).await?)
     }
 
     /// Stores a catalogue snapshot. `toolsUpdatedAt` changes only when the
@@ -254,21 +219,17 @@ impl Registry {
         protocol_version: String,
     ) -> Result<bool, RegistryError> {
         let key = tools_key(server);
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            if self
-                .timed("get", self.store.get(&server_key(server)))
-                .await?
-                .is_none()
-            {
+        let (tools, capabilities, server_info, protocol_version) =
+            (&tools, &capabilities, &server_info, &protocol_version);
+        let updated = cas::update(&self.store, &key, |old| async move {
+            if self.store.get(&server_key(server)).await?.is_none() {
                 return Err(RegistryError::UnknownServer(server.to_owned()));
             }
-            let old = self.timed("get", self.store.get(&key)).await?;
-            let old_rec = old
-                .as_ref()
-                .and_then(|kv| serde_json::from_slice::<CatalogueRecord>(&kv.value).ok());
+            let old_rec =
+                old.and_then(|kv| serde_json::from_slice::<CatalogueRecord>(&kv.value).ok());
             let changed = old_rec
                 .as_ref()
-                .is_none_or(|o| o.tools != tools || o.capabilities != capabilities);
+                .is_none_or(|o| o.tools != *tools || o.capabilities != *capabilities);
             let rec = CatalogueRecord {
                 tools: tools.clone(),
                 capabilities: capabilities.clone(),
@@ -281,37 +242,24 @@ impl Registry {
                 },
             };
             if old_rec.as_ref() == Some(&rec) {
-                return Ok(false);
+                return Ok(Decision::Keep(false));
             }
-            let r = self
-                .timed(
-                    "txn",
-                    self.store.txn(
-                        Txn::new()
-                            .when([Compare::mod_revision(
-                                &key,
-                                old.map_or(0, |kv| kv.mod_revision),
-                            )])
-                            .and_then([Op::put(&key, json(&rec))]),
-                    ),
-                )
-                .await?;
-            if r.succeeded {
-                if changed {
-                    self.recompute_names().await?;
-                }
-                return Ok(changed);
-            }
+            Ok(Decision::Write(Write::put(json(&rec)), changed))
+        })
+        .await
+        .map_err(|e| e.into_error(|| RegistryError::Contention(key.clone())))?;
+        let changed = updated.value;
+        if changed {
+            self.recompute_names().await?;
         }
-        Err(RegistryError::Contention(key))
+        Ok(changed)
     }
 
     /// Rebuilds the engine-visible name map from every catalogue and stores
     /// it, unless another writer stored a newer one meanwhile.
     pub async fn recompute_names(&self) -> Result<Revision, RegistryError> {
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let current = self.timed("get", self.store.get(TOOLNAMES_KEY)).await?;
-            let listing = self.timed("list", self.store.list("tools/")).await?;
+        let updated = cas::update(&self.store, TOOLNAMES_KEY, |current| async move {
+            let listing = self.store.list("tools/").await?;
             let mut pairs = Vec::new();
             for kv in &listing.kvs {
                 let server = kv.key.trim_start_matches("tools/").to_owned();
@@ -331,32 +279,27 @@ impl Registry {
             }
             let rec = NamesRecord { map };
             let value = json(&rec);
-            if current.as_ref().is_some_and(|kv| kv.value == value) {
-                return Ok(listing.revision);
+            if current.is_some_and(|kv| kv.value == value) {
+                return Ok(Decision::Keep(listing.revision));
             }
             // The listing must still be current: no catalogue written since.
-            let mut compares = vec![Compare::mod_revision(
-                TOOLNAMES_KEY,
-                current.as_ref().map_or(0, |kv| kv.mod_revision),
-            )];
-            for kv in &listing.kvs {
-                compares.push(Compare::mod_revision(&kv.key, kv.mod_revision));
-            }
-            let r = self
-                .timed(
-                    "txn",
-                    self.store.txn(
-                        Txn::new()
-                            .when(compares)
-                            .and_then([Op::put(TOOLNAMES_KEY, value)]),
-                    ),
-                )
-                .await?;
-            if r.succeeded {
-                return Ok(r.revision);
-            }
-        }
-        Err(RegistryError::Contention(TOOLNAMES_KEY.into()))
+            let listed = listing
+                .kvs
+                .iter()
+                .map(|kv| Compare::mod_revision(&kv.key, kv.mod_revision));
+            Ok::<_, RegistryError>(Decision::Write(
+                Write::put(value).when(listed),
+                listing.revision,
+            ))
+        })
+        .await
+        .map_err(|e| e.into_error(|| RegistryError::Contention(TOOLNAMES_KEY.into())))?;
+        // Unchanged: the revision of the listing the map was derived from.
+        Ok(if updated.written {
+            updated.revision
+        } else {
+            updated.value
+        })
     }
 
     /// Merges `set` into a tool's hint overrides (fields `set` leaves
@@ -370,34 +313,19 @@ impl Registry {
     ) -> Result<(HintOverrideRecord, Revision), RegistryError> {
         self.check_tool_key(server, tool).await?;
         let key = hints_key(server, tool);
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let old = self.timed("get", self.store.get(&key)).await?;
+        let updated = cas::update(&self.store, &key, |old| async move {
             let mut rec = old
-                .as_ref()
                 .and_then(|kv| serde_json::from_slice::<HintOverrideRecord>(&kv.value).ok())
                 .unwrap_or_default();
             rec.read_only_hint = set.read_only_hint.or(rec.read_only_hint);
             rec.destructive_hint = set.destructive_hint.or(rec.destructive_hint);
             rec.idempotent_hint = set.idempotent_hint.or(rec.idempotent_hint);
             rec.updated_at_ms = now_ms();
-            let r = self
-                .timed(
-                    "txn",
-                    self.store.txn(
-                        Txn::new()
-                            .when([Compare::mod_revision(
-                                &key,
-                                old.map_or(0, |kv| kv.mod_revision),
-                            )])
-                            .and_then([Op::put(&key, json(&rec))]),
-                    ),
-                )
-                .await?;
-            if r.succeeded {
-                return Ok((rec, r.revision));
-            }
-        }
-        Err(RegistryError::Contention(key))
+            Ok::<_, RegistryError>(Decision::Write(Write::put(json(&rec)), rec))
+        })
+        .await
+        .map_err(|e| e.into_error(|| RegistryError::Contention(key.clone())))?;
+        Ok((updated.value, updated.revision))
     }
 
     /// Sets a tool's policy and/or when its calls move to the background
@@ -412,33 +340,18 @@ impl Registry {
     ) -> Result<Revision, RegistryError> {
         self.check_tool_key(server, tool).await?;
         let key = policy_key(server, tool);
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let old = self.timed("get", self.store.get(&key)).await?;
+        let updated = cas::update(&self.store, &key, |old| async move {
             let mut rec = old
-                .as_ref()
                 .and_then(|kv| serde_json::from_slice::<PolicyRecord>(&kv.value).ok())
                 .unwrap_or_default();
             rec.policy = policy.or(rec.policy);
             rec.background = background.or(rec.background);
             rec.updated_at_ms = now_ms();
-            let r = self
-                .timed(
-                    "txn",
-                    self.store.txn(
-                        Txn::new()
-                            .when([Compare::mod_revision(
-                                &key,
-                                old.map_or(0, |kv| kv.mod_revision),
-                            )])
-                            .and_then([Op::put(&key, json(&rec))]),
-                    ),
-                )
-                .await?;
-            if r.succeeded {
-                return Ok(r.revision);
-            }
-        }
-        Err(RegistryError::Contention(key))
+            Ok::<_, RegistryError>(Decision::Write(Write::put(json(&rec)), ()))
+        })
+        .await
+        .map_err(|e| e.into_error(|| RegistryError::Contention(key.clone())))?;
+        Ok(updated.revision)
     }
 
     /// Deletes a tool setting key (`hints_key` or `policy_key`); returns the
@@ -451,10 +364,8 @@ impl Registry {
     ) -> Result<Revision, RegistryError> {
         self.check_tool_key(server, tool).await?;
         let r = self
-            .timed(
-                "txn",
-                self.store.txn(Txn::new().and_then([Op::delete(key)])),
-            )
+            .store
+            .txn(Txn::new().and_then([Op::delete(key)]))
             .await?;
         Ok(r.revision)
     }
@@ -465,11 +376,7 @@ impl Registry {
                 "tool: required, without control characters".into(),
             ));
         }
-        if self
-            .timed("get", self.store.get(&server_key(server)))
-            .await?
-            .is_none()
-        {
+        if self.store.get(&server_key(server)).await?.is_none() {
             return Err(RegistryError::UnknownServer(server.to_owned()));
         }
         Ok(())
@@ -478,19 +385,14 @@ impl Registry {
     /// Creates or replaces a session record.
     pub async fn put_session(&self, rec: &SessionRecord) -> Result<Revision, RegistryError> {
         Ok(self
-            .timed(
-                "put",
-                self.store.put(&session_key(&rec.id), json(rec), None),
-            )
+            .store
+            .put(&session_key(&rec.id), json(rec), None)
             .await?)
     }
 
     /// Deletes a session. Errors: unknown session.
     pub async fn delete_session(&self, id: &str) -> Result<(), RegistryError> {
-        if !self
-            .timed("delete", self.store.delete(&session_key(id)))
-            .await?
-        {
+        if !self.store.delete(&session_key(id)).await? {
             return Err(RegistryError::UnknownSession(id.to_owned()));
         }
         Ok(())
@@ -500,25 +402,18 @@ impl Registry {
     /// model has not seen it yet).
     pub async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, RegistryError> {
         Ok(self
-            .timed("get", self.store.get(&session_key(id)))
+            .store
+            .get(&session_key(id))
             .await?
             .and_then(|kv| serde_json::from_slice(&kv.value).ok()))
     }
 
     /// Asks every replica to cancel a call (a short-lived key they watch).
     pub async fn request_cancel(&self, session: &str, call_id: &str) -> Result<(), RegistryError> {
-        let lease = self
-            .timed(
-                "grant_lease",
-                self.store.grant_lease(Duration::from_secs(30)),
-            )
+        let lease = self.store.grant_lease(Duration::from_secs(30)).await?;
+        self.store
+            .put(&cancel_key(session, call_id), Vec::new(), Some(lease))
             .await?;
-        self.timed(
-            "put",
-            self.store
-                .put(&cancel_key(session, call_id), Vec::new(), Some(lease)),
-        )
-        .await?;
         Ok(())
     }
 }

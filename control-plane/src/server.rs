@@ -31,7 +31,7 @@ use crate::interactions::Interactions;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::state::{Change, State};
-use crate::store::{AnyStore, EmbeddedConfig, EtcdConfig, StoreConfig};
+use crate::store::{AnyStore, EmbeddedConfig, EtcdConfig, Metered, StoreConfig};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -174,8 +174,9 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     if let Some(server_tls) = tls.server() {
         builder = builder.tls_config(server_tls).map_err(StartError::Tls)?;
     }
-    let store = open_store(config).await?;
-    let registry = Registry::new(store.clone(), metrics.clone());
+    // The one store every component shares, counted in the store metrics.
+    let store = Metered::new(open_store(config).await?, metrics.clone());
+    let registry = Registry::new(store.clone());
     if sync_servers {
         registry
             .sync_config_servers(&config.servers, config.control_plane.prune_config_servers)

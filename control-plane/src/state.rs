@@ -18,7 +18,7 @@
 
 use crate::model::*;
 use crate::names::{NameMap, ToolRef};
-use crate::store::{AnyStore, KeyValue, Revision, Store, WatchEvent};
+use crate::store::{KeyValue, Revision, Store, WatchEvent};
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -207,7 +207,9 @@ pub struct State {
 impl State {
     /// Loads everything under the root and follows the store's changes in
     /// the background. Errors: the initial listing failed.
-    pub async fn start(store: AnyStore) -> Result<Arc<State>, crate::store::StoreError> {
+    pub async fn start(
+        store: impl Store + 'static,
+    ) -> Result<Arc<State>, crate::store::StoreError> {
         let listing = store.list("").await?;
         let mut snap = Snapshot::default();
         let mut sink = Vec::new();
@@ -385,7 +387,7 @@ impl State {
 /// end, or the error.
 async fn follow(
     state: &State,
-    store: &AnyStore,
+    store: &impl Store,
     from: Revision,
 ) -> Result<Revision, crate::store::StoreError> {
     let mut stream = store.watch("", Some(from)).await?;

@@ -41,7 +41,8 @@ use crate::audit::{Audit, InteractionAudit};
 use crate::metrics::Metrics;
 use crate::model::{SessionRecord, now_ms, server_key, session_key};
 use crate::state::State;
-use crate::store::{AnyStore, Compare, LeaseId, Op, Store, StoreError, Txn};
+use crate::store::cas::{self, CasError, Decision, Write};
+use crate::store::{AnyStore, KeyValue, LeaseId, Metered, Store, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -62,7 +63,17 @@ pub const MAX_PARAMS_BYTES: usize = 256 * 1024;
 /// Longest id (interaction ids are chosen by sidecars).
 pub const MAX_ID_LEN: usize = 128;
 const MAX_TEXT_LEN: usize = 1024;
-const MAX_CAS_ATTEMPTS: usize = 20;
+
+/// The interaction stored in `kv`; `None` (logged) when it does not parse.
+fn parse_record(kv: &KeyValue) -> Option<InteractionRecord> {
+    match serde_json::from_slice::<InteractionRecord>(&kv.value) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(key = %kv.key, error = %e, "ignoring an interaction that does not parse");
+            None
+        }
+    }
+}
 
 /// Key of an interaction.
 pub fn interaction_key(session: &str, id: &str) -> String {
@@ -875,7 +886,7 @@ impl ApprovalOutcome {
 /// out and sweeping. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Interactions {
-    store: AnyStore,
+    store: Metered<AnyStore>,
     state: Arc<State>,
     metrics: Metrics,
     audit: Arc<Audit>,
@@ -885,10 +896,11 @@ pub struct Interactions {
 }
 
 impl Interactions {
-    /// Interactions over `store`, followed through `state`; they time out
-    /// after `timeout`; waits end when `shutdown` is cancelled.
+    /// Interactions over `store` (metered: its operations are counted in
+    /// the store metrics), followed through `state`; they time out after
+    /// `timeout`; waits end when `shutdown` is cancelled.
     pub fn new(
-        store: AnyStore,
+        store: Metered<AnyStore>,
         state: Arc<State>,
         metrics: Metrics,
         audit: Arc<Audit>,
@@ -911,17 +923,6 @@ impl Interactions {
         self.timeout
     }
 
-    async fn timed<T, F: std::future::Future<Output = Result<T, StoreError>>>(
-        &self,
-        op: &'static str,
-        f: F,
-    ) -> Result<T, StoreError> {
-        let started = Instant::now();
-        let r = f.await;
-        self.metrics.store_op(op, started.elapsed(), r.is_ok());
-        r
-    }
-
     /// Reads one interaction from the store, with its mod revision.
     async fn read(
         &self,
@@ -929,16 +930,10 @@ impl Interactions {
         id: &str,
     ) -> Result<Option<(InteractionRecord, i64)>, InteractionError> {
         let key = interaction_key(session, id);
-        let Some(kv) = self.timed("get", self.store.get(&key)).await? else {
+        let Some(kv) = self.store.get(&key).await? else {
             return Ok(None);
         };
-        match serde_json::from_slice::<InteractionRecord>(&kv.value) {
-            Ok(r) => Ok(Some((r, kv.mod_revision))),
-            Err(e) => {
-                tracing::warn!(%key, error = %e, "ignoring an interaction that does not parse");
-                Ok(None)
-            }
-        }
+        Ok(parse_record(&kv).map(|r| (r, kv.mod_revision)))
     }
 
     /// A session, from the read model or the store.
@@ -947,7 +942,8 @@ impl Interactions {
             return Ok(s.clone());
         }
         let kv = self
-            .timed("get", self.store.get(&session_key(id)))
+            .store
+            .get(&session_key(id))
             .await?
             .ok_or_else(|| InteractionError::UnknownSession(id.to_owned()))?;
         serde_json::from_slice(&kv.value)
@@ -964,11 +960,8 @@ impl Interactions {
             return Ok(lease);
         }
         let lease = self
-            .timed(
-                "grant_lease",
-                self.store
-                    .grant_lease(KEEP_RESOLVED + Duration::from_secs(60)),
-            )
+            .store
+            .grant_lease(KEEP_RESOLVED + Duration::from_secs(60))
             .await?;
         *guard = Some((lease, Instant::now()));
         Ok(lease)
@@ -982,38 +975,36 @@ impl Interactions {
     ) -> Result<(InteractionRecord, bool), InteractionError> {
         let key = interaction_key(&rec.session_id, &rec.id);
         let value = serde_json::to_vec(&rec).expect("records serialise");
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let r = self
-                .timed(
-                    "txn",
-                    self.store.txn(
-                        Txn::new()
-                            .when([Compare::absent(&key)])
-                            .and_then([Op::put(&key, value.clone())]),
-                    ),
-                )
-                .await?;
-            if r.succeeded {
-                self.state
-                    .wait_for(r.revision, Duration::from_secs(2))
-                    .await;
-                tracing::info!(session = %rec.session_id, interaction = %rec.id, kind = rec.kind.as_str(), server = %rec.server, "interaction required");
-                return Ok((rec, true));
+        let (new, value, key) = (&rec, &value, &key);
+        let updated = cas::update(&self.store, key, |old| async move {
+            let Some(kv) = old else {
+                return Ok(Decision::Write(Write::put(value.clone()), None));
+            };
+            // A record that does not parse is never replaced: no attempt
+            // could create this one.
+            let Some(existing) = parse_record(&kv) else {
+                return Err(InteractionError::Contention(key.clone()));
+            };
+            if existing.server != new.server || existing.kind != new.kind {
+                return Err(InteractionError::Conflict(format!(
+                    "interaction_id {:?} is used by another interaction ({} of {})",
+                    new.id,
+                    existing.kind.as_str(),
+                    existing.server
+                )));
             }
-            if let Some((existing, _)) = self.read(&rec.session_id, &rec.id).await? {
-                if existing.server != rec.server || existing.kind != rec.kind {
-                    return Err(InteractionError::Conflict(format!(
-                        "interaction_id {:?} is used by another interaction ({} of {})",
-                        rec.id,
-                        existing.kind.as_str(),
-                        existing.server
-                    )));
-                }
-                return Ok((existing, false));
-            }
-            // Deleted between the txn and the read: try again.
+            Ok(Decision::Keep(Some(existing)))
+        })
+        .await
+        .map_err(|e| e.into_error(|| InteractionError::Contention(key.clone())))?;
+        if let Some(existing) = updated.value {
+            return Ok((existing, false));
         }
-        Err(InteractionError::Contention(key))
+        self.state
+            .wait_for(updated.revision, Duration::from_secs(2))
+            .await;
+        tracing::info!(session = %rec.session_id, interaction = %rec.id, kind = rec.kind.as_str(), server = %rec.server, "interaction required");
+        Ok((rec, true))
     }
 
     /// Moves an interaction with a compare-and-swap: `f` gives the next
@@ -1030,50 +1021,56 @@ impl Interactions {
         F: FnMut(&InteractionRecord) -> Result<Option<InteractionRecord>, InteractionError>,
     {
         let key = interaction_key(session, id);
+        // A resolved record is kept under the shared lease. Should that
+        // lease be gone when the write runs (revoked, or lost by the
+        // store), the update starts over once with a lease granted anew at
+        // every attempt.
         let mut fresh_lease = false;
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some((current, rev)) = self.read(session, id).await? else {
-                return Err(InteractionError::NotFound {
-                    session: session.to_owned(),
-                    id: id.to_owned(),
-                });
-            };
-            let Some(next) = f(&current)? else {
-                return Ok((current, false));
-            };
-            let value = serde_json::to_vec(&next).expect("records serialise");
-            let op = if next.status == Status::Resolved {
-                Op::put_with_lease(&key, value, self.keep_lease(fresh_lease).await?)
-            } else {
-                Op::put(&key, value)
-            };
-            let r = match self
-                .timed(
-                    "txn",
-                    self.store.txn(
-                        Txn::new()
-                            .when([Compare::mod_revision(&key, rev)])
-                            .and_then([op]),
-                    ),
-                )
-                .await
-            {
-                Ok(r) => r,
-                Err(StoreError::LeaseNotFound { .. }) => {
-                    fresh_lease = true;
-                    continue;
+        let updated = loop {
+            let attempt = cas::update(&self.store, &key, |old| {
+                // What `f` makes of the record as read; then, to resolve
+                // it, the lease (async).
+                let step = match old.as_ref().and_then(parse_record) {
+                    None => Err(InteractionError::NotFound {
+                        session: session.to_owned(),
+                        id: id.to_owned(),
+                    }),
+                    Some(current) => f(&current).map(|next| (current, next)),
+                };
+                async move {
+                    let (current, next) = step?;
+                    let Some(next) = next else {
+                        return Ok(Decision::Keep((current, None)));
+                    };
+                    let value = serde_json::to_vec(&next).expect("records serialise");
+                    let mut write = Write::put(value);
+                    if next.status == Status::Resolved {
+                        write = write.with_lease(self.keep_lease(fresh_lease).await?);
+                    }
+                    Ok(Decision::Write(write, (current, Some(next))))
                 }
-                Err(e) => return Err(e.into()),
-            };
-            if r.succeeded {
+            })
+            .await;
+            match attempt {
+                Err(CasError::Store(StoreError::LeaseNotFound { .. })) if !fresh_lease => {
+                    fresh_lease = true;
+                }
+                other => {
+                    break other
+                        .map_err(|e| e.into_error(|| InteractionError::Contention(key.clone())))?;
+                }
+            }
+        };
+        match updated.value {
+            (current, None) => Ok((current, false)),
+            (current, Some(next)) => {
                 self.record_outcome(&current, &next);
                 self.state
-                    .wait_for(r.revision, Duration::from_secs(2))
+                    .wait_for(updated.revision, Duration::from_secs(2))
                     .await;
-                return Ok((next, true));
+                Ok((next, true))
             }
         }
-        Err(InteractionError::Contention(key))
     }
 
     fn record_outcome(&self, before: &InteractionRecord, after: &InteractionRecord) {
@@ -1187,9 +1184,7 @@ impl Interactions {
     ) -> Result<Vec<InteractionRecord>, InteractionError> {
         check_id("session_id", session)?;
         self.session(session).await?;
-        let listing = self
-            .timed("list", self.store.list(&session_prefix(session)))
-            .await?;
+        let listing = self.store.list(&session_prefix(session)).await?;
         let mut out: Vec<InteractionRecord> = listing
             .kvs
             .iter()
@@ -1275,10 +1270,7 @@ impl Interactions {
         let rec = record_from_request(req, now_ms(), self.timeout)?;
         let session = self.session(&rec.session_id).await?;
         if !self.state.snapshot().servers.contains_key(&rec.server)
-            && self
-                .timed("get", self.store.get(&server_key(&rec.server)))
-                .await?
-                .is_none()
+            && self.store.get(&server_key(&rec.server)).await?.is_none()
         {
             return Err(InteractionError::Invalid(format!(
                 "server: {:?} is not configured",
@@ -1314,9 +1306,7 @@ impl Interactions {
         if elicitation_id.is_empty() {
             return Err(InteractionError::Invalid("elicitation_id: required".into()));
         }
-        let listing = self
-            .timed("list", self.store.list(&session_prefix(session)))
-            .await?;
+        let listing = self.store.list(&session_prefix(session)).await?;
         let mut found = false;
         for kv in &listing.kvs {
             let Ok(r) = serde_json::from_slice::<InteractionRecord>(&kv.value) else {
@@ -1339,9 +1329,7 @@ impl Interactions {
 
     /// Cancels a (deleted) session's pending interactions.
     pub async fn cancel_session(&self, session: &str) -> Result<usize, InteractionError> {
-        let listing = self
-            .timed("list", self.store.list(&session_prefix(session)))
-            .await?;
+        let listing = self.store.list(&session_prefix(session)).await?;
         let mut n = 0;
         for kv in &listing.kvs {
             let Ok(r) = serde_json::from_slice::<InteractionRecord>(&kv.value) else {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::metrics::Metrics;
 use crate::model::{HintOverrideRecord, ToolPolicy};
 use crate::store::{EmbeddedConfig, StoreConfig};
 
@@ -8,7 +9,7 @@ async fn registry(dir: &std::path::Path) -> Registry {
     )))
     .await
     .unwrap();
-    Registry::new(store, Metrics::new())
+    Registry::new(Metered::new(store, Metrics::new()))
 }
 
 fn spec(name: &str) -> ServerConfig {

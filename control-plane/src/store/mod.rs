@@ -15,15 +15,23 @@
 //! (`servers/a`); the root is added on the way in and removed on the way out,
 //! so two stores with different roots on one backend never see each other's
 //! keys (they do share the revision counter, as in etcd).
+//!
+//! Two helpers sit on top of the trait: [`Metered`] wraps a store and records
+//! every operation in the store metrics (the control plane wraps its store
+//! once, where it opens it), and [`cas::update`] is the one
+//! read-modify-compare-and-swap loop every read-modify-write goes through.
 
+pub mod cas;
 mod embedded;
 mod etcd;
+mod metered;
 
 #[cfg(test)]
 mod tests;
 
 pub use embedded::{EmbeddedConfig, EmbeddedStore};
 pub use etcd::{EtcdConfig, EtcdStore};
+pub use metered::Metered;
 
 use futures::stream::BoxStream;
 use std::collections::HashSet;
