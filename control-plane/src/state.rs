@@ -16,6 +16,8 @@
 //! A value that does not parse (a tampered or foreign key) is logged with
 //! its key and ignored; everything else keeps serving.
 
+use crate::model::background::BackgroundRecord;
+use crate::model::interaction::{InteractionRecord, Status};
 use crate::model::*;
 use crate::names::{NameMap, ToolRef};
 use crate::store::{KeyValue, Revision, Store, WatchEvent};
@@ -47,7 +49,7 @@ pub enum Change {
     /// A session was deleted.
     SessionDeleted(String),
     /// An interaction appeared, changed or vanished.
-    Interaction(Box<crate::interactions::InteractionChange>),
+    Interaction(Box<InteractionChange>),
     /// Some replica asked to cancel a call.
     Cancel {
         /// Session.
@@ -57,7 +59,7 @@ pub enum Change {
     },
     /// A background call was created or updated (the record as written;
     /// a terminal one is its `background_call.*` event).
-    Background(Box<crate::background::BackgroundRecord>),
+    Background(Box<BackgroundRecord>),
 }
 
 /// The background calls index: an entry per record, and the number of
@@ -72,7 +74,7 @@ struct BackgroundIndex {
 impl BackgroundIndex {
     fn insert(&mut self, id: String, entry: BackgroundEntry) {
         self.remove(&id);
-        if !crate::background::is_terminal(&entry.status) {
+        if !crate::model::background::is_terminal(&entry.status) {
             *self.running.entry(entry.server.clone()).or_default() += 1;
         }
         self.entries.insert(id, entry);
@@ -82,7 +84,7 @@ impl BackgroundIndex {
         let Some(old) = self.entries.remove(id) else {
             return;
         };
-        if !crate::background::is_terminal(&old.status)
+        if !crate::model::background::is_terminal(&old.status)
             && let Some(n) = self.running.get_mut(&old.server)
         {
             *n -= 1;
@@ -113,6 +115,50 @@ pub struct BackgroundEntry {
     pub finished_at_ms: i64,
 }
 
+impl BackgroundEntry {
+    /// The entry of `rec`.
+    pub fn of(rec: &BackgroundRecord) -> Self {
+        BackgroundEntry {
+            server: rec.server.clone(),
+            session_id: rec.session_id.clone(),
+            sidecar_id: rec.sidecar_id.clone(),
+            mode: rec.mode.clone(),
+            status: rec.status.clone(),
+            deadline_ms: rec.deadline_ms,
+            finished_at_ms: rec.finished_at_ms,
+        }
+    }
+}
+
+/// A change of one interaction in a replica's read model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InteractionChange {
+    /// Session.
+    pub session: String,
+    /// Interaction id.
+    pub id: String,
+    /// Status before (None: it was not there).
+    pub before: Option<Status>,
+    /// The record now (None: it vanished).
+    pub after: Option<InteractionRecord>,
+}
+
+impl InteractionChange {
+    /// An open interaction appeared: `interaction.required`.
+    pub fn required(&self) -> Option<&InteractionRecord> {
+        self.after
+            .as_ref()
+            .filter(|r| self.before.is_none() && r.status == Status::Open)
+    }
+
+    /// It was resolved: `interaction.resolved`.
+    pub fn resolved(&self) -> Option<&InteractionRecord> {
+        self.after
+            .as_ref()
+            .filter(|r| r.status == Status::Resolved && self.before != Some(Status::Resolved))
+    }
+}
+
 /// The read model.
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
@@ -132,7 +178,7 @@ pub struct Snapshot {
     /// Sessions.
     pub sessions: HashMap<String, SessionRecord>,
     /// Interactions per session, by id (pending and recently resolved).
-    pub interactions: HashMap<String, BTreeMap<String, crate::interactions::InteractionRecord>>,
+    pub interactions: HashMap<String, BTreeMap<String, InteractionRecord>>,
     /// Hint overrides per `(server, tool)`.
     pub hint_overrides: HashMap<(String, String), HintOverrideRecord>,
     /// Administrators' policies per `(server, tool)`.
@@ -298,7 +344,7 @@ impl State {
         // Background calls alone do not need a new snapshot (nor its lock).
         let only_background = events
             .iter()
-            .all(|ev| ev.key().starts_with(crate::background::PREFIX));
+            .all(|ev| ev.key().starts_with(crate::model::background::PREFIX));
         let revision = {
             if only_background {
                 let mut background = self.background.write().unwrap();
@@ -413,22 +459,22 @@ fn parse<T: serde::de::DeserializeOwned>(kv: &KeyValue) -> Option<T> {
 /// Applies a put if it is a background call's (returns false otherwise):
 /// the index is updated and the record broadcast.
 fn background_put(index: &mut BackgroundIndex, kv: &KeyValue, changes: &mut Vec<Change>) -> bool {
-    let Some(id) = kv.key.strip_prefix(crate::background::PREFIX) else {
+    let Some(id) = kv.key.strip_prefix(crate::model::background::PREFIX) else {
         return false;
     };
-    if let Some(rec) = parse::<crate::background::BackgroundRecord>(kv) {
+    if let Some(rec) = parse::<BackgroundRecord>(kv) {
         if rec.id != id {
             tracing::warn!(key = %kv.key, "ignoring a background call record stored under another key");
             return true;
         }
-        index.insert(id.to_owned(), rec.entry());
+        index.insert(id.to_owned(), BackgroundEntry::of(&rec));
         changes.push(Change::Background(Box::new(rec)));
     }
     true
 }
 
 fn background_delete(index: &mut BackgroundIndex, key: &str) {
-    if let Some(id) = key.strip_prefix(crate::background::PREFIX) {
+    if let Some(id) = key.strip_prefix(crate::model::background::PREFIX) {
         index.remove(id);
     }
 }
@@ -491,7 +537,7 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
         }
     } else if let Some(rest) = key.strip_prefix("interactions/") {
         if let Some((session, id)) = rest.split_once('/')
-            && let Some(rec) = parse::<crate::interactions::InteractionRecord>(kv)
+            && let Some(rec) = parse::<InteractionRecord>(kv)
         {
             if rec.session_id != session || rec.id != id {
                 tracing::warn!(key = %kv.key, "ignoring an interaction record stored under another key");
@@ -501,14 +547,12 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
             let before = m.get(id).map(|r| r.status);
             if m.get(id) != Some(&rec) {
                 m.insert(id.to_owned(), rec.clone());
-                changes.push(Change::Interaction(Box::new(
-                    crate::interactions::InteractionChange {
-                        session: session.to_owned(),
-                        id: id.to_owned(),
-                        before,
-                        after: Some(rec),
-                    },
-                )));
+                changes.push(Change::Interaction(Box::new(InteractionChange {
+                    session: session.to_owned(),
+                    id: id.to_owned(),
+                    before,
+                    after: Some(rec),
+                })));
             }
         }
     } else if let Some(rest) = key.strip_prefix("hints/") {
@@ -569,14 +613,12 @@ fn apply_delete(snap: &mut Snapshot, key: &str, changes: &mut Vec<Change>) {
             if m.is_empty() {
                 snap.interactions.remove(session);
             }
-            changes.push(Change::Interaction(Box::new(
-                crate::interactions::InteractionChange {
-                    session: session.to_owned(),
-                    id: id.to_owned(),
-                    before: Some(old.status),
-                    after: None,
-                },
-            )));
+            changes.push(Change::Interaction(Box::new(InteractionChange {
+                session: session.to_owned(),
+                id: id.to_owned(),
+                before: Some(old.status),
+                after: None,
+            })));
         }
     } else if let Some(rest) = key.strip_prefix("hints/") {
         if let Some((server, tool)) = rest.split_once('/')
@@ -613,14 +655,12 @@ fn interaction_diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
         for (id, rec) in m {
             let before = old.interactions.get(session).and_then(|o| o.get(id));
             if before != Some(rec) {
-                out.push(Change::Interaction(Box::new(
-                    crate::interactions::InteractionChange {
-                        session: session.clone(),
-                        id: id.clone(),
-                        before: before.map(|r| r.status),
-                        after: Some(rec.clone()),
-                    },
-                )));
+                out.push(Change::Interaction(Box::new(InteractionChange {
+                    session: session.clone(),
+                    id: id.clone(),
+                    before: before.map(|r| r.status),
+                    after: Some(rec.clone()),
+                })));
             }
         }
     }
@@ -631,14 +671,12 @@ fn interaction_diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
                 .get(session)
                 .is_none_or(|n| !n.contains_key(id))
             {
-                out.push(Change::Interaction(Box::new(
-                    crate::interactions::InteractionChange {
-                        session: session.clone(),
-                        id: id.clone(),
-                        before: Some(rec.status),
-                        after: None,
-                    },
-                )));
+                out.push(Change::Interaction(Box::new(InteractionChange {
+                    session: session.clone(),
+                    id: id.clone(),
+                    before: Some(rec.status),
+                    after: None,
+                })));
             }
         }
     }

@@ -10,11 +10,17 @@
 //! | `toolnames` | [`crate::names::NameMap`] + the catalogue epoch it was built from | derived |
 //! | `sessions/<id>` | [`SessionRecord`] | until deleted |
 //! | `cancels/<session>/<call id>` | empty | leased, short |
-//! | `interactions/<session>/<id>` | [`crate::interactions::InteractionRecord`] | until resolved, then leased (1 h) |
+//! | `interactions/<session>/<id>` | [`interaction::InteractionRecord`] | until resolved, then leased (1 h) |
 //! | `hints/<server>/<tool>` | [`HintOverrideRecord`] (an administrator's `toolHints`) | until cleared |
 //! | `policies/<server>/<tool>` | [`PolicyRecord`] | until cleared |
-//! | `background/<id>` | [`crate::background::BackgroundRecord`] (a background call, stage B) | running, then `backgroundCalls.retentionSec` once finished |
+//! | `background/<id>` | [`background::BackgroundRecord`] (a background call, stage B) | running, then `backgroundCalls.retentionSec` once finished |
+//!
+//! Every stored record is here, and the principal ([`principal`]): the
+//! modules that read and write them (`state`, `registry`, `background`,
+//! `interactions`) sit above, so none of them imports another's records.
 
+pub mod background;
+pub mod interaction;
 pub mod principal;
 
 use serde::{Deserialize, Serialize};
