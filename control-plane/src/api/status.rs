@@ -1,7 +1,9 @@
 //! Where domain errors become gRPC statuses: the one mapping of
 //! [`CallError`] (the call path's error) to `tonic::Status`, kind to code,
-//! message and details unchanged.
+//! message and details unchanged, and of the stage modules' errors
+//! ([`BackgroundError`]).
 
+use crate::background::BackgroundError;
 use crate::call::{CallError, Kind};
 use tonic::{Code, Status};
 
@@ -29,6 +31,25 @@ impl From<CallError> for Status {
             Status::new(code, e.message)
         } else {
             Status::with_details(code, e.message, e.details.into())
+        }
+    }
+}
+
+impl From<BackgroundError> for Status {
+    fn from(e: BackgroundError) -> Status {
+        match &e {
+            BackgroundError::Invalid(_) => Status::invalid_argument(e.to_string()),
+            BackgroundError::NotFound(_) | BackgroundError::UnknownServer(_) => {
+                Status::not_found(e.to_string())
+            }
+            BackgroundError::Finished { .. } | BackgroundError::NotRegistered { .. } => {
+                Status::failed_precondition(e.to_string())
+            }
+            BackgroundError::Contention(_) => Status::aborted(e.to_string()),
+            BackgroundError::Store(_) => Status::unavailable(format!(
+                "store unavailable: {}",
+                switchyard_common::error_chain(&e)
+            )),
         }
     }
 }
