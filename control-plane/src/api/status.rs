@@ -1,10 +1,11 @@
 //! Where domain errors become gRPC statuses: the one mapping of
 //! [`CallError`] (the call path's error) to `tonic::Status`, kind to code,
 //! message and details unchanged, and of the stage modules' errors
-//! ([`BackgroundError`]).
+//! ([`BackgroundError`], [`InteractionError`]).
 
 use crate::background::BackgroundError;
 use crate::call::{CallError, Kind};
+use crate::interactions::InteractionError;
 use tonic::{Code, Status};
 
 impl From<CallError> for Status {
@@ -50,6 +51,24 @@ impl From<BackgroundError> for Status {
                 "store unavailable: {}",
                 switchyard_common::error_chain(&e)
             )),
+        }
+    }
+}
+
+impl From<InteractionError> for tonic::Status {
+    fn from(e: InteractionError) -> Self {
+        let msg = e.to_string();
+        match e {
+            InteractionError::NotFound { .. } | InteractionError::UnknownSession(_) => {
+                tonic::Status::not_found(msg)
+            }
+            InteractionError::Invalid(_) => tonic::Status::invalid_argument(msg),
+            InteractionError::Precondition(_) => tonic::Status::failed_precondition(msg),
+            InteractionError::Conflict(_) => tonic::Status::already_exists(msg),
+            InteractionError::Store(_) | InteractionError::ShuttingDown => {
+                tonic::Status::unavailable(msg)
+            }
+            InteractionError::Contention(_) => tonic::Status::aborted(msg),
         }
     }
 }

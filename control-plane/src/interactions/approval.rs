@@ -1,0 +1,129 @@
+//! Approvals (stage A's `confirm` policy, `ask` mode): a call waiting for
+//! the user is an `approval` interaction of its session, and its outcome.
+
+use super::*;
+
+/// How an approval ended (see [`Interactions::request_approval`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalOutcome {
+    /// The user approved: call the tool.
+    Approved,
+    /// The user denied.
+    Denied,
+    /// Nobody answered within `limits.interactionTimeoutSec`.
+    TimedOut,
+    /// Cancelled: by the user, or the session was deleted (the reason).
+    Cancelled(String),
+    /// The approval could not be asked (the store failed, the replica stops).
+    Failed(String),
+}
+
+impl ApprovalOutcome {
+    /// Whether the call may go ahead.
+    pub fn is_approved(&self) -> bool {
+        matches!(self, ApprovalOutcome::Approved)
+    }
+
+    /// What the engine is told when the call does not go ahead: a clear
+    /// "not approved" sentence; empty when approved.
+    pub fn message(&self, server: &str, tool: &str) -> String {
+        match self {
+            ApprovalOutcome::Approved => String::new(),
+            ApprovalOutcome::Denied => {
+                format!("not approved: the user denied the call to {tool} on {server}")
+            }
+            ApprovalOutcome::TimedOut => {
+                format!("not approved: nobody answered the approval for {tool} on {server} in time")
+            }
+            ApprovalOutcome::Cancelled(why) => {
+                format!("not approved: the approval for {tool} on {server} was cancelled ({why})")
+            }
+            ApprovalOutcome::Failed(why) => format!(
+                "not approved: the approval for {tool} on {server} could not be asked: {why}"
+            ),
+        }
+    }
+
+    /// The `CallToolResult` the engine gets instead of calling the tool:
+    /// `isError` with [`ApprovalOutcome::message`]; `None` when approved.
+    pub fn not_approved_result(&self, server: &str, tool: &str) -> Option<Value> {
+        (!self.is_approved()).then(|| {
+            json!({"content": [{"type": "text", "text": self.message(server, tool)}], "isError": true})
+        })
+    }
+}
+
+impl Interactions {
+    /// Asks the session's user to approve a call of `tool` on `server`
+    /// (a `confirm` policy) and waits for the answer, at most
+    /// `limits.interactionTimeoutSec`. Deny, cancel, timeout or a failure
+    /// mean the call must not go ahead; [`ApprovalOutcome::message`] says
+    /// why. If the returned future is dropped first (the engine's call
+    /// ended), the approval is cancelled.
+    pub async fn request_approval(
+        &self,
+        session: &str,
+        run_id: &str,
+        server: &str,
+        tool: &str,
+        message: &str,
+    ) -> ApprovalOutcome {
+        if let Err(e) = self.session(session).await {
+            return ApprovalOutcome::Failed(e.to_string());
+        }
+        let now = now_ms();
+        let rec = InteractionRecord {
+            id: switchyard_common::ids::new_id(),
+            session_id: session.to_owned(),
+            run_id: run_id.to_owned(),
+            kind: Kind::Approval,
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+            message: if message.is_empty() {
+                format!("Allow the call to {tool} on {server}?")
+            } else {
+                message.to_owned()
+            },
+            params: None,
+            url: String::new(),
+            url_domain: String::new(),
+            elicitation_id: String::new(),
+            status: Status::Open,
+            outcome: None,
+            reason: String::new(),
+            content: None,
+            created_at_ms: now,
+            expires_at_ms: now.saturating_add(self.timeout.as_millis() as i64),
+            resolved_at_ms: 0,
+        };
+        let id = rec.id.clone();
+        // Armed before the record exists: the engine may see it (and the
+        // call may end) before `create` returns.
+        let mut guard = CancelOnDrop {
+            interactions: Some(self.clone()),
+            session: session.to_owned(),
+            id: id.clone(),
+        };
+        if let Err(e) = self.create(rec).await {
+            return ApprovalOutcome::Failed(e.to_string());
+        }
+        let outcome = match self.wait(session, &id).await {
+            Ok(Some(r)) => match r.outcome {
+                Some(Outcome::Approve) => ApprovalOutcome::Approved,
+                Some(Outcome::Deny) => ApprovalOutcome::Denied,
+                Some(Outcome::Timeout) => ApprovalOutcome::TimedOut,
+                _ => ApprovalOutcome::Cancelled(if r.reason.is_empty() {
+                    "cancelled".into()
+                } else {
+                    r.reason.replace('_', " ")
+                }),
+            },
+            Ok(None) => ApprovalOutcome::Cancelled("the approval vanished".into()),
+            Err(e) => ApprovalOutcome::Failed(e.to_string()),
+        };
+        if !matches!(outcome, ApprovalOutcome::Failed(_)) {
+            guard.interactions = None;
+        }
+        outcome
+    }
+}

@@ -1,0 +1,192 @@
+//! Checking what a sidecar asks for (`SidecarRegistry.Interact`): ids,
+//! texts, sizes, the elicitation params and a URL's domain, into the
+//! record to store. Bad input is refused with a message naming the field.
+
+use super::*;
+
+/// Checks an id used in a key: 1 to [`MAX_ID_LEN`] visible ASCII
+/// characters, no `/`.
+pub fn check_id(field: &str, id: &str) -> Result<(), InteractionError> {
+    if id.is_empty() {
+        return Err(InteractionError::Invalid(format!("{field}: required")));
+    }
+    if id.len() > MAX_ID_LEN || !id.bytes().all(|b| b.is_ascii_graphic() && b != b'/') {
+        return Err(InteractionError::Invalid(format!(
+            "{field}: must be 1 to {MAX_ID_LEN} visible ASCII characters without '/'"
+        )));
+    }
+    Ok(())
+}
+
+fn check_text(field: &str, s: &str) -> Result<(), InteractionError> {
+    if s.len() > MAX_TEXT_LEN {
+        return Err(InteractionError::Invalid(format!(
+            "{field}: longer than {MAX_TEXT_LEN} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// What a sidecar asks (`SidecarRegistry.Interact`).
+#[derive(Debug, Clone, Default)]
+pub struct InteractRequest {
+    /// The idempotency key.
+    pub interaction_id: String,
+    /// Server.
+    pub server: String,
+    /// Session.
+    pub session_id: String,
+    /// Run (optional).
+    pub run_id: String,
+    /// Tool (optional).
+    pub tool: String,
+    /// `form` or `url`.
+    pub kind: String,
+    /// The `elicitation/create` params, JSON text.
+    pub params_json: String,
+}
+
+/// A new record from a sidecar's request (validated: kind, params, URL),
+/// created at `now` and expiring after `timeout`.
+pub fn record_from_request(
+    r: &InteractRequest,
+    now: i64,
+    timeout: Duration,
+) -> Result<InteractionRecord, InteractionError> {
+    check_id("interaction_id", &r.interaction_id)?;
+    check_id("session_id", &r.session_id)?;
+    if r.server.is_empty() {
+        return Err(InteractionError::Invalid("server: required".into()));
+    }
+    check_text("server", &r.server)?;
+    check_text("run_id", &r.run_id)?;
+    check_text("tool", &r.tool)?;
+    let kind = match r.kind.as_str() {
+        "form" => Kind::Form,
+        "url" => Kind::Url,
+        "approval" => {
+            return Err(InteractionError::Invalid(
+                "kind: approvals are raised by the control plane, not by servers".into(),
+            ));
+        }
+        other => {
+            return Err(InteractionError::Invalid(format!(
+                "kind: {other:?} is not \"form\" or \"url\""
+            )));
+        }
+    };
+    if r.params_json.len() > MAX_PARAMS_BYTES {
+        return Err(InteractionError::Invalid(format!(
+            "params_json: {} bytes is more than the {MAX_PARAMS_BYTES} allowed",
+            r.params_json.len()
+        )));
+    }
+    let raw: Box<RawValue> = serde_json::from_str(&r.params_json)
+        .map_err(|e| InteractionError::Invalid(format!("params_json: not valid JSON: {e}")))?;
+    let params: Value = serde_json::from_str(raw.get())
+        .map_err(|e| InteractionError::Invalid(format!("params_json: not valid JSON: {e}")))?;
+    let Some(obj) = params.as_object() else {
+        return Err(InteractionError::Invalid(
+            "params_json: must be a JSON object".into(),
+        ));
+    };
+    let message = match obj.get("message") {
+        Some(Value::String(m)) => m.clone(),
+        None => String::new(),
+        Some(_) => {
+            return Err(InteractionError::Invalid(
+                "params_json.message: must be a string".into(),
+            ));
+        }
+    };
+    let mode = match obj.get("mode") {
+        None => "form",
+        Some(Value::String(m)) => m.as_str(),
+        Some(_) => {
+            return Err(InteractionError::Invalid(
+                "params_json.mode: must be a string".into(),
+            ));
+        }
+    };
+    if mode != kind.as_str() {
+        return Err(InteractionError::Invalid(format!(
+            "params_json.mode: {mode:?} does not match kind {:?}",
+            kind.as_str()
+        )));
+    }
+    let mut rec = InteractionRecord {
+        id: r.interaction_id.clone(),
+        session_id: r.session_id.clone(),
+        run_id: r.run_id.clone(),
+        kind,
+        server: r.server.clone(),
+        tool: r.tool.clone(),
+        message,
+        params: Some(raw),
+        url: String::new(),
+        url_domain: String::new(),
+        elicitation_id: String::new(),
+        status: Status::Open,
+        outcome: None,
+        reason: String::new(),
+        content: None,
+        created_at_ms: now,
+        expires_at_ms: now.saturating_add(timeout.as_millis() as i64),
+        resolved_at_ms: 0,
+    };
+    match kind {
+        Kind::Form => {
+            let schema = obj.get("requestedSchema").ok_or_else(|| {
+                InteractionError::Invalid("params_json.requestedSchema: required for a form".into())
+            })?;
+            if let Err(errors) = form::validate_answer(schema, &json!({})) {
+                let broken: Vec<String> = errors
+                    .for_field(form::SCHEMA_FIELD)
+                    .map(|e| e.problem.clone())
+                    .collect();
+                if !broken.is_empty() {
+                    return Err(InteractionError::Invalid(format!(
+                        "params_json.requestedSchema: {}",
+                        broken.join("; ")
+                    )));
+                }
+            }
+        }
+        Kind::Url => {
+            let url = obj.get("url").and_then(Value::as_str).ok_or_else(|| {
+                InteractionError::Invalid("params_json.url: required (a string) for a url".into())
+            })?;
+            rec.url_domain = url_domain(url)
+                .map_err(|e| InteractionError::Invalid(format!("params_json.url: {e}")))?;
+            rec.url = url.to_owned();
+            rec.elicitation_id = obj
+                .get("elicitationId")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| {
+                    InteractionError::Invalid(
+                        "params_json.elicitationId: required (a non-empty string) for a url".into(),
+                    )
+                })?
+                .to_owned();
+        }
+        Kind::Approval => unreachable!("rejected above"),
+    }
+    Ok(rec)
+}
+
+/// The full host of an `http` or `https` URL (IDNs in their ASCII form, as
+/// browsers show them in the address bar's security check).
+pub fn url_domain(url: &str) -> Result<String, String> {
+    let u = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if u.scheme() != "https" && u.scheme() != "http" {
+        return Err(format!(
+            "scheme {:?} is not allowed (only https and http)",
+            u.scheme()
+        ));
+    }
+    match u.host_str() {
+        Some(h) if !h.is_empty() => Ok(h.to_owned()),
+        _ => Err(format!("{url:?} has no host")),
+    }
+}
