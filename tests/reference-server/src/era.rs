@@ -18,6 +18,11 @@
 //!
 //! [`EraGate`] (stdio) and [`gate_http`] (Streamable HTTP) therefore answer
 //! those openers themselves; everything else goes to rmcp untouched.
+//!
+//! The same layer repairs, on the way out, the one 2026-07-28 result rmcp
+//! serialises against the spec: a URL elicitation's absent `elicitationId`,
+//! which the interaction tools produce ([`strip_empty_elicitation_ids`];
+//! stdio in [`EraGate`], HTTP in [`fix_http_response`]).
 
 use std::borrow::Cow;
 
@@ -37,8 +42,7 @@ use rmcp::{
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
 };
-
-use crate::interactions;
+use serde_json::Value;
 
 /// Whether a request of this negotiated version uses the 2026-07-28
 /// lifecycle (per-request `_meta`, MRTR instead of server-to-client requests).
@@ -182,13 +186,12 @@ pub async fn gate_http(State(era): State<Era>, request: Request, next: Next) -> 
 }
 
 /// Rewrites a response whose rmcp serialisation departs from the spec
-/// (see [`interactions::strip_empty_elicitation_ids`]) into the raw JSON it
-/// should be.
+/// (see [`strip_empty_elicitation_ids`]) into the raw JSON it should be.
 fn fix_outgoing(message: &mut ServerJsonRpcMessage) {
     if let ServerJsonRpcMessage::Response(response) = message
         && let ServerResult::InputRequiredResult(_) = &response.result
         && let Ok(mut value) = serde_json::to_value(&response.result)
-        && interactions::strip_empty_elicitation_ids(&mut value)
+        && strip_empty_elicitation_ids(&mut value)
     {
         response.result = ServerResult::CustomResult(CustomResult(value));
     }
@@ -213,14 +216,40 @@ pub async fn fix_http_response(request: Request, next: Next) -> Response {
     };
     let may_need_fixing = bytes.windows(16).any(|w| w == b"\"input_required\"");
     if may_need_fixing
-        && let Ok(mut message) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        && let Ok(mut message) = serde_json::from_slice::<Value>(&bytes)
         && let Some(result) = message.get_mut("result")
-        && interactions::strip_empty_elicitation_ids(result)
+        && strip_empty_elicitation_ids(result)
     {
         parts.headers.remove(header::CONTENT_LENGTH);
         return Response::from_parts(parts, Body::from(message.to_string()));
     }
     Response::from_parts(parts, Body::from(bytes))
+}
+
+/// rmcp serialises a URL elicitation's missing 2026-07-28 `elicitationId` as
+/// `""`. Drops that from every URL-mode input request of an
+/// `input_required` result; returns whether it changed anything.
+pub fn strip_empty_elicitation_ids(result: &mut Value) -> bool {
+    if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
+        return false;
+    }
+    let Some(requests) = result
+        .get_mut("inputRequests")
+        .and_then(Value::as_object_mut)
+    else {
+        return false;
+    };
+    let mut changed = false;
+    for request in requests.values_mut() {
+        if let Some(params) = request.get_mut("params").and_then(Value::as_object_mut)
+            && params.get("mode").and_then(Value::as_str) == Some("url")
+            && params.get("elicitationId").and_then(Value::as_str) == Some("")
+        {
+            params.remove("elicitationId");
+            changed = true;
+        }
+    }
+    changed
 }
 
 /// Largest request body accepted over HTTP (rmcp's default).

@@ -11,14 +11,19 @@
 //! eras (2025-11-25 core tasks and the 2026-07-28 `io.modelcontextprotocol/tasks`
 //! extension, see the `tasks` module). Logs go to stderr; stdout is the stdio
 //! transport.
+//!
+//! This root parses the command line and serves one transport. Its modules,
+//! each using only those listed before it: `orders` (the in-memory store),
+//! `request_state` (sealed MRTR `requestState`), `era` (the eras and the
+//! layer holding the server to one), `tasks` (the task engine and its
+//! transport wrappers), `server` (the MCP handler and, below it, the tools
+//! of every stage).
 
 mod era;
-mod interactions;
 mod orders;
 mod request_state;
-mod stage_a;
+mod server;
 mod tasks;
-mod tools;
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -41,8 +46,8 @@ use tracing_subscriber::EnvFilter;
 use crate::{
     era::{Era, EraGate},
     orders::OrderStore,
+    server::OrderServer,
     tasks::{TaskServer, TaskSessions, TaskStdio},
-    tools::OrderServer,
 };
 
 /// Reference MCP server: a fictional order system, served over stdio or

@@ -112,7 +112,7 @@
 //! # How it is wired
 //!
 //! rmcp 3.11 implements SEP-2663 (2026-07-28), which this module plugs into
-//! ([`TaskServer::create`], [`TaskServer::get_modern`], ...). It has no
+//! ([`TaskServer::call_tool`], [`TaskServer::get_modern`], ...). It has no
 //! 2025-11-25 tasks and parses a `tools/call`'s `task` field away, so
 //! [`rewrite_incoming`] renames legacy task requests (raw JSON, before rmcp
 //! parses them) to private methods under [`LEGACY_PREFIX`], which reach
@@ -122,12 +122,15 @@
 //! `tools/list`). Stdio uses [`TaskStdio`] (a line transport doing both);
 //! HTTP uses [`rewrite_http_request`] (incoming) and [`TaskSessions`]
 //! (outgoing, on each legacy session's transport).
+//!
+//! The MCP handler ([`crate::server`]) serves the [`tool_definitions`],
+//! routes their calls to [`TaskServer::call_tool`] and hands the task
+//! methods to the rest; this module knows nothing of the handler.
 
 use std::{
     borrow::Cow,
     collections::{BTreeMap, HashMap},
     hash::{BuildHasher, Hasher},
-    pin::Pin,
     sync::{
         Arc, Mutex, MutexGuard,
         atomic::{AtomicU64, Ordering},
@@ -145,7 +148,6 @@ use axum::{
 use futures::Stream;
 use rmcp::{
     ErrorData as McpError, RoleServer,
-    handler::server::tool::{ToolCallContext, ToolRoute, ToolRouter},
     model::{
         CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
         ClientJsonRpcMessage, CreateTaskResult, CustomRequest, CustomResult, DetailedTask,
@@ -167,7 +169,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{era, tools::OrderServer};
+use crate::era;
 
 /// `_meta` key tying a message to its task (2025-11-25 tasks, "Related Task Metadata").
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
@@ -264,8 +266,9 @@ fn sleep_output_schema() -> JsonObject {
     }))
 }
 
-/// The tool definitions served with `--tasks` (raw JSON, in list order).
-fn tool_definitions() -> Vec<Tool> {
+/// The tool definitions served with `--tasks` (raw JSON, in list order);
+/// the server routes their calls to [`TaskServer::call_tool`].
+pub fn tool_definitions() -> Vec<Tool> {
     let input = |properties: Value, required: &[&str]| {
         let mut schema = json!({"type": "object", "properties": common_properties(properties)});
         if !required.is_empty() {
@@ -321,15 +324,6 @@ fn tool_definitions() -> Vec<Tool> {
             })),
         ),
     ]
-}
-
-/// The `--tasks` tools, routed to [`TaskServer`].
-pub fn router() -> ToolRouter<OrderServer> {
-    let mut router = ToolRouter::new();
-    for tool in tool_definitions() {
-        router.add_route(ToolRoute::new_dyn(tool, call));
-    }
-    router
 }
 
 /// 2025-11-25 `tools/list`: marks the task tools so that [`fix_outgoing`]
@@ -918,6 +912,24 @@ impl TaskServer {
     // 2026-07-28 (SEP-2663), through rmcp
     // -----------------------------------------------------------------------
 
+    /// `tools/call` of one of the [`tool_definitions`] that rmcp routed here
+    /// (either era, no 2025-11-25 `task` param): `task_stats` answers at
+    /// once, every other tool goes to [`create`](Self::create).
+    pub async fn call_tool(
+        self: &Arc<Self>,
+        name: &str,
+        arguments: Option<&JsonObject>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if name == "task_stats" {
+            let only = arguments
+                .and_then(|a| a.get("taskId"))
+                .and_then(Value::as_str);
+            return Ok(CallToolResult::structured(self.stats(only)).into());
+        }
+        self.create(name, arguments, context).await
+    }
+
     /// `tools/call` of a task tool that rmcp routed here (either era, no
     /// 2025-11-25 `task` param). See the module docs for the outcomes.
     pub async fn create(
@@ -1269,34 +1281,6 @@ fn task_required(name: &str) -> McpError {
         ),
         None,
     )
-}
-
-type CallFuture<'a> = Pin<Box<dyn Future<Output = Result<CallToolResponse, McpError>> + Send + 'a>>;
-
-fn call(context: ToolCallContext<'_, OrderServer>) -> CallFuture<'_> {
-    Box::pin(async move {
-        let Some(tasks) = context.service.tasks() else {
-            return Err(McpError::invalid_params(
-                format!("tool not found: {}", context.name),
-                None,
-            ));
-        };
-        if context.name == "task_stats" {
-            let only = context
-                .arguments
-                .as_ref()
-                .and_then(|a| a.get("taskId"))
-                .and_then(Value::as_str);
-            return Ok(CallToolResult::structured(tasks.stats(only)).into());
-        }
-        tasks
-            .create(
-                &context.name,
-                context.arguments.as_ref(),
-                &context.request_context,
-            )
-            .await
-    })
 }
 
 // ---------------------------------------------------------------------------

@@ -9,6 +9,11 @@
 //! `inputResponses` (and `requestState`, when one was issued). Tools whose
 //! mechanism does not exist in an era ([`offered`]) are not listed to, and
 //! refuse, requests of that era.
+//!
+//! The tools are a `#[tool_router]` block on [`OrderServer`]
+//! (`interaction_router`, which the parent module adds with
+//! `--interactions`); their shared state is [`Interactions`], held by the
+//! server.
 
 use std::{
     collections::HashMap,
@@ -37,7 +42,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::{era, request_state, tools::OrderServer};
+use super::OrderServer;
+use crate::{era, request_state};
 
 /// JSON-RPC code of `URLElicitationRequiredError` (2025-11-25 only).
 pub const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
@@ -301,7 +307,8 @@ fn refund_confirm_form(order_id: &str, amount_cents: u64, reason: &Value) -> Eli
 }
 
 /// URL-mode `elicitation/create` params. 2026-07-28 has no `elicitationId`:
-/// pass `""`, which the transport layer drops (see [`strip_empty_elicitation_ids`]).
+/// pass `""`, which the transport layer drops (see
+/// [`era::strip_empty_elicitation_ids`]).
 fn link_url(account: &str, elicitation_id: &str) -> ElicitRequestParams {
     let query = if elicitation_id.is_empty() {
         format!("account={account}")
@@ -314,32 +321,6 @@ fn link_url(account: &str, elicitation_id: &str) -> ElicitRequestParams {
         url: format!("https://accounts.example.com/link?{query}"),
         elicitation_id: elicitation_id.to_owned(),
     }
-}
-
-/// rmcp serialises a URL elicitation's missing 2026-07-28 `elicitationId` as
-/// `""`. Drops that from every URL-mode input request of an
-/// `input_required` result; returns whether it changed anything.
-pub fn strip_empty_elicitation_ids(result: &mut Value) -> bool {
-    if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
-        return false;
-    }
-    let Some(requests) = result
-        .get_mut("inputRequests")
-        .and_then(Value::as_object_mut)
-    else {
-        return false;
-    };
-    let mut changed = false;
-    for request in requests.values_mut() {
-        if let Some(params) = request.get_mut("params").and_then(Value::as_object_mut)
-            && params.get("mode").and_then(Value::as_str) == Some("url")
-            && params.get("elicitationId").and_then(Value::as_str) == Some("")
-        {
-            params.remove("elicitationId");
-            changed = true;
-        }
-    }
-    changed
 }
 
 fn modern(context: &RequestContext<RoleServer>) -> bool {
@@ -582,7 +563,7 @@ fn verify(
     Ok(Some(payload))
 }
 
-#[tool_router(router = interaction_router, vis = "pub(crate)")]
+#[tool_router(router = interaction_router, vis = "pub(super)")]
 impl OrderServer {
     #[tool(
         title = "Confirm order details (form elicitation)",
@@ -982,6 +963,7 @@ impl OrderServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::era::strip_empty_elicitation_ids;
 
     /// rmcp's typed schema must not lose or reorder anything of ours.
     #[test]

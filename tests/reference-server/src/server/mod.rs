@@ -1,28 +1,41 @@
-//! The MCP handler: the order system's tools, `tools/list` pagination, and the
-//! server identity and versions advertised for the configured [`Era`].
+//! The MCP handler, [`OrderServer`], and the composition of everything it
+//! serves: the state its tools reach through `self` (the order store and
+//! the interaction, stage-A and task state), the tool routers of the stages
+//! below it put together for the configured flags, and the `ServerHandler`
+//! methods: `tools/list` pagination, the server identity and versions
+//! advertised for the configured [`Era`], 2026-07-28 listen streams, and
+//! the task methods handed to the [`TaskServer`].
+//!
+//! Each stage's tools are a child module that reaches the server's state
+//! through `self` (or `context.service`) and knows no other stage:
+//! [`order_tools`] (always), [`interactions`] (`--interactions`),
+//! [`stage_a`] (`--stage-a`). The task engine is [`crate::tasks`], which
+//! needs nothing of this module; only the routing of its tools is here
+//! ([`task_router`]).
 
-use std::{borrow::Cow, sync::Arc};
+mod interactions;
+mod order_tools;
+mod stage_a;
+
+use std::{borrow::Cow, future::Future, pin::Pin, sync::Arc};
 
 use rmcp::{
-    ErrorData as McpError, Json, RoleServer, ServerHandler,
-    handler::server::{tool::ToolRouter, wrapper::Parameters},
+    ErrorData as McpError, RoleServer, ServerHandler,
+    handler::server::tool::{ToolCallContext, ToolRoute, ToolRouter},
     model::{
-        CacheScope, CancelTaskParams, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
-        GetTaskParams, GetTaskResult, Implementation, JsonObject, ListToolsResult,
-        PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+        CacheScope, CallToolResponse, CancelTaskParams, CustomRequest, CustomResult,
+        DiscoverResult, ErrorCode, GetTaskParams, GetTaskResult, Implementation, JsonObject,
+        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
         SubscriptionFilter, TASKS_EXTENSION_ID, UpdateTaskParams,
     },
     service::{RequestContext, SubscriptionContext},
-    tool, tool_handler, tool_router,
+    tool_handler,
 };
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
+use self::{interactions::Interactions, stage_a::StageA};
 use crate::{
     era::{self, Era},
-    interactions::{self, Interactions},
-    orders::{Customer, Order, OrderStatus, OrderStore},
-    stage_a::{self, StageA},
+    orders::OrderStore,
     tasks::{self, TaskServer},
 };
 
@@ -30,80 +43,16 @@ use crate::{
 /// must follow `nextCursor`.
 pub const TOOLS_PAGE_SIZE: usize = 3;
 
-/// Arguments of `list_orders`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct ListOrdersArgs {
-    /// Only this customer's orders, e.g. `C-1`.
-    pub customer_id: Option<String>,
-    /// Only orders in this status.
-    pub status: Option<OrderStatus>,
-}
-
-/// Result of `list_orders`.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct OrderList {
-    /// Matching orders, in id order.
-    pub orders: Vec<Order>,
-    /// Number of matching orders.
-    pub count: usize,
-}
-
-/// Arguments of `get_order`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct GetOrderArgs {
-    /// Order id, e.g. `O-1001`.
-    pub order_id: String,
-}
-
-/// One requested line of `create_order`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct ItemArgs {
-    /// Catalog SKU: `CABLE`, `GADGET`, `WIDGET-L` or `WIDGET-S`.
-    pub sku: String,
-    /// Number of units, at least 1.
-    pub quantity: u32,
-}
-
-/// Arguments of `create_order`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct CreateOrderArgs {
-    /// Customer placing the order, e.g. `C-2`.
-    pub customer_id: String,
-    /// Lines to order.
-    pub items: Vec<ItemArgs>,
-}
-
-/// Arguments of `get_customer`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct GetCustomerArgs {
-    /// Customer id, e.g. `C-1`.
-    pub customer_id: String,
-}
-
-/// Arguments of `echo`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct EchoArgs {
-    /// Text to send back unchanged.
-    pub message: String,
-}
-
-/// Arguments of `add`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct AddArgs {
-    /// First addend.
-    pub a: f64,
-    /// Second addend.
-    pub b: f64,
-}
-
 /// The reference server's MCP handler. Cheap to clone: HTTP builds one per
 /// request or session, all sharing the same store, interaction state and
-/// tool router.
+/// tool router. The fields are private to this module and the stage
+/// modules below it.
 #[derive(Clone, Debug)]
 pub struct OrderServer {
     era: Era,
-    pub(crate) store: OrderStore,
-    pub(crate) interactions: Arc<Interactions>,
+    store: OrderStore,
+    /// State of the interaction tools (used only with `--interactions`).
+    interactions: Arc<Interactions>,
     /// State of the stage-A tools, present with `--stage-a`.
     stage_a: Option<Arc<StageA>>,
     /// Task state, present with `--tasks` (see [`tasks`]).
@@ -111,7 +60,6 @@ pub struct OrderServer {
     tool_router: Arc<ToolRouter<Self>>,
 }
 
-#[tool_router]
 impl OrderServer {
     /// A handler speaking `era` over `store`, with the interaction tools
     /// (elicitation, MRTR, roots; see [`interactions`]) when `interactions`
@@ -125,7 +73,7 @@ impl OrderServer {
         stage_a: bool,
         tasks: Option<Arc<TaskServer>>,
     ) -> Self {
-        let mut tool_router = Self::tool_router();
+        let mut tool_router = Self::order_router();
         if interactions {
             tool_router += Self::interaction_router();
         }
@@ -133,7 +81,7 @@ impl OrderServer {
             tool_router += stage_a::router();
         }
         if tasks.is_some() {
-            tool_router += tasks::router();
+            tool_router += task_router();
         }
         Self {
             era,
@@ -146,13 +94,8 @@ impl OrderServer {
     }
 
     /// The stage-A state, if `--stage-a`.
-    pub(crate) fn stage_a(&self) -> Option<&Arc<StageA>> {
+    fn stage_a(&self) -> Option<&Arc<StageA>> {
         self.stage_a.as_ref()
-    }
-
-    /// The task state, if `--tasks`.
-    pub(crate) fn tasks(&self) -> Option<&Arc<TaskServer>> {
-        self.tasks.as_ref()
     }
 
     /// The task state, or `-32601` for `method` without `--tasks`.
@@ -165,85 +108,37 @@ impl OrderServer {
             )
         })
     }
+}
 
-    #[tool(
-        title = "List orders",
-        description = "List orders, optionally filtered by customer and/or status.",
-        annotations(read_only_hint = true, open_world_hint = false)
-    )]
-    fn list_orders(&self, Parameters(args): Parameters<ListOrdersArgs>) -> Json<OrderList> {
-        let orders = self.store.list(args.customer_id.as_deref(), args.status);
-        Json(OrderList {
-            count: orders.len(),
-            orders,
-        })
+/// The `--tasks` tools ([`tasks::tool_definitions`]), routed to the
+/// [`TaskServer`].
+fn task_router() -> ToolRouter<OrderServer> {
+    let mut router = ToolRouter::new();
+    for tool in tasks::tool_definitions() {
+        router.add_route(ToolRoute::new_dyn(tool, call_task_tool));
     }
+    router
+}
 
-    #[tool(
-        title = "Get order",
-        description = "Fetch one order by id.",
-        annotations(read_only_hint = true, open_world_hint = false)
-    )]
-    fn get_order(&self, Parameters(args): Parameters<GetOrderArgs>) -> Result<Json<Order>, String> {
-        self.store
-            .order(&args.order_id)
-            .map(Json)
-            .ok_or_else(|| format!("unknown order {}", args.order_id))
-    }
+type CallFuture<'a> = Pin<Box<dyn Future<Output = Result<CallToolResponse, McpError>> + Send + 'a>>;
 
-    #[tool(
-        title = "Create order",
-        description = "Place a new pending order for a customer.",
-        annotations(
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
-    fn create_order(
-        &self,
-        Parameters(args): Parameters<CreateOrderArgs>,
-    ) -> Result<Json<Order>, String> {
-        let items = args.items.into_iter().map(|i| (i.sku, i.quantity));
-        self.store
-            .create(&args.customer_id, items)
-            .map(Json)
-            .map_err(|error| error.to_string())
-    }
-
-    #[tool(
-        title = "Get customer",
-        description = "Fetch one customer by id.",
-        annotations(read_only_hint = true, open_world_hint = false)
-    )]
-    fn get_customer(
-        &self,
-        Parameters(args): Parameters<GetCustomerArgs>,
-    ) -> Result<Json<Customer>, String> {
-        self.store
-            .customer(&args.customer_id)
-            .map(Json)
-            .ok_or_else(|| format!("unknown customer {}", args.customer_id))
-    }
-
-    #[tool(
-        title = "Echo",
-        description = "Return the message unchanged.",
-        annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = false)
-    )]
-    fn echo(&self, Parameters(args): Parameters<EchoArgs>) -> String {
-        args.message
-    }
-
-    #[tool(
-        title = "Add",
-        description = "Add two numbers.",
-        annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = false)
-    )]
-    fn add(&self, Parameters(AddArgs { a, b }): Parameters<AddArgs>) -> String {
-        (a + b).to_string()
-    }
+/// One task tool's `tools/call`, answered by [`TaskServer::call_tool`].
+fn call_task_tool(context: ToolCallContext<'_, OrderServer>) -> CallFuture<'_> {
+    Box::pin(async move {
+        let Some(tasks) = &context.service.tasks else {
+            return Err(McpError::invalid_params(
+                format!("tool not found: {}", context.name),
+                None,
+            ));
+        };
+        tasks
+            .call_tool(
+                &context.name,
+                context.arguments.as_ref(),
+                &context.request_context,
+            )
+            .await
+    })
 }
 
 #[tool_handler(router = self.tool_router)]

@@ -6,6 +6,10 @@
 //! The definitions are built by hand (raw JSON schemas, raw annotations) so
 //! that each one is exactly what the README documents; `rmcp`'s macros would
 //! derive, normalise or reject some of them.
+//!
+//! [`router`] routes them all to one dispatcher on [`OrderServer`]; the
+//! parent module adds it with `--stage-a` and holds the shared [`StageA`]
+//! state (the `extra_tool` switch and the open listen streams).
 
 use std::{
     future::Future,
@@ -24,7 +28,8 @@ use rmcp::{
 };
 use serde_json::{Value, json};
 
-use crate::{era, tools::OrderServer};
+use super::OrderServer;
+use crate::era;
 
 /// The tool `toggle_extra_tool` adds and removes.
 pub const EXTRA_TOOL: &str = "extra_tool";
