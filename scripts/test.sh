@@ -9,6 +9,9 @@ start=$(date +%s)
 
 scripts/install-test-peers.sh
 
+echo "== module import cycles"
+python3 scripts/check-module-cycles.py
+
 echo "== cargo fmt / clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
