@@ -3,6 +3,7 @@
 //! sessions. Every read-modify-write is a compare-and-swap transaction, so
 //! replicas never lose each other's updates.
 
+use crate::model::encode;
 use crate::model::*;
 use crate::names::NameMap;
 use crate::store::cas::{self, Decision, Write};
@@ -40,10 +41,6 @@ pub struct Registry {
     store: Metered<AnyStore>,
 }
 
-fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
-    serde_json::to_vec(v).expect("records serialise")
-}
-
 impl Registry {
     /// A registry over `store` (metered: its operations are counted in the
     /// store metrics).
@@ -69,7 +66,7 @@ impl Registry {
             .txn(
                 Txn::new()
                     .when([Compare::absent(&key)])
-                    .and_then([Op::put(&key, json(&rec))]),
+                    .and_then([Op::put(&key, encode(&rec))]),
             )
             .await?;
         if !r.succeeded {
@@ -93,7 +90,7 @@ impl Registry {
             .txn(
                 Txn::new()
                     .when([Compare::mod_revision(&key, old.mod_revision)])
-                    .and_then([Op::put(&key, json(&rec))]),
+                    .and_then([Op::put(&key, encode(&rec))]),
             )
             .await?;
         if !r.succeeded {
@@ -155,7 +152,7 @@ impl Registry {
                 origin: Origin::Config,
             };
             self.store
-                .put(&server_key(&s.name), json(&rec), None)
+                .put(&server_key(&s.name), encode(&rec), None)
                 .await?;
         }
         Ok(())
@@ -174,7 +171,7 @@ impl Registry {
         self.store
             .put(
                 &sidecar_key(&rec.server, &rec.sidecar_id),
-                json(&rec),
+                encode(&rec),
                 Some(lease),
             )
             .await?;
@@ -190,7 +187,7 @@ impl Registry {
         self.store
             .put(
                 &sidecar_key(&rec.server, &rec.sidecar_id),
-                json(rec),
+                encode(rec),
                 Some(lease),
             )
             .await?;
@@ -244,7 +241,7 @@ impl Registry {
             if old_rec.as_ref() == Some(&rec) {
                 return Ok(Decision::Keep(false));
             }
-            Ok(Decision::Write(Write::put(json(&rec)), changed))
+            Ok(Decision::Write(Write::put(encode(&rec)), changed))
         })
         .await
         .map_err(|e| e.into_error(|| RegistryError::Contention(key.clone())))?;
@@ -278,7 +275,7 @@ impl Registry {
                 tracing::warn!(collision = %c, "engine-visible tool name collision");
             }
             let rec = NamesRecord { map };
-            let value = json(&rec);
+            let value = encode(&rec);
             if current.is_some_and(|kv| kv.value == value) {
                 return Ok(Decision::Keep(listing.revision));
             }
@@ -321,7 +318,7 @@ impl Registry {
             rec.destructive_hint = set.destructive_hint.or(rec.destructive_hint);
             rec.idempotent_hint = set.idempotent_hint.or(rec.idempotent_hint);
             rec.updated_at_ms = now_ms();
-            Ok::<_, RegistryError>(Decision::Write(Write::put(json(&rec)), rec))
+            Ok::<_, RegistryError>(Decision::Write(Write::put(encode(&rec)), rec))
         })
         .await
         .map_err(|e| e.into_error(|| RegistryError::Contention(key.clone())))?;
@@ -347,7 +344,7 @@ impl Registry {
             rec.policy = policy.or(rec.policy);
             rec.background = background.or(rec.background);
             rec.updated_at_ms = now_ms();
-            Ok::<_, RegistryError>(Decision::Write(Write::put(json(&rec)), ()))
+            Ok::<_, RegistryError>(Decision::Write(Write::put(encode(&rec)), ()))
         })
         .await
         .map_err(|e| e.into_error(|| RegistryError::Contention(key.clone())))?;
@@ -386,7 +383,7 @@ impl Registry {
     pub async fn put_session(&self, rec: &SessionRecord) -> Result<Revision, RegistryError> {
         Ok(self
             .store
-            .put(&session_key(&rec.id), json(rec), None)
+            .put(&session_key(&rec.id), encode(rec), None)
             .await?)
     }
 

@@ -3,7 +3,8 @@
 //! are bounded; an oversized result loses attachment content, then the raw
 //! result, then long texts (each loss noted in the record).
 
-use super::{BackgroundError, BackgroundRecord, MAX_RECORD_BYTES, json};
+use super::{BackgroundError, BackgroundRecord, MAX_RECORD_BYTES};
+use crate::model::encode;
 
 /// The longest values of a record's identifying fields, in bytes (the
 /// record must stay under [`MAX_RECORD_BYTES`] whatever a sidecar sends).
@@ -68,9 +69,9 @@ fn cut(text: &mut String, max: usize) -> bool {
 /// large (a huge attachment list) loses its result and fails, saying so;
 /// a running one is refused (INVALID_ARGUMENT). Returns the JSON.
 pub(super) fn fit(rec: &mut BackgroundRecord) -> Result<Vec<u8>, BackgroundError> {
-    let original = json(rec).len();
+    let original = encode(rec).len();
     if original <= MAX_RECORD_BYTES {
-        return Ok(json(rec));
+        return Ok(encode(rec));
     }
     let mut notes: Vec<&str> = Vec::new();
     if let Some(r) = rec.result.as_mut()
@@ -81,7 +82,7 @@ pub(super) fn fit(rec: &mut BackgroundRecord) -> Result<Vec<u8>, BackgroundError
         }
         notes.push("the result's attachments were too large to keep and were dropped");
     }
-    let small = |rec: &BackgroundRecord| json(rec).len() <= MAX_RECORD_BYTES;
+    let small = |rec: &BackgroundRecord| encode(rec).len() <= MAX_RECORD_BYTES;
     if !small(rec)
         && let Some(r) = rec.result.as_mut()
     {
@@ -141,6 +142,6 @@ pub(super) fn fit(rec: &mut BackgroundRecord) -> Result<Vec<u8>, BackgroundError
             rec.status_message = format!("{} {note}", rec.status_message);
         }
     }
-    tracing::warn!(id = %rec.id, bytes = original, kept = json(rec).len(), "background call record too large: {}", rec.status_message);
-    Ok(json(rec))
+    tracing::warn!(id = %rec.id, bytes = original, kept = encode(rec).len(), "background call record too large: {}", rec.status_message);
+    Ok(encode(rec))
 }

@@ -48,11 +48,11 @@ pub use sweeper::{end_cards, spawn_sweeper};
 use crate::ControlPlane;
 use crate::config::BackgroundCallsConfig;
 use crate::metrics::Metrics;
+use crate::model::encode;
 use crate::model::{background_key, now_ms, server_key, sidecar_key};
 use crate::state::Snapshot;
 use crate::store::cas::{self, Decision, Write};
 use crate::store::{AnyStore, Compare, KeyValue, Metered, Op, Store, StoreError, Txn};
-use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::ready;
@@ -170,10 +170,6 @@ impl Drop for StreamGuard<'_> {
             }
         }
     }
-}
-
-fn json<T: Serialize>(v: &T) -> Vec<u8> {
-    serde_json::to_vec(v).expect("records serialise")
 }
 
 fn parse(kv: &KeyValue) -> Option<BackgroundRecord> {
@@ -728,7 +724,7 @@ fn transition_step(
     if rec.is_terminal() && rec.finished_at_ms == 0 {
         rec.finished_at_ms = now;
     }
-    Decision::Write(Write::put(json(&rec)), Some(rec))
+    Decision::Write(Write::put(encode(&rec)), Some(rec))
 }
 
 /// Whether the read model has `sidecar_id` of `server` registered.

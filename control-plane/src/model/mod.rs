@@ -302,6 +302,11 @@ impl SessionRecord {
     }
 }
 
+/// A record's stored form: its JSON bytes (records always serialise).
+pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
+    serde_json::to_vec(record).expect("records serialise")
+}
+
 /// Milliseconds since the Unix epoch (the one definition is shared with
 /// the sidecar).
 pub use switchyard_common::time::now_ms;
