@@ -248,6 +248,10 @@ pub struct State {
     background: RwLock<BackgroundIndex>,
     changes: broadcast::Sender<Change>,
     applied: watch::Sender<Revision>,
+    /// The highest store revision of a write made through this replica
+    /// (its APIs call [`State::wait_for`] after each write): calls on this
+    /// replica wait until the read model has it (read your writes).
+    written: std::sync::atomic::AtomicI64,
 }
 
 impl State {
@@ -271,6 +275,7 @@ impl State {
             background: RwLock::new(background),
             changes: broadcast::channel(1024).0,
             applied: watch::channel(listing.revision).0,
+            written: std::sync::atomic::AtomicI64::new(listing.revision),
         });
         let weak = Arc::downgrade(&state);
         tokio::spawn(async move {
@@ -330,9 +335,25 @@ impl State {
         self.changes.subscribe()
     }
 
-    /// Waits (up to `limit`) until the snapshot has applied `revision`.
-    /// Returns false on timeout.
+    /// Notes a write made through this replica at `revision` and waits (up
+    /// to `limit`) until the snapshot has applied it. Returns false on
+    /// timeout; calls still wait for it ([`State::caught_up`]).
     pub async fn wait_for(&self, revision: Revision, limit: Duration) -> bool {
+        self.written
+            .fetch_max(revision, std::sync::atomic::Ordering::AcqRel);
+        self.applied_by(revision, limit).await
+    }
+
+    /// Waits (up to `limit`) until the snapshot has every write made
+    /// through this replica ([`State::wait_for`]), so a call after an admin
+    /// write that returned obeys it. At once (no wait, no allocation) when
+    /// it has. Returns false on timeout.
+    pub async fn caught_up(&self, limit: Duration) -> bool {
+        let written = self.written.load(std::sync::atomic::Ordering::Acquire);
+        *self.applied.borrow() >= written || self.applied_by(written, limit).await
+    }
+
+    async fn applied_by(&self, revision: Revision, limit: Duration) -> bool {
         let mut rx = self.applied.subscribe();
         tokio::time::timeout(limit, rx.wait_for(|r| *r >= revision))
             .await
@@ -717,5 +738,33 @@ mod tests {
         index.remove("b");
         assert!(index.running.is_empty());
         assert_eq!(index.entries.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn calls_wait_for_the_writes_made_through_this_replica() {
+        use crate::store::{EmbeddedConfig, EmbeddedStore};
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(EmbeddedConfig::new(dir.path().join("s.redb")))
+            .await
+            .unwrap();
+        let state = State::start(store.clone()).await.unwrap();
+        assert!(state.caught_up(Duration::ZERO).await, "nothing written yet");
+        let rev = store
+            .put(&crate::model::server_key("a"), b"{}".to_vec(), None)
+            .await
+            .unwrap();
+        // A write this replica made and noted: calls wait until the read
+        // model has it, then go on.
+        assert!(state.wait_for(rev, Duration::from_secs(5)).await);
+        assert!(state.caught_up(Duration::ZERO).await);
+        // A noted write the read model never gets (a revision from the
+        // future): calls wait, then give up after their limit.
+        assert!(!state.wait_for(rev + 1000, Duration::from_millis(10)).await);
+        let started = std::time::Instant::now();
+        assert!(!state.caught_up(Duration::from_millis(100)).await);
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        // Writes made elsewhere are not waited for.
+        let other = State::start(store.clone()).await.unwrap();
+        assert!(other.caught_up(Duration::ZERO).await);
     }
 }

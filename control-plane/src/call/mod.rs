@@ -2,6 +2,8 @@
 //! and back, shared by every front door (the gRPC `EngineService` today,
 //! the MCP endpoint next). [`run`] reads top to bottom, one step per line:
 //!
+//! 0. read your writes: the read model has every write made through this
+//!    replica ([`crate::state::State::caught_up`]);
 //! 1. [`admit::session`]: the caller's own session (NOT_FOUND otherwise);
 //! 2. [`resolve::resolve`]: the engine's tool name to server, tool and
 //!    definition;
@@ -37,6 +39,10 @@ use std::time::{Duration, Instant};
 use switchyard_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;
 
+/// How long a call waits for this replica's read model to have the writes
+/// made through it (it normally has them before the write returns).
+pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(10);
+
 /// How long past the call's deadline the router waits for the sidecar's
 /// own answer (the sidecar enforces the deadline and says what timed out).
 pub const ANSWER_GRACE: Duration = Duration::from_secs(1);
@@ -53,6 +59,14 @@ pub async fn run(
     cancelled: CancellationToken,
 ) -> Result<pb::CallToolResponse, CallError> {
     let started = Instant::now();
+    // Read your writes: an admin write that returned on this replica is in
+    // the read model the call decides from.
+    if !cp.state.caught_up(CATCH_UP_LIMIT).await {
+        return Err(CallError::unavailable(format!(
+            "this replica's read model has not caught up with a write made through it within {} s; try again",
+            CATCH_UP_LIMIT.as_secs()
+        )));
+    }
     let session = match r.session_id.as_str() {
         "" => None,
         id => Some(admit::session(cp, id, caller).await?),
