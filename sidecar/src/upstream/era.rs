@@ -11,7 +11,7 @@
 //! basic/lifecycle).
 
 use super::config::UpstreamConfig;
-use super::connection::Transport;
+use super::transport::Transport;
 use super::error::UpstreamError;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -294,7 +294,7 @@ async fn initialize(
     if config.interactive || list_changed {
         // Server requests not tied to one of ours, and list changes, arrive
         // on the standalone stream (a no-op for stdio).
-        transport.listen(&version);
+        transport.listen(legacy_headers(&version));
     }
     Ok(Negotiated {
         era: Era::Legacy,

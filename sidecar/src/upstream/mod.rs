@@ -32,6 +32,7 @@ pub mod inbound;
 
 pub mod metrics;
 pub mod stdio;
+pub mod transport;
 
 pub use config::{
     EraPreference, HttpConfig, RestartPolicy, StdioConfig, TransportConfig, UpstreamConfig,
