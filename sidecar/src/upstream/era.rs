@@ -11,8 +11,8 @@
 //! basic/lifecycle).
 
 use super::config::UpstreamConfig;
-use super::transport::Transport;
 use super::error::UpstreamError;
+use super::transport::Transport;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 pub use switchyard_mcp::era::Era;
