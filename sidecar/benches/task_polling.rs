@@ -33,8 +33,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use switchyard_proto::v1::BackgroundCall;
 use switchyard_sidecar::pool::SessionPool;
-use switchyard_sidecar::service::Responder;
 use switchyard_sidecar::tasks::{BackgroundRegistry, TaskSettings, Tasks, TasksConfig};
+use switchyard_sidecar::tools::respond::Responder;
 use switchyard_sidecar::upstream::{
     EraPreference, StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
 };

@@ -7,22 +7,21 @@
 //! stream to the control plane ([`control`]) and the metrics and health
 //! endpoints ([`http_endpoints`]). Interactions with the user
 //! (elicitation, roots, multi round-trip requests) are in [`elicitation`],
-//! per-session connections in [`pool`], result processing and output schema validation in [`results`], the
-//! catalogue's validators and list-change coalescing in [`catalogue`],
+//! per-session connections in [`pool`], result processing and output schema validation in [`tools::results`], the
+//! catalogue's validators and list-change coalescing in [`tools::catalogue`],
 //! background calls and MCP tasks (stage B) in [`tasks`]. What it shares
 //! with the control plane (the server spec, TLS, logging, the audit sink,
 //! the runtime) is in `switchyard-common`; the MCP wire vocabulary
 //! (JSON-RPC, eras, `_meta` keys, headers, stdio framing) in
 //! `switchyard-mcp`.
 
-pub mod catalogue;
 pub mod control;
 pub mod elicitation;
 pub mod http_endpoints;
 pub mod pool;
 pub mod probe;
-pub mod results;
 pub mod run;
 pub mod service;
 pub mod tasks;
+pub mod tools;
 pub mod upstream;

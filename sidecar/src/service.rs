@@ -5,7 +5,7 @@
 //! and roots make its [`CallContext`], for interactions.
 //!
 //! Params are forwarded as given and the raw result comes back in
-//! `result_json`; the processed result ([`crate::results`]: model text,
+//! `result_json`; the processed result ([`crate::tools::results`]: model text,
 //! attachments, structured content, outputSchema validation errors against
 //! the [`Catalogue`]'s validators) fills the other response fields, and a
 //! `tool.result` audit record is written. A tool's own failure (`isError`)
@@ -16,11 +16,12 @@
 //! its deadline passes), tonic drops the handler future, which drops the
 //! upstream request future, which sends `notifications/cancelled` upstream.
 
-use crate::catalogue::Catalogue;
 use crate::elicitation::CallContext;
 use crate::pool::SessionPool;
-use crate::results::{self, ResultLimits, Validation};
 use crate::tasks::{Plan, Tasks, TasksConfig};
+use crate::tools::catalogue::Catalogue;
+use crate::tools::respond::Responder;
+use crate::tools::results::ResultLimits;
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -28,7 +29,7 @@ use switchyard_common::audit::Audit;
 use switchyard_proto::calls::{self, SidecarCallFrames};
 use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
 use switchyard_proto::v1::{
-    Attachment, SidecarCallFrame, SidecarCallOutcome, SidecarCallRequest, SidecarCallResponse,
+    SidecarCallFrame, SidecarCallOutcome, SidecarCallRequest, SidecarCallResponse,
 };
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -45,30 +46,6 @@ pub struct CallService {
     responder: Responder,
     tasks_config: TasksConfig,
     tasks: Tasks,
-}
-
-/// Processes raw results: the stage A result processing
-/// ([`crate::results`]), outputSchema validation against the
-/// [`Catalogue`]'s validators, and the `tool.result` audit record. Shared
-/// by foreground calls and background calls ([`crate::tasks`]).
-#[derive(Debug, Clone)]
-pub struct Responder {
-    /// The server's catalogue (validators, hints, tool definitions).
-    pub catalogue: Catalogue,
-    /// Result size limits.
-    pub limits: ResultLimits,
-    /// Where `tool.result` audit records go.
-    pub audit: Audit,
-}
-
-impl Default for Responder {
-    fn default() -> Self {
-        Responder {
-            catalogue: Catalogue::new(),
-            limits: ResultLimits::default(),
-            audit: Audit::to_log(),
-        }
-    }
 }
 
 impl CallService {
@@ -106,7 +83,7 @@ impl CallService {
     }
 
     /// Validates structured results with `catalogue`'s validators (kept up
-    /// to date by [`crate::control::watch_upstream_with`]).
+    /// to date by [`crate::tools::watch::watch_upstream_with`]).
     pub fn with_catalogue(mut self, catalogue: Catalogue) -> Self {
         self.responder.catalogue = catalogue;
         self.rebuilt()
@@ -178,100 +155,6 @@ impl CallService {
     ) -> Result<SidecarCallResponse, Status> {
         self.responder.respond(server, tool, context, result)
     }
-}
-
-impl Responder {
-    /// The response for a raw result of `tool` called in `context`, and the
-    /// audit record. Errors: `INTERNAL` when the result cannot be
-    /// serialised.
-    pub fn respond(
-        &self,
-        server: &str,
-        tool: &str,
-        context: &CallContext,
-        result: &Value,
-    ) -> Result<SidecarCallResponse, Status> {
-        let result_json = serde_json::to_string(result)
-            .map_err(|e| Status::internal(format!("cannot serialise the result: {e}")))?;
-        let processed = results::process(result, &self.limits);
-        let validation = self.catalogue.validators().validate(tool, &processed);
-        if let Validation::Invalid(errors) = &validation {
-            tracing::warn!(%server, %tool, ?errors, "structuredContent does not match the tool's outputSchema; delivered anyway");
-        }
-        let validation_errors = validation.errors();
-        if self.audit.enabled() {
-            let hints = self.catalogue.hints(tool);
-            self.audit.record_struct(&ToolResultAudit {
-                event: "tool.result",
-                server,
-                tool,
-                session_id: &context.session_id,
-                run_id: &context.run_id,
-                is_error: processed.is_error,
-                validated: validation != Validation::NotValidated,
-                validation_errors: &validation_errors,
-                hints: hints.map(|h| AuditHints {
-                    read_only_hint: h.read_only_hint,
-                    destructive_hint: h.destructive_hint,
-                    idempotent_hint: h.idempotent_hint,
-                    open_world_hint: h.open_world_hint,
-                }),
-                structured_content: processed
-                    .structured
-                    .as_ref()
-                    .map(|s| results::audit_structured(s, results::AUDIT_STRUCTURED_MAX)),
-            });
-        }
-        Ok(SidecarCallResponse {
-            result_json,
-            model_text: processed.model_text,
-            attachments: processed
-                .attachments
-                .into_iter()
-                .map(|a| Attachment {
-                    size_bytes: a.data.len() as u64,
-                    name: a.name,
-                    mime_type: a.mime_type,
-                    data: a.data,
-                    uri: a.uri.unwrap_or_default(),
-                })
-                .collect(),
-            structured_content_json: processed
-                .structured
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
-            validation_errors,
-            background: None,
-            is_error: processed.is_error,
-        })
-    }
-}
-
-/// The `tool.result` audit record (docs/sidecar.md, "Audit").
-#[derive(serde::Serialize)]
-struct ToolResultAudit<'a> {
-    event: &'static str,
-    server: &'a str,
-    tool: &'a str,
-    session_id: &'a str,
-    run_id: &'a str,
-    #[serde(rename = "isError")]
-    is_error: bool,
-    validated: bool,
-    validation_errors: &'a [String],
-    hints: Option<AuditHints>,
-    #[serde(rename = "structuredContent")]
-    structured_content: Option<Value>,
-}
-
-/// The effective hints in a `tool.result` record.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct AuditHints {
-    read_only_hint: bool,
-    destructive_hint: bool,
-    idempotent_hint: bool,
-    open_world_hint: bool,
 }
 
 impl CallService {

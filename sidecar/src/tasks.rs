@@ -67,7 +67,8 @@
 
 use crate::elicitation::{CallContext, Interactions, Relay, TaskInitiators};
 use crate::pool::{Lease, SessionPool};
-use crate::service::{Responder, status_of};
+use crate::service::status_of;
+use crate::tools::respond::Responder;
 use crate::upstream::{Era, Upstream, UpstreamError};
 use futures::future::BoxFuture;
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};

@@ -1,6 +1,6 @@
 //! The flags of `run` ([`RunArgs`]) and the two tables of its `--config`
 //! file: `[server]`, the shared [`ServerConfig`], and `[sidecar]`
-//! ([`SidecarSection`]). Only the shapes: [`super::settings`] reads and
+//! ([`SidecarSection`]). Only the shapes: [`super::settings()`] reads and
 //! checks them.
 
 use serde::Deserialize;

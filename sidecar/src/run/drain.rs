@@ -1,16 +1,16 @@
-//! Shutdown: SIGINT or SIGTERM ([`shutdown_signal`]) starts it, and
-//! [`shutdown`] stops the service in order: not ready, `draining` reported
+//! Shutdown: SIGINT or SIGTERM (`shutdown_signal`) starts it, and
+//! `shutdown` stops the service in order: not ready, `draining` reported
 //! to the control plane, calls still accepted for [`DRAIN_NOTICE`], then
 //! no new calls, the running ones drained within the grace period (then
 //! cancelled), the upstream server stopped, the HTTP endpoints last.
 
 use super::settings::RunError;
-use crate::control::Drain;
 use crate::http_endpoints::Health;
 use crate::pool::SessionPool;
 use crate::upstream::Upstream;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +47,49 @@ pub(super) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             _ = recv(&mut interrupt) => tracing::info!("SIGINT: shutting down"),
             _ = recv(&mut terminate) => tracing::info!("SIGTERM: shutting down"),
         }
+    }
+}
+
+/// The state reported once the sidecar is shutting down (`UpstreamStatus.state`).
+pub const DRAINING: &str = "draining";
+
+/// The shutdown announcement shared by the shutdown path (which calls
+/// [`Drain::start`]) and the report stream (which then reports the state
+/// [`DRAINING`] instead of the upstream connection's). Cheap to clone; all
+/// clones share one flag, and it is never cleared.
+#[derive(Debug, Clone)]
+pub struct Drain {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain::new()
+    }
+}
+
+impl Drain {
+    /// Not draining.
+    pub fn new() -> Self {
+        Drain {
+            tx: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// Starts draining: the open report stream (and any later one) reports
+    /// the state [`DRAINING`] from now on.
+    pub fn start(&self) {
+        self.tx.send_replace(true);
+    }
+
+    /// Whether [`Drain::start`] was called.
+    pub fn is_draining(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    /// Follows the flag (the report stream).
+    pub(super) fn subscribe(&self) -> watch::Receiver<bool> {
+        self.tx.subscribe()
     }
 }
 

@@ -1,6 +1,6 @@
 //! `switchyard-sidecar run`: the sidecar as a service. It serves
 //! `SidecarCalls` over gRPC ([`crate::service`]), registers with the control
-//! plane and keeps the report stream open ([`crate::control`]), serves
+//! plane and keeps the report stream open ([`report`]), serves
 //! `/metrics`, `/healthz` and `/readyz` ([`crate::http_endpoints`]), and on
 //! SIGINT/SIGTERM turns not ready, reports `draining` to the control plane
 //! (which then routes new calls elsewhere), keeps accepting calls for
@@ -17,10 +17,13 @@
 //! - [`settings`](mod@settings): both merged and checked into [`Settings`],
 //!   errors ([`RunError`]) naming the file or flag and the key;
 //! - [`serve`]: the wiring, the listeners and the ready line;
-//! - [`drain`]: the signals and the shutdown sequence.
+//! - [`report`]: registration and the report stream to the control plane;
+//! - [`drain`]: the signals, the `draining` announcement ([`drain::Drain`])
+//!   and the shutdown sequence.
 
 pub mod args;
 pub mod drain;
+pub mod report;
 pub mod serve;
 pub mod settings;
 

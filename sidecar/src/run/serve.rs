@@ -4,14 +4,16 @@
 //! signal or a failure, then hands over to [`super::drain`].
 
 use super::args::RunArgs;
-use super::drain::{Running, shutdown, shutdown_signal};
+use super::drain::{Drain, Running, shutdown, shutdown_signal};
+use super::report::report_with;
 use super::settings::{RunError, Settings, config_error, hostname, settings};
-use crate::catalogue::Catalogue;
 use crate::control::{self, ControlPlaneInteractions, ControlSettings};
 use crate::elicitation::Interactions;
 use crate::http_endpoints::{self, Health};
 use crate::pool::SessionPool;
 use crate::service::CallService;
+use crate::tools::catalogue::Catalogue;
+use crate::tools::watch::watch_upstream_with;
 use crate::upstream::{Upstream, UpstreamMetrics};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -167,9 +169,9 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     );
 
     let (view, watcher) =
-        control::watch_upstream_with(upstream.clone(), catalogue, settings.list_changed_window);
-    let drain = control::Drain::new();
-    let reporter = tokio::spawn(control::report_with(
+        watch_upstream_with(upstream.clone(), catalogue, settings.list_changed_window);
+    let drain = Drain::new();
+    let reporter = tokio::spawn(report_with(
         ControlSettings {
             call_address: call_address.clone(),
             ..control_settings

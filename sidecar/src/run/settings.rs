@@ -372,7 +372,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         .list_changed_window_ms
         .or(file.list_changed_window_ms)
         .map(Duration::from_millis)
-        .unwrap_or(crate::catalogue::DEFAULT_LIST_CHANGED_WINDOW);
+        .unwrap_or(crate::tools::catalogue::DEFAULT_LIST_CHANGED_WINDOW);
     let task_poll_min = match args
         .task_poll_min_ms
         .map(|v| (v, "command line", "--task-poll-min-ms"))

@@ -14,7 +14,7 @@
 //! that answers every `tools/list` with another notification gets at most
 //! one re-list per window, never a loop.
 
-use crate::results::OutputValidators;
+use crate::tools::results::OutputValidators;
 use serde_json::Value;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
