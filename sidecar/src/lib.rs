@@ -6,7 +6,7 @@
 //! ([`run`]): the `SidecarCalls` gRPC server ([`service`]), the report
 //! stream to the control plane ([`control`]) and the metrics and health
 //! endpoints ([`http_endpoints`]). Interactions with the user
-//! (elicitation, roots, multi round-trip requests) are in [`elicitation`],
+//! (elicitation, roots, multi round-trip requests) are in [`interactions`],
 //! per-session connections in [`pool`], result processing and output schema validation in [`tools::results`], the
 //! catalogue's validators and list-change coalescing in [`tools::catalogue`],
 //! background calls and MCP tasks (stage B) in [`tasks`]. What it shares
@@ -16,8 +16,8 @@
 //! `switchyard-mcp`.
 
 pub mod control;
-pub mod elicitation;
 pub mod http_endpoints;
+pub mod interactions;
 pub mod pool;
 pub mod probe;
 pub mod run;

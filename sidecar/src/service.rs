@@ -16,7 +16,7 @@
 //! its deadline passes), tonic drops the handler future, which drops the
 //! upstream request future, which sends `notifications/cancelled` upstream.
 
-use crate::elicitation::CallContext;
+use crate::interactions::CallContext;
 use crate::pool::SessionPool;
 use crate::tasks::{Plan, Tasks, TasksConfig};
 use crate::tools::catalogue::Catalogue;

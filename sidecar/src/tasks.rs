@@ -48,7 +48,7 @@
 //!   [`Initiators`], the relay's [`TaskInitiators`] hook, to the task's
 //!   initiating session, with an empty run id once in the background);
 //!   2026 -> each new key of `inputRequests` (deduplicated across polls) is
-//!   answered through the relay ([`Relay::answer_inputs`]) and sent with
+//!   answered through the relay ([`mrtr::answer_inputs`]) and sent with
 //!   `tasks/update {taskId, inputResponses}`.
 //! - **Connections**: polling uses the connection that created the task and
 //!   holds its [`Lease`] while the task lives (an HTTP per-session
@@ -65,7 +65,7 @@
 //! Metrics: `switchyard_sidecar_task_polls_total{server,outcome}` and the gauge
 //! `switchyard_sidecar_background_calls{server,mode,status}` ([`TaskMetrics`]).
 
-use crate::elicitation::{CallContext, Interactions, Relay, TaskInitiators};
+use crate::interactions::{CallContext, Interactions, Relay, TaskInitiators, mrtr};
 use crate::pool::{Lease, SessionPool};
 use crate::service::status_of;
 use crate::tools::respond::Responder;
@@ -1317,7 +1317,7 @@ impl Tasks {
                         })
                         .collect(),
                 );
-                let ask = self.inner.relay.answer_inputs(&fresh, context);
+                let ask = mrtr::answer_inputs(&self.inner.relay, &fresh, context);
                 let responses = match deadline {
                     Some(d) => match tokio::time::timeout_at(d, ask).await {
                         Ok(r) => r,

@@ -29,8 +29,9 @@ use switchyard_proto::v1::{
     CompleteInteractionRequest, CompleteInteractionResponse, ControlMessage, InteractRequest,
     InteractResponse, RegisterRequest, RegisterResponse, SidecarCallRequest, SidecarReport,
 };
-use switchyard_sidecar::control::{ControlPlaneInteractions, ControlSettings};
-use switchyard_sidecar::elicitation::{
+use switchyard_sidecar::control::ControlSettings;
+use switchyard_sidecar::interactions::ControlPlaneInteractions;
+use switchyard_sidecar::interactions::{
     CallContext, Interaction, InteractionHandler, InteractionKind, Interactions,
 };
 use switchyard_sidecar::pool::SessionPool;

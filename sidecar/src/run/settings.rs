@@ -361,7 +361,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
     {
         Some((0, origin, key)) => return Err(config_error(origin, key, "must be at least 1")),
         Some((secs, _, _)) => Duration::from_secs(secs),
-        None => crate::elicitation::DEFAULT_INTERACTION_TIMEOUT,
+        None => crate::interactions::DEFAULT_INTERACTION_TIMEOUT,
     };
     let max_input_rounds = args
         .max_input_rounds

@@ -8,7 +8,7 @@
 
 use super::catalogue::Catalogue;
 use super::results::{self, ResultLimits, Validation};
-use crate::elicitation::CallContext;
+use crate::interactions::CallContext;
 use serde_json::Value;
 use switchyard_common::audit::Audit;
 use switchyard_proto::v1::{Attachment, SidecarCallResponse};

@@ -55,11 +55,11 @@ impl Negotiated {
 
 /// The client capabilities we declare: elicitation (form and URL) and
 /// roots when the session handles interactions
-/// ([`crate::elicitation::capabilities`]), else none. Sampling is never
+/// ([`crate::interactions::capabilities`]), else none. Sampling is never
 /// declared.
 pub fn client_capabilities(config: &UpstreamConfig) -> Value {
     if config.interactive {
-        crate::elicitation::capabilities()
+        crate::interactions::capabilities()
     } else {
         json!({})
     }

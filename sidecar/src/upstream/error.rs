@@ -156,6 +156,17 @@ fn challenge_hint(challenge: &Option<String>) -> String {
     }
 }
 
+impl From<crate::interactions::ProtocolError> for UpstreamError {
+    /// The interactions stage's protocol error (a question this client
+    /// cannot answer) is this session's: same server, same text.
+    fn from(e: crate::interactions::ProtocolError) -> Self {
+        UpstreamError::Protocol {
+            server: e.server,
+            detail: e.detail,
+        }
+    }
+}
+
 impl UpstreamError {
     /// Wraps an I/O-ish error with context.
     pub fn io(

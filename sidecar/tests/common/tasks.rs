@@ -20,8 +20,9 @@ use switchyard_proto::v1::{
     RegisterRequest, RegisterResponse, SidecarCallRequest, SidecarCallResponse, SidecarReport,
     UpdateBackgroundCallRequest, Welcome, control_message, sidecar_report,
 };
-use switchyard_sidecar::control::{ControlPlaneInteractions, ControlSettings, registry_client};
-use switchyard_sidecar::elicitation::Interactions;
+use switchyard_sidecar::control::{ControlSettings, registry_client};
+use switchyard_sidecar::interactions::ControlPlaneInteractions;
+use switchyard_sidecar::interactions::Interactions;
 use switchyard_sidecar::pool::SessionPool;
 use switchyard_sidecar::service::CallService;
 use switchyard_sidecar::tasks::{
