@@ -4,7 +4,7 @@
 //! connected lazily and again after a failure, so a request retried after
 //! a replica went away reaches another one) and what goes wrong
 //! ([`ControlError`]). The report stream ([`crate::run::report`]),
-//! background call records ([`crate::tasks::GrpcRegistry`]) and
+//! background call records ([`crate::background::GrpcRegistry`]) and
 //! interactions ([`crate::interactions::ControlPlaneInteractions`]) all
 //! talk to the control plane through it.
 

@@ -15,13 +15,14 @@
 //! (JSON-RPC, eras, `_meta` keys, headers, stdio framing) in
 //! `switchyard-mcp`.
 
+pub mod background;
 pub mod control;
+pub mod error;
 pub mod http_endpoints;
 pub mod interactions;
 pub mod pool;
 pub mod probe;
 pub mod run;
 pub mod service;
-pub mod tasks;
 pub mod tools;
 pub mod upstream;

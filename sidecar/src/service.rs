@@ -16,12 +16,14 @@
 //! its deadline passes), tonic drops the handler future, which drops the
 //! upstream request future, which sends `notifications/cancelled` upstream.
 
+use crate::background::{Plan, TaskCall, Tasks, TasksConfig};
+use crate::error::{CallError, Deadline};
 use crate::interactions::CallContext;
 use crate::pool::SessionPool;
-use crate::tasks::{Plan, Tasks, TasksConfig};
 use crate::tools::catalogue::Catalogue;
 use crate::tools::respond::Responder;
 use crate::tools::results::ResultLimits;
+use crate::tools::retry::RetrySafe;
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -132,7 +134,7 @@ impl CallService {
         self.rebuilt()
     }
 
-    /// Background calls and tasks (stage B, [`crate::tasks`]): settings,
+    /// Background calls and tasks (stage B, [`crate::background`]): settings,
     /// the control plane's registry, interactions and initiators. Call it
     /// after the other `with_` methods, then take [`CallService::tasks`].
     pub fn with_tasks(mut self, config: TasksConfig) -> Self {
@@ -153,7 +155,9 @@ impl CallService {
         context: &CallContext,
         result: &Value,
     ) -> Result<SidecarCallResponse, Status> {
-        self.responder.respond(server, tool, context, result)
+        self.responder
+            .respond(server, tool, context, result)
+            .map_err(status)
     }
 }
 
@@ -225,16 +229,21 @@ impl CallService {
             tracing::debug!(server = %lease.upstream().name(), %tool, ?plan, session = %context.session_id, "call through the tasks machinery");
             // Boxed: the tasks machinery's future is large, and plain
             // calls (the most) would carry its size otherwise.
+            let started = tokio::time::Instant::now();
             return Box::pin(self.tasks.call(
                 plan,
-                lease,
-                params,
-                context,
-                req.background,
-                req.timeout_ms,
-                retry_safe_request(req.retry_safe, &self.responder, &tool),
+                TaskCall {
+                    lease,
+                    params,
+                    context,
+                    policy: req.background,
+                    started,
+                    deadline: Deadline::from_timeout_ms(started, req.timeout_ms),
+                    retry: RetrySafe::of(req.retry_safe, &self.responder.catalogue, &tool),
+                },
             ))
-            .await;
+            .await
+            .map_err(status);
         }
         let upstream = lease.upstream();
         tracing::debug!(server = %upstream.name(), %tool, session = %context.session_id, run = %context.run_id, "call");
@@ -351,6 +360,33 @@ fn retry_safe_request(marked: bool, responder: &Responder, tool: &str) -> bool {
             .catalogue
             .hints(tool)
             .is_some_and(|h| h.read_only_hint || h.idempotent_hint)
+}
+
+/// The gRPC status for a call's failure (see each [`CallError`] variant).
+pub fn status(error: CallError) -> Status {
+    let message = error.to_string();
+    match error {
+        CallError::InvalidArgument { .. } => Status::invalid_argument(message),
+        CallError::Upstream(e) => status_of(&e),
+        CallError::DeadlineExceeded { .. } | CallError::ForegroundLimit { .. } => {
+            Status::deadline_exceeded(message)
+        }
+        CallError::TaskFailed {
+            error: Some(object),
+            ..
+        } => Status::with_details(
+            Code::FailedPrecondition,
+            message,
+            bytes::Bytes::from(object.to_string()),
+        ),
+        CallError::TaskFailed { error: None, .. } | CallError::TaskCancelled { .. } => {
+            Status::aborted(message)
+        }
+        CallError::TaskNotFound { .. } => Status::failed_precondition(message),
+        CallError::NotMoved { .. } | CallError::ShuttingDown => Status::unavailable(message),
+        CallError::Cancelled { .. } => Status::cancelled(message),
+        CallError::Internal { .. } => Status::internal(message),
+    }
 }
 
 /// The gRPC status for an upstream failure. A JSON-RPC error answer is

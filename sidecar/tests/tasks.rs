@@ -24,7 +24,7 @@ use std::process::Stdio;
 use std::time::Duration;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{BackgroundCall, BackgroundPolicy, SidecarCancelBackgroundRequest};
-use switchyard_sidecar::tasks::get_task;
+use switchyard_sidecar::background::get_task;
 use switchyard_sidecar::upstream::{
     Era, EraPreference, HttpConfig, StdioConfig, TransportConfig, UpstreamConfig,
 };
@@ -593,7 +593,7 @@ async fn a_call_past_its_maximum_duration_fails_and_its_task_is_cancelled() {
     // maximum duration).
     match get_task(&side.upstream, Era::Legacy, &moved.task_id).await {
         Ok(state) => assert_eq!(state.status, "cancelled"),
-        Err(e) => assert!(switchyard_sidecar::tasks::is_not_found(&e), "{e}"),
+        Err(e) => assert!(switchyard_sidecar::background::is_not_found(&e), "{e}"),
     }
     assert!(side.tasks.live().is_empty());
 }

@@ -57,7 +57,7 @@ pub async fn report_with(
     settings: ControlSettings,
     mut view: UpstreamView,
     health: Arc<Health>,
-    tasks: Option<crate::tasks::Tasks>,
+    tasks: Option<crate::background::Tasks>,
     drain: Drain,
 ) {
     let mut backoff = MIN_BACKOFF;
@@ -92,7 +92,7 @@ async fn session(
     view: &mut UpstreamView,
     health: &Health,
     backoff: &mut Duration,
-    tasks: Option<&crate::tasks::Tasks>,
+    tasks: Option<&crate::background::Tasks>,
     draining: &mut watch::Receiver<bool>,
 ) -> Result<(), ControlError> {
     let channel: Channel =

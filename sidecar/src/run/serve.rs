@@ -85,22 +85,22 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     let mut interactions = Interactions::new(Arc::new(handler), audit.clone());
     interactions.timeout = settings.interaction_timeout;
     // Stage B: task-related server requests belong to the task's initiator.
-    let initiators = crate::tasks::Initiators::new();
+    let initiators = crate::background::Initiators::new();
     interactions.tasks = Some(initiators.clone());
-    let tasks_config = crate::tasks::TasksConfig {
-        settings: crate::tasks::TaskSettings {
+    let tasks_config = crate::background::TasksConfig {
+        settings: crate::background::TaskSettings {
             poll_min: settings.task_poll_min,
             failure_limit: settings.task_poll_failure_limit,
             sidecar_id: settings.sidecar_id.clone(),
         },
-        registry: Some(Arc::new(crate::tasks::GrpcRegistry::new(
+        registry: Some(Arc::new(crate::background::GrpcRegistry::new(
             control::registry_client(&control_settings).map_err(|e| {
                 config_error("control plane", "sidecar.control_plane", e.to_string())
             })?,
         ))),
         interactions: Some(interactions.clone()),
         initiators,
-        metrics: crate::tasks::TaskMetrics::register(&registry)
+        metrics: crate::background::TaskMetrics::register(&registry)
             .map_err(|source| RunError::Metrics { source })?,
     };
     let mut upstream_config = crate::upstream::UpstreamConfig::from_spec(&settings.server);

@@ -380,18 +380,20 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
             .task_poll_min_ms
             .map(|v| (v, origin.as_str(), "sidecar.task_poll_min_ms")))
     {
-        Some((ms, origin, key)) if ms == 0 || ms > crate::tasks::POLL_MAX.as_millis() as u64 => {
+        Some((ms, origin, key))
+            if ms == 0 || ms > crate::background::POLL_MAX.as_millis() as u64 =>
+        {
             return Err(config_error(
                 origin,
                 key,
                 format!(
                     "must be between 1 and {} (5 minutes)",
-                    crate::tasks::POLL_MAX.as_millis()
+                    crate::background::POLL_MAX.as_millis()
                 ),
             ));
         }
         Some((ms, _, _)) => Duration::from_millis(ms),
-        None => crate::tasks::DEFAULT_POLL_MIN,
+        None => crate::background::DEFAULT_POLL_MIN,
     };
     let task_poll_failure_limit = match args
         .task_poll_failure_limit_secs
@@ -402,7 +404,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
     {
         Some((0, origin, key)) => return Err(config_error(origin, key, "must be at least 1")),
         Some((secs, _, _)) => Duration::from_secs(secs),
-        None => crate::tasks::DEFAULT_FAILURE_LIMIT,
+        None => crate::background::DEFAULT_FAILURE_LIMIT,
     };
     let worker_threads = match args
         .worker_threads

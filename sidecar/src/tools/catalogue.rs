@@ -73,7 +73,7 @@ impl Catalogue {
 
     /// The definition of `tool` in the latest listing, exactly as the
     /// server sent it (its `execution.taskSupport` tells whether it runs as
-    /// a task, see [`crate::tasks`]); `None` when it is not listed or
+    /// a task, see [`crate::background`]); `None` when it is not listed or
     /// nothing has been listed yet.
     pub fn tool(&self, tool: &str) -> Option<Value> {
         let last = self.tools.lock().unwrap_or_else(|e| e.into_inner());

@@ -10,9 +10,12 @@
 //! - [`results`]: result processing (model text, attachments, structured
 //!   content) and `outputSchema` validation, pure functions;
 //! - [`respond`]: the [`respond::Responder`] that turns a raw result into
-//!   the call's response and its `tool.result` audit record.
+//!   the call's response and its `tool.result` audit record;
+//! - [`retry`]: the one retry of a read-only or idempotent call after a
+//!   network error ([`retry::RetrySafe`]), on every path a call takes.
 
 pub mod catalogue;
 pub mod respond;
 pub mod results;
+pub mod retry;
 pub mod watch;

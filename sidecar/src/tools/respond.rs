@@ -1,5 +1,5 @@
 //! The last steps of a call, shared by foreground calls and background
-//! calls ([`crate::tasks`]): a raw `CallToolResult` is processed
+//! calls ([`crate::background`]): a raw `CallToolResult` is processed
 //! ([`super::results::process`]: model text, attachments, structured
 //! content), validated against the tool's `outputSchema` (the
 //! [`Catalogue`]'s validators; an invalid result is still delivered, with
@@ -8,16 +8,16 @@
 
 use super::catalogue::Catalogue;
 use super::results::{self, ResultLimits, Validation};
+use crate::error::CallError;
 use crate::interactions::CallContext;
 use serde_json::Value;
 use switchyard_common::audit::Audit;
 use switchyard_proto::v1::{Attachment, SidecarCallResponse};
-use tonic::Status;
 
 /// Processes raw results: the stage A result processing
 /// ([`crate::tools::results`]), outputSchema validation against the
 /// [`Catalogue`]'s validators, and the `tool.result` audit record. Shared
-/// by foreground calls and background calls ([`crate::tasks`]).
+/// by foreground calls and background calls ([`crate::background`]).
 #[derive(Debug, Clone)]
 pub struct Responder {
     /// The server's catalogue (validators, hints, tool definitions).
@@ -40,17 +40,17 @@ impl Default for Responder {
 
 impl Responder {
     /// The response for a raw result of `tool` called in `context`, and the
-    /// audit record. Errors: `INTERNAL` when the result cannot be
-    /// serialised.
+    /// audit record. Errors: [`CallError::Internal`] when the result cannot
+    /// be serialised.
     pub fn respond(
         &self,
         server: &str,
         tool: &str,
         context: &CallContext,
         result: &Value,
-    ) -> Result<SidecarCallResponse, Status> {
+    ) -> Result<SidecarCallResponse, CallError> {
         let result_json = serde_json::to_string(result)
-            .map_err(|e| Status::internal(format!("cannot serialise the result: {e}")))?;
+            .map_err(|e| CallError::internal(format!("cannot serialise the result: {e}")))?;
         let processed = results::process(result, &self.limits);
         let validation = self.catalogue.validators().validate(tool, &processed);
         if let Validation::Invalid(errors) = &validation {

@@ -85,7 +85,7 @@ pub fn modern_meta(config: &UpstreamConfig) -> Map<String, Value> {
 /// carried under those keys, except that the `extensions` of a
 /// `clientCapabilities` it already carries are kept and merged into ours:
 /// extension capabilities are declared per request (SEP-2663: the tasks
-/// stage, [`crate::tasks`], declares `io.modelcontextprotocol/tasks` on the
+/// stage, [`crate::background`], declares `io.modelcontextprotocol/tasks` on the
 /// requests that can handle a task).
 pub fn apply_modern_meta(meta: &mut Map<String, Value>, config: &UpstreamConfig) {
     apply_meta(meta, &modern_meta(config));
