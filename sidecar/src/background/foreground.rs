@@ -1,7 +1,7 @@
 //! A call planned as an MCP task ([`super::Plan::Task`]): the task is
 //! created with the `tools/call` (augmented for its era, `ttl` = the
 //! background call's maximum duration; stage A's [`RetrySafe`] applies),
-//! then polled in the foreground ([`Tasks::look`] at the clamped interval)
+//! then polled in the foreground (`Tasks::look` at the clamped interval)
 //! until its foreground window ends. A task done by then is answered like
 //! a normal call (the same result processing). Not done in time, a call
 //! that may move is registered with the control plane (status, this

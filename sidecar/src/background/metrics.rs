@@ -1,7 +1,7 @@
 //! The metrics of background calls:
 //! `switchyard_sidecar_task_polls_total{server,outcome}` (`tasks/get`
 //! polls) and the gauge `switchyard_sidecar_background_calls{server,mode,status}`
-//! (the calls this sidecar polls or holds, kept by one [`LiveGauge`] per
+//! (the calls this sidecar polls or holds, kept by one `LiveGauge` per
 //! call).
 
 use super::protocol::status;

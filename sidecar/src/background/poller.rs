@@ -1,4 +1,4 @@
-//! Polling MCP tasks. [`Tasks::look`] is the one poll step, shared by the
+//! Polling MCP tasks. `Tasks::look` is the one poll step, shared by the
 //! foreground (`super::foreground`) and the background poller: a
 //! terminal task's result is fetched (2025: `tasks/result`; 2026: `result`
 //! or `error` inline in `tasks/get`); an `input_required` task's questions
@@ -11,7 +11,7 @@
 //! server's `pollInterval`/`pollIntervalMs` clamped to [`task_poll_min_ms`,
 //! 5 min], 30 s when absent ([`clamp_poll_interval`]).
 //!
-//! The background poller ([`Polled`]) is one tokio task per live call,
+//! The background poller (`Polled`) is one tokio task per live call,
 //! sleeping until its next poll (10,000 live calls cost 10,000 sleeping
 //! tasks and their timers), on the connection that created the task (its
 //! [`Lease`] is held while the task lives). Changes (status,

@@ -4,7 +4,7 @@
 //! backoff until acknowledged (the control client reconnects, reaching
 //! another replica); registering a call about to move gives up after
 //! `REGISTER_LIMIT` (30 s). A finished call's record carries the processed
-//! result ([`Tasks::terminal_record`], the same result processing as a
+//! result (`Tasks::terminal_record`, the same result processing as a
 //! foreground call's).
 
 use super::protocol::status;

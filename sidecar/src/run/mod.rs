@@ -1,5 +1,5 @@
 //! `switchyard-sidecar run`: the sidecar as a service. It serves
-//! `SidecarCalls` over gRPC ([`crate::service`]), registers with the control
+//! `SidecarCalls` over gRPC ([`crate::api`]), registers with the control
 //! plane and keeps the report stream open ([`report`]), serves
 //! `/metrics`, `/healthz` and `/readyz` ([`crate::http_endpoints`]), and on
 //! SIGINT/SIGTERM turns not ready, reports `draining` to the control plane

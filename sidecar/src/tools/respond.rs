@@ -1,13 +1,14 @@
-//! The last steps of a call, shared by foreground calls and background
-//! calls ([`crate::background`]): a raw `CallToolResult` is processed
-//! ([`super::results::process`]: model text, attachments, structured
-//! content), validated against the tool's `outputSchema` (the
-//! [`Catalogue`]'s validators; an invalid result is still delivered, with
-//! its validation errors), written to the audit log as a `tool.result`
-//! record (docs/sidecar.md, "Audit"), and turned into the call's response.
+//! The last two steps of a call ([`crate::call`]), shared by foreground
+//! calls and background calls ([`crate::background`]): **results**, a raw
+//! `CallToolResult` processed ([`super::results::process`]: model text,
+//! attachments, structured content) and validated against the tool's
+//! `outputSchema` (the [`Catalogue`]'s validators; an invalid result is
+//! still delivered, with its validation errors); then **respond**, the
+//! `tool.result` audit record (docs/sidecar.md, "Audit") and the call's
+//! response.
 
 use super::catalogue::Catalogue;
-use super::results::{self, ResultLimits, Validation};
+use super::results::{self, Processed, ResultLimits, Validation};
 use crate::error::CallError;
 use crate::interactions::CallContext;
 use serde_json::Value;
@@ -38,17 +39,26 @@ impl Default for Responder {
     }
 }
 
+/// A raw result processed and validated ([`Responder::results`]), ready to
+/// be recorded and answered ([`Responder::response`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Results {
+    /// The raw `CallToolResult` as JSON text, exactly as the server sent it.
+    pub result_json: String,
+    /// What the model reads, the attachments and the structured content.
+    pub processed: Processed,
+    /// How the structured content held up against the tool's
+    /// `outputSchema`.
+    pub validation: Validation,
+}
+
 impl Responder {
-    /// The response for a raw result of `tool` called in `context`, and the
-    /// audit record. Errors: [`CallError::Internal`] when the result cannot
-    /// be serialised.
-    pub fn respond(
-        &self,
-        server: &str,
-        tool: &str,
-        context: &CallContext,
-        result: &Value,
-    ) -> Result<SidecarCallResponse, CallError> {
+    /// Step 4 of a call: processes `result`, the raw `CallToolResult` of
+    /// `server`'s `tool` ([`super::results::process`]), and validates its
+    /// structured content against the tool's `outputSchema` (an invalid
+    /// result is still delivered, with a warning). Errors:
+    /// [`CallError::Internal`] when the result cannot be serialised.
+    pub fn results(&self, server: &str, tool: &str, result: &Value) -> Result<Results, CallError> {
         let result_json = serde_json::to_string(result)
             .map_err(|e| CallError::internal(format!("cannot serialise the result: {e}")))?;
         let processed = results::process(result, &self.limits);
@@ -56,6 +66,27 @@ impl Responder {
         if let Validation::Invalid(errors) = &validation {
             tracing::warn!(%server, %tool, ?errors, "structuredContent does not match the tool's outputSchema; delivered anyway");
         }
+        Ok(Results {
+            result_json,
+            processed,
+            validation,
+        })
+    }
+
+    /// Step 5 of a call: writes the `tool.result` audit record of `tool`
+    /// called in `context` and returns the call's response.
+    pub fn response(
+        &self,
+        server: &str,
+        tool: &str,
+        context: &CallContext,
+        results: Results,
+    ) -> SidecarCallResponse {
+        let Results {
+            result_json,
+            processed,
+            validation,
+        } = results;
         let validation_errors = validation.errors();
         if self.audit.enabled() {
             let hints = self.catalogue.hints(tool);
@@ -80,7 +111,7 @@ impl Responder {
                     .map(|s| results::audit_structured(s, results::AUDIT_STRUCTURED_MAX)),
             });
         }
-        Ok(SidecarCallResponse {
+        SidecarCallResponse {
             result_json,
             model_text: processed.model_text,
             attachments: processed
@@ -101,7 +132,20 @@ impl Responder {
             validation_errors,
             background: None,
             is_error: processed.is_error,
-        })
+        }
+    }
+
+    /// Steps 4 and 5 at once ([`Responder::results`], then
+    /// [`Responder::response`]), as a background call's end needs them.
+    pub fn respond(
+        &self,
+        server: &str,
+        tool: &str,
+        context: &CallContext,
+        result: &Value,
+    ) -> Result<SidecarCallResponse, CallError> {
+        let results = self.results(server, tool, result)?;
+        Ok(self.response(server, tool, context, results))
     }
 }
 
