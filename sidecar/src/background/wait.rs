@@ -7,7 +7,11 @@
 //! (the processed result, or failed). It is lost when the sidecar restarts
 //! (the control plane fails it, [`Tasks::adopt`]). The held request is
 //! bounded by the server's `request_timeout_sec` like any, and by the
-//! background call's maximum duration.
+//! background call's maximum duration. A retry-safe call whose server
+//! exits is sent again once, in the foreground window or after it moved
+//! (stage A's [`RetrySafe`]).
+//!
+//! [`RetrySafe`]: crate::tools::retry::RetrySafe
 
 use super::metrics::LiveGauge;
 use super::protocol::{error_object, status};
@@ -45,7 +49,7 @@ impl Tasks {
             policy: _,
             started,
             deadline,
-            retry: _,
+            retry,
         } = call;
         let upstream = lease.upstream().clone();
         let server = upstream.name().to_owned();
@@ -55,9 +59,11 @@ impl Tasks {
         // The call runs here during the foreground window (most calls end
         // within it); only one that outlives it moves into its own task.
         // Dropping it (the engine went away, or the limit passed) cancels
-        // the upstream request.
+        // the upstream request. Stage A's retry holds on this path too.
         let mut call = Box::pin(async move {
-            let result = lease.upstream().call_tool_in(params, &held_context).await;
+            let result = retry
+                .call_tool(lease.upstream(), params, &held_context)
+                .await;
             drop(lease);
             result
         });
