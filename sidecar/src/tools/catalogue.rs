@@ -1,6 +1,7 @@
 //! The sidecar's view of its server's catalogue: the compiled `outputSchema`
-//! validators of the current tool list ([`Catalogue`], shared by the call
-//! service and the upstream watcher) and the coalescing of
+//! validators of the current tool list and the effective hints the control
+//! plane pushed ([`Catalogue`], shared by the call pipeline and the
+//! upstream watcher, [`super::watch`]) and the coalescing of
 //! `notifications/tools/list_changed` ([`Coalescer`]).
 //!
 //! Validators are compiled once per catalogue: [`Catalogue::update`] only

@@ -31,7 +31,7 @@ pub struct UpstreamView {
     /// The catalogue of the current connection; `None` while disconnected.
     pub catalogue: watch::Receiver<Option<CatalogueSnapshot>>,
     /// Where effective hints pushed by the control plane are kept (shared
-    /// with the call service).
+    /// with the call pipeline).
     pub settings: Catalogue,
 }
 
