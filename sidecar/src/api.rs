@@ -29,7 +29,7 @@ use crate::tools::catalogue::Catalogue;
 use crate::tools::respond::Responder;
 use crate::tools::results::ResultLimits;
 use crate::upstream::{Upstream, UpstreamError};
-use serde_json::{Value, json};
+use serde_json::Value;
 use switchyard_common::audit::Audit;
 use switchyard_proto::calls::{self, SidecarCallFrames};
 use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
@@ -308,22 +308,11 @@ pub fn status(error: CallError) -> Status {
 /// is `INTERNAL`. Messages are the error's text, which names the server.
 pub fn status_of(error: &UpstreamError) -> Status {
     match error {
-        UpstreamError::Rpc {
-            code,
-            message,
-            data,
-            ..
-        } => {
-            let mut object = json!({"code": code, "message": message});
-            if let Some(data) = data {
-                object["data"] = data.clone();
-            }
-            Status::with_details(
-                Code::FailedPrecondition,
-                error.to_string(),
-                bytes::Bytes::from(object.to_string()),
-            )
-        }
+        UpstreamError::Rpc { .. } => Status::with_details(
+            Code::FailedPrecondition,
+            error.to_string(),
+            bytes::Bytes::from(error.error_object().unwrap_or_default().to_string()),
+        ),
         UpstreamError::Exited { .. }
         | UpstreamError::Spawn { .. }
         | UpstreamError::Io { .. }
@@ -341,6 +330,7 @@ pub fn status_of(error: &UpstreamError) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use std::time::Duration;
 
     #[test]

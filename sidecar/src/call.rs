@@ -144,22 +144,14 @@ impl Pipeline {
         call: Call,
         retry: RetrySafe,
     ) -> Result<SidecarCallResponse, CallError> {
-        let Call {
-            params,
-            context,
-            background,
-            started,
-            deadline,
-            ..
-        } = call;
-        tracing::debug!(server = %lease.upstream().name(), tool = %context.tool, ?plan, session = %context.session_id, "call through the tasks machinery");
+        tracing::debug!(server = %lease.upstream().name(), tool = %call.context.tool, ?plan, session = %call.context.session_id, "call through the tasks machinery");
         let call = TaskCall {
             lease,
-            params,
-            context,
-            policy: background,
-            started,
-            deadline,
+            params: call.params,
+            context: call.context,
+            policy: call.background,
+            started: call.started,
+            deadline: call.deadline,
             retry,
         };
         // Boxed: the tasks machinery's future is large, and plain calls

@@ -14,20 +14,19 @@
 //!
 //! [`RetrySafe`]: crate::tools::retry::RetrySafe
 
-use super::poller::{Look, Polled, clamp_poll_interval};
+use super::poller::{Followed, Look, Polled, clamp_poll_interval};
 use super::protocol::{
     MAX_TASK_ID_BYTES, augment, cancel_task, created_task, is_not_found, protocol_version, status,
 };
-use super::{Finish, Initiators, TaskCall, Tasks};
+use super::{Finish, Initiators, TaskCall, Tasks, moved};
 use crate::error::CallError;
-use crate::interactions::CallContext;
 use crate::upstream::{Era, Upstream, UpstreamError};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
 use switchyard_common::time::now_ms;
 use switchyard_mcp::meta;
-use switchyard_proto::v1::{BackgroundCall, SidecarCallResponse};
+use switchyard_proto::v1::SidecarCallResponse;
 use tokio::time::Instant;
 
 /// Cancels a foreground task when the call is dropped before it finished
@@ -112,7 +111,7 @@ impl Tasks {
             },
             None => create.await,
         }?;
-        let mut state = match created_task(&created) {
+        let state = match created_task(&created) {
             None => {
                 return self
                     .inner
@@ -154,29 +153,26 @@ impl Tasks {
             armed: Some((upstream.clone(), era, state.task_id.clone())),
             initiators: self.initiators().clone(),
         };
-        let mut answered = HashSet::new();
+        let mut task = Followed {
+            upstream: upstream.clone(),
+            era,
+            state,
+            context,
+            answered: HashSet::new(),
+        };
         // Foreground polling.
         loop {
-            match self
-                .look(
-                    &upstream,
-                    era,
-                    &mut state,
-                    &context,
-                    deadline,
-                    &mut answered,
-                )
-                .await
-            {
+            match self.look(&mut task, deadline).await {
                 Ok(Look::Done(finish)) => {
                     guard.disarm();
-                    self.initiators().remove(&state.task_id);
-                    let task_id = state.task_id;
+                    self.initiators().remove(&task.state.task_id);
+                    let task_id = task.state.task_id;
                     return match finish {
-                        Finish::Completed(result) => self
-                            .inner
-                            .responder
-                            .respond(&server, &tool, &context, &result),
+                        Finish::Completed(result) => {
+                            self.inner
+                                .responder
+                                .respond(&server, &tool, &task.context, &result)
+                        }
                         Finish::Failed { message, error } => Err(CallError::TaskFailed {
                             server,
                             tool,
@@ -200,10 +196,11 @@ impl Tasks {
                 }
                 Ok(Look::Running) => {}
                 Err(e) => {
-                    tracing::info!(%server, task = %state.task_id, error = %e, "polling the task failed; retrying at the next poll");
+                    tracing::info!(%server, task = %task.state.task_id, error = %e, "polling the task failed; retrying at the next poll");
                 }
             }
-            let interval = clamp_poll_interval(state.poll_interval_ms, self.settings().poll_min);
+            let interval =
+                clamp_poll_interval(task.state.poll_interval_ms, self.settings().poll_min);
             let next = Instant::now() + interval;
             match deadline {
                 Some(d) if next >= d => {
@@ -212,23 +209,23 @@ impl Tasks {
                 }
                 _ => tokio::time::sleep_until(next).await,
             }
-            if let Err(e) = self.refresh(&upstream, era, &mut state).await {
+            if let Err(e) = self.refresh(&mut task).await {
                 if matches!(e, UpstreamError::MessageTooLarge { .. }) {
                     // `guard` cancels the task: its state will not shrink.
-                    self.initiators().remove(&state.task_id);
+                    self.initiators().remove(&task.state.task_id);
                     return Err(e.into());
                 }
                 if is_not_found(&e) {
                     guard.disarm();
-                    self.initiators().remove(&state.task_id);
+                    self.initiators().remove(&task.state.task_id);
                     return Err(CallError::TaskNotFound {
                         server,
                         tool,
-                        task_id: state.task_id,
+                        task_id: task.state.task_id,
                         detail: e.to_string(),
                     });
                 }
-                tracing::info!(%server, task = %state.task_id, error = %e, "tasks/get failed; retrying at the next poll");
+                tracing::info!(%server, task = %task.state.task_id, error = %e, "tasks/get failed; retrying at the next poll");
             }
         }
         // The foreground window is over.
@@ -238,37 +235,24 @@ impl Tasks {
             return Err(Self::limit_error(&server, &tool, policy.as_ref(), window));
         };
         // Move to the background.
-        let interval = clamp_poll_interval(state.poll_interval_ms, self.settings().poll_min);
-        let now = now_ms();
-        let record = BackgroundCall {
-            id: policy.background_call_id.clone(),
-            server: server.clone(),
-            tool: tool.clone(),
-            engine_tool: policy.engine_tool.clone(),
-            session_id: context.session_id.clone(),
-            run_id: context.run_id.clone(),
-            mode: "task".into(),
-            task_id: state.task_id.clone(),
-            status: if status::is_terminal(&state.status) {
-                status::WORKING.into()
-            } else {
-                state.status.clone()
-            },
-            status_message: state.status_message.clone().unwrap_or_default(),
+        let interval = clamp_poll_interval(task.state.poll_interval_ms, self.settings().poll_min);
+        let mut record = self.moving_record(
+            &policy,
+            &server,
+            &tool,
+            &task.context,
+            "task",
             created_at_ms,
-            updated_at_ms: now,
-            poll_after_ms: now + interval.as_millis() as i64,
-            poll_interval_ms: interval.as_millis() as u64,
-            deadline_ms: if policy.max_duration_ms > 0 {
-                created_at_ms + policy.max_duration_ms as i64
-            } else {
-                0
-            },
-            sidecar_id: self.settings().sidecar_id.clone(),
-            immediate_response: immediate,
-            protocol_version: protocol_version(&upstream, era),
-            ..Default::default()
-        };
+        );
+        record.task_id = task.state.task_id.clone();
+        if !status::is_terminal(&task.state.status) {
+            record.status = task.state.status.clone();
+        }
+        record.status_message = task.state.status_message.clone().unwrap_or_default();
+        record.poll_after_ms = record.updated_at_ms + interval.as_millis() as i64;
+        record.poll_interval_ms = interval.as_millis() as u64;
+        record.immediate_response = immediate;
+        record.protocol_version = protocol_version(&upstream, era);
         // From here the move completes even if the engine's call goes away
         // meanwhile: registered records are always polled.
         guard.disarm();
@@ -276,25 +260,19 @@ impl Tasks {
         let this = self.clone();
         tokio::spawn(async move {
             let Some(stored) = this.register(record.clone()).await else {
-                this.initiators().remove(&state.task_id);
-                let _ = cancel_task(&upstream, era, &state.task_id).await;
+                this.initiators().remove(&task.state.task_id);
+                let _ = task.cancel().await;
                 let _ = tx.send(Err(CallError::NotMoved { server, tool }));
                 return;
             };
-            tracing::info!(%server, %tool, task = %state.task_id, id = %record.id, "moved to the background");
-            let background_context = CallContext {
-                run_id: String::new(),
-                ..context
-            };
+            tracing::info!(%server, %tool, task = %task.state.task_id, id = %record.id, "moved to the background");
+            task.context.run_id.clear();
             this.initiators()
-                .set(&state.task_id, background_context.clone());
+                .set(&task.state.task_id, task.context.clone());
             this.start_poller(Polled {
                 record,
-                era,
                 lease,
-                state,
-                context: background_context,
-                answered,
+                task,
                 first: Instant::now() + interval,
             });
             let _ = tx.send(Ok(stored));
@@ -302,9 +280,6 @@ impl Tasks {
         let stored = rx
             .await
             .map_err(|_| CallError::internal("moving the call to the background failed"))??;
-        Ok(SidecarCallResponse {
-            background: Some(stored),
-            ..Default::default()
-        })
+        Ok(moved(stored))
     }
 }

@@ -62,7 +62,7 @@ use crate::pool::{Lease, SessionPool};
 use crate::tools::respond::Responder;
 use crate::tools::retry::RetrySafe;
 use crate::upstream::{Era, Upstream, UpstreamError};
-use poller::Polled;
+use poller::{Followed, Polled};
 use protocol::cancel_task as cancel_upstream_task;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -157,6 +157,15 @@ pub enum Plan {
     Task(Era),
     /// Held (wait mode): the tool has no task support.
     Wait,
+}
+
+/// The answer to a call that moved to the background: the record as the
+/// control plane stored it, the result fields empty.
+fn moved(stored: BackgroundCall) -> SidecarCallResponse {
+    SidecarCallResponse {
+        background: Some(stored),
+        ..Default::default()
+    }
 }
 
 /// One call the tasks machinery runs ([`Tasks::call`]), as the pipeline
@@ -368,6 +377,40 @@ impl Tasks {
         }
     }
 
+    /// The record of a call of `server`'s `tool` in `context`, started at
+    /// `created_at_ms`, about to move under `policy` in `mode` (`task` or
+    /// `wait`): working, owned by this sidecar; the mode's own fields are
+    /// the caller's to fill in.
+    fn moving_record(
+        &self,
+        policy: &BackgroundPolicy,
+        server: &str,
+        tool: &str,
+        context: &CallContext,
+        mode: &str,
+        created_at_ms: i64,
+    ) -> BackgroundCall {
+        BackgroundCall {
+            id: policy.background_call_id.clone(),
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+            engine_tool: policy.engine_tool.clone(),
+            session_id: context.session_id.clone(),
+            run_id: context.run_id.clone(),
+            mode: mode.into(),
+            status: status::WORKING.into(),
+            created_at_ms,
+            updated_at_ms: now_ms(),
+            deadline_ms: if policy.max_duration_ms > 0 {
+                created_at_ms + policy.max_duration_ms as i64
+            } else {
+                0
+            },
+            sidecar_id: self.settings().sidecar_id.clone(),
+            ..Default::default()
+        }
+    }
+
     /// The foreground window of a call (see the module docs): `None`, no
     /// bound, for a call without a policy or a deadline.
     fn window(
@@ -539,13 +582,17 @@ impl Tasks {
             let wait = Duration::from_millis((call.poll_after_ms - now_ms()).max(0) as u64);
             call.sidecar_id = self.settings().sidecar_id.clone();
             tracing::info!(id = %call.id, task = %call.task_id, in_ms = wait.as_millis() as u64, "adopted a background call");
-            self.start_poller(Polled {
-                record: call,
+            let task = Followed {
+                upstream: lease.upstream().clone(),
                 era,
-                lease,
                 state,
                 context,
                 answered: HashSet::new(),
+            };
+            self.start_poller(Polled {
+                record: call,
+                lease,
+                task,
                 first: Instant::now() + wait,
             });
         }

@@ -25,8 +25,8 @@
 
 use super::metrics::LiveGauge;
 use super::protocol::{
-    MAX_TASK_INPUT_REQUESTS, TaskState, cancel_task, error_object, excerpt, get_task, is_not_found,
-    status, task_params,
+    MAX_TASK_INPUT_REQUESTS, TaskState, cancel_task, excerpt, get_task, is_not_found, status,
+    task_params,
 };
 use super::{Finish, Live, Tasks};
 use crate::interactions::{CallContext, mrtr};
@@ -72,34 +72,52 @@ pub(super) enum Look {
     Done(Finish),
 }
 
-/// A task-mode call polled in the background ([`Tasks::start_poller`]).
-pub(super) struct Polled {
-    /// Its record, as registered (or adopted).
-    pub record: BackgroundCall,
+/// A task being followed, in the foreground or the background: what the
+/// poll step reads and updates.
+pub(super) struct Followed {
+    /// The connection the task lives on: the one that created it, or a
+    /// fresh lease of the call's session for an adopted call.
+    pub upstream: Upstream,
     /// The task's era.
     pub era: Era,
-    /// The connection polled: the one that created the task, or a fresh
-    /// lease of the call's session for an adopted call.
-    pub lease: Lease,
     /// The task as last seen.
     pub state: TaskState,
     /// Whose the task is; the run is empty once in the background.
     pub context: CallContext,
     /// The 2026 `inputRequests` keys answered so far.
     pub answered: HashSet<String>,
+}
+
+impl Followed {
+    /// `tasks/cancel` for the task (the caller decides whether the answer
+    /// matters).
+    pub(super) async fn cancel(&self) -> Result<(), UpstreamError> {
+        cancel_task(&self.upstream, self.era, &self.state.task_id).await
+    }
+}
+
+/// A task-mode call polled in the background ([`Tasks::start_poller`]).
+pub(super) struct Polled {
+    /// Its record, as registered (or adopted).
+    pub record: BackgroundCall,
+    /// The connection's lease, held while the task lives.
+    pub lease: Lease,
+    /// The task.
+    pub task: Followed,
     /// When to poll first.
     pub first: Instant,
 }
 
 impl Tasks {
     /// `tasks/get` into `state`.
-    pub(super) async fn refresh(
-        &self,
-        upstream: &Upstream,
-        era: Era,
-        state: &mut TaskState,
-    ) -> Result<(), UpstreamError> {
-        let result = get_task(upstream, era, &state.task_id).await;
+    pub(super) async fn refresh(&self, task: &mut Followed) -> Result<(), UpstreamError> {
+        let Followed {
+            upstream,
+            era,
+            state,
+            ..
+        } = task;
+        let result = get_task(upstream, *era, &state.task_id).await;
         self.metrics().poll(
             upstream.name(),
             match &result {
@@ -119,13 +137,17 @@ impl Tasks {
     /// other failures worth retrying at the next poll.
     pub(super) async fn look(
         &self,
-        upstream: &Upstream,
-        era: Era,
-        state: &mut TaskState,
-        context: &CallContext,
+        task: &mut Followed,
         deadline: Option<Instant>,
-        answered: &mut HashSet<String>,
     ) -> Result<Look, UpstreamError> {
+        let Followed {
+            upstream,
+            era,
+            state,
+            context,
+            answered,
+        } = task;
+        let (upstream, era) = (&*upstream, *era);
         let message = || state.status_message.clone().unwrap_or_default();
         match (state.status.as_str(), era) {
             (status::CANCELLED, _) => Ok(Look::Done(Finish::Cancelled(message()))),
@@ -183,7 +205,7 @@ impl Tasks {
                             UpstreamError::Rpc { message, .. } => message.clone(),
                             _ => unreachable!(),
                         },
-                        error: error_object(&e),
+                        error: e.error_object(),
                     })),
                     // A long wait for the user: not a failure.
                     Err(UpstreamError::Timeout { .. })
@@ -297,8 +319,8 @@ impl Tasks {
         let shared = Arc::new(Mutex::new(polled.record.clone()));
         let id = polled.record.id.clone();
         let task_id = polled.record.task_id.clone();
-        let task_upstream = polled.lease.upstream().clone();
-        let era = polled.era;
+        let task_upstream = polled.task.upstream.clone();
+        let era = polled.task.era;
         let this = self.clone();
         let poller_shared = shared.clone();
         // Spawned under the lock, so a cancellation finds the abort handle
@@ -324,14 +346,10 @@ impl Tasks {
     async fn poll_loop(self, shared: Arc<Mutex<BackgroundCall>>, polled: Polled) {
         let Polled {
             record: _,
-            era,
             lease,
-            mut state,
-            context,
-            mut answered,
+            mut task,
             first: mut next,
         } = polled;
-        let upstream = lease.upstream().clone();
         let mut record = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let id = record.id.clone();
         let server = record.server.clone();
@@ -339,7 +357,7 @@ impl Tasks {
         let finish = loop {
             tokio::time::sleep_until(next).await;
             if record.deadline_ms > 0 && now_ms() >= record.deadline_ms {
-                let _ = cancel_task(&upstream, era, &state.task_id).await;
+                let _ = task.cancel().await;
                 break Finish::Failed {
                     message: "the background call passed its maximum duration (backgroundCalls.maxDurationSec)".into(),
                     error: None,
@@ -351,24 +369,24 @@ impl Tasks {
             });
             let mut changed = false;
             let mut failure = None;
-            match self.refresh(&upstream, era, &mut state).await {
+            match self.refresh(&mut task).await {
                 // A poll error is cleared only when the whole poll worked
                 // (below): a `tasks/get` that works followed by a
                 // `tasks/result` or `tasks/update` that keeps failing is a
                 // continuous failure.
                 Ok(()) => {
                     let interval =
-                        clamp_poll_interval(state.poll_interval_ms, self.settings().poll_min);
+                        clamp_poll_interval(task.state.poll_interval_ms, self.settings().poll_min);
                     let interval_ms = interval.as_millis() as u64;
-                    let message = state.status_message.clone().unwrap_or_default();
+                    let message = task.state.status_message.clone().unwrap_or_default();
                     // A terminal status is reported with its result, below.
-                    if !status::is_terminal(&state.status)
-                        && (record.status != state.status
+                    if !status::is_terminal(&task.state.status)
+                        && (record.status != task.state.status
                             || record.status_message != message
                             || record.poll_interval_ms != interval_ms)
                     {
                         changed = true;
-                        record.status = state.status.clone();
+                        record.status = task.state.status.clone();
                         record.status_message = message;
                         record.poll_interval_ms = interval_ms;
                     }
@@ -376,7 +394,7 @@ impl Tasks {
                 Err(e) if is_not_found(&e) => break Finish::NotFound(e.to_string()),
                 // The task's state will not shrink: polling again is futile.
                 Err(e @ UpstreamError::MessageTooLarge { .. }) => {
-                    let _ = cancel_task(&upstream, era, &state.task_id).await;
+                    let _ = task.cancel().await;
                     break Finish::Failed {
                         message: e.to_string(),
                         error: None,
@@ -384,26 +402,17 @@ impl Tasks {
                 }
                 Err(e) => failure = Some(e),
             }
-            let interval = clamp_poll_interval(state.poll_interval_ms, self.settings().poll_min);
+            let interval =
+                clamp_poll_interval(task.state.poll_interval_ms, self.settings().poll_min);
             // Changes are reported before acting on them: a 2025
             // input_required task blocks in tasks/result while the user is
             // asked.
             if changed && self.report_change(&mut record, &shared, &mut gauge).await {
-                self.stop(&upstream, era, &record, &state.task_id).await;
+                self.stop(&task, &record).await;
                 return;
             }
             if failure.is_none() {
-                match self
-                    .look(
-                        &upstream,
-                        era,
-                        &mut state,
-                        &context,
-                        deadline,
-                        &mut answered,
-                    )
-                    .await
-                {
+                match self.look(&mut task, deadline).await {
                     Ok(Look::Done(f)) => break f,
                     Ok(Look::Running) => {}
                     Err(e) if is_not_found(&e) => break Finish::NotFound(e.to_string()),
@@ -419,7 +428,7 @@ impl Tasks {
                 record.last_poll_error = e.to_string();
                 let failing =
                     Duration::from_millis((now - record.poll_error_since_ms).max(0) as u64);
-                tracing::info!(%server, %id, task = %state.task_id, error = %e, failing_s = failing.as_secs(), "polling the task failed; retrying at the next poll");
+                tracing::info!(%server, %id, task = %task.state.task_id, error = %e, failing_s = failing.as_secs(), "polling the task failed; retrying at the next poll");
                 if failing >= self.settings().failure_limit {
                     break Finish::Failed {
                         message: format!(
@@ -430,29 +439,29 @@ impl Tasks {
                     };
                 }
                 if first && self.report_change(&mut record, &shared, &mut gauge).await {
-                    self.stop(&upstream, era, &record, &state.task_id).await;
+                    self.stop(&task, &record).await;
                     return;
                 }
             } else if record.poll_error_since_ms != 0 {
                 record.poll_error_since_ms = 0;
                 record.last_poll_error.clear();
                 if self.report_change(&mut record, &shared, &mut gauge).await {
-                    self.stop(&upstream, era, &record, &state.task_id).await;
+                    self.stop(&task, &record).await;
                     return;
                 }
             }
             next = Instant::now() + interval;
             record.poll_after_ms = now_ms() + interval.as_millis() as i64;
         };
-        if let Some(message) = &state.status_message {
+        if let Some(message) = &task.state.status_message {
             record.status_message = message.clone();
         }
-        let terminal = self.terminal_record(record, finish, &context);
+        let terminal = self.terminal_record(record, finish, &task.context);
         gauge.set(&terminal.status);
         *shared.lock().unwrap_or_else(|e| e.into_inner()) = terminal.clone();
-        tracing::info!(%server, %id, task = %state.task_id, status = %terminal.status, "background call finished");
+        tracing::info!(%server, %id, task = %task.state.task_id, status = %terminal.status, "background call finished");
         self.report(&terminal).await;
-        self.initiators().remove(&state.task_id);
+        self.initiators().remove(&task.state.task_id);
         self.lock().remove(&id);
         drop(lease);
     }
@@ -481,17 +490,11 @@ impl Tasks {
 
     /// Stops polling `record`, final in the store: a cancelled task is
     /// cancelled on the server too (best effort).
-    pub(super) async fn stop(
-        &self,
-        upstream: &Upstream,
-        era: Era,
-        record: &BackgroundCall,
-        task_id: &str,
-    ) {
+    pub(super) async fn stop(&self, task: &Followed, record: &BackgroundCall) {
         if record.status == status::CANCELLED {
-            let _ = cancel_task(upstream, era, task_id).await;
+            let _ = task.cancel().await;
         }
-        self.initiators().remove(task_id);
+        self.initiators().remove(&task.state.task_id);
         self.lock().remove(&record.id);
     }
 }

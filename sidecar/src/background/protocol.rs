@@ -244,25 +244,6 @@ pub fn is_not_found(error: &UpstreamError) -> bool {
     }
 }
 
-/// A JSON-RPC error object from an [`UpstreamError::Rpc`].
-pub(super) fn error_object(e: &UpstreamError) -> Option<Value> {
-    match e {
-        UpstreamError::Rpc {
-            code,
-            message,
-            data,
-            ..
-        } => {
-            let mut o = json!({"code": code, "message": message});
-            if let Some(d) = data {
-                o["data"] = d.clone();
-            }
-            Some(o)
-        }
-        _ => None,
-    }
-}
-
 /// The protocol version a task of `era` runs in.
 pub(super) fn protocol_version(upstream: &Upstream, era: Era) -> String {
     match upstream.negotiated() {

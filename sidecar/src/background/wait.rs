@@ -14,14 +14,14 @@
 //! [`RetrySafe`]: crate::tools::retry::RetrySafe
 
 use super::metrics::LiveGauge;
-use super::protocol::{error_object, status};
-use super::{Finish, Live, TaskCall, Tasks};
+use super::protocol::status;
+use super::{Finish, Live, TaskCall, Tasks, moved};
 use crate::error::CallError;
 use crate::interactions::CallContext;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_common::time::now_ms;
-use switchyard_proto::v1::{BackgroundCall, BackgroundPolicy, SidecarCallResponse};
+use switchyard_proto::v1::{BackgroundPolicy, SidecarCallResponse};
 use tokio::task::AbortHandle;
 
 /// Aborts a held call when dropped armed.
@@ -46,10 +46,10 @@ impl Tasks {
             lease,
             params,
             context,
-            policy: _,
             started,
             deadline,
             retry,
+            ..
         } = call;
         let upstream = lease.upstream().clone();
         let server = upstream.name().to_owned();
@@ -102,30 +102,12 @@ impl Tasks {
             let _ = tx.send(call.await);
         });
         let mut guard = AbortGuard(Some(held.abort_handle()));
-        let now = now_ms();
-        let record = BackgroundCall {
-            id: policy.background_call_id.clone(),
-            server: server.clone(),
-            tool: tool.clone(),
-            engine_tool: policy.engine_tool.clone(),
-            session_id: context.session_id.clone(),
-            run_id: context.run_id.clone(),
-            mode: "wait".into(),
-            status: status::WORKING.into(),
-            created_at_ms,
-            updated_at_ms: now,
-            deadline_ms: if policy.max_duration_ms > 0 {
-                created_at_ms + policy.max_duration_ms as i64
-            } else {
-                0
-            },
-            sidecar_id: self.settings().sidecar_id.clone(),
-            protocol_version: upstream
-                .negotiated()
-                .map(|n| n.protocol_version)
-                .unwrap_or_default(),
-            ..Default::default()
-        };
+        let mut record =
+            self.moving_record(&policy, &server, &tool, &context, "wait", created_at_ms);
+        record.protocol_version = upstream
+            .negotiated()
+            .map(|n| n.protocol_version)
+            .unwrap_or_default();
         // From here the move completes even if the engine's call goes away
         // meanwhile (see `call_task`).
         let shared = Arc::new(Mutex::new(record.clone()));
@@ -166,7 +148,7 @@ impl Tasks {
                 let finish = tokio::select! {
                     r = rx => match r {
                         Ok(Ok(result)) => Finish::Completed(result),
-                        Ok(Err(e)) => Finish::Failed { message: e.to_string(), error: error_object(&e) },
+                        Ok(Err(e)) => Finish::Failed { message: e.to_string(), error: e.error_object() },
                         Err(_) => Finish::Failed { message: "the held call ended without an answer".into(), error: None },
                     },
                     () = until_deadline => {
@@ -198,9 +180,6 @@ impl Tasks {
         let stored = moved_rx.await.map_err(|_| CallError::Cancelled {
             reason: "the held call was cancelled while moving",
         })??;
-        Ok(SidecarCallResponse {
-            background: Some(stored),
-            ..Default::default()
-        })
+        Ok(moved(stored))
     }
 }

@@ -202,6 +202,26 @@ impl UpstreamError {
         )
     }
 
+    /// The JSON-RPC error object of an [`UpstreamError::Rpc`] (`code`,
+    /// `message`, and `data` when the server sent one), as the server sent
+    /// it; `None` for the other failures.
+    pub fn error_object(&self) -> Option<Value> {
+        let UpstreamError::Rpc {
+            code,
+            message,
+            data,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let mut object = serde_json::json!({"code": code, "message": message});
+        if let Some(data) = data {
+            object["data"] = data.clone();
+        }
+        Some(object)
+    }
+
     /// A short label for metrics (`outcome` label values).
     pub fn outcome(&self) -> &'static str {
         match self {
