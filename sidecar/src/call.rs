@@ -88,19 +88,21 @@ impl Pipeline {
     /// [`CallError`] but those of the edge (`InvalidArgument`,
     /// `ShuttingDown`, `Cancelled` by the control plane).
     pub async fn run(&self, call: Call) -> Result<SidecarCallResponse, CallError> {
-        // 1. lease
+        // 1. lease: the connection for the call's session.
         let lease = self.pool.lease(&call.context.session_id);
+        // Stage A decides once whether the call may be sent again.
         let retry = RetrySafe::of(
             call.retry_safe,
             &self.responder.catalogue,
             &call.context.tool,
         );
-        // 2. plan
+        // 2. plan: plain, as a task, or held; stage B runs the rest of the
+        // last two.
         let plan = self.plan(&lease, &call, retry).await?;
         if plan != Plan::Plain {
             return self.background(plan, lease, call, retry).await;
         }
-        // 3. upstream
+        // 3. upstream: the `tools/call`, retry-safe, within the deadline.
         let Call {
             params,
             context,
@@ -110,10 +112,10 @@ impl Pipeline {
         let result = self
             .upstream(&lease, params, &context, deadline, retry)
             .await?;
-        // 4. results
+        // 4. results: processed and validated.
         let server = lease.upstream().name();
         let results = self.responder.results(server, &context.tool, &result)?;
-        // 5. respond
+        // 5. respond: audited and answered.
         Ok(self
             .responder
             .response(server, &context.tool, &context, results))
