@@ -15,8 +15,8 @@
 
 use serde_json::json;
 use std::time::{Duration, Instant};
-use switchyard_sidecar::catalogue::Catalogue;
-use switchyard_sidecar::control::watch_upstream_with;
+use switchyard_sidecar::tools::catalogue::Catalogue;
+use switchyard_sidecar::tools::watch::watch_upstream_with;
 use switchyard_sidecar::upstream::{
     StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
 };

@@ -1,6 +1,6 @@
 //! `task_polling`: one sidecar polling many live MCP tasks (stage B).
 //!
-//! The sidecar's tasks machinery ([`switchyard_sidecar::tasks::Tasks`])
+//! The sidecar's tasks machinery ([`switchyard_sidecar::background::Tasks`])
 //! adopts N background calls in task mode, as a replacement sidecar does
 //! after a restart, and polls them on one stdio connection to the reference
 //! server in `--tasks-bench` mode (cheap `tasks/get`). Each task asks for a
@@ -32,9 +32,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use switchyard_proto::v1::BackgroundCall;
+use switchyard_sidecar::background::{BackgroundRegistry, TaskSettings, Tasks, TasksConfig};
 use switchyard_sidecar::pool::SessionPool;
-use switchyard_sidecar::service::Responder;
-use switchyard_sidecar::tasks::{BackgroundRegistry, TaskSettings, Tasks, TasksConfig};
+use switchyard_sidecar::tools::respond::Responder;
 use switchyard_sidecar::upstream::{
     EraPreference, StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
 };

@@ -1,28 +1,47 @@
 //! The Switchyard sidecar runs beside one MCP server and owns every
-//! connection to it. This crate holds the upstream MCP client session
-//! ([`upstream`]: stdio and Streamable HTTP, both protocol eras, bounded
-//! framing, restarts), the operator's `probe` check ([`probe`]), and the
-//! service `run` starts
-//! ([`run`]): the `SidecarCalls` gRPC server ([`service`]), the report
-//! stream to the control plane ([`control`]) and the metrics and health
-//! endpoints ([`http_endpoints`]). Interactions with the user
-//! (elicitation, roots, multi round-trip requests) are in [`elicitation`],
-//! per-session connections in [`pool`], result processing and output schema validation in [`results`], the
-//! catalogue's validators and list-change coalescing in [`catalogue`],
-//! background calls and MCP tasks (stage B) in [`tasks`]. What it shares
-//! with the control plane (the server spec, TLS, logging, the audit sink,
-//! the runtime) is in `switchyard-common`; the MCP wire vocabulary
-//! (JSON-RPC, eras, `_meta` keys, headers, stdio framing) in
+//! connection to it. The crate, from the edge down:
+//!
+//! - [`run`]: the service `switchyard-sidecar run` starts (flags and file,
+//!   wiring, the report stream to the control plane, shutdown);
+//! - [`api`]: the `SidecarCalls` gRPC edge: it decodes a call, runs the
+//!   pipeline and encodes the answer; the one place a [`error::CallError`]
+//!   becomes a gRPC status;
+//! - [`call`]: the call pipeline, read top to bottom: lease -> plan ->
+//!   upstream -> results -> respond;
+//! - [`error`]: the call path's error ([`error::CallError`]) and its one
+//!   deadline ([`error::Deadline`]);
+//! - [`pool`]: per-session upstream connections (the lease);
+//! - [`upstream`]: the MCP client session (stdio and Streamable HTTP, both
+//!   protocol eras, bounded framing, restarts, the retries the protocol
+//!   mandates);
+//! - one module per stage of the design (§4):
+//!   - [`tools`] (A): catalogue and list changes, result processing and
+//!     `outputSchema` validation, the `tool.result` audit record, the
+//!     retry of read-only and idempotent calls;
+//!   - [`background`] (B): background calls and MCP tasks;
+//!   - [`interactions`] (C): elicitation, roots, attribution, and the
+//!     client side of multi round-trip requests;
+//!   - D (OAuth per server) will be `oauth.rs`, with the 401 refresh in
+//!     `upstream/` (see docs/sidecar.md, "Where things live"); E
+//!     (resources and prompts) will be `resources/`;
+//! - [`control`]: the client of the control plane's `SidecarRegistry`;
+//! - [`http_endpoints`]: `/metrics`, `/healthz`, `/readyz`;
+//! - [`probe`]: the operator's check of an upstream server.
+//!
+//! What it shares with the control plane (the server spec, TLS, logging,
+//! the audit sink, the runtime) is in `switchyard-common`; the MCP wire
+//! vocabulary (JSON-RPC, eras, `_meta` keys, headers, stdio framing) in
 //! `switchyard-mcp`.
 
-pub mod catalogue;
+pub mod api;
+pub mod background;
+pub mod call;
 pub mod control;
-pub mod elicitation;
+pub mod error;
 pub mod http_endpoints;
+pub mod interactions;
 pub mod pool;
 pub mod probe;
-pub mod results;
 pub mod run;
-pub mod service;
-pub mod tasks;
+pub mod tools;
 pub mod upstream;

@@ -29,12 +29,13 @@ use switchyard_proto::v1::{
     CompleteInteractionRequest, CompleteInteractionResponse, ControlMessage, InteractRequest,
     InteractResponse, RegisterRequest, RegisterResponse, SidecarCallRequest, SidecarReport,
 };
-use switchyard_sidecar::control::{ControlPlaneInteractions, ControlSettings};
-use switchyard_sidecar::elicitation::{
+use switchyard_sidecar::api::CallService;
+use switchyard_sidecar::control::ControlSettings;
+use switchyard_sidecar::interactions::ControlPlaneInteractions;
+use switchyard_sidecar::interactions::{
     CallContext, Interaction, InteractionHandler, InteractionKind, Interactions,
 };
 use switchyard_sidecar::pool::SessionPool;
-use switchyard_sidecar::service::CallService;
 use switchyard_sidecar::upstream::{
     EraPreference, HttpConfig, StdioConfig, TransportConfig, Upstream, UpstreamConfig,
     UpstreamError, UpstreamMetrics,

@@ -16,7 +16,8 @@
 //! related-task, 2026 `inputRequests` + `tasks/update`); cancellation
 //! (`tasks/cancel` upstream, record cancelled); a task the server does not
 //! know; poll interval clamping (the server's own poll gaps); wait mode for
-//! a tool without task support; the `maxPerTarget` foreground limit; and
+//! a tool without task support, and stage A's retry of a held retry-safe
+//! call whose server exits; the `maxPerTarget` foreground limit; and
 //! adoption by a new sidecar process after `kill -9` over HTTP.
 
 use serde_json::{Value, json};
@@ -24,7 +25,7 @@ use std::process::Stdio;
 use std::time::Duration;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{BackgroundCall, BackgroundPolicy, SidecarCancelBackgroundRequest};
-use switchyard_sidecar::tasks::get_task;
+use switchyard_sidecar::background::get_task;
 use switchyard_sidecar::upstream::{
     Era, EraPreference, HttpConfig, StdioConfig, TransportConfig, UpstreamConfig,
 };
@@ -593,7 +594,7 @@ async fn a_call_past_its_maximum_duration_fails_and_its_task_is_cancelled() {
     // maximum duration).
     match get_task(&side.upstream, Era::Legacy, &moved.task_id).await {
         Ok(state) => assert_eq!(state.status, "cancelled"),
-        Err(e) => assert!(switchyard_sidecar::tasks::is_not_found(&e), "{e}"),
+        Err(e) => assert!(switchyard_sidecar::background::is_not_found(&e), "{e}"),
     }
     assert!(side.tasks.live().is_empty());
 }
@@ -785,6 +786,85 @@ async fn a_tool_without_task_support_is_held_in_wait_mode() {
             .found
     );
     assert_eq!(registry.finished("held2").await.status, "cancelled");
+}
+
+/// Stage A's one retry on the wait-mode path: a call of a tool without
+/// task support, held in wait mode, whose stdio server exits mid-call (it
+/// is killed 300 ms into a 1.5 s call) is sent again once after
+/// reconnecting when it is retry-safe, both within its foreground window
+/// and after it moved to the background; a call that is not retry-safe
+/// fails with the exit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_retry_safe_call_is_sent_again_once_after_the_server_exits() {
+    let registry = Registry::start().await;
+    let side = side_with(
+        common::stub("crashy.py"),
+        &registry,
+        "crashy",
+        Duration::from_secs(60),
+    )
+    .await;
+    let retries = || side.upstream.metrics().retries();
+    let kill_after_300ms = || {
+        let pid = side.upstream.pid().expect("the server is running");
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
+        })
+    };
+    let slow = |id: &str, auto_after_ms: u64, retry_safe: bool| {
+        let mut request = request(
+            "slow",
+            json!({"ms": 1500}),
+            Some(common::tasks::policy("crashy", id, auto_after_ms)),
+        );
+        request.retry_safe = retry_safe;
+        request
+    };
+
+    // Not retry-safe: held in the foreground, the exit is the answer.
+    let killer = kill_after_300ms();
+    let e = side.call(slow("unsafe", 10_000, false)).await.unwrap_err();
+    killer.await.unwrap();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("exited"), "{e:?}");
+    assert_eq!(retries(), 0);
+
+    // Retry-safe, within the foreground window: reconnected, sent again,
+    // answered in the foreground.
+    side.call(request("echo", json!({"message": "up"}), None))
+        .await
+        .unwrap();
+    let killer = kill_after_300ms();
+    let r = side.call(slow("safe", 10_000, true)).await.unwrap();
+    killer.await.unwrap();
+    assert!(r.background.is_none(), "{r:?}");
+    assert_eq!(r.model_text, "slept 1500 ms");
+    assert_eq!(retries(), 1);
+    assert!(registry.updates("safe").is_empty());
+
+    // Retry-safe, moved to the background first (at 100 ms): the held call
+    // is sent again there and completes.
+    side.call(request("echo", json!({"message": "up"}), None))
+        .await
+        .unwrap();
+    let killer = kill_after_300ms();
+    let moved = side
+        .call(slow("moved", 100, true))
+        .await
+        .unwrap()
+        .background
+        .expect("moved to the background");
+    assert_eq!(moved.mode, "wait");
+    killer.await.unwrap();
+    let done = registry.finished("moved").await;
+    assert_eq!(done.status, "completed", "{done:?}");
+    assert_eq!(done.result.unwrap().model_text, "slept 1500 ms");
+    assert_eq!(retries(), 2);
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@
 use serde_json::{Value, json};
 use std::time::Duration;
 use switchyard_proto::v1::{BackgroundCall, BackgroundPolicy};
-use switchyard_sidecar::tasks::MAX_TASK_INPUT_REQUESTS;
+use switchyard_sidecar::background::MAX_TASK_INPUT_REQUESTS;
 use switchyard_sidecar::upstream::{EraPreference, StdioConfig, TransportConfig, UpstreamConfig};
 use switchyard_test_support as support;
 use tonic::Code;

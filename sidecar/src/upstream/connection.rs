@@ -1,195 +1,26 @@
-//! One live connection to a server: a transport plus what negotiation
-//! established. It decorates each request for its era (modern `_meta` and
-//! HTTP request-metadata headers, or the legacy `MCP-Protocol-Version`
-//! header), enforces the per-request timeout, and turns JSON-RPC errors into
-//! [`UpstreamError::Rpc`] without losing `data`.
+//! One live connection to a server: a [`Transport`] plus what negotiation
+//! ([`super::era`]) established. It decorates each request for its era
+//! (modern `_meta` and HTTP request-metadata headers, or the legacy
+//! `MCP-Protocol-Version` header) and gives it the per-request timeout; the
+//! transport turns JSON-RPC errors into [`UpstreamError::Rpc`] without
+//! losing `data`.
 
-use super::config::{TransportConfig, UpstreamConfig};
+use super::config::UpstreamConfig;
 use super::era::{self, Era, Negotiated};
 use super::error::UpstreamError;
-use super::http::{ExtraHeaders, HttpConnection};
+use super::http::ExtraHeaders;
 use super::inbound::Inbound;
 use super::metrics::ServerMetrics;
-use super::stdio::StdioConnection;
+use super::transport::Transport;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_mcp::headers::{self, HeaderParam};
-use switchyard_mcp::jsonrpc;
 
 /// Longest `tools/list` walk; a server whose cursors never end is an error.
 const MAX_LIST_PAGES: usize = 1000;
-
-/// The transport under a connection, with the id counter shared by every
-/// connection of one upstream (ids never repeat across restarts).
-#[derive(Debug)]
-pub struct Transport {
-    server: String,
-    ids: Arc<AtomicU64>,
-    kind: Kind,
-}
-
-#[derive(Debug)]
-enum Kind {
-    Stdio(StdioConnection),
-    Http(Arc<HttpConnection>),
-}
-
-impl Transport {
-    /// Opens the transport (starts the process, or prepares HTTP).
-    pub fn open(
-        config: &UpstreamConfig,
-        ids: Arc<AtomicU64>,
-        inbound: Arc<Inbound>,
-        metrics: ServerMetrics,
-        http_client: Option<&reqwest::Client>,
-    ) -> Result<Self, UpstreamError> {
-        let kind = match &config.transport {
-            TransportConfig::Stdio(stdio) => Kind::Stdio(StdioConnection::spawn(
-                &config.name,
-                stdio,
-                config.max_message_bytes,
-                inbound,
-                metrics,
-            )?),
-            TransportConfig::Http(http) => {
-                let client = http_client.cloned().ok_or_else(|| {
-                    UpstreamError::protocol(&config.name, "no HTTP client for an HTTP server")
-                })?;
-                Kind::Http(Arc::new(HttpConnection::new(
-                    &config.name,
-                    client,
-                    &http.url,
-                    &http.headers,
-                    config.max_message_bytes,
-                    inbound,
-                    metrics,
-                )?))
-            }
-        };
-        Ok(Transport {
-            server: config.name.clone(),
-            ids,
-            kind,
-        })
-    }
-
-    /// Sends a request and returns its `result`, or the error. `timeout`
-    /// bounds the whole exchange; when it elapses the request is cancelled.
-    pub async fn call(
-        &self,
-        method: &str,
-        params: Option<Value>,
-        headers: &ExtraHeaders,
-        timeout: Duration,
-    ) -> Result<Value, UpstreamError> {
-        let id = self.ids.fetch_add(1, Ordering::Relaxed);
-        let msg = jsonrpc::request(id, method, params);
-        let exchange = async {
-            match &self.kind {
-                Kind::Stdio(s) => s.request(id, &msg).await,
-                // Boxed: the HTTP exchange's future is large, and stdio
-                // calls would carry its size (and copy it) otherwise.
-                Kind::Http(h) => Box::pin(h.request(id, method, &msg, headers)).await,
-            }
-        };
-        let response = tokio::time::timeout(timeout, exchange)
-            .await
-            .map_err(|_| UpstreamError::Timeout {
-                server: self.server.clone(),
-                method: method.to_owned(),
-                after: timeout,
-            })??;
-        if let Some(err) = jsonrpc::ErrorObject::from_response(&response) {
-            return Err(UpstreamError::Rpc {
-                server: self.server.clone(),
-                method: method.to_owned(),
-                code: err.code,
-                message: err.message,
-                data: err.data,
-            });
-        }
-        match response {
-            Value::Object(mut m) => Ok(m.remove("result").unwrap_or(Value::Null)),
-            _ => unreachable!("classified as a response object"),
-        }
-    }
-
-    /// Sends a notification.
-    pub async fn notify(&self, msg: &Value, headers: &ExtraHeaders) -> Result<(), UpstreamError> {
-        match &self.kind {
-            Kind::Stdio(s) => s.send(msg),
-            Kind::Http(h) => h.notify(msg, headers).await,
-        }
-    }
-
-    /// Records that the legacy handshake chose `version`.
-    pub fn set_legacy(&self, _version: &str) {
-        if let Kind::Http(h) = &self.kind {
-            h.set_legacy(true);
-        }
-    }
-
-    /// Listens on the standalone GET stream (Streamable HTTP, 2025-11-25;
-    /// see [`HttpConnection::listen`]); nothing for stdio.
-    pub fn listen(&self, version: &str) {
-        if let Kind::Http(h) = &self.kind {
-            h.listen(era::legacy_headers(version));
-        }
-    }
-
-    /// Whether the connection can still carry requests.
-    pub fn is_alive(&self) -> bool {
-        match &self.kind {
-            Kind::Stdio(s) => s.is_alive(),
-            Kind::Http(h) => h.is_alive(),
-        }
-    }
-
-    /// Whether the transport is HTTP.
-    pub fn is_http(&self) -> bool {
-        matches!(self.kind, Kind::Http(_))
-    }
-
-    /// The `MCP-Session-Id` the server assigned (Streamable HTTP).
-    pub fn http_session_id(&self) -> Option<String> {
-        match &self.kind {
-            Kind::Stdio(_) => None,
-            Kind::Http(h) => h.session_id(),
-        }
-    }
-
-    /// The process id (stdio).
-    pub fn pid(&self) -> Option<u32> {
-        match &self.kind {
-            Kind::Stdio(s) => s.pid(),
-            Kind::Http(_) => None,
-        }
-    }
-
-    /// Resolves when a stdio process exits (with its exit status), or when
-    /// an HTTP server is found gone (with why; see
-    /// [`HttpConnection::lost`]).
-    pub async fn exited(&self) -> String {
-        match &self.kind {
-            Kind::Stdio(s) => s.exited().await,
-            Kind::Http(h) => h.lost().await,
-        }
-    }
-
-    /// Stops the process (stdio: close stdin, SIGTERM, SIGKILL, `grace`
-    /// apart) or ends the HTTP session (DELETE).
-    pub async fn shutdown(&self, grace: Duration) {
-        match &self.kind {
-            Kind::Stdio(s) => {
-                s.shutdown(grace).await;
-            }
-            Kind::Http(h) => h.close().await,
-        }
-    }
-}
 
 /// A negotiated connection.
 #[derive(Debug)]

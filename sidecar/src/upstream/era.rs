@@ -11,8 +11,8 @@
 //! basic/lifecycle).
 
 use super::config::UpstreamConfig;
-use super::connection::Transport;
 use super::error::UpstreamError;
+use super::transport::Transport;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 pub use switchyard_mcp::era::Era;
@@ -55,11 +55,11 @@ impl Negotiated {
 
 /// The client capabilities we declare: elicitation (form and URL) and
 /// roots when the session handles interactions
-/// ([`crate::elicitation::capabilities`]), else none. Sampling is never
+/// ([`crate::interactions::capabilities`]), else none. Sampling is never
 /// declared.
 pub fn client_capabilities(config: &UpstreamConfig) -> Value {
     if config.interactive {
-        crate::elicitation::capabilities()
+        crate::interactions::capabilities()
     } else {
         json!({})
     }
@@ -85,7 +85,7 @@ pub fn modern_meta(config: &UpstreamConfig) -> Map<String, Value> {
 /// carried under those keys, except that the `extensions` of a
 /// `clientCapabilities` it already carries are kept and merged into ours:
 /// extension capabilities are declared per request (SEP-2663: the tasks
-/// stage, [`crate::tasks`], declares `io.modelcontextprotocol/tasks` on the
+/// stage, [`crate::background`], declares `io.modelcontextprotocol/tasks` on the
 /// requests that can handle a task).
 pub fn apply_modern_meta(meta: &mut Map<String, Value>, config: &UpstreamConfig) {
     apply_meta(meta, &modern_meta(config));
@@ -294,7 +294,7 @@ async fn initialize(
     if config.interactive || list_changed {
         // Server requests not tied to one of ours, and list changes, arrive
         // on the standalone stream (a no-op for stdio).
-        transport.listen(&version);
+        transport.listen(legacy_headers(&version));
     }
     Ok(Negotiated {
         era: Era::Legacy,

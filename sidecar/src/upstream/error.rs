@@ -156,6 +156,17 @@ fn challenge_hint(challenge: &Option<String>) -> String {
     }
 }
 
+impl From<crate::interactions::ProtocolError> for UpstreamError {
+    /// The interactions stage's protocol error (a question this client
+    /// cannot answer) is this session's: same server, same text.
+    fn from(e: crate::interactions::ProtocolError) -> Self {
+        UpstreamError::Protocol {
+            server: e.server,
+            detail: e.detail,
+        }
+    }
+}
+
 impl UpstreamError {
     /// Wraps an I/O-ish error with context.
     pub fn io(
@@ -189,6 +200,26 @@ impl UpstreamError {
                 | UpstreamError::Spawn { .. }
                 | UpstreamError::Closed { .. }
         )
+    }
+
+    /// The JSON-RPC error object of an [`UpstreamError::Rpc`] (`code`,
+    /// `message`, and `data` when the server sent one), as the server sent
+    /// it; `None` for the other failures.
+    pub fn error_object(&self) -> Option<Value> {
+        let UpstreamError::Rpc {
+            code,
+            message,
+            data,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let mut object = serde_json::json!({"code": code, "message": message});
+        if let Some(data) = data {
+            object["data"] = data.clone();
+        }
+        Some(object)
     }
 
     /// A short label for metrics (`outcome` label values).

@@ -8,7 +8,7 @@
 //! refused with -32601. `notifications/elicitation/complete` is passed to
 //! the stage too, and fanned out like every notification.
 
-use crate::elicitation::Relay;
+use crate::interactions::Relay;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use switchyard_mcp::jsonrpc;

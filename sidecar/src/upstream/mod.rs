@@ -8,19 +8,35 @@
 //! stdio server that exited (with exponential backoff) and re-negotiates
 //! before the next request. It never replays a request on its own: when a
 //! server dies, every pending request fails at once with the server's name
-//! and exit status. The one exception is an HTTP 404 to a request that
-//! carried an expired `MCP-Session-Id`: the server never processed it, so
-//! it is sent again, once, on a new session.
+//! and exit status. The only requests sent again are those the protocol
+//! says to send again, in the table below.
 //!
 //! Everything is `serde_json::Value`: tool definitions and results come
 //! back exactly as the server sent them.
 //!
 //! Calls made with a [`CallContext`] ([`Upstream::call_tool_in`],
 //! [`Upstream::request_in`]) take part in interactions
-//! ([`crate::elicitation`]): the server's questions are attributed to the
-//! call's session, a 2026-07-28 `input_required` result is answered and the
-//! request retried, and a -32042 error becomes URL interactions and one
-//! retry.
+//! ([`crate::interactions`], which this session calls into): the server's
+//! questions are attributed to the call's session, a 2026-07-28
+//! `input_required` result is answered and the request retried, and a
+//! -32042 error becomes URL interactions and one retry.
+//!
+//! **Retries the protocol mandates.** Each is declared in one place; they
+//! nest in this order, the outermost first (a request of
+//! [`Upstream::request_in`] goes through all four):
+//!
+//! | retry | when | what is sent again | where |
+//! |---|---|---|---|
+//! | URL elicitation | a -32042 `URLElicitationRequiredError` (2025-11-25 client/elicitation) | the whole request, once, after the user accepted every URL elicitation in `data.elicitations` (else the error is returned as is) | [`Upstream::request_in`], asking through [`crate::interactions::Relay::url_elicitations_required`] |
+//! | MRTR rounds | a result with `resultType: "input_required"` to `tools/call`, `prompts/get` or `resources/read` (2026-07-28 basic/patterns/mrtr) | the request with a new id, `inputResponses` and the `requestState` as received, while the server asks, at most `max_input_rounds` times (default 8; then a protocol error) | [`crate::interactions::mrtr::rounds`], called by [`Upstream::request_in`] |
+//! | header mismatch | a -32020 `HeaderMismatch` answer to a `tools/call` (2026-07-28 streamable-http, "Client Behavior") | the `tools/call`, once, after re-listing the tools (their `x-mcp-header` annotations) | `Upstream::send` |
+//! | session expiry | HTTP 404 to a request that carried an `MCP-Session-Id` (2025-11-25 transports, "Session Management"): the server never processed it | the request, once, on a new session (re-initialized) | [`Upstream::request`], and [`Upstream::list_tools`] |
+//!
+//! Not retries of a request: reconnecting after a stdio server exited
+//! (`Upstream::connection`, with the backoff of [`RestartPolicy`]), and
+//! stage A's one retry of a read-only or idempotent tool after a network
+//! error, which is a policy of the call, not of the protocol
+//! (`crate::tools::retry`).
 
 pub mod config;
 pub mod connection;
@@ -32,6 +48,7 @@ pub mod inbound;
 
 pub mod metrics;
 pub mod stdio;
+pub mod transport;
 
 pub use config::{
     EraPreference, HttpConfig, RestartPolicy, StdioConfig, TransportConfig, UpstreamConfig,
@@ -40,7 +57,7 @@ pub use era::{Era, Negotiated};
 pub use error::UpstreamError;
 pub use metrics::{ServerMetrics, UpstreamMetrics};
 
-use crate::elicitation::{CallContext, Interactions, Relay};
+use crate::interactions::{CallContext, Interactions, Relay, mrtr};
 use connection::Connection;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -426,79 +443,36 @@ impl Upstream {
                 context.tool = name.to_owned();
             }
         }
-        let _in_flight = self.inner.relay.enter(context.clone());
-        let result = self.rounds(method, &params, &context).await;
-        if let Err(UpstreamError::Rpc {
-            code: jsonrpc::URL_ELICITATION_REQUIRED,
-            data,
-            ..
-        }) = &result
-            // Boxed: rare, and large.
-            && Box::pin(
-                self.inner
-                    .relay
-                    .url_elicitations_required(&context, data.as_ref())
-                    .instrument(self.inner.span.clone()),
-            )
-                .await
-        {
-            tracing::info!(parent: &self.inner.span, %method, tool = %context.tool, "URL elicitations accepted; retrying the request once");
-            return self.rounds(method, &params, &context).await;
+        let relay = &self.inner.relay;
+        async {
+            let _in_flight = relay.enter(context.clone());
+            let result = self.rounds(method, &params, &context).await;
+            if let Err(UpstreamError::Rpc {
+                code: jsonrpc::URL_ELICITATION_REQUIRED,
+                data,
+                ..
+            }) = &result
+                // Boxed: rare, and large.
+                && Box::pin(relay.url_elicitations_required(&context, data.as_ref())).await
+            {
+                tracing::info!(%method, tool = %context.tool, "URL elicitations accepted; retrying the request once");
+                return self.rounds(method, &params, &context).await;
+            }
+            result
         }
-        result
+        .instrument(self.inner.span.clone())
+        .await
     }
 
-    /// The multi round-trip loop (2026-07-28 basic/patterns/mrtr).
+    /// The multi round-trip loop ([`mrtr::rounds`]) of one request.
     async fn rounds(
         &self,
         method: &str,
         params: &Value,
         context: &CallContext,
     ) -> Result<Value, UpstreamError> {
-        let multi_round = matches!(method, "tools/call" | "prompts/get" | "resources/read");
-        let mut retry: Option<Value> = None;
-        let mut round = 0;
-        loop {
-            let result = self.send(method, retry.as_ref().unwrap_or(params)).await?;
-            if !multi_round
-                || result.get("resultType").and_then(Value::as_str) != Some("input_required")
-            {
-                return Ok(result);
-            }
-            if round >= self.inner.config.max_input_rounds {
-                return Err(UpstreamError::protocol(
-                    self.name(),
-                    format!(
-                        "{method}: the server still asks for input after {round} rounds (the limit)"
-                    ),
-                ));
-            }
-            round += 1;
-            let mut next = params.clone();
-            let Some(fields) = next.as_object_mut() else {
-                return Err(UpstreamError::protocol(
-                    self.name(),
-                    format!("{method}: cannot answer input_required: the params are not an object"),
-                ));
-            };
-            if let Some(requests) = result.get("inputRequests") {
-                // Boxed: rare, and large.
-                let responses = Box::pin(
-                    self.inner
-                        .relay
-                        .answer_inputs(requests, context)
-                        .instrument(self.inner.span.clone()),
-                )
-                .await?;
-                fields.insert("inputResponses".into(), responses);
-            }
-            // Echoed exactly, never inspected; absent stays absent.
-            if let Some(state) = result.get("requestState") {
-                fields.insert("requestState".into(), state.clone());
-            }
-            retry = Some(next);
-            tracing::debug!(parent: &self.inner.span, %method, round, "retrying with the server's requested input");
-        }
+        let max_rounds = self.inner.config.max_input_rounds;
+        mrtr::rounds(self, &self.inner.relay, method, params, context, max_rounds).await
     }
 
     /// One request; a `tools/call` answered with `HeaderMismatch` is
@@ -650,6 +624,18 @@ impl Upstream {
         }
         .boxed()
         .shared()
+    }
+}
+
+impl mrtr::Sender for Upstream {
+    type Error = UpstreamError;
+
+    fn send<'a>(
+        &'a self,
+        method: &'a str,
+        params: &'a Value,
+    ) -> impl Future<Output = Result<Value, UpstreamError>> + Send + 'a {
+        Upstream::send(self, method, params)
     }
 }
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 use switchyard_common::audit::Audit;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{SidecarCallRequest, SidecarCallResponse};
-use switchyard_sidecar::catalogue::Catalogue;
-use switchyard_sidecar::control::{UpstreamView, watch_upstream_with};
-use switchyard_sidecar::service::CallService;
+use switchyard_sidecar::api::CallService;
+use switchyard_sidecar::tools::catalogue::Catalogue;
+use switchyard_sidecar::tools::watch::{UpstreamView, watch_upstream_with};
 use switchyard_sidecar::upstream::{
     StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
 };

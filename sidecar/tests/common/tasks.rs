@@ -20,16 +20,16 @@ use switchyard_proto::v1::{
     RegisterRequest, RegisterResponse, SidecarCallRequest, SidecarCallResponse, SidecarReport,
     UpdateBackgroundCallRequest, Welcome, control_message, sidecar_report,
 };
-use switchyard_sidecar::catalogue::Catalogue;
-use switchyard_sidecar::control::{
-    ControlPlaneInteractions, ControlSettings, registry_client, watch_upstream_with,
-};
-use switchyard_sidecar::elicitation::Interactions;
-use switchyard_sidecar::pool::SessionPool;
-use switchyard_sidecar::service::CallService;
-use switchyard_sidecar::tasks::{
+use switchyard_sidecar::api::CallService;
+use switchyard_sidecar::background::{
     GrpcRegistry, Initiators, TaskMetrics, TaskSettings, Tasks, TasksConfig,
 };
+use switchyard_sidecar::control::{ControlSettings, registry_client};
+use switchyard_sidecar::interactions::ControlPlaneInteractions;
+use switchyard_sidecar::interactions::Interactions;
+use switchyard_sidecar::pool::SessionPool;
+use switchyard_sidecar::tools::catalogue::Catalogue;
+use switchyard_sidecar::tools::watch::watch_upstream_with;
 use switchyard_sidecar::upstream::{Upstream, UpstreamConfig, UpstreamMetrics};
 use switchyard_test_support as support;
 use tonic::transport::Channel;

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_common::audit::Audit;
-use switchyard_sidecar::elicitation::{
+use switchyard_sidecar::interactions::{
     CallContext, Interaction, InteractionHandler, InteractionKind, Interactions,
 };
 use switchyard_sidecar::upstream::{

@@ -1,5 +1,5 @@
-//! Stage A result processing, shared by foreground calls and (later)
-//! background results: pure functions on the raw `CallToolResult`.
+//! Stage A result processing, shared by foreground calls and background
+//! results: pure functions on the raw `CallToolResult`.
 //!
 //! [`process`] turns a result into what the model reads ([`Processed`]):
 //!

@@ -1,6 +1,7 @@
 //! The sidecar's view of its server's catalogue: the compiled `outputSchema`
-//! validators of the current tool list ([`Catalogue`], shared by the call
-//! service and the upstream watcher) and the coalescing of
+//! validators of the current tool list and the effective hints the control
+//! plane pushed ([`Catalogue`], shared by the call pipeline and the
+//! upstream watcher, [`super::watch`]) and the coalescing of
 //! `notifications/tools/list_changed` ([`Coalescer`]).
 //!
 //! Validators are compiled once per catalogue: [`Catalogue::update`] only
@@ -14,7 +15,7 @@
 //! that answers every `tools/list` with another notification gets at most
 //! one re-list per window, never a loop.
 
-use crate::results::OutputValidators;
+use crate::tools::results::OutputValidators;
 use serde_json::Value;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -73,7 +74,7 @@ impl Catalogue {
 
     /// The definition of `tool` in the latest listing, exactly as the
     /// server sent it (its `execution.taskSupport` tells whether it runs as
-    /// a task, see [`crate::tasks`]); `None` when it is not listed or
+    /// a task, see [`crate::background`]); `None` when it is not listed or
     /// nothing has been listed yet.
     pub fn tool(&self, tool: &str) -> Option<Value> {
         let last = self.tools.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,0 +1,104 @@
+//! Elicitation (client/elicitation, form and URL mode): asking a
+//! session's user one question (`ask`), bounded by the stage's timeout,
+//! and what an answer may be. Which session a question belongs to, and the
+//! URL elicitations remembered for their completion, are the
+//! [`super::relay`]'s.
+
+use super::{CallContext, Interactions};
+use serde_json::{Value, json};
+
+/// Which kind of elicitation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InteractionKind {
+    /// In-band form (`mode` `"form"` or absent).
+    Form,
+    /// Out-of-band URL (`mode` `"url"`).
+    Url,
+}
+
+impl InteractionKind {
+    /// `form` or `url`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InteractionKind::Form => "form",
+            InteractionKind::Url => "url",
+        }
+    }
+
+    /// The kind of `elicitation/create` params: a missing `mode` is form
+    /// mode (client/elicitation, "backwards compatibility").
+    pub fn of(params: &Value) -> Result<Self, String> {
+        match params.get("mode") {
+            None | Some(Value::Null) => Ok(InteractionKind::Form),
+            Some(Value::String(m)) if m == "form" => Ok(InteractionKind::Form),
+            Some(Value::String(m)) if m == "url" => Ok(InteractionKind::Url),
+            Some(other) => Err(format!("unsupported elicitation mode {other}")),
+        }
+    }
+}
+
+/// One question for a session's user.
+#[derive(Debug, Clone)]
+pub struct Interaction {
+    /// A fresh random id, the same across retries of the same question.
+    pub id: String,
+    /// The server asking.
+    pub server: String,
+    /// Form or URL.
+    pub kind: InteractionKind,
+    /// The call (and so the session) it belongs to.
+    pub context: CallContext,
+    /// The `elicitation/create` params exactly as the server sent them
+    /// (for -32042: one entry of `data.elicitations`).
+    pub params: Value,
+}
+
+/// A fresh random interaction id (128 bits, hex).
+pub fn new_interaction_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// The answer that declines.
+pub(super) fn decline() -> Value {
+    json!({"action": "decline"})
+}
+
+/// The answer that cancels.
+pub(super) fn cancel() -> Value {
+    json!({"action": "cancel"})
+}
+
+/// Asks the user of `context`'s session `params` (an `elicitation/create`
+/// params object, or one entry of a -32042 error's `data.elicitations`) as
+/// an interaction of `kind` on behalf of `server`, through
+/// `interactions.handler`; `{"action": "cancel"}` when
+/// `interactions.timeout` passes first.
+pub(super) async fn ask(
+    interactions: &Interactions,
+    server: &str,
+    context: &CallContext,
+    kind: InteractionKind,
+    params: Value,
+) -> Value {
+    let interaction = Interaction {
+        id: new_interaction_id(),
+        server: server.to_owned(),
+        kind,
+        context: context.clone(),
+        params,
+    };
+    let id = interaction.id.clone();
+    tracing::info!(%server, interaction = %id, kind = kind.as_str(), session = %context.session_id, tool = %context.tool, "asking the user");
+    match tokio::time::timeout(
+        interactions.timeout,
+        interactions.handler.interact(interaction),
+    )
+    .await
+    {
+        Ok(answer) => answer,
+        Err(_) => {
+            tracing::info!(%server, interaction = %id, timeout_s = interactions.timeout.as_secs_f64(), "interaction timed out; answering cancel");
+            cancel()
+        }
+    }
+}

@@ -1,0 +1,94 @@
+use super::*;
+use serde_json::json;
+use switchyard_mcp::meta;
+
+#[derive(Debug)]
+struct Accept;
+impl InteractionHandler for Accept {
+    fn interact(&self, i: Interaction) -> BoxFuture<'static, Value> {
+        Box::pin(
+            async move { json!({"action": "accept", "content": {"asked": i.context.session_id}}) },
+        )
+    }
+    fn complete(&self, _: &str, _: &CallContext, _: &str) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
+}
+
+fn relay(bound: Option<&str>) -> Arc<Relay> {
+    Arc::new(Relay::new(
+        "s",
+        Some(Interactions::new(Arc::new(Accept), Audit::to_log())),
+        bound.map(str::to_owned),
+    ))
+}
+
+fn ctx(session: &str) -> CallContext {
+    CallContext {
+        session_id: session.into(),
+        tool: "t".into(),
+        roots: vec![json!({"uri": format!("file:///{session}")})],
+        ..CallContext::default()
+    }
+}
+
+#[test]
+fn modes() {
+    assert_eq!(InteractionKind::of(&json!({})), Ok(InteractionKind::Form));
+    assert_eq!(
+        InteractionKind::of(&json!({"mode": "url"})),
+        Ok(InteractionKind::Url)
+    );
+    assert!(InteractionKind::of(&json!({"mode": "voice"})).is_err());
+}
+
+#[tokio::test]
+async fn attribution_needs_one_session() {
+    let r = relay(None);
+    assert!(r.attribute(&json!({})).is_err(), "nothing in flight");
+    let a = r.enter(ctx("a"));
+    let a2 = r.enter(ctx("a"));
+    assert_eq!(r.attribute(&json!({})).unwrap().session_id, "a");
+    let b = r.enter(ctx("b"));
+    let declined = r.attribute(&json!({})).unwrap_err();
+    assert_eq!(declined.calls.len(), 3);
+    drop((a, a2));
+    assert_eq!(r.attribute(&json!({})).unwrap().session_id, "b");
+    drop(b);
+    assert!(r.in_flight().is_empty());
+    let task = json!({"_meta": {meta::RELATED_TASK: {"taskId": "t1"}}});
+    let _c = r.enter(ctx("c"));
+    assert!(r.attribute(&task).unwrap_err().reason.contains("t1"));
+}
+
+#[tokio::test]
+async fn a_bound_connection_belongs_to_its_session() {
+    let r = relay(Some("s1"));
+    assert_eq!(r.attribute(&json!({})).unwrap().session_id, "s1");
+    drop(r.enter(ctx("s1")));
+    assert_eq!(r.attribute(&json!({})).unwrap().roots, ctx("s1").roots);
+}
+
+#[tokio::test]
+async fn inputs_are_answered_from_the_context() {
+    let r = relay(None);
+    let requests = json!({
+        "b": {"method": "roots/list"},
+        "a": {"method": "elicitation/create", "params": {"message": "m", "requestedSchema": {"type": "object"}}},
+    });
+    let answers = mrtr::answer_inputs(&r, &requests, &ctx("x")).await.unwrap();
+    assert_eq!(
+        answers,
+        json!({"b": {"roots": [{"uri": "file:///x"}]}, "a": {"action": "accept", "content": {"asked": "x"}}})
+    );
+    let keys: Vec<&String> = answers.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["b", "a"]);
+    let sampling = json!({"s": {"method": "sampling/createMessage", "params": {}}});
+    let e = mrtr::answer_inputs(&r, &sampling, &ctx("x"))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("sampling"), "{e}");
+    // No session: declined, never asked.
+    let answers = mrtr::answer_inputs(&r, &requests, &ctx("")).await.unwrap();
+    assert_eq!(answers["a"], json!({"action": "decline"}));
+}

@@ -1,0 +1,201 @@
+//! The report stream: the sidecar registers with the control plane
+//! (`SidecarRegistry.Register`, retried with exponential backoff, 0.5 s to
+//! 10 s: the control plane may start later), opens the stream
+//! (`SidecarRegistry.Report`), sends `hello`, the current status and
+//! catalogue, then every change the upstream watcher publishes
+//! ([`UpstreamView`]). When the stream breaks it registers again and
+//! reopens it. Calls are served independently all the while. Effective
+//! tool hints the control plane pushes (`ToolSettings`) go into the
+//! catalogue; background calls it hands over (`adopt`) go to the tasks
+//! machinery.
+//!
+//! On shutdown the sidecar first announces it is leaving: after
+//! [`Drain::start`] the stream reports the state [`DRAINING`] (and keeps
+//! reporting it, whatever the upstream connection does), so the control
+//! plane stops routing new calls here while the in-flight ones finish (see
+//! `docs/sidecar.md`, "Shutdown").
+
+use super::drain::{DRAINING, Drain};
+use crate::control::{
+    ControlError, ControlSettings, MAX_BACKOFF, MIN_BACKOFF, bearer, endpoint, with_causes,
+    with_timeout,
+};
+use crate::http_endpoints::Health;
+use crate::tools::watch::UpstreamView;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient;
+use switchyard_proto::v1::{
+    Hello, RegisterRequest, SidecarReport, UpstreamStatus, control_message, sidecar_report,
+};
+use tokio::sync::watch;
+use tonic::transport::Channel;
+
+/// The status to report: the upstream's, or [`DRAINING`] (keeping the
+/// upstream's last error) once draining.
+fn reported_status(upstream: UpstreamStatus, draining: bool) -> UpstreamStatus {
+    if draining {
+        UpstreamStatus {
+            state: DRAINING.into(),
+            last_error: upstream.last_error,
+        }
+    } else {
+        upstream
+    }
+}
+
+/// Registers and keeps the report stream open, forever (abort the task to
+/// stop). `health` learns whether the sidecar is registered.
+pub async fn report(settings: ControlSettings, view: UpstreamView, health: Arc<Health>) {
+    report_with(settings, view, health, None, Drain::new()).await
+}
+
+/// [`report`], handing background calls the control plane asks this
+/// sidecar to adopt (`ControlMessage.adopt`) to `tasks` (stage B), and
+/// reporting the state [`DRAINING`] once `drain` is started.
+pub async fn report_with(
+    settings: ControlSettings,
+    mut view: UpstreamView,
+    health: Arc<Health>,
+    tasks: Option<crate::background::Tasks>,
+    drain: Drain,
+) {
+    let mut backoff = MIN_BACKOFF;
+    let mut draining = drain.subscribe();
+    loop {
+        let outcome = session(
+            &settings,
+            &mut view,
+            &health,
+            &mut backoff,
+            tasks.as_ref(),
+            &mut draining,
+        )
+        .await;
+        health.set_registered(false);
+        match outcome {
+            Ok(()) => return,
+            Err(e) => {
+                let error = with_causes(&e);
+                tracing::warn!(control_plane = %settings.control_plane, %error, retry_in_ms = backoff.as_millis() as u64, "control plane unavailable");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One registration and report stream; returns `Ok` only when the upstream
+/// watcher is gone (shutting down).
+async fn session(
+    settings: &ControlSettings,
+    view: &mut UpstreamView,
+    health: &Health,
+    backoff: &mut Duration,
+    tasks: Option<&crate::background::Tasks>,
+    draining: &mut watch::Receiver<bool>,
+) -> Result<(), ControlError> {
+    let channel: Channel =
+        endpoint(settings)?
+            .connect()
+            .await
+            .map_err(|source| ControlError::Connect {
+                url: settings.control_plane.clone(),
+                source,
+            })?;
+    let mut client = SidecarRegistryClient::with_interceptor(channel, bearer(settings));
+    let registered = with_timeout(
+        "Register",
+        client.register(RegisterRequest {
+            server: settings.server.clone(),
+            sidecar_id: settings.sidecar_id.clone(),
+            call_address: settings.call_address.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }),
+    )
+    .await?
+    .into_inner();
+    tracing::info!(control_plane = %settings.control_plane, lease_ttl_s = registered.lease_ttl_seconds, "registered");
+
+    let (tx, rx) = futures::channel::mpsc::unbounded::<SidecarReport>();
+    let send = |report: sidecar_report::Report| {
+        tx.unbounded_send(SidecarReport {
+            report: Some(report),
+        })
+        .map_err(|_| ControlError::StreamEnded)
+    };
+    send(sidecar_report::Report::Hello(Hello {
+        server: settings.server.clone(),
+        sidecar_id: settings.sidecar_id.clone(),
+    }))?;
+    let mut inbound = with_timeout("Report", client.report(rx))
+        .await?
+        .into_inner();
+    health.set_registered(true);
+    *backoff = MIN_BACKOFF;
+
+    let status = view.status.borrow_and_update().clone();
+    let is_draining = *draining.borrow_and_update();
+    // A catalogue makes the control plane count the sidecar as connected:
+    // send it before the status, which may say `draining`.
+    let catalogue = view.catalogue.borrow_and_update().clone();
+    if let Some(c) = catalogue {
+        send(sidecar_report::Report::Catalogue(c))?;
+    }
+    send(sidecar_report::Report::Status(reported_status(
+        status,
+        is_draining,
+    )))?;
+    let mut drain_open = true;
+    loop {
+        tokio::select! {
+            message = inbound.message() => match message {
+                Ok(Some(m)) => match m.message {
+                    Some(control_message::Message::Welcome(w)) => {
+                        tracing::debug!(lease_ttl_s = w.lease_ttl_seconds, "welcome");
+                    }
+                    Some(control_message::Message::ToolSettings(s)) => {
+                        tracing::info!(tools = s.hints.len(), "effective tool hints received");
+                        view.settings.set_hints(s.hints);
+                    }
+                    Some(control_message::Message::Adopt(a)) => {
+                        tracing::info!(calls = a.calls.len(), "background calls to adopt");
+                        match tasks {
+                            Some(tasks) => tasks.adopt(a.calls),
+                            None => tracing::warn!("no tasks machinery here; not adopting"),
+                        }
+                    }
+                    None => {}
+                },
+                Ok(None) => return Err(ControlError::StreamEnded),
+                Err(source) => return Err(ControlError::Rpc { rpc: "Report", source }),
+            },
+            changed = view.status.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                let status = view.status.borrow_and_update().clone();
+                send(sidecar_report::Report::Status(reported_status(status, *draining.borrow())))?;
+            }
+            changed = draining.changed(), if drain_open => {
+                if changed.is_err() {
+                    // Every `Drain` is gone: nobody can start draining now.
+                    drain_open = false;
+                } else if *draining.borrow_and_update() {
+                    tracing::info!(control_plane = %settings.control_plane, "reporting draining");
+                    let status = view.status.borrow().clone();
+                    send(sidecar_report::Report::Status(reported_status(status, true)))?;
+                }
+            }
+            changed = view.catalogue.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                let catalogue = view.catalogue.borrow_and_update().clone();
+                if let Some(c) = catalogue {
+                    send(sidecar_report::Report::Catalogue(c))?;
+                }
+            }
+        }
+    }
+}

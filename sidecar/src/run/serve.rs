@@ -1,0 +1,235 @@
+//! The service itself: [`run_with`] wires the upstream session, the call
+//! service, the tasks machinery, the report stream and the HTTP endpoints
+//! together, binds the listeners, prints the ready line, waits for a
+//! signal or a failure, then hands over to [`super::drain`].
+
+use super::args::RunArgs;
+use super::drain::{Drain, Running, shutdown, shutdown_signal};
+use super::report::report_with;
+use super::settings::{RunError, Settings, config_error, hostname, settings};
+use crate::api::CallService;
+use crate::control::{self, ControlSettings};
+use crate::http_endpoints::{self, Health};
+use crate::interactions::ControlPlaneInteractions;
+use crate::interactions::Interactions;
+use crate::pool::SessionPool;
+use crate::tools::catalogue::Catalogue;
+use crate::tools::watch::watch_upstream_with;
+use crate::upstream::{Upstream, UpstreamMetrics};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use switchyard_common::audit::Audit;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// The call address to register for a listener bound at `bound`:
+/// `https://` when `SidecarCalls` is served over TLS.
+pub(super) fn derived_advertise(bound: SocketAddr, tls: bool) -> String {
+    let scheme = if tls { "https" } else { "http" };
+    if bound.ip().is_unspecified() {
+        format!("{scheme}://{}:{}", hostname(), bound.port())
+    } else {
+        format!("{scheme}://{bound}")
+    }
+}
+
+async fn bind(key: &'static str, addr: &str) -> Result<(TcpListener, SocketAddr), RunError> {
+    let bind_error = |source| RunError::Bind {
+        key,
+        addr: addr.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
+}
+
+/// Runs the sidecar until SIGINT/SIGTERM, then drains and stops the
+/// upstream server. Prints `switchyard-sidecar: server NAME, calls on ADDR,
+/// http on ADDR` on stdout once both listeners are bound.
+pub async fn run(args: RunArgs) -> Result<(), RunError> {
+    run_with(settings(&args)?).await
+}
+
+/// [`run`] with settings already read by [`settings`] (the binary reads
+/// them first, to build the runtime `worker_threads` asks for).
+pub async fn run_with(settings: Settings) -> Result<(), RunError> {
+    switchyard_common::tls::install_crypto_provider();
+    let registry = prometheus::Registry::new();
+    let metrics =
+        UpstreamMetrics::register(&registry).map_err(|source| RunError::Metrics { source })?;
+    let control_settings = ControlSettings {
+        control_plane: settings.control_plane.clone(),
+        ca_pem: settings.control_plane_ca.clone(),
+        credentials: switchyard_common::tls::ClientCredentials {
+            identity: settings.tls_identity.clone(),
+            token: settings.token.clone(),
+        },
+        server: settings.server.name.clone(),
+        sidecar_id: settings.sidecar_id.clone(),
+        call_address: String::new(), // known once the listener is bound
+    };
+    let audit = match &settings.audit_path {
+        Some(path) => Audit::to_file(path).map_err(|e| {
+            config_error(
+                &path.display().to_string(),
+                "sidecar.audit_path",
+                format!("cannot open it for appending: {e}"),
+            )
+        })?,
+        None => Audit::to_log(),
+    };
+    let handler = ControlPlaneInteractions::new(&control_settings)
+        .map_err(|e| config_error("control plane", "sidecar.control_plane", e.to_string()))?;
+    let mut interactions = Interactions::new(Arc::new(handler), audit.clone());
+    interactions.timeout = settings.interaction_timeout;
+    // Stage B: task-related server requests belong to the task's initiator.
+    let initiators = crate::background::Initiators::new();
+    interactions.tasks = Some(initiators.clone());
+    let tasks_config = crate::background::TasksConfig {
+        settings: crate::background::TaskSettings {
+            poll_min: settings.task_poll_min,
+            failure_limit: settings.task_poll_failure_limit,
+            sidecar_id: settings.sidecar_id.clone(),
+        },
+        registry: Some(Arc::new(crate::background::GrpcRegistry::new(
+            control::registry_client(&control_settings).map_err(|e| {
+                config_error("control plane", "sidecar.control_plane", e.to_string())
+            })?,
+        ))),
+        interactions: Some(interactions.clone()),
+        initiators,
+        metrics: crate::background::TaskMetrics::register(&registry)
+            .map_err(|source| RunError::Metrics { source })?,
+    };
+    let mut upstream_config = crate::upstream::UpstreamConfig::from_spec(&settings.server);
+    upstream_config.max_input_rounds = settings.max_input_rounds;
+    let upstream = Upstream::with_interactions(upstream_config, &metrics, interactions)
+        .map_err(|source| RunError::Upstream { source })?;
+    let pool = SessionPool::new(upstream.clone());
+    let health = Health::new(upstream.clone());
+
+    let (grpc_listener, calls_addr) = bind("sidecar.listen", &settings.listen).await?;
+    let (http_listener, http_addr) = bind("sidecar.http_listen", &settings.http_listen).await?;
+    let call_address = settings
+        .advertise
+        .clone()
+        .unwrap_or_else(|| derived_advertise(calls_addr, settings.tls_identity.is_some()));
+
+    let catalogue = Catalogue::new();
+    let stop = CancellationToken::new();
+    // Cancelled when the grace period is over: the calls still running end.
+    let abort = CancellationToken::new();
+    let grpc_stop = stop.clone();
+    // TCP_NODELAY on the accepted sockets: calls are small request/response
+    // messages, and Nagle would hold back the response frames until the
+    // control plane's delayed ACK.
+    let incoming =
+        tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(identity) = &settings.tls_identity {
+        // TLS on SidecarCalls; with a client CA, only clients with a
+        // certificate it signed (the control plane's) get through.
+        let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity.to_tonic());
+        if let Some(ca) = &settings.client_ca {
+            tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(tls).map_err(|e| {
+            config_error(
+                "TLS",
+                "sidecar.tls_cert_file",
+                format!(
+                    "cannot set up TLS: {}",
+                    crate::upstream::error::error_chain(&e)
+                ),
+            )
+        })?;
+    }
+    let service = CallService::with_pool(pool.clone())
+        .with_catalogue(catalogue.clone())
+        .with_audit(audit)
+        .with_tasks(tasks_config)
+        .with_stop(stop.clone())
+        .with_abort(abort.clone());
+    let tasks = service.tasks();
+    let mut grpc = tokio::spawn(
+        builder
+            .add_service(service.into_server())
+            .serve_with_incoming_shutdown(incoming, async move { grpc_stop.cancelled().await }),
+    );
+    let http_stop = CancellationToken::new();
+    let http_stop_signal = http_stop.clone();
+    let mut http = tokio::spawn(
+        axum::serve(
+            http_listener,
+            http_endpoints::router(health.clone(), registry),
+        )
+        .with_graceful_shutdown(async move { http_stop_signal.cancelled().await })
+        .into_future(),
+    );
+
+    let (view, watcher) =
+        watch_upstream_with(upstream.clone(), catalogue, settings.list_changed_window);
+    let drain = Drain::new();
+    let reporter = tokio::spawn(report_with(
+        ControlSettings {
+            call_address: call_address.clone(),
+            ..control_settings
+        },
+        view,
+        health.clone(),
+        Some(tasks),
+        drain.clone(),
+    ));
+
+    let signal = shutdown_signal();
+    tracing::info!(server = %settings.server.name, %calls_addr, %call_address, %http_addr, sidecar_id = %settings.sidecar_id, "serving");
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "switchyard-sidecar: server {}, calls on {calls_addr}, http on {http_addr}",
+            settings.server.name
+        );
+        let _ = out.flush();
+    }
+
+    let mut failure = None;
+    tokio::select! {
+        _ = signal => {}
+        r = &mut grpc => {
+            failure = Some(RunError::Serve { what: "gRPC", source: match r {
+                Ok(Ok(())) => "stopped unexpectedly".into(),
+                Ok(Err(e)) => Box::new(e),
+                Err(e) => Box::new(e),
+            }});
+        }
+        r = &mut http => {
+            failure = Some(RunError::Serve { what: "HTTP", source: match r {
+                Ok(Ok(())) => "stopped unexpectedly".into(),
+                Ok(Err(e)) => Box::new(e),
+                Err(e) => Box::new(e),
+            }});
+        }
+    }
+
+    shutdown(
+        Running {
+            health,
+            drain,
+            stop,
+            abort,
+            grpc,
+            reporter,
+            pool,
+            upstream,
+            watcher,
+            http_stop,
+            http,
+        },
+        settings.grace,
+        failure,
+    )
+    .await
+}

@@ -1,0 +1,21 @@
+//! Stage A (design §4 A): what the sidecar does for every tool call and
+//! tool list, whatever the call's mode.
+//!
+//! - [`catalogue`]: the current tool list, its compiled `outputSchema`
+//!   validators, the effective hints the control plane pushes, and the
+//!   coalescing of `notifications/tools/list_changed`;
+//! - [`watch`]: the upstream watcher that keeps the catalogue current
+//!   (re-lists after each connection and each coalesced list change) and
+//!   publishes the status and catalogue the report stream sends;
+//! - [`results`]: result processing (model text, attachments, structured
+//!   content) and `outputSchema` validation, pure functions;
+//! - [`respond`]: the [`respond::Responder`] that turns a raw result into
+//!   the call's response and its `tool.result` audit record;
+//! - [`retry`]: the one retry of a read-only or idempotent call after a
+//!   network error ([`retry::RetrySafe`]), on every path a call takes.
+
+pub mod catalogue;
+pub mod respond;
+pub mod results;
+pub mod retry;
+pub mod watch;
