@@ -91,11 +91,7 @@ impl Pipeline {
         // 1. lease: the connection for the call's session.
         let lease = self.pool.lease(&call.context.session_id);
         // Stage A decides once whether the call may be sent again.
-        let retry = RetrySafe::of(
-            call.retry_safe,
-            &self.responder.catalogue,
-            &call.context.tool,
-        );
+        let retry = RetrySafe::of(call.retry_safe);
         // 2. plan: plain, as a task, or held; stage B runs the rest of the
         // last two.
         let plan = self.plan(&lease, &call, retry).await?;

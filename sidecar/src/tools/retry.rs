@@ -2,10 +2,11 @@
 //! tool that fails with a network error (the server exited, an I/O or
 //! spawn failure) is sent again, once, after reconnecting; never otherwise
 //! (a JSON-RPC error is an answer, a timeout may have run the tool, and a
-//! closed session is shutting down). The control plane marks a call
-//! `retry_safe`, and also pushes the effective hints (admin overrides
-//! applied, [`Catalogue::hints`]): either one saying read-only or
-//! idempotent makes the call safe to send again.
+//! closed session is shutting down). The control plane decides it per call
+//! (`retry_safe`, from the effective hints in the read model the call was
+//! decided from), so an admin's hint change obeys read-your-writes; the
+//! hints it also pushes ([`crate::tools::catalogue::Catalogue::hints`]) may
+//! lag and only label audit records.
 //!
 //! This is the one place the rule is declared. Every `tools/call` sent for
 //! an engine's call goes through [`RetrySafe::call_tool`]: the plain call
@@ -13,7 +14,6 @@
 //! wait mode ([`crate::background`]). Each retry is counted in
 //! `switchyard_sidecar_upstream_retries_total`.
 
-use super::catalogue::Catalogue;
 use crate::interactions::CallContext;
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::Value;
@@ -26,16 +26,9 @@ impl RetrySafe {
     /// Never sent again.
     pub const NEVER: RetrySafe = RetrySafe(false);
 
-    /// The policy of a call of `tool`: safe when the control plane marked
-    /// it (`marked`) or `catalogue`'s effective hints say read-only or
-    /// idempotent.
-    pub fn of(marked: bool, catalogue: &Catalogue, tool: &str) -> Self {
-        RetrySafe(
-            marked
-                || catalogue
-                    .hints(tool)
-                    .is_some_and(|h| h.read_only_hint || h.idempotent_hint),
-        )
+    /// The policy of a call the control plane marked `retry_safe` or not.
+    pub fn of(marked: bool) -> Self {
+        RetrySafe(marked)
     }
 
     /// Whether the call is safe to send again.
@@ -86,31 +79,27 @@ mod tests {
     use switchyard_proto::v1::ToolHints;
 
     #[test]
-    fn marked_or_hinted_calls_are_safe() {
-        let catalogue = Catalogue::new();
+    fn only_marked_calls_are_safe() {
+        // Pushed hints may be stale (an override cleared a moment ago):
+        // they never make a call safe; the control plane's mark does.
+        let catalogue = crate::tools::catalogue::Catalogue::new();
         let hints = |read_only_hint, idempotent_hint| ToolHints {
             read_only_hint,
             idempotent_hint,
             destructive_hint: false,
             open_world_hint: true,
         };
-        catalogue.set_hints(HashMap::from([
-            ("read".to_owned(), hints(true, false)),
-            ("put".to_owned(), hints(false, true)),
-            ("write".to_owned(), hints(false, false)),
-        ]));
-        assert!(RetrySafe::of(false, &catalogue, "read").is_safe());
-        assert!(RetrySafe::of(false, &catalogue, "put").is_safe());
-        assert!(!RetrySafe::of(false, &catalogue, "write").is_safe());
-        assert!(!RetrySafe::of(false, &catalogue, "unknown").is_safe());
-        assert!(RetrySafe::of(true, &catalogue, "write").is_safe());
+        catalogue.set_hints(HashMap::from([("read".to_owned(), hints(true, false))]));
+        assert!(catalogue.hints("read").is_some());
+        assert!(!RetrySafe::of(false).is_safe());
+        assert!(RetrySafe::of(true).is_safe());
         let exited = UpstreamError::Exited {
             server: "s".into(),
             status: "exit status: 3".into(),
             stderr_tail: String::new(),
         };
         let closed = UpstreamError::Closed { server: "s".into() };
-        let safe = RetrySafe::of(true, &catalogue, "write");
+        let safe = RetrySafe::of(true);
         assert!(safe.retries(&exited) && safe.tolerates(&closed) && !safe.retries(&closed));
         assert!(!RetrySafe::NEVER.retries(&exited) && !RetrySafe::NEVER.tolerates(&exited));
         assert!(!safe.retries(&UpstreamError::protocol("s", "bad")));
