@@ -1,12 +1,13 @@
 //! Background calls (stage B), the control plane's side, end to end over
 //! the real gRPC APIs.
 //!
-//! A test plays the sidecar: it registers over `SidecarRegistry`
-//! (`Register`, a `Report` stream with hello and a catalogue, reading the
-//! `ControlMessage`s that come back, `adopt` among them) and serves a real
-//! `SidecarCalls` endpoint of its own. Its `CallTool` registers the
-//! background call with `UpdateBackgroundCall` and answers "moved", as the
-//! real sidecar does; its `CancelBackgroundCall` records what it was asked.
+//! A test plays the sidecar with test support's fake sidecar: it registers
+//! over `SidecarRegistry` (`Register`, a `Report` stream with hello and a
+//! catalogue, keeping the `ControlMessage`s that come back, `adopt` among
+//! them) and serves a real `SidecarCalls` endpoint of its own. Its
+//! `CallTool` ([`book`]) registers the background call with
+//! `UpdateBackgroundCall` and answers "moved", as the real sidecar does;
+//! its `CancelBackgroundCall` records what it was asked.
 //!
 //! - One replica on an embedded store: the `BackgroundPolicy` an engine
 //!   call carries, the moved answer and its text, updates, terminal is
@@ -41,236 +42,100 @@ use crate::common::background::*;
 use crate::common::*;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_control_plane::config::Config;
 use switchyard_control_plane::server::{self, Running};
 use switchyard_proto::v1 as pb;
-use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
+use switchyard_test_support::fake_sidecar::{FakeCall, FakeSidecar};
 use switchyard_test_support::start_etcd;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
-use tokio::sync::mpsc;
 use tonic::codec::Streaming;
-use tonic::{Code, Request, Response, Status};
+use tonic::{Code, Status};
 
 /// The server the fake sidecars front (never started).
 const TOOL: &str = "fake__book";
 
-/// What a fake sidecar's `SidecarCalls` endpoint saw.
-#[derive(Debug, Default)]
-struct Seen {
-    policies: Vec<pb::BackgroundPolicy>,
-    cancels: Vec<pb::SidecarCancelBackgroundRequest>,
+/// A fake sidecar of `fake` (test support's) whose `CallTool` acts as
+/// [`book`] says, with tasks in its capabilities.
+async fn fake_sidecar(control_plane: &str, id: &str) -> FakeSidecar {
+    FakeSidecar::of(control_plane, id)
+        .capabilities(json!({"tools": {}, "tasks": {"requests": {"tools": {"call": {}}}}}))
+        .on_call(book)
+        .start()
+        .await
 }
 
-/// The fake `SidecarCalls`: `arguments.mode` says what `CallTool` does:
+/// The fake sidecar's `CallTool`: `arguments.mode` says what it does:
 /// `task` or `wait` register a background call (status working, this
 /// sidecar's id, `arguments.immediate` as the immediate response) and
 /// answer "moved"; anything else, or a policy that does not allow a
-/// background call, answers a plain result naming `allowed`. It has no
-/// `CallStream` (as a sidecar built before it): the control plane falls
+/// background call, answers a plain result naming `allowed`. The fake has
+/// no `CallStream` (as a sidecar built before it): the control plane falls
 /// back to one `CallTool` per call, so every test here covers that path.
-#[derive(Debug, Clone)]
-struct FakeCalls {
-    control_plane: String,
-    sidecar_id: String,
-    seen: Arc<Mutex<Seen>>,
-}
-
-#[tonic::async_trait]
-impl SidecarCalls for FakeCalls {
-    type CallStreamStream = futures::stream::Empty<Result<pb::SidecarCallOutcome, Status>>;
-
-    async fn call_stream(
-        &self,
-        _: Request<tonic::Streaming<pb::SidecarCallFrame>>,
-    ) -> Result<Response<Self::CallStreamStream>, Status> {
-        Err(Status::unimplemented(
-            "this fake sidecar predates CallStream",
-        ))
+async fn book(call: FakeCall) -> Result<pb::SidecarCallResponse, Status> {
+    let r = call.request;
+    let params: Value = serde_json::from_str(&r.params_json).expect("params are JSON");
+    let policy = r
+        .background
+        .clone()
+        .expect("every engine call has a policy");
+    let mode = params["arguments"]["mode"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    if !matches!(mode.as_str(), "task" | "wait") || !policy.allowed {
+        let text = format!("foreground allowed={}", policy.allowed);
+        return Ok(pb::SidecarCallResponse {
+            result_json: json!({"content": [{"type": "text", "text": text}]}).to_string(),
+            model_text: text,
+            ..Default::default()
+        });
     }
-
-    async fn call_tool(
-        &self,
-        req: Request<pb::SidecarCallRequest>,
-    ) -> Result<Response<pb::SidecarCallResponse>, Status> {
-        let r = req.into_inner();
-        let params: Value = serde_json::from_str(&r.params_json).expect("params are JSON");
-        let policy = r
-            .background
-            .clone()
-            .expect("every engine call has a policy");
-        self.seen.lock().unwrap().policies.push(policy.clone());
-        let mode = params["arguments"]["mode"]
+    let id = policy.background_call_id.clone();
+    let record = pb::BackgroundCall {
+        id: id.clone(),
+        server: "fake".into(),
+        tool: params["name"].as_str().unwrap_or("").into(),
+        engine_tool: policy.engine_tool.clone(),
+        session_id: r.session_id.clone(),
+        run_id: r.run_id.clone(),
+        task_id: if mode == "task" {
+            format!("task-{id}")
+        } else {
+            String::new()
+        },
+        mode,
+        status: "working".into(),
+        created_at_ms: now_ms(),
+        deadline_ms: now_ms() + policy.max_duration_ms as i64,
+        sidecar_id: call.sidecar_id.clone(),
+        immediate_response: params["arguments"]["immediate"]
             .as_str()
             .unwrap_or("")
-            .to_owned();
-        if !matches!(mode.as_str(), "task" | "wait") || !policy.allowed {
-            let text = format!("foreground allowed={}", policy.allowed);
-            return Ok(Response::new(pb::SidecarCallResponse {
-                result_json: json!({"content": [{"type": "text", "text": text}]}).to_string(),
-                model_text: text,
-                ..Default::default()
-            }));
-        }
-        let id = policy.background_call_id.clone();
-        let call = pb::BackgroundCall {
-            id: id.clone(),
-            server: "fake".into(),
-            tool: params["name"].as_str().unwrap_or("").into(),
-            engine_tool: policy.engine_tool.clone(),
-            session_id: r.session_id.clone(),
-            run_id: r.run_id.clone(),
-            task_id: if mode == "task" {
-                format!("task-{id}")
-            } else {
-                String::new()
-            },
-            mode,
-            status: "working".into(),
-            created_at_ms: now_ms(),
-            deadline_ms: now_ms() + policy.max_duration_ms as i64,
-            sidecar_id: self.sidecar_id.clone(),
-            immediate_response: params["arguments"]["immediate"]
-                .as_str()
-                .unwrap_or("")
-                .into(),
-            protocol_version: "2025-11-25".into(),
-            poll_interval_ms: 5000,
-            ..Default::default()
-        };
-        let stored = registry(&self.control_plane)
-            .await
-            .update_background_call(pb::UpdateBackgroundCallRequest { call: Some(call) })
-            .await?
-            .into_inner();
-        Ok(Response::new(pb::SidecarCallResponse {
-            background: Some(stored),
-            ..Default::default()
-        }))
-    }
-
-    async fn cancel_background_call(
-        &self,
-        req: Request<pb::SidecarCancelBackgroundRequest>,
-    ) -> Result<Response<pb::SidecarCancelBackgroundResponse>, Status> {
-        self.seen.lock().unwrap().cancels.push(req.into_inner());
-        Ok(Response::new(pb::SidecarCancelBackgroundResponse {
-            found: true,
-        }))
-    }
+            .into(),
+        protocol_version: "2025-11-25".into(),
+        poll_interval_ms: 5000,
+        ..Default::default()
+    };
+    let stored = registry(&call.control_plane)
+        .await
+        .update_background_call(pb::UpdateBackgroundCallRequest { call: Some(record) })
+        .await?
+        .into_inner();
+    Ok(pb::SidecarCallResponse {
+        background: Some(stored),
+        ..Default::default()
+    })
 }
 
-/// A fake sidecar of `fake`: a `SidecarCalls` endpoint, registered, its
-/// report stream open with a catalogue; the control messages it receives
-/// are kept. Dropping the report sender ([`FakeSidecar::close`]) ends the
-/// stream, and the control plane drops the registration.
-struct FakeSidecar {
-    id: String,
-    seen: Arc<Mutex<Seen>>,
-    reports: Option<mpsc::Sender<pb::SidecarReport>>,
-    control: mpsc::UnboundedReceiver<pb::ControlMessage>,
-    server: tokio::task::JoinHandle<()>,
-}
-
-impl FakeSidecar {
-    async fn start(control_plane: &str, id: &str) -> FakeSidecar {
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let calls = FakeCalls {
-            control_plane: control_plane.to_owned(),
-            sidecar_id: id.to_owned(),
-            seen: seen.clone(),
-        };
-        let server = tokio::spawn(async move {
-            let incoming = tonic::transport::server::TcpIncoming::from(listener);
-            let _ = tonic::transport::Server::builder()
-                .add_service(SidecarCallsServer::new(calls))
-                .serve_with_incoming(incoming)
-                .await;
-        });
-        let mut reg = registry(control_plane).await;
-        reg.register(pb::RegisterRequest {
-            server: "fake".into(),
-            sidecar_id: id.into(),
-            call_address: format!("http://{addr}"),
-            version: "test".into(),
-        })
-        .await
-        .expect("Register");
-        let (tx, rx) = mpsc::channel(8);
-        tx.send(pb::SidecarReport {
-            report: Some(pb::sidecar_report::Report::Hello(pb::Hello {
-                server: "fake".into(),
-                sidecar_id: id.into(),
-            })),
-        })
-        .await
-        .unwrap();
-        tx.send(pb::SidecarReport {
-            report: Some(pb::sidecar_report::Report::Catalogue(
-                pb::CatalogueSnapshot {
-                    server: "fake".into(),
-                    tools_json: vec![
-                        json!({"name": "book", "inputSchema": {"type": "object"}}).to_string(),
-                    ],
-                    capabilities_json:
-                        json!({"tools": {}, "tasks": {"requests": {"tools": {"call": {}}}}})
-                            .to_string(),
-                    server_info_json: json!({"name": "fake", "version": "1"}).to_string(),
-                    protocol_version: "2025-11-25".into(),
-                },
-            )),
-        })
-        .await
-        .unwrap();
-        let mut inbound = reg
-            .report(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-            .expect("Report")
-            .into_inner();
-        let (ctl_tx, control) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Ok(Some(m)) = inbound.message().await {
-                if ctl_tx.send(m).is_err() {
-                    break;
-                }
-            }
-        });
-        FakeSidecar {
-            id: id.to_owned(),
-            seen,
-            reports: Some(tx),
-            control,
-            server,
-        }
-    }
-
-    /// The calls of the next `adopt` message (other messages are skipped).
-    async fn next_adopt(&mut self) -> Vec<pb::BackgroundCall> {
-        tokio::time::timeout(LIMIT, async {
-            loop {
-                let m = self
-                    .control
-                    .recv()
-                    .await
-                    .expect("the report stream ended before an adopt message");
-                if let Some(pb::control_message::Message::Adopt(a)) = m.message {
-                    return a.calls;
-                }
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("{}: no adopt message within {LIMIT:?}", self.id))
-    }
-
-    /// Ends the report stream (the sidecar went away).
-    fn close(&mut self) {
-        self.reports = None;
-        self.server.abort();
-    }
+/// The background policies of the calls `sidecar` received, in order.
+fn policies(sidecar: &FakeSidecar) -> Vec<pb::BackgroundPolicy> {
+    sidecar
+        .calls()
+        .into_iter()
+        .map(|c| c.background.expect("every engine call has a policy"))
+        .collect()
 }
 
 /// Waits until `tool` is offered (the fake sidecar's catalogue arrived).
@@ -425,7 +290,7 @@ async fn calls_move_update_finish_and_replay_on_one_replica() {
     )
     .await;
     let ep = endpoint(&r);
-    let sidecar = FakeSidecar::start(&ep, "sc-1").await;
+    let sidecar = fake_sidecar(&ep, "sc-1").await;
     wait_tool(&ep, TOOL).await;
     let s = create_session(&ep).await;
     let mut events = subscribe(&ep, &s, 0).await;
@@ -451,7 +316,7 @@ async fn calls_move_update_finish_and_replay_on_one_replica() {
         ("fake", "book")
     );
     assert!(resp.result_json.is_empty() && !resp.is_error, "{resp:?}");
-    let policy = sidecar.seen.lock().unwrap().policies[0].clone();
+    let policy = policies(&sidecar)[0].clone();
     assert_eq!(policy.background_call_id, bg.id);
     assert_eq!(bg.id.len(), 36, "a UUID: {}", bg.id);
     assert_eq!(policy.auto_after_ms, 7000);
@@ -676,14 +541,7 @@ async fn calls_move_update_finish_and_replay_on_one_replica() {
     })
     .await;
     assert_eq!(text, "foreground allowed=false");
-    let last = sidecar
-        .seen
-        .lock()
-        .unwrap()
-        .policies
-        .last()
-        .cloned()
-        .unwrap();
+    let last = policies(&sidecar).last().cloned().unwrap();
     assert!(!last.allowed);
     assert_eq!(last.foreground_limit_ms, 600_000);
 
@@ -710,14 +568,7 @@ async fn calls_move_update_finish_and_replay_on_one_replica() {
     assert_eq!(tools.tools[0].policy, "default");
     assert!(!tools.tools[0].policy_set, "only background was set");
     let _ = call(&ep, &s, json!({"mode": "none"})).await.unwrap();
-    let last = sidecar
-        .seen
-        .lock()
-        .unwrap()
-        .policies
-        .last()
-        .cloned()
-        .unwrap();
+    let last = policies(&sidecar).last().cloned().unwrap();
     assert_eq!(last.auto_after_ms, 0);
     // A policy set later keeps `background`.
     let t = admin(&ep)
@@ -876,7 +727,7 @@ async fn cancel_marks_the_call_and_tells_its_sidecar() {
     )
     .await;
     let ep = endpoint(&r);
-    let sidecar = FakeSidecar::start(&ep, "sc-1").await;
+    let sidecar = fake_sidecar(&ep, "sc-1").await;
     wait_tool(&ep, TOOL).await;
     let s = create_session(&ep).await;
     let mut events = subscribe(&ep, &s, 0).await;
@@ -906,17 +757,17 @@ async fn cancel_marks_the_call_and_tells_its_sidecar() {
         Code::NotFound,
         "no-such-call",
     );
-    assert!(sidecar.seen.lock().unwrap().cancels.is_empty());
+    assert!(sidecar.cancels().is_empty());
     let out = ok_stdout(
         &cli(&ep, &["background", "cancel", &held.id, "--session", &s]).await,
         "background cancel",
     );
     assert_eq!(out.trim(), format!("{}: cancelled (book on fake)", held.id));
     {
-        let seen = sidecar.seen.lock().unwrap();
-        assert_eq!(seen.cancels.len(), 1);
-        assert_eq!(seen.cancels[0].id, held.id);
-        assert_eq!(seen.cancels[0].task_id, "");
+        let cancels = sidecar.cancels();
+        assert_eq!(cancels.len(), 1);
+        assert_eq!(cancels[0].id, held.id);
+        assert_eq!(cancels[0].task_id, "");
     }
     let (ev, data) = next_background(&mut events).await;
     assert_eq!(ev.r#type, "background_call.cancelled");
@@ -959,10 +810,7 @@ async fn cancel_marks_the_call_and_tells_its_sidecar() {
         .into_inner();
     assert_eq!(c.status, "cancelled");
     assert!(c.finished_at_ms > 0);
-    assert_eq!(
-        sidecar.seen.lock().unwrap().cancels[1].task_id,
-        format!("task-{}", task.id)
-    );
+    assert_eq!(sidecar.cancels()[1].task_id, format!("task-{}", task.id));
     let (ev, data) = next_background(&mut events).await;
     assert_eq!(
         (ev.r#type.as_str(), data["id"].as_str().unwrap()),
@@ -1074,8 +922,8 @@ async fn the_sweeper_fails_held_calls_and_adopts_tasks() {
     )
     .await;
     let ep = endpoint(&r);
-    let mut a = FakeSidecar::start(&ep, "sc-a").await;
-    let mut b = FakeSidecar::start(&ep, "sc-b").await;
+    let mut a = fake_sidecar(&ep, "sc-a").await;
+    let mut b = fake_sidecar(&ep, "sc-b").await;
     wait_tool(&ep, TOOL).await;
     let s = create_session(&ep).await;
     let mut events = subscribe(&ep, &s, 0).await;
@@ -1126,7 +974,7 @@ async fn the_sweeper_fails_held_calls_and_adopts_tasks() {
     );
 
     // ---- a new sidecar adopts it on hello
-    let mut c = FakeSidecar::start(&ep, "sc-c").await;
+    let mut c = fake_sidecar(&ep, "sc-c").await;
     let adopted = c.next_adopt().await;
     assert_eq!(
         adopted
@@ -1137,7 +985,7 @@ async fn the_sweeper_fails_held_calls_and_adopts_tasks() {
     );
     // ---- the same sidecar id reconnecting (a restart) gets it again
     c.close();
-    let mut c2 = FakeSidecar::start(&ep, "sc-c").await;
+    let mut c2 = fake_sidecar(&ep, "sc-c").await;
     let adopted = c2.next_adopt().await;
     assert_eq!(adopted.len(), 1);
     assert_eq!(adopted[0].id, "task-1");
@@ -1167,7 +1015,7 @@ async fn deadlines_fail_calls_and_retention_deletes_them() {
     )
     .await;
     let ep = endpoint(&r);
-    let _sidecar = FakeSidecar::start(&ep, "sc-1").await;
+    let _sidecar = fake_sidecar(&ep, "sc-1").await;
     wait_tool(&ep, TOOL).await;
     let s = create_session(&ep).await;
     let mut events = subscribe(&ep, &s, 0).await;
@@ -1247,7 +1095,7 @@ async fn results_survive_a_replica_killed_on_etcd() {
     let q = start_background_replica(dir.path(), "q", &store, "sweepIntervalMs = 200\n").await;
     let ep_q = endpoint(&q);
     // The sidecar is registered at P and reports there.
-    let sidecar = FakeSidecar::start(&ep_p, "sc-p").await;
+    let sidecar = fake_sidecar(&ep_p, "sc-p").await;
     wait_tool(&ep_q, TOOL).await;
     let s = create_session(&ep_q).await;
     let mut at_q = subscribe(&ep_q, &s, 0).await;

@@ -15,38 +15,15 @@ use serde_json::json;
 use std::time::Duration;
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
+use switchyard_test_support::fake_sidecar::FakeSidecar;
 use switchyard_test_support::start_etcd;
-use tokio::sync::mpsc;
 use tonic::Code;
 
-/// Registers sidecar `id` of `fake` and keeps its report stream open (the
-/// returned sender; dropping it ends the registration).
-async fn register(ep: &str, id: &str) -> mpsc::Sender<pb::SidecarReport> {
-    let mut reg = registry(ep).await;
-    reg.register(pb::RegisterRequest {
-        server: "fake".into(),
-        sidecar_id: id.into(),
-        call_address: "http://127.0.0.1:9".into(),
-        version: "test".into(),
-    })
-    .await
-    .expect("Register");
-    let (tx, rx) = mpsc::channel(8);
-    tx.send(pb::SidecarReport {
-        report: Some(pb::sidecar_report::Report::Hello(pb::Hello {
-            server: "fake".into(),
-            sidecar_id: id.into(),
-        })),
-    })
-    .await
-    .unwrap();
-    let mut inbound = reg
-        .report(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("Report")
-        .into_inner();
-    tokio::spawn(async move { while let Ok(Some(_)) = inbound.message().await {} });
-    tx
+/// Registers sidecar `id` of `fake` (test support's fake sidecar, which
+/// serves no calls) and keeps its report stream open, with hello alone;
+/// dropping it ends the registration.
+async fn register(ep: &str, id: &str) -> FakeSidecar {
+    FakeSidecar::of(ep, id).without_catalogue().start().await
 }
 
 fn record(id: &str, session: &str, sidecar: &str) -> pb::BackgroundCall {

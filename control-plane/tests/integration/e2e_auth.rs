@@ -24,7 +24,7 @@ use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::admin_service_client::AdminServiceClient;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
 use switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient;
-use switchyard_test_support::free_port;
+use switchyard_test_support::{fake_sidecar, free_port};
 use tonic::Code;
 
 const REFUSALS: &str = "switchyard_control_plane_auth_refusals_total";
@@ -445,12 +445,8 @@ async fn tokens_are_checked_and_roles_enforced() {
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert_eq!(refusals("engine", "wrong_role").await, 1.0);
     let mut registry = SidecarRegistryClient::new(channel.clone());
-    let register = || pb::RegisterRequest {
-        server: "orders".into(),
-        sidecar_id: "intruder".into(),
-        call_address: "http://127.0.0.1:1".into(),
-        version: "0".into(),
-    };
+    // An intruder's requests, as test support's fake sidecar makes them.
+    let register = || fake_sidecar::register_request("orders", "intruder", "http://127.0.0.1:1");
     let e = registry.register(register()).await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
     let e = registry
@@ -470,22 +466,14 @@ async fn tokens_are_checked_and_roles_enforced() {
     // A sidecar token bound to `orders` acts for no other server: not to
     // register, not on the report stream, not to relay an interaction.
     let bound = "orders-sidecar-token-1";
-    let billing = pb::RegisterRequest {
-        server: "billing".into(),
-        ..register()
-    };
+    let billing = fake_sidecar::register_request("billing", "intruder", "http://127.0.0.1:1");
     let e = registry.register(bearer(billing, bound)).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert_eq!(
         e.message(),
         "sidecar credential \"orders-sidecars\" is bound to the servers [\"orders\"]; it may not act for server \"billing\""
     );
-    let hello = pb::SidecarReport {
-        report: Some(pb::sidecar_report::Report::Hello(pb::Hello {
-            server: "billing".into(),
-            sidecar_id: "intruder".into(),
-        })),
-    };
+    let hello = fake_sidecar::hello("billing", "intruder");
     let e = registry
         .report(bearer(tokio_stream::iter(vec![hello]), bound))
         .await

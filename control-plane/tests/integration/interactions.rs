@@ -15,8 +15,9 @@
 //!   and the engine carries on at B; B is killed and the sidecar asks again,
 //!   with the same id, at a restarted A, which serves the same interaction.
 //!
-//! The fake sidecar is a plain `SidecarRegistryClient`: `Register`, a
-//! `Report` stream (hello + a catalogue), then `Interact` calls.
+//! The fake sidecar is test support's: `Register`, a `Report` stream
+//! (hello + a catalogue); the test then makes its `Interact` calls with a
+//! plain `SidecarRegistryClient`.
 
 use crate::common::*;
 use serde_json::{Value, json};
@@ -27,10 +28,10 @@ use switchyard_control_plane::interactions;
 use switchyard_control_plane::server::{self, Running};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient;
+use switchyard_test_support::fake_sidecar::FakeSidecar;
 use switchyard_test_support::start_etcd;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tonic::Code;
 use tonic::codec::Streaming;
@@ -91,58 +92,10 @@ async fn registry(endpoint: &str) -> SidecarRegistryClient<tonic::transport::Cha
         .unwrap_or_else(|e| panic!("connect to {endpoint}: {e}"))
 }
 
-/// A fake sidecar of `fake`: registered, its report stream open with a
-/// catalogue. Dropping it closes the stream.
-struct FakeSidecar {
-    _reports: mpsc::Sender<pb::SidecarReport>,
-}
-
+/// A fake sidecar of `fake` (test support's): registered, its report
+/// stream open with a catalogue, welcomed. Dropping it closes the stream.
 async fn fake_sidecar(endpoint: &str, id: &str) -> FakeSidecar {
-    let mut reg = registry(endpoint).await;
-    reg.register(pb::RegisterRequest {
-        server: "fake".into(),
-        sidecar_id: id.into(),
-        call_address: "http://127.0.0.1:9".into(),
-        version: "test".into(),
-    })
-    .await
-    .expect("Register");
-    let (tx, rx) = mpsc::channel(8);
-    tx.send(pb::SidecarReport {
-        report: Some(pb::sidecar_report::Report::Hello(pb::Hello {
-            server: "fake".into(),
-            sidecar_id: id.into(),
-        })),
-    })
-    .await
-    .unwrap();
-    tx.send(pb::SidecarReport {
-        report: Some(pb::sidecar_report::Report::Catalogue(
-            pb::CatalogueSnapshot {
-                server: "fake".into(),
-                tools_json: vec![
-                    json!({"name": "book", "inputSchema": {"type": "object"}}).to_string(),
-                ],
-                capabilities_json: json!({"tools": {}}).to_string(),
-                server_info_json: json!({"name": "fake", "version": "1"}).to_string(),
-                protocol_version: "2025-11-25".into(),
-            },
-        )),
-    })
-    .await
-    .unwrap();
-    let mut inbound = reg
-        .report(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("Report")
-        .into_inner();
-    let welcome = inbound.message().await.expect("welcome").expect("welcome");
-    assert!(matches!(
-        welcome.message,
-        Some(pb::control_message::Message::Welcome(_))
-    ));
-    tokio::spawn(async move { while let Ok(Some(_)) = inbound.message().await {} });
-    FakeSidecar { _reports: tx }
+    FakeSidecar::of(endpoint, id).start().await
 }
 
 /// `Interact` at `endpoint`, in the background; the ElicitResult.

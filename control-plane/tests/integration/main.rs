@@ -6,7 +6,9 @@
 //!
 //! - `common`: `switchyard up` ([`common::Gateway`]), processes started one
 //!   by one, the CLI, polling with deadlines; `common::background`:
-//!   in-process replicas on a config with one fake server.
+//!   in-process replicas on a config with one fake server. The fake
+//!   sidecar that plays that server's sidecar is test support's
+//!   (`switchyard_test_support::fake_sidecar`).
 //! - The modules: a feature's name (`background`, `interactions`,
 //!   `store_contract`, ...), `e2e_*` for whole gateways and processes,
 //!   `*_bad_input` for what a feature does with bad input.

@@ -18,17 +18,13 @@
 //! unavailable.
 
 use futures::future::BoxFuture;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_common::audit::Audit;
+use switchyard_proto::v1::SidecarCallRequest;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
-use switchyard_proto::v1::sidecar_registry_server::{SidecarRegistry, SidecarRegistryServer};
-use switchyard_proto::v1::{
-    CompleteInteractionRequest, CompleteInteractionResponse, ControlMessage, InteractRequest,
-    InteractResponse, RegisterRequest, RegisterResponse, SidecarCallRequest, SidecarReport,
-};
 use switchyard_sidecar::control::{ControlPlaneInteractions, ControlSettings};
 use switchyard_sidecar::elicitation::{
     CallContext, Interaction, InteractionHandler, InteractionKind, Interactions,
@@ -40,6 +36,7 @@ use switchyard_sidecar::upstream::{
     UpstreamError, UpstreamMetrics,
 };
 use switchyard_test_support as support;
+use switchyard_test_support::fake_control_plane::FakeControlPlane;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -987,81 +984,16 @@ async fn http_gets_one_mcp_session_per_engine_session() {
 
 // ---- the control-plane handler ------------------------------------------------
 
-#[derive(Debug, Default)]
-struct Registry {
-    interacts: Mutex<Vec<InteractRequest>>,
-    completes: Mutex<Vec<CompleteInteractionRequest>>,
-}
-
-#[derive(Debug, Clone)]
-struct FakeRegistry(Arc<Registry>);
-
-#[tonic::async_trait]
-impl SidecarRegistry for FakeRegistry {
-    async fn update_background_call(
-        &self,
-        _request: tonic::Request<switchyard_proto::v1::UpdateBackgroundCallRequest>,
-    ) -> Result<tonic::Response<switchyard_proto::v1::BackgroundCall>, tonic::Status> {
-        Err(tonic::Status::unimplemented("not in this fake"))
-    }
-
-    async fn register(
-        &self,
-        _: tonic::Request<RegisterRequest>,
-    ) -> Result<tonic::Response<RegisterResponse>, tonic::Status> {
-        Err(tonic::Status::unimplemented("not here"))
-    }
-
-    type ReportStream = futures::stream::Empty<Result<ControlMessage, tonic::Status>>;
-
-    async fn report(
-        &self,
-        _: tonic::Request<tonic::Streaming<SidecarReport>>,
-    ) -> Result<tonic::Response<Self::ReportStream>, tonic::Status> {
-        Err(tonic::Status::unimplemented("not here"))
-    }
-
-    async fn interact(
-        &self,
-        request: tonic::Request<InteractRequest>,
-    ) -> Result<tonic::Response<InteractResponse>, tonic::Status> {
-        let mut seen = self.0.interacts.lock().unwrap();
-        seen.push(request.into_inner());
-        if seen.len() == 1 {
-            // A replica going away.
-            return Err(tonic::Status::unavailable("replica gone"));
-        }
-        let mut content = Map::new();
-        content.insert("contact_name".into(), json!("via control plane"));
-        Ok(tonic::Response::new(InteractResponse {
-            result_json: json!({"action": "accept", "content": content}).to_string(),
-        }))
-    }
-
-    async fn complete_interaction(
-        &self,
-        request: tonic::Request<CompleteInteractionRequest>,
-    ) -> Result<tonic::Response<CompleteInteractionResponse>, tonic::Status> {
-        self.0.completes.lock().unwrap().push(request.into_inner());
-        Ok(tonic::Response::new(CompleteInteractionResponse {
-            found: true,
-        }))
-    }
-}
-
 #[tokio::test]
 async fn the_control_plane_handler_asks_again_with_the_same_id() {
     support::init_tracing();
-    let registry = Arc::new(Registry::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(SidecarRegistryServer::new(FakeRegistry(registry.clone())))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-    );
+    // The first `Interact` meets a replica going away (UNAVAILABLE); the
+    // next is accepted.
+    let registry = FakeControlPlane::start().await;
+    registry.refuse_interacts(1);
+    registry.answer_with(json!({"contact_name": "via control plane"}));
     let handler = ControlPlaneInteractions::new(&ControlSettings {
-        control_plane: format!("http://{addr}"),
+        control_plane: registry.url.clone(),
         ca_pem: None,
         credentials: Default::default(),
         server: "orders".into(),
@@ -1080,7 +1012,7 @@ async fn the_control_plane_handler_asks_again_with_the_same_id() {
         result["structuredContent"],
         json!({"action": "accept", "content": {"contact_name": "via control plane"}})
     );
-    let seen = registry.interacts.lock().unwrap().clone();
+    let seen = registry.interacts();
     assert_eq!(seen.len(), 2, "asked again after UNAVAILABLE");
     assert_eq!(
         seen[0], seen[1],
@@ -1104,7 +1036,7 @@ async fn the_control_plane_handler_asks_again_with_the_same_id() {
     assert_eq!(result["structuredContent"]["linked"], true, "{result}");
     let completes = within(async {
         loop {
-            let c = registry.completes.lock().unwrap().clone();
+            let c = registry.completes();
             if !c.is_empty() {
                 return c;
             }

@@ -7,7 +7,8 @@
 //!
 //! - `common`: the call service in process on a real server
 //!   ([`common::harness`]); `common::tasks`: the sidecar's tasks machinery
-//!   in process, and a fake control plane.
+//!   in process. The fake control plane is test support's
+//!   (`switchyard_test_support::fake_control_plane`).
 //! - The modules: `upstream_*` for the MCP client session, a feature's name
 //!   for the rest (`tasks`, `elicitation`, `sidecar_service`, ...),
 //!   `*_bad_input` for what a feature does with bad input, `*_cli` for the

@@ -1,7 +1,7 @@
 //! `switchyard-sidecar run` end to end: the real binary, a real stdio stub
 //! server (`tests/peers/servers/crashy.py`) and, standing in for the control
-//! plane, a small in-test `SidecarRegistry` gRPC server that records what
-//! the sidecar registers and reports.
+//! plane, test support's fake control plane, which records what the sidecar
+//! registers and reports.
 //!
 //! Covered: registration with the call address (after the registry comes up
 //! late), hello + catalogue on the report stream, re-registration when the
@@ -11,205 +11,20 @@
 //! shutdown on SIGTERM with a call in flight, calls cancelled when the
 //! grace period ends, and a bad config file.
 
-use futures::StreamExt;
 use serde_json::{Value, json};
-use std::pin::Pin;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
-use switchyard_proto::v1::sidecar_registry_server::{SidecarRegistry, SidecarRegistryServer};
-use switchyard_proto::v1::{
-    ControlMessage, RegisterRequest, RegisterResponse, SidecarCallRequest, SidecarReport, Welcome,
-    control_message, sidecar_report,
-};
+use switchyard_proto::v1::{SidecarCallRequest, sidecar_report};
+use switchyard_test_support::fake_control_plane::{Event, FakeControlPlane};
 use switchyard_test_support::{stub_script, workspace_bin};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use tonic::Code;
 use tonic::transport::Channel;
-use tonic::{Code, Request, Response, Status, Streaming};
 
 /// Upper bound on any single wait.
 const LIMIT: Duration = Duration::from_secs(30);
-
-// ---- the fake control plane ---------------------------------------------------
-
-#[derive(Debug)]
-enum Event {
-    Register(RegisterRequest),
-    Report(sidecar_report::Report),
-    ReportClosed,
-}
-
-#[derive(Clone)]
-struct FakeRegistry {
-    events: mpsc::UnboundedSender<Event>,
-    /// Cancelling it ends every open report stream.
-    streams: Arc<Mutex<CancellationToken>>,
-}
-
-type ControlStream = Pin<Box<dyn futures::Stream<Item = Result<ControlMessage, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl SidecarRegistry for FakeRegistry {
-    async fn update_background_call(
-        &self,
-        _request: tonic::Request<switchyard_proto::v1::UpdateBackgroundCallRequest>,
-    ) -> Result<tonic::Response<switchyard_proto::v1::BackgroundCall>, tonic::Status> {
-        Err(tonic::Status::unimplemented("not in this fake"))
-    }
-
-    async fn interact(
-        &self,
-        _: Request<switchyard_proto::v1::InteractRequest>,
-    ) -> Result<Response<switchyard_proto::v1::InteractResponse>, Status> {
-        Err(Status::unimplemented("this fake asks nobody"))
-    }
-
-    async fn complete_interaction(
-        &self,
-        _: Request<switchyard_proto::v1::CompleteInteractionRequest>,
-    ) -> Result<Response<switchyard_proto::v1::CompleteInteractionResponse>, Status> {
-        Err(Status::unimplemented("this fake asks nobody"))
-    }
-
-    async fn register(
-        &self,
-        request: Request<RegisterRequest>,
-    ) -> Result<Response<RegisterResponse>, Status> {
-        let _ = self.events.send(Event::Register(request.into_inner()));
-        Ok(Response::new(RegisterResponse {
-            lease_ttl_seconds: 15,
-            spec: None,
-        }))
-    }
-
-    type ReportStream = ControlStream;
-
-    async fn report(
-        &self,
-        request: Request<Streaming<SidecarReport>>,
-    ) -> Result<Response<Self::ReportStream>, Status> {
-        let mut inbound = request.into_inner();
-        let events = self.events.clone();
-        let end = self.streams.lock().unwrap().clone();
-        let (tx, rx) = futures::channel::mpsc::unbounded();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    m = inbound.message() => match m {
-                        Ok(Some(SidecarReport { report: Some(r) })) => {
-                            if matches!(r, sidecar_report::Report::Hello(_)) {
-                                let _ = tx.unbounded_send(ControlMessage {
-                                    message: Some(control_message::Message::Welcome(Welcome { lease_ttl_seconds: 15 })),
-                                });
-                            }
-                            let _ = events.send(Event::Report(r));
-                        }
-                        Ok(Some(_)) => {}
-                        _ => break,
-                    },
-                    _ = end.cancelled() => break,
-                }
-            }
-            let _ = events.send(Event::ReportClosed);
-            // Dropping `tx` ends the response stream.
-        });
-        Ok(Response::new(Box::pin(rx.map(Ok)) as ControlStream))
-    }
-}
-
-struct Registry {
-    events: mpsc::UnboundedReceiver<Event>,
-    streams: Arc<Mutex<CancellationToken>>,
-}
-
-impl Registry {
-    /// Serves the fake registry on `listener` (bound early, so no other
-    /// process can take the port meanwhile).
-    async fn start(listener: std::net::TcpListener) -> Registry {
-        let (tx, events) = mpsc::unbounded_channel();
-        let streams = Arc::new(Mutex::new(CancellationToken::new()));
-        let service = FakeRegistry {
-            events: tx,
-            streams: streams.clone(),
-        };
-        listener.set_nonblocking(true).unwrap();
-        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(SidecarRegistryServer::new(service))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-        );
-        Registry { events, streams }
-    }
-
-    /// Ends every open report stream (the sidecar must come back).
-    fn break_streams(&self) {
-        let mut token = self.streams.lock().unwrap();
-        token.cancel();
-        *token = CancellationToken::new();
-    }
-
-    /// The next event `pick` accepts (others are skipped), within `LIMIT`.
-    async fn next<T>(&mut self, what: &str, mut pick: impl FnMut(Event) -> Option<T>) -> T {
-        tokio::time::timeout(LIMIT, async {
-            loop {
-                let event = self.events.recv().await.expect("registry alive");
-                if let Some(t) = pick(event) {
-                    return t;
-                }
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("no {what} within {LIMIT:?}"))
-    }
-
-    async fn register(&mut self) -> RegisterRequest {
-        self.next("Register", |e| match e {
-            Event::Register(r) => Some(r),
-            _ => None,
-        })
-        .await
-    }
-
-    async fn report(
-        &mut self,
-        what: &str,
-        mut pick: impl FnMut(&sidecar_report::Report) -> bool,
-    ) -> sidecar_report::Report {
-        self.next(what, |e| match e {
-            Event::Report(r) if pick(&r) => Some(r),
-            _ => None,
-        })
-        .await
-    }
-
-    /// The next catalogue snapshot's tool names.
-    async fn catalogue(&mut self) -> (Vec<String>, switchyard_proto::v1::CatalogueSnapshot) {
-        let r = self
-            .report("catalogue", |r| {
-                matches!(r, sidecar_report::Report::Catalogue(_))
-            })
-            .await;
-        let sidecar_report::Report::Catalogue(c) = r else {
-            unreachable!()
-        };
-        let names = c
-            .tools_json
-            .iter()
-            .map(|t| {
-                serde_json::from_str::<Value>(t).unwrap()["name"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect();
-        (names, c)
-    }
-}
 
 // ---- the sidecar process ------------------------------------------------------
 
@@ -373,7 +188,7 @@ async fn serves_calls_and_reports_to_the_control_plane() {
     assert_eq!(text_of(&r.get_ref().result_json), "early");
 
     // The control plane comes up late: registration, hello, catalogue.
-    let mut registry = Registry::start(cp_listener).await;
+    let mut registry = FakeControlPlane::serve_on(cp_listener).await;
     let reg = registry.register().await;
     assert_eq!(reg.server, "crashy");
     assert_eq!(reg.call_address, format!("http://{}", sidecar.calls_addr));
@@ -631,7 +446,7 @@ async fn a_tool_list_change_resends_the_catalogue() {
         .display()
         .to_string();
     let (cp_port, cp_listener) = reserve_port();
-    let mut registry = Registry::start(cp_listener).await;
+    let mut registry = FakeControlPlane::serve_on(cp_listener).await;
     let cp = format!("http://127.0.0.1:{cp_port}");
     let script = script.display().to_string();
     let sidecar = Sidecar::start(&[

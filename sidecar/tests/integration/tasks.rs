@@ -2,10 +2,10 @@
 //! tasks against real servers, in both protocol eras. The reference server
 //! (`switchyard-reference-server --tasks`, stdio and Streamable HTTP) and
 //! `mcp-server-everything` (2025-11-25, `simulate-research-query`) run the
-//! tasks; a small in-test `SidecarRegistry` stands in for the control plane
-//! and records every `UpdateBackgroundCall` (a terminal record is final, as
-//! in the real one), answers `Interact` and, for the restart test, hands out
-//! `ControlMessage.adopt`.
+//! tasks; test support's fake control plane stands in for the control
+//! plane and records every `UpdateBackgroundCall` (a terminal record is
+//! final, as in the real one), answers `Interact` and, for the restart
+//! test, hands out `ControlMessage.adopt`.
 //!
 //! Covered: a task finished within the foreground phase (a normal result);
 //! a `required` task tool called without a background policy; a slow task
@@ -29,17 +29,18 @@ use switchyard_sidecar::upstream::{
     Era, EraPreference, HttpConfig, StdioConfig, TransportConfig, UpstreamConfig,
 };
 use switchyard_test_support as support;
+use switchyard_test_support::fake_control_plane::FakeControlPlane;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::common::LIMIT;
-use crate::common::tasks::{POLL_MIN, Registry, Side, request, side_with};
+use crate::common::tasks::{POLL_MIN, Side, request, side_with};
 
 /// The sidecar's call service on `config`'s server, reporting to
 /// `registry` (interactions through its `Interact`).
-async fn side(config: UpstreamConfig, registry: &Registry) -> Side {
+async fn side(config: UpstreamConfig, registry: &FakeControlPlane) -> Side {
     side_with(config, registry, "ref", Duration::from_secs(60)).await
 }
 
@@ -146,7 +147,7 @@ impl Side {
 // ---- foreground ----------------------------------------------------------------
 
 async fn finishes_in_the_foreground(config: UpstreamConfig) {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(config, &registry).await;
     let r = side
         .call(request(
@@ -191,7 +192,7 @@ async fn a_task_done_in_the_foreground_is_a_normal_result_2026() {
 // ---- moved, then completed -----------------------------------------------------------
 
 async fn moves_then_completes(config: UpstreamConfig) {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(config, &registry).await;
     let started = std::time::Instant::now();
     let moved = side
@@ -266,7 +267,7 @@ async fn a_slow_task_moves_to_the_background_and_completes_over_http_2026() {
 // ---- failures ------------------------------------------------------------------
 
 async fn failures(era: Era) {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(reference(era), &registry).await;
     side.moved(
         "task_fail",
@@ -334,7 +335,7 @@ async fn failed_and_is_error_tasks_2026() {
 // ---- input_required ---------------------------------------------------------------
 
 async fn asks_through_interact(config: UpstreamConfig) {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     registry.answer_with(json!({"name": "Ada"}));
     let side = side(config, &registry).await;
     side.moved(
@@ -347,7 +348,7 @@ async fn asks_through_interact(config: UpstreamConfig) {
     let done = registry.finished("ask").await;
     assert_eq!(done.status, "completed", "{done:?}");
     assert!(done.result.unwrap().model_text.contains("hello Ada"));
-    let interacts = registry.state.interacts.lock().unwrap().clone();
+    let interacts = registry.interacts();
     assert_eq!(interacts.len(), 1, "asked once: {interacts:?}");
     let asked = &interacts[0];
     assert_eq!(asked.session_id, "S1");
@@ -390,7 +391,7 @@ async fn input_required_is_answered_through_interact_over_http_2026() {
 
 #[tokio::test]
 async fn everything_research_query_asks_and_completes() {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     registry.answer_with(json!({"interpretation": "snake"}));
     let side = side(everything(), &registry).await;
     side.moved(
@@ -404,7 +405,7 @@ async fn everything_research_query_asks_and_completes() {
     assert_eq!(done.status, "completed", "{done:?}");
     let text = done.result.unwrap().model_text;
     assert!(text.contains("snake"), "{text}");
-    let interacts = registry.state.interacts.lock().unwrap().clone();
+    let interacts = registry.interacts();
     assert_eq!(interacts.len(), 1, "{interacts:?}");
     assert_eq!(
         (
@@ -428,7 +429,7 @@ async fn everything_research_query_asks_and_completes() {
 // ---- cancel, not found, clamping --------------------------------------------------
 
 async fn cancels(era: Era) {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(reference(era), &registry).await;
     let moved = side
         .moved("task_forever", json!({"pollIntervalMs": 100}), "forever", 0)
@@ -481,7 +482,7 @@ async fn cancel_sends_tasks_cancel_2026() {
 #[tokio::test]
 async fn a_task_the_server_does_not_know_fails() {
     for era in [Era::Legacy, Era::Modern] {
-        let registry = Registry::start().await;
+        let registry = FakeControlPlane::start().await;
         let side = side(reference(era), &registry).await;
         let now = switchyard_common::time::now_ms();
         side.tasks.adopt(vec![BackgroundCall {
@@ -510,7 +511,7 @@ async fn a_task_the_server_does_not_know_fails() {
 
 #[tokio::test]
 async fn poll_intervals_are_clamped_and_kept() {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(reference(Era::Modern), &registry).await;
     // The server asks for 20 ms: clamped up to POLL_MIN (100 ms); and 300 ms
     // is kept.
@@ -565,7 +566,7 @@ async fn poll_gaps(side: &Side, task: &str) -> Vec<u64> {
 
 #[tokio::test]
 async fn a_call_past_its_maximum_duration_fails_and_its_task_is_cancelled() {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(reference(Era::Legacy), &registry).await;
     let mut p = policy("short", 0);
     p.max_duration_ms = 1000;
@@ -598,7 +599,7 @@ async fn a_call_past_its_maximum_duration_fails_and_its_task_is_cancelled() {
 
 #[tokio::test]
 async fn continuous_poll_failure_fails_the_call() {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let (mut server, config) = reference_http(Era::Modern).await;
     let side = side_with(config, &registry, "ref", Duration::from_secs(2)).await;
     side.moved("task_forever", json!({"pollIntervalMs": 100}), "lost", 0)
@@ -625,7 +626,7 @@ async fn continuous_poll_failure_fails_the_call() {
 
 #[tokio::test]
 async fn a_dropped_foreground_call_cancels_its_task() {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(reference(Era::Modern), &registry).await;
     let mut client = side.client.clone();
     let call = client.call_tool(request(
@@ -671,7 +672,7 @@ async fn a_dropped_foreground_call_cancels_its_task() {
 
 #[tokio::test]
 async fn a_record_cancelled_in_the_store_stops_polling() {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(reference(Era::Legacy), &registry).await;
     // The control plane recorded a cancellation, but its
     // CancelBackgroundCall never reached this sidecar: the next report
@@ -694,10 +695,7 @@ async fn a_record_cancelled_in_the_store_stops_polling() {
         .await
         .unwrap();
     assert_eq!(state.status, "cancelled");
-    assert!(
-        registry.state.interacts.lock().unwrap().is_empty(),
-        "nobody was asked"
-    );
+    assert!(registry.interacts().is_empty(), "nobody was asked");
     assert_eq!(registry.record("gone").unwrap().status, "cancelled");
 }
 
@@ -705,7 +703,7 @@ async fn a_record_cancelled_in_the_store_stops_polling() {
 
 #[tokio::test]
 async fn a_tool_without_task_support_is_held_in_wait_mode() {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(everything(), &registry).await;
     let moved = side
         .moved(
@@ -788,7 +786,7 @@ async fn a_tool_without_task_support_is_held_in_wait_mode() {
 #[tokio::test]
 async fn at_max_per_target_the_call_stays_in_the_foreground_until_its_limit() {
     for era in [Era::Legacy, Era::Modern] {
-        let registry = Registry::start().await;
+        let registry = FakeControlPlane::start().await;
         let side = side(reference(era), &registry).await;
         let mut p = policy("limited", 0);
         p.allowed = false;
@@ -860,7 +858,7 @@ struct SidecarProcess {
 }
 
 impl SidecarProcess {
-    async fn start(url: &str, era: Era, registry: &Registry, id: &str) -> SidecarProcess {
+    async fn start(url: &str, era: Era, registry: &FakeControlPlane, id: &str) -> SidecarProcess {
         let mut child = Command::new(support::workspace_bin(
             "switchyard-sidecar",
             "switchyard-sidecar",
@@ -921,7 +919,7 @@ impl SidecarProcess {
 /// fresh connections and reports each one completed.
 async fn adoption_after_kill_9(era: Era) {
     support::init_tracing();
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let (_server, config) = reference_http(era).await;
     let TransportConfig::Http(http) = &config.transport else {
         unreachable!()
@@ -957,12 +955,7 @@ async fn adoption_after_kill_9(era: Era) {
     let records: Vec<BackgroundCall> = ids.iter().map(|id| registry.record(id).unwrap()).collect();
     assert!(records.iter().all(|r| r.status == "working"), "{records:?}");
     // The control plane hands the calls to the new sidecar when it says hello.
-    registry
-        .state
-        .adopt_on_hello
-        .lock()
-        .unwrap()
-        .extend(records);
+    registry.adopt_on_hello(records);
     let _second = SidecarProcess::start(&url, era, &registry, "sidecar-2").await;
     for id in &ids {
         let done = registry.finished(id).await;
@@ -971,14 +964,7 @@ async fn adoption_after_kill_9(era: Era) {
         let text = done.result.unwrap().model_text;
         assert!(text.contains(&format!("slept 8000 ms: {id}")), "{text}");
     }
-    assert!(
-        registry
-            .state
-            .hellos
-            .lock()
-            .unwrap()
-            .contains(&"sidecar-2".to_owned())
-    );
+    assert!(registry.hellos().contains(&"sidecar-2".to_owned()));
 }
 
 #[tokio::test]

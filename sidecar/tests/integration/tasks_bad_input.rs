@@ -2,7 +2,7 @@
 //! gRPC API: `tests/peers/servers/bad_tasks.py` (a real process, both
 //! eras) answers with malformed `CreateTaskResult`s, `tasks/get` answers
 //! about another task, unknown statuses, malformed `inputRequests` and
-//! results over the message limit. A small in-test `SidecarRegistry`
+//! results over the message limit. Test support's fake control plane
 //! stands in for the control plane and keeps every `UpdateBackgroundCall`
 //! (a terminal record is final, as in the real one).
 //!
@@ -16,10 +16,11 @@ use switchyard_proto::v1::{BackgroundCall, BackgroundPolicy};
 use switchyard_sidecar::tasks::MAX_TASK_INPUT_REQUESTS;
 use switchyard_sidecar::upstream::{EraPreference, StdioConfig, TransportConfig, UpstreamConfig};
 use switchyard_test_support as support;
+use switchyard_test_support::fake_control_plane::FakeControlPlane;
 use tonic::Code;
 
 use crate::common::LIMIT;
-use crate::common::tasks::{Registry, Side, request, side_with};
+use crate::common::tasks::{Side, request, side_with};
 
 /// `bad_tasks.py` in `era` ("2025" or "2026"), accepting messages of up to
 /// `max_message_bytes`.
@@ -50,7 +51,11 @@ fn bad_tasks(era: &str, max_message_bytes: usize) -> UpstreamConfig {
 /// The sidecar's call service on `config`, reporting to `registry`, which
 /// declines every question; background calls fail after `failure_limit`
 /// of poll errors.
-async fn side(config: UpstreamConfig, registry: &Registry, failure_limit: Duration) -> Side {
+async fn side(
+    config: UpstreamConfig,
+    registry: &FakeControlPlane,
+    failure_limit: Duration,
+) -> Side {
     registry.decline_all();
     side_with(config, registry, "bad", failure_limit).await
 }
@@ -74,7 +79,7 @@ impl Side {
 // ---- malformed CreateTaskResult ------------------------------------------------------
 
 async fn malformed_create(era: &str) {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(bad_tasks(era, 8 << 20), &registry, LIMIT).await;
     for (variant, needle) in [
         ("no_id", "without taskId"),
@@ -139,7 +144,7 @@ async fn malformed_create_task_results_are_clear_errors_2026() {
 /// `bad_poll {variant}` moves to the background (its polls fail in the
 /// foreground) and fails there after the 1 s failure limit: the record.
 async fn fails_in_the_background(era: &str, variant: &str, id: &str) -> BackgroundCall {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(bad_tasks(era, 8 << 20), &registry, Duration::from_secs(1)).await;
     let r = side
         .call(request(
@@ -222,7 +227,7 @@ async fn malformed_input_requests_fail_the_call_naming_them() {
 // ---- results over the message limit ------------------------------------------------
 
 async fn too_large(era: &str) {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     // Retrying would take the whole failure limit (2 min): the test fails
     // by timeout unless the too-large result ends the call at once.
     let side = side(bad_tasks(era, 1 << 20), &registry, Duration::from_secs(120)).await;
@@ -276,7 +281,7 @@ async fn a_result_over_the_message_limit_fails_at_once_2026() {
 
 #[tokio::test]
 async fn a_task_that_never_stops_asking_is_cancelled_and_fails() {
-    let registry = Registry::start().await;
+    let registry = FakeControlPlane::start().await;
     let side = side(bad_tasks("2026", 8 << 20), &registry, LIMIT).await;
     let r = side
         .call(request(
@@ -295,17 +300,14 @@ async fn a_task_that_never_stops_asking_is_cancelled_and_fails() {
         )),
         "{done:?}"
     );
-    let asked = registry.state.interacts.lock().unwrap().len();
+    let asked = registry.interacts().len();
     assert_eq!(
         asked, MAX_TASK_INPUT_REQUESTS,
         "questions asked in the session"
     );
     assert!(
         registry
-            .state
-            .interacts
-            .lock()
-            .unwrap()
+            .interacts()
             .iter()
             .all(|i| i.session_id == "S1" && i.run_id.is_empty()),
         "asked in the initiator's session, no run"

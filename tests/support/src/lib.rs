@@ -4,9 +4,18 @@
 //! `tests/peers/servers/`) and the reference server binary. A missing peer
 //! is a loud failure naming the command that installs it, never a skip.
 //! [`pki`] generates the certificates of TLS tests at test time.
+//!
+//! It also holds the one fake of each of our own gRPC peers:
+//! [`fake_sidecar`] for the control plane's tests and
+//! [`fake_control_plane`] for the sidecar's.
 
 pub mod bench;
+pub mod fake_control_plane;
+pub mod fake_sidecar;
 pub mod pki;
+
+#[cfg(test)]
+mod fakes_tests;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
