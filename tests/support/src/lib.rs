@@ -4,13 +4,22 @@
 //! `tests/peers/servers/`) and the reference server binary. A missing peer
 //! is a loud failure naming the command that installs it, never a skip.
 //! [`pki`] generates the certificates of TLS tests at test time.
+//!
+//! It also holds the one fake of each of our own gRPC peers:
+//! [`fake_sidecar`] for the control plane's tests and
+//! [`fake_control_plane`] for the sidecar's.
 
 pub mod bench;
+pub mod fake_control_plane;
+pub mod fake_sidecar;
 pub mod pki;
+
+#[cfg(test)]
+mod fakes_tests;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Once;
+use std::sync::{Mutex, Once};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -77,19 +86,21 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Path of a workspace binary, building its package once if needed.
+/// Path of a workspace binary, building it first if it is missing. (One
+/// build at a time: the tests of a binary share this process.)
 pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
-    static BUILD: Once = Once::new();
+    static BUILD: Mutex<()> = Mutex::new(());
     let path = target_dir().join(bin);
     if !path.exists() {
-        BUILD.call_once(|| {
+        let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+        if !path.exists() {
             let status = std::process::Command::new(env!("CARGO"))
                 .args(["build", "-p", package, "--bin", bin])
                 .current_dir(repo_root())
                 .status()
                 .expect("run cargo build");
             assert!(status.success(), "cargo build -p {package} failed");
-        });
+        }
     }
     must_exist(path, bin)
 }
@@ -97,6 +108,46 @@ pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
 /// The reference server binary.
 pub fn reference_server_bin() -> PathBuf {
     workspace_bin("switchyard-reference-server", "switchyard-reference-server")
+}
+
+/// For a test that measures its own process (its memory, say): whether
+/// this is a process where that test runs alone. In the test binary's
+/// process, where other tests run at the same time, it runs the test again
+/// in a fresh process of the same binary (`--exact`, nothing else), waits
+/// for it (up to 5 min), asserts that it ran and passed there, and returns
+/// `false`: the caller then returns at once. In that fresh process it
+/// returns `true` and the caller measures. `module` is the test's
+/// `module_path!()`, `test` its function name.
+pub async fn alone_in_a_process(module: &str, test: &str) -> bool {
+    const ALONE: &str = "SWITCHYARD_TEST_ALONE";
+    // Test names leave out the crate: `integration::a::b` runs as `a::b`.
+    let name = match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{test}"),
+        None => test.to_owned(),
+    };
+    if std::env::var(ALONE).is_ok_and(|v| v == name) {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let run = Command::new(&exe)
+        .args([name.as_str(), "--exact", "--test-threads", "1"])
+        .env(ALONE, &name)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(300), run)
+        .await
+        .unwrap_or_else(|_| panic!("{name} alone: not done within 5 min"))
+        .expect("run the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("--- {name}, alone in process ---\n{stdout}{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("running 1 test") && stdout.contains("1 passed"),
+        "{name} alone in a process: {}\n{stdout}{stderr}",
+        out.status
+    );
+    false
 }
 
 /// Logs to the test's output (`RUST_LOG` picks the level; default info).

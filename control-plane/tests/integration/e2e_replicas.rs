@@ -1,0 +1,341 @@
+//! Control-plane replicas are stateless: two `switchyard-control-plane`
+//! processes on one etcd serve the same servers, sessions and sidecars.
+//!
+//! A sidecar (`switchyard-sidecar run --config`) registered with replica A
+//! serves calls made through replica B; a session created through either
+//! replica is listed and used through the other. With a second sidecar
+//! registered with B, replica A is killed (SIGKILL): every call through B
+//! keeps succeeding, the registration A held expires within the lease TTL,
+//! and sessions created through A are still there. SIGTERM then stops B
+//! promptly although a sidecar's report stream is open.
+
+use crate::common::*;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use switchyard_proto::v1 as pb;
+use switchyard_test_support::{reference_server_bin, start_etcd};
+use tokio::process::Command;
+
+const TTL_SECS: u64 = 4;
+
+/// Starts a replica on `config`; returns it and its gRPC endpoint.
+async fn replica(name: &str, dir: &Path, config: &Path) -> (Proc, String) {
+    let mut cmd = Command::new(control_plane_bin());
+    cmd.arg("--config")
+        .arg(config)
+        .env("SWITCHYARD_LOG", "info");
+    let (proc, line) = Proc::start(
+        name,
+        cmd,
+        dir.join(format!("{name}.log")),
+        "switchyard-control-plane: grpc on ",
+    )
+    .await;
+    // "switchyard-control-plane: grpc on ADDR, http on ADDR"
+    let addr = line
+        .split("grpc on ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .expect("the grpc address")
+        .to_owned();
+    (proc, format!("http://{addr}"))
+}
+
+/// Starts a sidecar for `orders` (reference server, stdio, 2026-07-28)
+/// registering with `control_plane`.
+async fn sidecar(name: &str, dir: &Path, control_plane: &str) -> Proc {
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"--era\", \"2026-07-28\"]\n\n\
+             [sidecar]\ncontrol_plane = {}\nsidecar_id = {}\ngrace_secs = 2\n",
+            toml_str(reference_server_bin().to_string_lossy()),
+            toml_str(control_plane),
+            toml_str(name),
+        ),
+    )
+    .expect("write the sidecar config");
+    let mut cmd = Command::new(sidecar_bin());
+    cmd.arg("run").arg("--config").arg(&config);
+    Proc::start(
+        name,
+        cmd,
+        dir.join(format!("{name}.log")),
+        "switchyard-sidecar: server orders, calls on",
+    )
+    .await
+    .0
+}
+
+/// The sidecar ids registered for `orders`, seen through `endpoint`, once
+/// all of them report a connected upstream.
+async fn orders_sidecars(endpoint: &str) -> Result<Vec<String>, String> {
+    let s = admin(endpoint)
+        .await?
+        .get_server_status(pb::GetServerStatusRequest {
+            name: "orders".into(),
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    if s.state != "up" || s.sidecars.iter().any(|c| c.upstream_state != "connected") {
+        return Err(format!("{s:?}"));
+    }
+    let mut ids: Vec<String> = s.sidecars.into_iter().map(|c| c.sidecar_id).collect();
+    ids.sort();
+    Ok(ids)
+}
+
+async fn wait_sidecars(endpoint: &str, want: &[&str], limit: Duration) {
+    let endpoint = endpoint.to_owned();
+    let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    eventually(&format!("orders sidecars {want:?}"), limit, || {
+        let endpoint = endpoint.clone();
+        let want = want.clone();
+        async move {
+            let ids = orders_sidecars(&endpoint).await?;
+            if ids == want {
+                Ok(())
+            } else {
+                Err(format!("{ids:?}"))
+            }
+        }
+    })
+    .await
+}
+
+async fn create_session(endpoint: &str) -> String {
+    engine(endpoint)
+        .await
+        .expect("engine")
+        .create_session(pb::CreateSessionRequest {
+            enabled_servers: vec!["orders".into()],
+            permission_mode: pb::PermissionMode::Auto as i32,
+            roots: vec![],
+        })
+        .await
+        .expect("CreateSession")
+        .into_inner()
+        .id
+}
+
+/// Lists the session's tools and calls `orders__get_order` in it.
+async fn use_session(endpoint: &str, session: &str) {
+    let mut engine = engine(endpoint).await.expect("engine");
+    let got = engine
+        .get_session(pb::GetSessionRequest {
+            session_id: session.to_owned(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("session {session} through {endpoint}: {e:?}"))
+        .into_inner();
+    assert_eq!(got.enabled_servers, ["orders"]);
+    let names = tool_names(&mut engine, session).await;
+    assert_eq!(names.len(), 6, "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("orders__")), "{names:?}");
+    get_order(&mut engine, "orders__get_order", session)
+        .await
+        .unwrap_or_else(|e| panic!("call in {session} through {endpoint}: {e:?}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_sessions_and_sidecars_and_survive_one_dying() {
+    switchyard_test_support::init_tracing();
+    let etcd = start_etcd().await;
+    let http_server = start_http_reference_server().await;
+    let dir = tempfile::Builder::new()
+        .prefix("switchyard-e2e-replicas-")
+        .tempdir()
+        .expect("temp dir");
+    let servers = quickstart_servers(&http_server.url);
+    let store = StoreKind::Etcd(etcd.url.clone());
+    let mut configs = Vec::new();
+    for name in ["a", "b"] {
+        let (text, _, _) = config_text(dir.path(), &store, TTL_SECS, &servers);
+        let path = dir.path().join(format!("replica-{name}.toml"));
+        std::fs::write(&path, text).expect("write the config");
+        configs.push(path);
+    }
+    let (mut replica_a, a) = replica("replica-a", dir.path(), &configs[0]).await;
+    let (mut replica_b, b) = replica("replica-b", dir.path(), &configs[1]).await;
+
+    // ---- a sidecar registered with A serves calls made through B
+    let mut via_a = sidecar("orders-via-a", dir.path(), &a).await;
+    wait_sidecars(&b, &["orders-via-a"], LIMIT).await;
+    wait_sidecars(&a, &["orders-via-a"], LIMIT).await;
+    for endpoint in [&a, &b] {
+        get_order(
+            &mut engine(endpoint).await.unwrap(),
+            "orders__get_order",
+            "",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("through {endpoint}: {e:?}"));
+    }
+
+    // ---- sessions created through one replica work through the other
+    let session_a = create_session(&a).await;
+    use_session(&b, &session_a).await;
+    let out = cli(&b, &["sessions", "create", "--server", "orders"]).await;
+    let session_b = ok_stdout(&out, "sessions create through B")
+        .trim()
+        .to_owned();
+    use_session(&a, &session_b).await;
+    let listed = ok_json(
+        &cli(&a, &["tools", "--session", &session_b, "--json"]).await,
+        "tools --session through A",
+    );
+    assert_eq!(
+        listed["tools"].as_array().map(Vec::len),
+        Some(6),
+        "{listed}"
+    );
+    let result = ok_json(
+        &cli(
+            &b,
+            &[
+                "call",
+                "orders__get_order",
+                "--session",
+                &session_a,
+                "--args",
+                r#"{"order_id":"O-1003"}"#,
+                "--json",
+            ],
+        )
+        .await,
+        "call through B in a session made through A",
+    );
+    assert_eq!(result["structuredContent"]["id"], "O-1003", "{result}");
+    for endpoint in [&a, &b] {
+        let listed = engine(endpoint)
+            .await
+            .unwrap()
+            .list_sessions(pb::ListSessionsRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        let ids: Vec<&str> = listed.sessions.iter().map(|s| s.id.as_str()).collect();
+        assert!(
+            ids.contains(&session_a.as_str()) && ids.contains(&session_b.as_str()),
+            "{endpoint}: {ids:?}"
+        );
+    }
+
+    // ---- a second sidecar, registered with B; then A dies
+    let mut via_b = sidecar("orders-via-b", dir.path(), &b).await;
+    wait_sidecars(&b, &["orders-via-a", "orders-via-b"], LIMIT).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU32::new(0));
+    let load = {
+        let (stop, done, b) = (stop.clone(), done.clone(), b.clone());
+        tokio::spawn(async move {
+            let mut engine = engine(&b).await.expect("engine");
+            let (mut ok, mut failures) = (0u32, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                match get_order(&mut engine, "orders__get_order", "").await {
+                    Ok(()) => ok += 1,
+                    Err(status) => failures.push(status),
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (ok, failures)
+        })
+    };
+    let calls_so_far = done.load(Ordering::Relaxed);
+
+    signal(replica_a.pid, nix::sys::signal::Signal::SIGKILL);
+    let killed = Instant::now();
+    let _ = tokio::time::timeout(LIMIT, replica_a.child.wait()).await;
+
+    // The registration A held is not renewed any more: it expires within
+    // the TTL and B drops it; B keeps serving through the other sidecar.
+    wait_sidecars(&b, &["orders-via-b"], Duration::from_secs(TTL_SECS + 5)).await;
+    let expired = killed.elapsed();
+    assert!(
+        expired <= Duration::from_secs(TTL_SECS + 2),
+        "A's registration lasted {expired:?} with a {TTL_SECS} s TTL"
+    );
+    let target = done.load(Ordering::Relaxed) + 10;
+    eventually("more calls through B", LIMIT, || {
+        let done = done.clone();
+        async move {
+            let n = done.load(Ordering::Relaxed);
+            if n >= target {
+                Ok(())
+            } else {
+                Err(format!("{n} < {target}"))
+            }
+        }
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let (ok, failures) = load.await.expect("the load task");
+    assert!(
+        failures.is_empty(),
+        "{} of {} calls through B failed after A died: {failures:?}",
+        failures.len(),
+        ok as usize + failures.len()
+    );
+    assert!(ok > calls_so_far, "{ok}");
+    eprintln!(
+        "A killed: its sidecar registration expired after {expired:?}; {ok} calls through B, none failed"
+    );
+
+    // Sessions created through A are still there, and usable through B.
+    use_session(&b, &session_a).await;
+    use_session(&b, &session_b).await;
+    let status = ok_json(
+        &cli(&b, &["servers", "status", "orders"]).await,
+        "servers status",
+    );
+    assert_eq!(status["state"], "up", "{status}");
+
+    // ---- SIGTERM stops B promptly, even with a sidecar's report stream
+    // and an engine's event stream open; the event stream ends UNAVAILABLE
+    // (subscribe again elsewhere).
+    let mut events = engine(&b)
+        .await
+        .unwrap()
+        .subscribe_events(pb::SubscribeEventsRequest {
+            session_id: session_a.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("subscribe through B")
+        .into_inner();
+    let stopping = Instant::now();
+    let exit = replica_b.terminate().await;
+    let took = stopping.elapsed();
+    assert!(
+        exit.success(),
+        "replica B exited with {exit}\n{}",
+        replica_b.log()
+    );
+    eprintln!("replica B stopped in {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "replica B took {took:?} to stop on SIGTERM"
+    );
+    let end = tokio::time::timeout(LIMIT, events.message())
+        .await
+        .expect("the event stream ends");
+    match end {
+        Err(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}"),
+        Ok(m) => panic!("the event stream of a stopping replica ended with {m:?}"),
+    }
+
+    for sidecar in [&mut via_a, &mut via_b] {
+        let exit = sidecar.terminate().await;
+        assert!(
+            exit.success(),
+            "a sidecar exited with {exit}\n{}",
+            sidecar.log()
+        );
+    }
+}
