@@ -11,6 +11,9 @@
 //! are [`api`]. Each seed stage has one module: [`tools`] (A),
 //! [`background`] (B), [`interactions`] (C); OAuth (D) will be `oauth` and
 //! resources and prompts (E) `resources`.
+//!
+//! The `switchyard` command line, `switchyard up` included, is [`cli`]; its
+//! binary, `src/bin/switchyard.rs`, only builds the runtime and runs it.
 
 pub mod api;
 pub mod audit;
@@ -29,7 +32,6 @@ pub mod state;
 pub mod store;
 pub mod tls;
 pub mod tools;
-pub mod up;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

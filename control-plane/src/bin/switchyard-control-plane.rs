@@ -4,7 +4,8 @@
 use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
-use switchyard_control_plane::{cli::EXIT_USAGE, config::Config, server};
+use switchyard_control_plane::config::Config;
+use switchyard_control_plane::server::{self, EXIT_USAGE};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -1,0 +1,89 @@
+//! `switchyard up`: the all-in-one gateway for one machine. It starts a
+//! control-plane replica (embedded store, or etcd when the config names
+//! endpoints) and supervises one `switchyard-sidecar run` child process per
+//! registered server ([`supervise`]): a server added at runtime gets a
+//! sidecar, a removed one loses it, and a sidecar that dies is restarted
+//! with backoff. Each sidecar reaches the replica as [`link`] says. On
+//! SIGINT or SIGTERM every sidecar is asked to stop (they close their stdio
+//! servers' stdin, then SIGTERM, then SIGKILL), and the replica stops last.
+
+mod link;
+mod supervise;
+
+pub use link::check;
+pub use supervise::{sidecar_binary, stop_child};
+
+use crate::cli::{EXIT_USAGE, Failure};
+use crate::config::Config;
+use crate::server;
+use link::SidecarLink;
+use std::path::Path;
+use std::time::Duration;
+use supervise::Sidecars;
+
+/// `switchyard up --config FILE`: a file that does not load, or that `up`
+/// refuses ([`check`]), exits 64 before anything starts; a replica that
+/// cannot start exits 1.
+pub async fn up(file: &Path) -> Result<(), Failure> {
+    let config = Config::load(file).map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+    check(&config).map_err(|e| Failure::new(EXIT_USAGE, format!("{}: {e}", file.display())))?;
+    run(config)
+        .await
+        .map_err(|e| Failure::new(1, format!("{e:#}")))
+}
+
+/// Runs the gateway until SIGINT or SIGTERM, then stops the sidecars and
+/// the replica. Errors: the replica, its sidecars' link or their work
+/// directory could not be set up.
+pub async fn run(mut config: Config) -> anyhow::Result<()> {
+    // `up` owns its file: servers dropped from it go.
+    config.control_plane.prune_config_servers = true;
+    let running = server::start(&config, true).await?;
+    let link = SidecarLink::new(&config, running.grpc_addr)?;
+    let engine = link.control_plane.clone();
+    let workdir = tempfile::Builder::new()
+        .prefix("switchyard-up-")
+        .tempdir()?;
+    println!("switchyard: engine endpoint {engine}");
+    println!(
+        "switchyard: metrics http://{}/metrics, store {}",
+        running.http_addr,
+        if config.store.etcd_endpoints.is_empty() {
+            format!("embedded ({})", config.store.path.display())
+        } else {
+            format!("etcd ({})", config.store.etcd_endpoints.join(","))
+        }
+    );
+    let names: Vec<_> = running
+        .cp
+        .state
+        .snapshot()
+        .servers
+        .keys()
+        .cloned()
+        .collect();
+    println!("switchyard: servers {}", names.join(", "));
+
+    let mut sidecars = Sidecars::new(link, workdir.path());
+    let mut changes = running.cp.state.subscribe();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        sidecars.reconcile(&running.cp.state.snapshot());
+        // Reconcile again on any change of the read model, and every tick
+        // (restart delays end between changes).
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = sigterm.recv() => break,
+            c = changes.recv() => {
+                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = c { break }
+            }
+            _ = tick.tick() => {}
+        }
+    }
+    println!("switchyard: stopping");
+    sidecars.stop().await;
+    running.stop(Duration::from_secs(5)).await;
+    println!("switchyard: stopped");
+    Ok(())
+}

@@ -1,0 +1,240 @@
+//! Supervision of `switchyard up`'s sidecars: one `switchyard-sidecar run`
+//! child process per registered server, each with its own configuration
+//! file. A server added at runtime gets a sidecar, a removed or changed one
+//! loses it, and a sidecar that exits is restarted after a delay that
+//! doubles with each exit in a row ([`next_restart`]).
+
+use super::link::SidecarLink;
+use crate::state::Snapshot;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use switchyard_common::server_spec::ServerConfig;
+use tokio::process::{Child, Command};
+
+/// The log target of `up`'s lines, as before the CLI was split, so that a
+/// `SWITCHYARD_LOG` filter naming it keeps working.
+const TARGET: &str = "switchyard_control_plane::up";
+
+/// The grace period `up` gives each sidecar for each of its stop steps
+/// (drain calls; close the server's stdin; SIGTERM), in seconds.
+const SIDECAR_GRACE_SECS: u64 = 3;
+/// How long sidecars get to stop before they are killed: longer than a
+/// sidecar's whole stop sequence, so its stdio server is never orphaned.
+const STOP_GRACE: Duration = Duration::from_secs(4 * SIDECAR_GRACE_SECS + 3);
+
+/// Where the sidecar binary is: `SWITCHYARD_SIDECAR_BIN`, else beside this
+/// executable, else on `PATH`.
+pub fn sidecar_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("SWITCHYARD_SIDECAR_BIN") {
+        return PathBuf::from(p);
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .as_deref()
+        .and_then(Path::parent)
+    {
+        let candidate = dir.join("switchyard-sidecar");
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    PathBuf::from("switchyard-sidecar")
+}
+
+/// One server's sidecar: its spec, the running child, and its restarts.
+#[derive(Debug)]
+struct Managed {
+    spec: ServerConfig,
+    child: Option<Child>,
+    /// Exits in a row, each after less than [`HEALTHY_RUN`]: the restart
+    /// delay doubles with each (0.5 s × 2^n, at most 30 s).
+    failures: u32,
+    next_start: tokio::time::Instant,
+    /// When the running child started.
+    started: tokio::time::Instant,
+}
+
+/// A sidecar that ran this long before it exited is restarted after the
+/// shortest delay again: the earlier exits are forgotten.
+const HEALTHY_RUN: Duration = Duration::from_secs(60);
+
+/// After a sidecar exit: the exits in a row (`failures` before this one,
+/// or none if it `ran` for [`HEALTHY_RUN`]) and the delay before the next
+/// start, 1 s doubling with each exit in a row, at most 30 s.
+fn next_restart(failures: u32, ran: Duration) -> (u32, Duration) {
+    let failures = if ran >= HEALTHY_RUN { 1 } else { failures + 1 };
+    let delay = Duration::from_millis(500 * (1u64 << failures.min(6))).min(Duration::from_secs(30));
+    (failures, delay)
+}
+
+/// The sidecars `up` runs, by server name.
+#[derive(Debug)]
+pub(super) struct Sidecars {
+    managed: BTreeMap<String, Managed>,
+    link: SidecarLink,
+    /// Where each sidecar's configuration file is written.
+    workdir: PathBuf,
+}
+
+impl Sidecars {
+    /// No sidecar yet; [`Sidecars::reconcile`] starts them.
+    pub(super) fn new(link: SidecarLink, workdir: &Path) -> Sidecars {
+        Sidecars {
+            managed: BTreeMap::new(),
+            link,
+            workdir: workdir.to_owned(),
+        }
+    }
+
+    /// Brings the sidecars in line with `snap`: a removed or changed server's
+    /// sidecar is stopped, and a server without a running sidecar gets one once
+    /// its restart delay is over.
+    pub(super) fn reconcile(&mut self, snap: &Snapshot) {
+        let managed = &mut self.managed;
+        // Removed or changed servers lose their sidecar.
+        let gone: Vec<String> = managed
+            .iter()
+            .filter(|(name, m)| snap.servers.get(*name).is_none_or(|r| r.spec != m.spec))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            if let Some(child) = managed.remove(&name).and_then(|m| m.child) {
+                tracing::info!(target: TARGET, server = %name, "server removed or changed; stopping its sidecar");
+                tokio::spawn(stop_child(child, STOP_GRACE));
+            }
+        }
+        let now = tokio::time::Instant::now();
+        for (name, rec) in &snap.servers {
+            let m = managed.entry(name.clone()).or_insert_with(|| Managed {
+                spec: rec.spec.clone(),
+                child: None,
+                failures: 0,
+                next_start: now,
+                started: now,
+            });
+            if let Some(child) = &mut m.child {
+                match child.try_wait() {
+                    Ok(None) => continue,
+                    Ok(Some(status)) => {
+                        let (failures, delay) = next_restart(m.failures, m.started.elapsed());
+                        m.failures = failures;
+                        tracing::warn!(target: TARGET, server = %name, %status, retry_in_ms = delay.as_millis() as u64, "sidecar exited; restarting");
+                        m.child = None;
+                        m.next_start = now + delay;
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: TARGET, server = %name, error = %e, "cannot check the sidecar");
+                        continue;
+                    }
+                }
+            }
+            if m.child.is_none() && now >= m.next_start {
+                match spawn_sidecar(&m.spec, &self.link, &self.workdir) {
+                    Ok(child) => {
+                        m.child = Some(child);
+                        m.started = tokio::time::Instant::now();
+                    }
+                    Err(e) => {
+                        tracing::error!(target: TARGET, server = %name, error = %e, "cannot start a sidecar");
+                        m.failures += 1;
+                        m.next_start = now + Duration::from_secs(5);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops every sidecar at once (each gets [`STOP_GRACE`]) and waits.
+    pub(super) async fn stop(self) {
+        let stops = self
+            .managed
+            .into_values()
+            .filter_map(|m| m.child)
+            .map(|c| stop_child(c, STOP_GRACE));
+        futures::future::join_all(stops).await;
+    }
+}
+
+/// Writes the configuration file of `spec`'s sidecar into `workdir`, then
+/// starts `switchyard-sidecar run --config FILE`.
+fn spawn_sidecar(spec: &ServerConfig, link: &SidecarLink, workdir: &Path) -> anyhow::Result<Child> {
+    #[derive(serde::Serialize)]
+    struct SidecarFile<'a> {
+        server: &'a ServerConfig,
+        sidecar: SidecarSection<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct SidecarSection<'a> {
+        control_plane: &'a str,
+        listen: &'a str,
+        http_listen: &'a str,
+        grace_secs: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        control_plane_ca_file: Option<&'a Path>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        token_file: Option<&'a Path>,
+    }
+    let file = workdir.join(format!("{}.toml", spec.name));
+    let text = toml::to_string(&SidecarFile {
+        server: spec,
+        sidecar: SidecarSection {
+            control_plane: &link.control_plane,
+            listen: "127.0.0.1:0",
+            http_listen: "127.0.0.1:0",
+            grace_secs: SIDECAR_GRACE_SECS,
+            control_plane_ca_file: link.ca_file.as_deref(),
+            token_file: link.token_for(&spec.name),
+        },
+    })?;
+    if link.token_for(&spec.name).is_none() && !link.sidecar_tokens.is_empty() {
+        tracing::warn!(target: TARGET, server = %spec.name, "no [[auth.tokens]] entry of role sidecar may act for this server; its sidecar starts without a token");
+    }
+    std::fs::write(&file, text)?;
+    let child = Command::new(sidecar_binary())
+        .arg("run")
+        .arg("--config")
+        .arg(&file)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", sidecar_binary().display()))?;
+    tracing::info!(target: TARGET, server = %spec.name, pid = child.id().unwrap_or(0), "sidecar started");
+    Ok(child)
+}
+
+/// SIGTERM, wait up to `grace`, then SIGKILL.
+pub async fn stop_child(mut child: Child, grace: Duration) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = child.kill().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_delays_double_and_reset_after_a_healthy_run() {
+        let quick = Duration::from_secs(1);
+        let mut failures = 0;
+        let mut delays = Vec::new();
+        for _ in 0..7 {
+            let (f, d) = next_restart(failures, quick);
+            failures = f;
+            delays.push(d.as_secs());
+        }
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
+        // A minute of healthy running forgets the earlier exits.
+        assert_eq!(
+            next_restart(failures, HEALTHY_RUN),
+            (1, Duration::from_secs(1))
+        );
+    }
+}

@@ -1,0 +1,143 @@
+//! How a command reaches the control plane: the global `--endpoint`
+//! (`SWITCHYARD_ENDPOINT`) and the credentials of `--token-file` (or
+//! `SWITCHYARD_TOKEN`), `--ca-file`, `--cert-file` and `--key-file`. The
+//! files are read when a command connects, so commands that do not connect
+//! (`up`, `check-config`) never read them. A bad file or endpoint exits 64,
+//! an unreachable control plane 69.
+
+use super::{EXIT_UNAVAILABLE, EXIT_USAGE, Failure};
+use std::path::PathBuf;
+use switchyard_common::tls::{AuthChannel, BearerToken, PemIdentity};
+use switchyard_proto::v1::admin_service_client::AdminServiceClient;
+use switchyard_proto::v1::engine_service_client::EngineServiceClient;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+
+/// The largest gRPC message the CLI reads or sends: MCP results can be
+/// large.
+const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// How the CLI authenticates to the control plane: the global flags
+/// `--token-file` (or `SWITCHYARD_TOKEN`), `--ca-file`, `--cert-file` and
+/// `--key-file`, read and checked when a command connects.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// Sent as `authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Trusted CA(s) for an `https://` endpoint.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate and key (mTLS).
+    pub identity: Option<PemIdentity>,
+}
+
+impl ConnectOptions {
+    /// Reads the files the flags name; a bad one exits 64 naming the flag
+    /// and the file.
+    pub fn from_flags(cli: &ConnectFlags) -> Result<ConnectOptions, Failure> {
+        let usage =
+            |e: switchyard_common::tls::CredentialError| Failure::new(EXIT_USAGE, e.to_string());
+        let token = match &cli.token_file {
+            Some(f) => Some(switchyard_common::tls::load_token("--token-file", f).map_err(usage)?),
+            None => std::env::var("SWITCHYARD_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty()),
+        };
+        let ca_pem = match &cli.ca_file {
+            Some(f) => {
+                Some(switchyard_common::tls::load_certificates("--ca-file", f).map_err(usage)?)
+            }
+            None => None,
+        };
+        let identity = match (&cli.cert_file, &cli.key_file) {
+            (Some(c), Some(k)) => Some(
+                switchyard_common::tls::load_identity("--cert-file", c, "--key-file", k)
+                    .map_err(usage)?,
+            ),
+            _ => None,
+        };
+        Ok(ConnectOptions {
+            token,
+            ca_pem,
+            identity,
+        })
+    }
+}
+
+/// The connection flags of the running command.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectFlags {
+    /// `--token-file`.
+    pub token_file: Option<PathBuf>,
+    /// `--ca-file`.
+    pub ca_file: Option<PathBuf>,
+    /// `--cert-file`.
+    pub cert_file: Option<PathBuf>,
+    /// `--key-file`.
+    pub key_file: Option<PathBuf>,
+}
+
+/// The control plane a command talks to: its endpoint and the connection
+/// flags, given to every command that connects, so that all connect the
+/// same way.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    /// `--endpoint`.
+    pub endpoint: String,
+    /// The credential flags.
+    pub flags: ConnectFlags,
+}
+
+impl Remote {
+    /// A client of the engine API.
+    pub async fn engine(&self) -> Result<EngineServiceClient<AuthChannel>, Failure> {
+        Ok(EngineServiceClient::new(self.channel().await?).max_decoding_message_size(MAX_MESSAGE))
+    }
+
+    /// A client of the admin API.
+    pub async fn admin(&self) -> Result<AdminServiceClient<AuthChannel>, Failure> {
+        Ok(AdminServiceClient::new(self.channel().await?)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE))
+    }
+
+    /// Connects (5 s connect timeout), over TLS for an `https://` endpoint,
+    /// sending the bearer token with every request.
+    async fn channel(&self) -> Result<AuthChannel, Failure> {
+        let endpoint = self.endpoint.as_str();
+        let options = ConnectOptions::from_flags(&self.flags)?;
+        let mut ep = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|e| Failure::new(EXIT_USAGE, format!("--endpoint {endpoint:?}: {e}")))?
+            .connect_timeout(std::time::Duration::from_secs(5));
+        if endpoint.starts_with("https://") {
+            switchyard_common::tls::install_crypto_provider();
+            let Some(ca) = &options.ca_pem else {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    format!(
+                        "--endpoint {endpoint}: an https:// endpoint needs --ca-file (the CA that signed the control plane's certificate)"
+                    ),
+                ));
+            };
+            let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+            if let Some(identity) = &options.identity {
+                tls = tls.identity(identity.to_tonic());
+            }
+            ep = ep.tls_config(tls).map_err(|e| {
+                Failure::new(EXIT_USAGE, format!("--endpoint {endpoint}: TLS: {e}"))
+            })?;
+        }
+        let channel: Channel = ep.connect().await.map_err(|e| {
+            Failure::new(
+                EXIT_UNAVAILABLE,
+                format!(
+                    "cannot reach the control plane at {endpoint}: {}",
+                    switchyard_common::error_chain(&e)
+                ),
+            )
+        })?;
+        Ok(tonic::service::interceptor::InterceptedService::new(
+            channel,
+            BearerToken::new(options.token.as_deref()),
+        ))
+    }
+}

@@ -1,0 +1,468 @@
+//! The `switchyard` command line: run the all-in-one gateway (`up`), check
+//! a configuration, and talk to a running control plane as an engine or an
+//! admin would (`tools`, `call`, `servers`, `hints`, `policy`, `sessions`,
+//! `events`, `interactions`, `answer`, `background`).
+//!
+//! This module owns what users script against: the commands and their
+//! flags and environment variables (the clap types below), the exit
+//! statuses, and [`run`], which hands each subcommand to its function in
+//! [`commands`] (one module per subcommand or group). How a command
+//! reaches the control plane is [`connect`]; how it prints, [`render`].
+//!
+//! Exit status: 0 success; 1 a failed command or an `isError` tool result;
+//! 2 bad command-line syntax (clap); 64 a bad configuration file or a bad
+//! argument value (`--args` that is not a JSON object, an unknown
+//! `--mode`); 69 the control plane cannot be reached. Output that goes to a
+//! closed pipe (`switchyard tools | head -1`) ends the command quietly.
+
+pub mod commands;
+pub mod connect;
+pub mod render;
+
+use clap::{Args, Parser, Subcommand};
+use commands::tool_settings::ToolSetting;
+use connect::{ConnectFlags, Remote};
+use std::path::PathBuf;
+
+pub use crate::server::EXIT_USAGE;
+/// Exit status when the control plane is unreachable (EX_UNAVAILABLE).
+pub const EXIT_UNAVAILABLE: u8 = 69;
+
+/// `switchyard`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Switchyard, the MCP gateway: run it, and use it from the command line"
+)]
+pub struct Cli {
+    /// The control plane's gRPC endpoint.
+    #[arg(
+        long,
+        global = true,
+        env = "SWITCHYARD_ENDPOINT",
+        default_value = "http://127.0.0.1:7700"
+    )]
+    pub endpoint: String,
+    /// A file holding the bearer token to send (content trimmed). Without
+    /// it, the token in SWITCHYARD_TOKEN is sent, if set.
+    #[arg(
+        long,
+        global = true,
+        env = "SWITCHYARD_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub token_file: Option<PathBuf>,
+    /// PEM CA file that signed the control plane's certificate (for an
+    /// https:// endpoint).
+    #[arg(long, global = true, env = "SWITCHYARD_CA_FILE", value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate for mTLS (with --key-file).
+    #[arg(
+        long,
+        global = true,
+        env = "SWITCHYARD_CERT_FILE",
+        value_name = "FILE",
+        requires = "key_file"
+    )]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of --cert-file.
+    #[arg(
+        long,
+        global = true,
+        env = "SWITCHYARD_KEY_FILE",
+        value_name = "FILE",
+        requires = "cert_file"
+    )]
+    pub key_file: Option<PathBuf>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway on one machine: control plane + one sidecar per server.
+    Up {
+        /// The configuration file (TOML; see docs/configuration.md).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Check a configuration file and exit (0 valid, 64 invalid).
+    CheckConfig {
+        /// The configuration file.
+        file: PathBuf,
+    },
+    /// List the tools an engine sees.
+    Tools {
+        /// The session whose view to show (all servers if omitted).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call a tool by its engine-visible name.
+    Call {
+        /// Engine-visible tool name (see `switchyard tools`).
+        tool: String,
+        /// Arguments, a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// The session to call in.
+        #[arg(long)]
+        session: Option<String>,
+        /// Print the raw CallToolResult as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Timeout in milliseconds (0 = the server's default).
+        #[arg(long, default_value_t = 0)]
+        timeout_ms: u64,
+    },
+    /// Manage servers.
+    #[command(subcommand)]
+    Servers(ServersCommand),
+    /// Override a tool's hints (readOnlyHint, destructiveHint,
+    /// idempotentHint), or clear the overrides.
+    #[command(subcommand)]
+    Hints(HintsCommand),
+    /// Set a tool's policy (default, confirm, disabled) and when its calls
+    /// move to the background (always, auto), or clear them.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Background calls (stage B): list them, or cancel one.
+    #[command(subcommand)]
+    Background(BackgroundCommand),
+    /// Manage sessions.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+    /// Follow a session's events (interactions are shown as cards).
+    Events {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// Print one JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a session's interactions (open ones; `--all` adds the kept
+    /// resolved ones).
+    Interactions {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// Include resolved interactions.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer an interaction: exit 0 when accepted, 1 when refused (with
+    /// the control plane's reason).
+    Answer {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// The interaction id.
+        interaction: String,
+        /// The answer.
+        #[command(flatten)]
+        choice: AnswerChoice,
+    },
+}
+
+/// The one answer of `switchyard answer`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct AnswerChoice {
+    /// form, url: accept; form: with this content (a JSON object of the
+    /// form's fields; `{}` for url).
+    #[arg(long, value_name = "JSON")]
+    pub accept: Option<String>,
+    /// form, url: decline.
+    #[arg(long)]
+    pub decline: bool,
+    /// Any kind: cancel (dismiss).
+    #[arg(long)]
+    pub cancel: bool,
+    /// approval: approve the call.
+    #[arg(long)]
+    pub approve: bool,
+    /// approval: deny the call.
+    #[arg(long)]
+    pub deny: bool,
+}
+
+/// `switchyard servers ...`.
+#[derive(Debug, Subcommand)]
+pub enum ServersCommand {
+    /// List servers and their status.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a server.
+    Add(ServerArgs),
+    /// Remove a server.
+    Remove {
+        /// Its name.
+        name: String,
+    },
+    /// Show one server's status (with its tools).
+    Status {
+        /// Its name.
+        name: String,
+    },
+    /// List a server's tools: engine name, title, effective hints and
+    /// where they come from, policy.
+    Tools {
+        /// Its name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `switchyard hints ...`.
+#[derive(Debug, Subcommand)]
+pub enum HintsCommand {
+    /// Override some of a tool's hints (the others keep their override).
+    Set {
+        /// The server.
+        server: String,
+        /// The tool's name on the server.
+        tool: String,
+        /// readOnlyHint.
+        #[arg(long, value_name = "BOOL")]
+        read_only: Option<bool>,
+        /// destructiveHint.
+        #[arg(long, value_name = "BOOL")]
+        destructive: Option<bool>,
+        /// idempotentHint.
+        #[arg(long, value_name = "BOOL")]
+        idempotent: Option<bool>,
+    },
+    /// Remove a tool's hint overrides.
+    Clear {
+        /// The server.
+        server: String,
+        /// The tool's name on the server.
+        tool: String,
+    },
+}
+
+/// `switchyard policy ...`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Set a tool's policy and/or when its calls move to the background.
+    Set {
+        /// The server.
+        server: String,
+        /// The tool's name on the server.
+        tool: String,
+        /// default, confirm or disabled (omitted: keep the current one;
+        /// then give --background).
+        policy: Option<String>,
+        /// always (every call moves to the background at once) or auto
+        /// (after backgroundCalls.autoAfterSec).
+        #[arg(long, value_name = "always|auto")]
+        background: Option<String>,
+    },
+    /// Remove the policy and background setting set by an administrator
+    /// (back to the derived policy, and `auto`).
+    Clear {
+        /// The server.
+        server: String,
+        /// The tool's name on the server.
+        tool: String,
+    },
+}
+
+/// `switchyard background ...`.
+#[derive(Debug, Subcommand)]
+pub enum BackgroundCommand {
+    /// List background calls: running ones (`--all` adds the finished ones
+    /// still kept), of one session or of all.
+    List {
+        /// Only this session's.
+        #[arg(long)]
+        session: Option<String>,
+        /// Include finished calls.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Calls fetched per request (1 to 1000); every page is listed.
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        page_size: u32,
+    },
+    /// Cancel a running background call (`tasks/cancel` upstream, best
+    /// effort; recorded as cancelled).
+    Cancel {
+        /// The background call's id.
+        id: String,
+        /// The session it must belong to.
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
+
+/// A server spec on the command line.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Unique name.
+    #[arg(long)]
+    pub name: String,
+    /// `stdio` or `http`.
+    #[arg(long)]
+    pub transport: String,
+    /// stdio: the program.
+    #[arg(long)]
+    pub command: Option<String>,
+    /// stdio: an argument (repeatable).
+    #[arg(long = "arg", allow_hyphen_values = true)]
+    pub args: Vec<String>,
+    /// stdio: NAME=value (repeatable).
+    #[arg(long = "env")]
+    pub env: Vec<String>,
+    /// stdio: working directory.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// http: endpoint URL.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// http: 'Name: value' (repeatable).
+    #[arg(long = "header")]
+    pub headers: Vec<String>,
+    /// auto, 2026-07-28 or 2025-11-25.
+    #[arg(long, default_value = "auto")]
+    pub era: String,
+}
+
+/// `switchyard sessions ...`.
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Create a session; prints its id.
+    Create(SessionArgs),
+    /// List sessions.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a session.
+    Get {
+        /// Session id.
+        id: String,
+    },
+    /// Replace a session's profile.
+    Update {
+        /// Session id.
+        id: String,
+        /// The new profile.
+        #[command(flatten)]
+        profile: SessionArgs,
+    },
+    /// Delete a session.
+    Delete {
+        /// Session id.
+        id: String,
+    },
+}
+
+/// A session profile on the command line.
+#[derive(Debug, Args)]
+pub struct SessionArgs {
+    /// An enabled server (repeatable; none = all).
+    #[arg(long = "server")]
+    pub servers: Vec<String>,
+    /// ask, auto or read_only.
+    #[arg(long, default_value = "ask")]
+    pub mode: String,
+    /// A root URI (repeatable).
+    #[arg(long = "root")]
+    pub roots: Vec<String>,
+}
+
+/// A failure with its exit status.
+#[derive(Debug)]
+pub struct Failure {
+    /// Exit status.
+    pub code: u8,
+    /// One-line reason.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure that exits `code`, saying `message`.
+    fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Self {
+        // "FailedPrecondition" -> "failed precondition".
+        let code = format!("{:?}", s.code());
+        let mut words = String::new();
+        for (i, c) in code.chars().enumerate() {
+            if c.is_uppercase() && i > 0 {
+                words.push(' ');
+            }
+            words.push(c.to_ascii_lowercase());
+        }
+        Failure::new(1, format!("{words}: {}", s.message()))
+    }
+}
+
+/// Runs a command: one function per subcommand.
+pub async fn run(cli: Cli) -> Result<(), Failure> {
+    let remote = Remote {
+        endpoint: cli.endpoint,
+        flags: ConnectFlags {
+            token_file: cli.token_file,
+            ca_file: cli.ca_file,
+            cert_file: cli.cert_file,
+            key_file: cli.key_file,
+        },
+    };
+    let remote = &remote;
+    match cli.command {
+        Command::Up { config } => commands::up::up(&config).await,
+        Command::CheckConfig { file } => commands::check_config::check_config(&file),
+        Command::Tools { session, json } => commands::tools::list(remote, session, json).await,
+        Command::Call {
+            tool,
+            args,
+            session,
+            json,
+            timeout_ms,
+        } => commands::call::call(remote, tool, args, session, json, timeout_ms).await,
+        Command::Servers(cmd) => commands::servers::servers(remote, cmd).await,
+        Command::Hints(cmd) => {
+            commands::tool_settings::apply(remote, ToolSetting::Hints(cmd)).await
+        }
+        Command::Policy(cmd) => {
+            commands::tool_settings::apply(remote, ToolSetting::Policy(cmd)).await
+        }
+        Command::Background(cmd) => commands::background::background(remote, cmd).await,
+        Command::Sessions(cmd) => commands::sessions::sessions(remote, cmd).await,
+        Command::Events { session, json } => commands::events::events(remote, session, json).await,
+        Command::Interactions { session, all, json } => {
+            commands::interactions::list(remote, session, all, json).await
+        }
+        Command::Answer {
+            session,
+            interaction,
+            choice,
+        } => commands::interactions::answer(remote, session, interaction, choice).await,
+    }
+}

@@ -1,0 +1,243 @@
+//! Cards: how the CLI prints one record over several lines. An interaction
+//! (a form's fields, a URL and its domain, or the call to approve, with the
+//! `switchyard answer` flags that fit) and a background call's event (what
+//! finished, then what the model reads or why it failed). `switchyard
+//! events` and `switchyard interactions` print them.
+
+use super::parse_json_text;
+use super::tables::shown_tool;
+use crate::background::BackgroundRecord;
+use crate::interactions::form;
+use switchyard_proto::v1 as pb;
+
+/// An interaction as a card, one line per item: kind, id, who asks, the
+/// message, then per kind the form's fields, the URL and its domain, or the
+/// call to approve; with `how`, the `switchyard answer` flags that fit.
+pub fn render_interaction(i: &pb::Interaction, how: bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut head = format!("{} {} [{}", i.kind, i.id, i.status);
+    if !i.outcome.is_empty() {
+        head.push_str(&format!(": {}", i.outcome));
+    }
+    head.push_str(&format!("] server {}", i.server));
+    if !i.tool.is_empty() {
+        head.push_str(&format!(", tool {}", i.tool));
+    }
+    if !i.run_id.is_empty() {
+        head.push_str(&format!(", run {}", i.run_id));
+    }
+    lines.push(head);
+    let resolved = i.status == "resolved";
+    match i.kind.as_str() {
+        "approval" => lines.push(format!(
+            "approve the call to {} on {}? {}",
+            if i.tool.is_empty() { "a tool" } else { &i.tool },
+            i.server,
+            i.message
+        )),
+        _ => lines.push(format!("message: {}", i.message)),
+    }
+    if !resolved {
+        match i.kind.as_str() {
+            "form" => {
+                let schema = parse_json_text(&i.requested_schema_json);
+                let fields = form::summarize_schema(&schema);
+                if fields.is_empty() {
+                    lines.push("fields: none".into());
+                } else {
+                    lines.push("fields:".into());
+                }
+                for f in &fields {
+                    lines.push(format!("  {}", field_line(f)));
+                }
+            }
+            "url" => {
+                lines.push(format!("domain: {}", i.url_domain));
+                lines.push(format!("url:    {}", i.url));
+                lines.push(
+                    "(Switchyard never opens this URL; open it yourself only if you trust the domain.)"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+    }
+    if how && i.status == "open" {
+        let flags = match i.kind.as_str() {
+            "approval" => "--approve | --deny | --cancel",
+            "url" => "--accept '{}' | --decline | --cancel",
+            _ => "--accept JSON | --decline | --cancel",
+        };
+        lines.push(format!(
+            "answer: switchyard answer --session {} {} {flags}",
+            i.session_id, i.id
+        ));
+    }
+    if resolved && !i.content_json.is_empty() {
+        // The engine's own answer; shown as the field names only.
+        let names: Vec<String> = parse_json_text(&i.content_json)
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        lines.push(format!("answered fields: {}", names.join(", ")));
+    }
+    lines
+}
+
+fn field_line(f: &form::FieldSummary) -> String {
+    use form::FieldKind;
+    let kind = match f.kind {
+        FieldKind::String => "string",
+        FieldKind::Number => "number",
+        FieldKind::Integer => "integer",
+        FieldKind::Boolean => "boolean",
+        FieldKind::SingleSelect => "one of",
+        FieldKind::MultiSelect => "any of",
+        FieldKind::Unsupported => "unsupported",
+    };
+    let mut parts = vec![kind.to_owned()];
+    if f.required {
+        parts.push("required".into());
+    }
+    let l = &f.limits;
+    let limits = [
+        ("format", l.format.clone()),
+        ("min length", l.min_length.map(|n| n.to_string())),
+        ("max length", l.max_length.map(|n| n.to_string())),
+        ("min", l.minimum.as_ref().map(|n| n.to_string())),
+        ("max", l.maximum.as_ref().map(|n| n.to_string())),
+        ("min items", l.min_items.map(|n| n.to_string())),
+        ("max items", l.max_items.map(|n| n.to_string())),
+    ];
+    for (name, value) in limits {
+        if let Some(value) = value {
+            parts.push(format!("{name} {value}"));
+        }
+    }
+    if let Some(d) = &f.default {
+        parts.push(format!("default {d}"));
+    }
+    if !f.options.is_empty() {
+        let opts: Vec<String> = f
+            .options
+            .iter()
+            .map(|o| {
+                if o.label == o.value {
+                    o.value.clone()
+                } else {
+                    format!("{} ({})", o.value, o.label)
+                }
+            })
+            .collect();
+        parts.push(format!("options: {}", opts.join(", ")));
+    }
+    if let Some(why) = &f.unsupported {
+        parts.push(why.clone());
+    }
+    let mut line = format!("{:<16} {}", f.name, parts.join(", "));
+    if let Some(t) = f.title.as_ref().or(f.description.as_ref()) {
+        line.push_str(&format!(" - {t}"));
+    }
+    line
+}
+
+/// A background call event as lines: what finished, then what the model
+/// reads (the wake-up message) or why it failed.
+pub fn render_background(c: &BackgroundRecord) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{} [{}] {} on {} ({} mode{})",
+        c.id,
+        c.status,
+        shown_tool(c),
+        c.server,
+        c.mode,
+        if c.run_id.is_empty() {
+            String::new()
+        } else {
+            format!(", run {}", c.run_id)
+        }
+    )];
+    if !c.status_message.is_empty() {
+        lines.push(format!("message: {}", c.status_message));
+    }
+    if let Some(r) = &c.result {
+        if r.is_error {
+            lines.push("result: isError".into());
+        }
+        for l in r.model_text.lines() {
+            lines.push(format!("| {l}"));
+        }
+        if !r.structured_content_json.is_empty() {
+            lines.push(format!("structuredContent: {}", r.structured_content_json));
+        }
+        for a in &r.attachments {
+            lines.push(format!(
+                "attachment: {} ({}, {} bytes)",
+                a.name, a.mime_type, a.size_bytes
+            ));
+        }
+    }
+    if !c.error_json.is_empty() {
+        lines.push(format!("error: {}", c.error_json));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cards_show_fields_urls_and_approvals() {
+        let form = pb::Interaction {
+            id: "i1".into(),
+            session_id: "s".into(),
+            kind: "form".into(),
+            server: "orders".into(),
+            tool: "create_order".into(),
+            message: "Where to?".into(),
+            requested_schema_json: r#"{"type":"object","properties":{"city":{"type":"string","title":"City","maxLength":40},"size":{"type":"string","enum":["s","m"],"default":"m"}},"required":["city"]}"#.into(),
+            status: "open".into(),
+            ..Default::default()
+        };
+        let text = render_interaction(&form, true).join("\n");
+        assert!(
+            text.contains("city             string, required, max length 40 - City"),
+            "{text}"
+        );
+        assert!(
+            text.contains("size             one of, default \"m\", options: s, m"),
+            "{text}"
+        );
+        assert!(
+            text.contains("switchyard answer --session s i1 --accept JSON"),
+            "{text}"
+        );
+        let url = pb::Interaction {
+            kind: "url".into(),
+            url: "https://login.example.com/a?b=c".into(),
+            url_domain: "login.example.com".into(),
+            requested_schema_json: String::new(),
+            ..form.clone()
+        };
+        let text = render_interaction(&url, true).join("\n");
+        assert!(text.contains("domain: login.example.com"), "{text}");
+        assert!(
+            text.contains("url:    https://login.example.com/a?b=c"),
+            "{text}"
+        );
+        assert!(text.contains("never opens"), "{text}");
+        let approval = pb::Interaction {
+            kind: "approval".into(),
+            status: "resolved".into(),
+            outcome: "deny".into(),
+            ..url
+        };
+        let text = render_interaction(&approval, true).join("\n");
+        assert!(
+            text.contains("approval i1 [resolved: deny] server orders, tool create_order"),
+            "{text}"
+        );
+        assert!(!text.contains("switchyard answer"), "{text}");
+    }
+}

@@ -1,0 +1,63 @@
+//! How the CLI prints what the control plane returns: [`cards`] (one
+//! record over several lines: interactions, background call events),
+//! [`tables`] (lists, one aligned line per record) and [`json`] (the
+//! `--json` shapes). Here: the `out!` macro every command prints stdout
+//! with, so that output to a closed pipe (`switchyard tools | head -1`)
+//! ends the command quietly, and pretty-printed JSON.
+
+pub mod cards;
+pub mod json;
+pub mod tables;
+
+use serde_json::Value;
+
+/// Prints a line to stdout; a closed pipe ends the process quietly.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = writeln!(stdout, $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+pub(crate) use out;
+
+/// Prints `v` as pretty JSON (two-space indent), then a newline.
+pub fn print_json(v: &Value) {
+    out!("{}", serde_json::to_string_pretty(v).expect("serialises"));
+}
+
+/// Prints each line of a card or a table.
+pub fn print_lines(lines: impl IntoIterator<Item = String>) {
+    for line in lines {
+        out!("{line}");
+    }
+}
+
+/// A list of records: with `json`, `{"<key>": [...]}` (each record as
+/// `to_json` shapes it) pretty-printed; else the table `table` makes.
+pub fn print_list<T>(
+    json: bool,
+    key: &str,
+    items: &[T],
+    to_json: fn(&T) -> Value,
+    table: fn(&[T]) -> Vec<String>,
+) {
+    if json {
+        let list = items.iter().map(to_json).collect();
+        print_json(&Value::Object(
+            [(key.to_owned(), Value::Array(list))].into_iter().collect(),
+        ));
+    } else {
+        print_lines(table(items));
+    }
+}
+
+/// JSON text the control plane sent, parsed; `null` if it is not JSON
+/// (or empty).
+pub fn parse_json_text(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
