@@ -1,7 +1,7 @@
-//! The audit sink: one JSON object per line, for every interaction outcome
-//! and every engine tool call (`tool.called`). Records go to the file named by
-//! `[audit] path` (appended, flushed line by line), or, without one, to the
-//! log as JSON text under the tracing target `switchyard::audit`.
+//! The control plane's audit records: one for every interaction outcome and
+//! every engine tool call (`tool.called`), written through the one sink and
+//! format of `switchyard_common::audit` (to the file named by `[audit] path`,
+//! or to the log under the tracing target `switchyard::audit`).
 //!
 //! Audit records never hold what the user typed into a form, nor a URL's
 //! path or query, nor a call's arguments or result: only who asked (session, run, server, tool), what kind of
@@ -9,15 +9,8 @@
 //! the store.
 
 use serde::Serialize;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
-/// Where audit records go.
-#[derive(Debug)]
-pub struct Audit {
-    file: Option<(PathBuf, Mutex<std::fs::File>)>,
-}
+pub use switchyard_common::audit::{Audit, AuditHints};
 
 /// One audit record about an interaction.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -48,20 +41,6 @@ pub struct InteractionAudit {
     pub url_domain: String,
     /// Milliseconds from creation to this outcome.
     pub waited_ms: i64,
-}
-
-/// The effective hints of a called tool, as audited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AuditHints {
-    /// `readOnlyHint`.
-    pub read_only_hint: bool,
-    /// `destructiveHint`.
-    pub destructive_hint: bool,
-    /// `idempotentHint`.
-    pub idempotent_hint: bool,
-    /// `openWorldHint`.
-    pub open_world_hint: bool,
 }
 
 /// One audit record about an engine's tool call (`tool.called`). Never the
@@ -100,78 +79,10 @@ pub struct ToolCallAudit {
     pub validation_errors: Vec<String>,
 }
 
-impl Audit {
-    /// Writes one `tool.called` record.
-    pub fn tool_call(&self, rec: &ToolCallAudit) {
-        self.stamped(rec);
-    }
-
-    /// Records to the log (target `switchyard::audit`).
-    pub fn to_log() -> Self {
-        Audit { file: None }
-    }
-
-    /// Records appended to `path` (created if missing). Errors: the file
-    /// cannot be opened for appending.
-    pub fn to_file(path: &Path) -> std::io::Result<Self> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        Ok(Audit {
-            file: Some((path.to_owned(), Mutex::new(f))),
-        })
-    }
-
-    /// Writes one interaction record, stamped with `ts` (RFC 3339, UTC,
-    /// milliseconds).
-    pub fn interaction(&self, rec: &InteractionAudit) {
-        self.stamped(rec);
-    }
-
-    /// Writes `rec` (a struct: a JSON object) with `ts` put first. Records
-    /// bound for the log are not even built when the log drops them.
-    fn stamped<T: serde::Serialize>(&self, rec: &T) {
-        if self.file.is_none()
-            && !tracing::enabled!(target: "switchyard::audit", tracing::Level::INFO)
-        {
-            return;
-        }
-        let body = serde_json::to_string(rec).expect("audit records serialise");
-        let ts = rfc3339_ms(switchyard_common::time::now_ms());
-        self.write(&switchyard_common::audit::stamp("ts", &ts, &body));
-    }
-
-    fn write(&self, line: &str) {
-        match &self.file {
-            Some((path, f)) => {
-                let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(e) = writeln!(f, "{line}").and_then(|_| f.flush()) {
-                    tracing::error!(file = %path.display(), error = %e, "cannot write an audit record; logging it instead");
-                    tracing::info!(target: "switchyard::audit", "{line}");
-                }
-            }
-            None => switchyard_common::logging::write_record(line),
-        }
-    }
-}
-
-pub use switchyard_common::time::rfc3339_ms;
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::Value;
-
-    #[test]
-    fn timestamps() {
-        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339_ms(951_782_400_123), "2000-02-29T00:00:00.123Z");
-        assert_eq!(rfc3339_ms(1_767_225_599_999), "2025-12-31T23:59:59.999Z");
-    }
 
     #[test]
     fn file_sink_writes_json_lines_without_content() {
@@ -191,8 +102,8 @@ mod tests {
             url_domain: String::new(),
             waited_ms: 5,
         };
-        audit.interaction(&rec);
-        audit.interaction(&rec);
+        audit.record_struct(&rec);
+        audit.record_struct(&rec);
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<Value> = text
             .lines()
@@ -204,7 +115,7 @@ mod tests {
         assert!(lines[0]["ts"].as_str().unwrap().ends_with('Z'));
         assert!(lines[0].get("content").is_none());
         assert!(lines[0].get("urlDomain").is_none());
-        audit.tool_call(&ToolCallAudit {
+        audit.record_struct(&ToolCallAudit {
             kind: "tool.called",
             session: "s".into(),
             run: String::new(),

@@ -11,6 +11,7 @@
 //!   [`methods`]: method names.
 //! - [`headers`]: request metadata mirrored into HTTP headers (2026-07-28).
 //! - [`framing`]: newline-delimited stdio framing with bounded memory.
+//! - [`sse`]: Server-Sent Events, decoded with bounded memory and encoded.
 //!
 //! The sidecar's upstream client uses it today; the control plane's MCP
 //! endpoint will use the same definitions.
@@ -21,3 +22,4 @@ pub mod headers;
 pub mod jsonrpc;
 pub mod meta;
 pub mod methods;
+pub mod sse;

@@ -66,7 +66,7 @@ impl ToolCalled<'_> {
         }
         cp.metrics.call(server, outcome, elapsed);
         let h = self.view.hints.to_pb();
-        cp.audit.tool_call(&ToolCallAudit {
+        cp.audit.record_struct(&ToolCallAudit {
             kind: if moved.is_some() {
                 "tool.backgrounded"
             } else {

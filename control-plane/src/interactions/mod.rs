@@ -342,7 +342,7 @@ impl Interactions {
         self.metrics.interaction(after.kind.as_str(), outcome);
         let waited_ms = now_ms().saturating_sub(after.created_at_ms);
         tracing::info!(session = %after.session_id, interaction = %after.id, kind = after.kind.as_str(), outcome, reason = %after.reason, "interaction {}", if kind == "interaction.completed" { "completed" } else { "resolved" });
-        self.audit.interaction(&InteractionAudit {
+        self.audit.record_struct(&InteractionAudit {
             kind,
             session: after.session_id.clone(),
             run: after.run_id.clone(),

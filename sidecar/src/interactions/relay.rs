@@ -186,10 +186,10 @@ impl Relay {
         let calls: Vec<Value> = declined
             .calls
             .iter()
-            .map(|c| json!({"session_id": c.session_id, "run_id": c.run_id, "tool": c.tool}))
+            .map(|c| json!({"session": c.session_id, "run": c.run_id, "tool": c.tool}))
             .collect();
         interactions.audit.record(json!({
-            "event": "interaction.attribution_declined",
+            "kind": "interaction.attribution_declined",
             "server": self.server,
             "method": method,
             "tools": tools,

@@ -12,7 +12,7 @@ use super::results::{self, Processed, ResultLimits, Validation};
 use crate::error::CallError;
 use crate::interactions::CallContext;
 use serde_json::Value;
-use switchyard_common::audit::Audit;
+use switchyard_common::audit::{Audit, AuditHints};
 use switchyard_proto::v1::{Attachment, SidecarCallResponse};
 
 /// Processes raw results: the stage A result processing
@@ -91,11 +91,11 @@ impl Responder {
         if self.audit.enabled() {
             let hints = self.catalogue.hints(tool);
             self.audit.record_struct(&ToolResultAudit {
-                event: "tool.result",
+                kind: "tool.result",
+                session: &context.session_id,
+                run: &context.run_id,
                 server,
                 tool,
-                session_id: &context.session_id,
-                run_id: &context.run_id,
                 is_error: processed.is_error,
                 validated: validation != Validation::NotValidated,
                 validation_errors: &validation_errors,
@@ -151,27 +151,16 @@ impl Responder {
 
 /// The `tool.result` audit record (docs/sidecar.md, "Audit").
 #[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 struct ToolResultAudit<'a> {
-    event: &'static str,
+    kind: &'static str,
+    session: &'a str,
+    run: &'a str,
     server: &'a str,
     tool: &'a str,
-    session_id: &'a str,
-    run_id: &'a str,
-    #[serde(rename = "isError")]
     is_error: bool,
     validated: bool,
     validation_errors: &'a [String],
     hints: Option<AuditHints>,
-    #[serde(rename = "structuredContent")]
     structured_content: Option<Value>,
-}
-
-/// The effective hints in a `tool.result` record.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct AuditHints {
-    read_only_hint: bool,
-    destructive_hint: bool,
-    idempotent_hint: bool,
-    open_world_hint: bool,
 }

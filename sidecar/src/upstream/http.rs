@@ -17,8 +17,6 @@
 use super::error::UpstreamError;
 use super::inbound::Inbound;
 use super::metrics::ServerMetrics;
-use bytes::Bytes;
-use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
@@ -27,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_mcp::jsonrpc::{self, Kind};
+use switchyard_mcp::sse::{self, SseError};
 use tracing::Instrument;
 
 /// `MCP-Session-Id` (2025-11-25 transports, "Session Management").
@@ -81,7 +80,7 @@ impl std::fmt::Debug for HttpConnection {
 /// Extra headers for one request, as (name, value) pairs already encoded.
 pub type ExtraHeaders = Vec<(String, String)>;
 
-type EventStream = Pin<Box<dyn Stream<Item = Result<eventsource_stream::Event, String>> + Send>>;
+type EventStream = Pin<Box<dyn Stream<Item = Result<sse::Event, SseError>> + Send>>;
 
 impl HttpConnection {
     /// A connection to `url`. Errors: an invalid URL or header (named).
@@ -403,30 +402,13 @@ impl HttpConnection {
 
     /// Turns a response body into SSE events, each bounded in size.
     fn events(&self, resp: reqwest::Response) -> EventStream {
-        let limit = self.max_message_bytes;
         let metrics = self.metrics.clone();
-        let mut since_boundary = 0usize;
-        let mut last_newline = false;
-        let bytes = resp.bytes_stream().map(move |chunk| {
-            let chunk: Bytes = chunk.map_err(|e| e.to_string())?;
-            metrics.received_bytes(chunk.len());
-            for &b in chunk.iter() {
-                match b {
-                    b'\r' => {}
-                    b'\n' if last_newline => since_boundary = 0,
-                    b'\n' => last_newline = true,
-                    _ => {
-                        last_newline = false;
-                        since_boundary += 1;
-                    }
-                }
-                if since_boundary > limit {
-                    return Err(format!("an SSE event is over the {limit}-byte limit"));
-                }
+        let body = resp.bytes_stream().inspect(move |chunk| {
+            if let Ok(chunk) = chunk {
+                metrics.received_bytes(chunk.len());
             }
-            Ok(chunk)
         });
-        Box::pin(bytes.eventsource().map(|ev| ev.map_err(|e| e.to_string())))
+        Box::pin(sse::decode(body, self.max_message_bytes))
     }
 
     /// Reads an SSE stream until the response to `id` arrives, resuming a
@@ -442,22 +424,21 @@ impl HttpConnection {
         let mut resumes_without_progress = 0;
         loop {
             while let Some(ev) = events.next().await {
-                let ev = ev.map_err(|e| {
-                    if e.contains("byte limit") {
+                let ev = ev.map_err(|e| match e {
+                    SseError::TooLarge { limit } => {
                         self.metrics.skipped("oversized");
                         UpstreamError::MessageTooLarge {
                             server: self.server.clone(),
                             method: method.to_owned(),
-                            size: self.max_message_bytes + 1,
-                            limit: self.max_message_bytes,
+                            size: limit + 1,
+                            limit,
                         }
-                    } else {
-                        UpstreamError::io(
-                            &self.server,
-                            format!("reading the {method} event stream"),
-                            StreamError(e),
-                        )
                     }
+                    e => UpstreamError::io(
+                        &self.server,
+                        format!("reading the {method} event stream"),
+                        e,
+                    ),
                 })?;
                 if !ev.id.is_empty() && ev.id != last_event_id {
                     last_event_id = ev.id.clone();
@@ -731,15 +712,6 @@ impl Drop for CancelOnDrop {
         }
     }
 }
-
-#[derive(Debug)]
-struct StreamError(String);
-impl std::fmt::Display for StreamError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for StreamError {}
 
 /// The media type's essence (`type/subtype`, lower case), parameters such
 /// as `charset` ignored (RFC 9110 §8.3.1).

@@ -810,7 +810,7 @@ async fn shared_stdio_process_declines_with_two_sessions_in_flight() {
     let lines = audit_lines(&path, "elicitation/create");
     assert_eq!(lines.len(), 1, "{lines:?}");
     let line = &lines[0];
-    assert_eq!(line["event"], "interaction.attribution_declined");
+    assert_eq!(line["kind"], "interaction.attribution_declined");
     assert_eq!(line["server"], "everything");
     assert_eq!(line["sessions"], json!(["A", "B"]));
     assert_eq!(
@@ -824,7 +824,7 @@ async fn shared_stdio_process_declines_with_two_sessions_in_flight() {
         line["reason"].as_str().unwrap().contains("2 sessions"),
         "{line}"
     );
-    assert!(line["time"].as_str().unwrap().ends_with('Z'));
+    assert!(line["ts"].as_str().unwrap().ends_with('Z'));
     within(slow).await.unwrap().unwrap();
 
     // One session in flight: that session's.

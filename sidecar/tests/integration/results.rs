@@ -41,10 +41,10 @@ async fn server_everything_structured_and_annotated() {
     assert_eq!(r.model_text, raw["content"][0]["text"].as_str().unwrap());
     let audit = h.audit();
     let record = audit.last().unwrap();
-    assert_eq!(record["event"], "tool.result");
+    assert_eq!(record["kind"], "tool.result");
     assert_eq!(record["tool"], "get-structured-content");
-    assert_eq!(record["session_id"], "S1");
-    assert_eq!(record["run_id"], "R1");
+    assert_eq!(record["session"], "S1");
+    assert_eq!(record["run"], "R1");
     assert_eq!(record["validated"], true);
     assert_eq!(record["structuredContent"], s);
 
@@ -89,7 +89,7 @@ async fn schema_violations_are_delivered_with_errors() {
     );
     let record = h.audit().pop().unwrap();
     assert_eq!(record["tool"], "bad_weather");
-    assert_eq!(record["validation_errors"], json!(r.validation_errors));
+    assert_eq!(record["validationErrors"], json!(r.validation_errors));
     // Recursive $ref: valid at depth 6, and an error deep down is found.
     let r = h.call("tree", json!({"depth": 6}), false).await.unwrap();
     assert!(r.validation_errors.is_empty(), "{:?}", r.validation_errors);
