@@ -419,7 +419,9 @@ impl EngineService for EngineApi {
             return Err(Status::invalid_argument("call_id: required"));
         }
         check_id("call_id", &r.call_id)?;
-        check_id("session_id", &r.session_id)?;
+        if !r.session_id.is_empty() {
+            check_id("session_id", &r.session_id)?;
+        }
         self.check_session(&r.session_id, caller.as_ref()).await?;
         if self.cp.router.cancel(&r.session_id, &r.call_id) {
             return Ok(Response::new(pb::CancelCallResponse { cancelled: true }));
@@ -614,5 +616,5 @@ fn caller_of<T>(req: &Request<T>) -> Option<Caller> {
 }
 
 fn check_id(field: &str, id: &str) -> Result<(), Status> {
-    Ok(crate::call::check_id(field, id)?)
+    crate::model::check_id(field, id).map_err(Status::invalid_argument)
 }

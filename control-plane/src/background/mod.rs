@@ -182,16 +182,9 @@ fn parse(kv: &KeyValue) -> Option<BackgroundRecord> {
     }
 }
 
-/// Ids that become store key segments: 1 to 128 characters, no `/`, no
-/// control characters. `field` names the request field in the error.
+/// [`crate::model::check_id`] as a background call's error.
 fn check_id(field: &str, id: &str) -> Result<(), BackgroundError> {
-    if id.is_empty() || id.len() > 128 || id.contains('/') || id.chars().any(char::is_control) {
-        return Err(BackgroundError::Invalid(format!(
-            "{field}: 1 to 128 characters, without '/' or control characters (got {} bytes)",
-            id.len()
-        )));
-    }
-    Ok(())
+    crate::model::check_id(field, id).map_err(BackgroundError::Invalid)
 }
 
 impl Background {

@@ -183,13 +183,7 @@ fn respond(
     }
 }
 
-/// Ids that become store key segments: at most 128 characters, no `/`, no
-/// control characters. Errors: INVALID_ARGUMENT naming `field`.
-pub fn check_id(field: &str, id: &str) -> Result<(), CallError> {
-    if id.len() > 128 || id.contains('/') || id.chars().any(char::is_control) {
-        return Err(CallError::invalid_argument(format!(
-            "{field}: at most 128 characters, without '/' or control characters"
-        )));
-    }
-    Ok(())
+/// [`crate::model::check_id`] as a call's error.
+fn check_id(field: &str, id: &str) -> Result<(), CallError> {
+    crate::model::check_id(field, id).map_err(CallError::invalid_argument)
 }

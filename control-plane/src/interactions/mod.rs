@@ -65,8 +65,6 @@ pub const KEEP_RESOLVED: Duration = Duration::from_secs(3600);
 pub const MAX_CONTENT_BYTES: usize = 1024 * 1024;
 /// Largest accepted elicitation params (`params_json`), in bytes.
 pub const MAX_PARAMS_BYTES: usize = 256 * 1024;
-/// Longest id (interaction ids are chosen by sidecars).
-pub const MAX_ID_LEN: usize = 128;
 const MAX_TEXT_LEN: usize = 1024;
 
 /// The interaction stored in `kv`; `None` (logged) when it does not parse.

@@ -4,18 +4,9 @@
 
 use super::*;
 
-/// Checks an id used in a key: 1 to [`MAX_ID_LEN`] visible ASCII
-/// characters, no `/`.
+/// [`crate::model::check_id`] as an interaction's error.
 pub fn check_id(field: &str, id: &str) -> Result<(), InteractionError> {
-    if id.is_empty() {
-        return Err(InteractionError::Invalid(format!("{field}: required")));
-    }
-    if id.len() > MAX_ID_LEN || !id.bytes().all(|b| b.is_ascii_graphic() && b != b'/') {
-        return Err(InteractionError::Invalid(format!(
-            "{field}: must be 1 to {MAX_ID_LEN} visible ASCII characters without '/'"
-        )));
-    }
-    Ok(())
+    crate::model::check_id(field, id).map_err(InteractionError::Invalid)
 }
 
 fn check_text(field: &str, s: &str) -> Result<(), InteractionError> {

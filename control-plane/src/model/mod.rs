@@ -27,6 +27,27 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchyard_common::server_spec::ServerConfig;
 
+/// The longest id that becomes a key segment, in characters.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Checks an id that becomes a key segment (a session, call, interaction or
+/// background call id, chosen by an engine or a sidecar): 1 to
+/// [`MAX_ID_LEN`] characters, no `/`, no control characters. The one rule
+/// for every id; an optional id is checked only when given. Errors: the
+/// message, naming `field`, for the caller's error type (INVALID_ARGUMENT
+/// at the edge).
+pub fn check_id(field: &str, id: &str) -> Result<(), String> {
+    const RULE: &str = "1 to 128 characters, without '/' or control characters";
+    if id.is_empty() {
+        return Err(format!("{field}: required ({RULE})"));
+    }
+    let chars = id.chars().count();
+    if chars > MAX_ID_LEN || id.contains('/') || id.chars().any(char::is_control) {
+        return Err(format!("{field}: {RULE} (got {chars} characters)"));
+    }
+    Ok(())
+}
+
 /// Key of a server.
 pub fn server_key(name: &str) -> String {
     format!("servers/{name}")
@@ -349,5 +370,23 @@ mod tests {
         let back: SessionRecord =
             serde_json::from_str(&serde_json::to_string(&owned).unwrap()).unwrap();
         assert_eq!(back.owner, "engine-a");
+    }
+
+    #[test]
+    fn one_id_rule_for_every_key_segment() {
+        for ok in ["s1", "..", "a b", "é", &"é".repeat(128), "urn:x:1"] {
+            assert_eq!(check_id("id", ok), Ok(()), "{ok}");
+        }
+        assert_eq!(
+            check_id("session_id", ""),
+            Err(
+                "session_id: required (1 to 128 characters, without '/' or control characters)"
+                    .into()
+            )
+        );
+        for bad in ["a/b", "x\ny", "\u{7f}", &"i".repeat(129)] {
+            let e = check_id("call_id", bad).unwrap_err();
+            assert!(e.starts_with("call_id: 1 to 128 characters"), "{e}");
+        }
     }
 }

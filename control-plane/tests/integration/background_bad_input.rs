@@ -197,7 +197,12 @@ async fn tampered_records_and_bad_ids_touch_no_other_session() {
     other.server = "elsewhere".into();
     refused(update(&ep, other).await, Code::NotFound, "elsewhere");
     // Ids that would be store key segments, or are not ids at all.
-    for bad in ["", "a/b", "../x", "x\ny", &"i".repeat(129)] {
+    refused(
+        update(&ep, record("", &a, "sc-1")).await,
+        Code::InvalidArgument,
+        "call.id: required (1 to 128 characters",
+    );
+    for bad in ["a/b", "../x", "x\ny", &"i".repeat(129)] {
         refused(
             update(&ep, record(bad, &a, "sc-1")).await,
             Code::InvalidArgument,
