@@ -370,6 +370,25 @@ fn relay_tonic(next: &str) {
         ) -> Result<Response<SidecarCancelBackgroundResponse>, Status> {
             Err(Status::unimplemented("relay: CallStream only"))
         }
+
+        async fn read_resource(
+            &self,
+            _: Request<switchyard_proto::v1::SidecarRequest>,
+        ) -> Result<Response<switchyard_proto::v1::ReadResourceResponse>, Status> {
+            Err(Status::unimplemented("relay: CallStream only"))
+        }
+        async fn get_prompt(
+            &self,
+            _: Request<switchyard_proto::v1::SidecarRequest>,
+        ) -> Result<Response<switchyard_proto::v1::GetPromptResponse>, Status> {
+            Err(Status::unimplemented("relay: CallStream only"))
+        }
+        async fn complete(
+            &self,
+            _: Request<switchyard_proto::v1::SidecarRequest>,
+        ) -> Result<Response<switchyard_proto::v1::CompleteResponse>, Status> {
+            Err(Status::unimplemented("relay: CallStream only"))
+        }
     }
 
     // Towards a relay, a call stream replaces the plain TCP hop.

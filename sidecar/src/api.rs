@@ -270,6 +270,27 @@ impl SidecarCalls for CallService {
             .await;
         Ok(Response::new(SidecarCancelBackgroundResponse { found }))
     }
+
+    async fn read_resource(
+        &self,
+        _: Request<switchyard_proto::v1::SidecarRequest>,
+    ) -> Result<Response<switchyard_proto::v1::ReadResourceResponse>, Status> {
+        Err(Status::unimplemented("stage E is being built"))
+    }
+
+    async fn get_prompt(
+        &self,
+        _: Request<switchyard_proto::v1::SidecarRequest>,
+    ) -> Result<Response<switchyard_proto::v1::GetPromptResponse>, Status> {
+        Err(Status::unimplemented("stage E is being built"))
+    }
+
+    async fn complete(
+        &self,
+        _: Request<switchyard_proto::v1::SidecarRequest>,
+    ) -> Result<Response<switchyard_proto::v1::CompleteResponse>, Status> {
+        Err(Status::unimplemented("stage E is being built"))
+    }
 }
 
 /// The gRPC status of a call's failure: the one mapping from

@@ -134,6 +134,7 @@ pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
         protocol_version: cat.map(|c| c.protocol_version.clone()).unwrap_or_default(),
         server_info_json: cat.map(|c| c.server_info.to_string()).unwrap_or_default(),
         name_collisions: snap.names.collisions_of(name),
+        ..Default::default()
     }
 }
 

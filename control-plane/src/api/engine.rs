@@ -235,6 +235,48 @@ impl EngineService for EngineApi {
         Ok(Response::new(rec.to_pb()))
     }
 
+    async fn list_resources(
+        &self,
+        _: Request<pb::ListResourcesRequest>,
+    ) -> Result<Response<pb::ListResourcesResponse>, Status> {
+        Err(Status::unimplemented("stage E is being built"))
+    }
+
+    async fn read_resource(
+        &self,
+        _: Request<pb::ReadResourceRequest>,
+    ) -> Result<Response<pb::ReadResourceResponse>, Status> {
+        Err(Status::unimplemented("stage E is being built"))
+    }
+
+    async fn attach_resource(
+        &self,
+        _: Request<pb::ReadResourceRequest>,
+    ) -> Result<Response<pb::ReadResourceResponse>, Status> {
+        Err(Status::unimplemented("stage E is being built"))
+    }
+
+    async fn list_prompts(
+        &self,
+        _: Request<pb::ListPromptsRequest>,
+    ) -> Result<Response<pb::ListPromptsResponse>, Status> {
+        Err(Status::unimplemented("stage E is being built"))
+    }
+
+    async fn get_prompt(
+        &self,
+        _: Request<pb::GetPromptRequest>,
+    ) -> Result<Response<pb::GetPromptResponse>, Status> {
+        Err(Status::unimplemented("stage E is being built"))
+    }
+
+    async fn complete(
+        &self,
+        _: Request<pb::CompleteRequest>,
+    ) -> Result<Response<pb::CompleteResponse>, Status> {
+        Err(Status::unimplemented("stage E is being built"))
+    }
+
     async fn cancel_background_call(
         &self,
         req: Request<pb::CancelBackgroundCallRequest>,

@@ -675,6 +675,24 @@ mod tests {
         {
             Err(Status::unimplemented("not here"))
         }
+        async fn read_resource(
+            &self,
+            _: tonic::Request<switchyard_proto::v1::SidecarRequest>,
+        ) -> Result<tonic::Response<switchyard_proto::v1::ReadResourceResponse>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
+        async fn get_prompt(
+            &self,
+            _: tonic::Request<switchyard_proto::v1::SidecarRequest>,
+        ) -> Result<tonic::Response<switchyard_proto::v1::GetPromptResponse>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
+        async fn complete(
+            &self,
+            _: tonic::Request<switchyard_proto::v1::SidecarRequest>,
+        ) -> Result<tonic::Response<switchyard_proto::v1::CompleteResponse>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
     }
 
     #[tokio::test]

@@ -325,6 +325,8 @@ impl UpstreamWatcher {
                     capabilities_json: json(&n.capabilities),
                     server_info_json: json(&n.server_info),
                     protocol_version: n.protocol_version.clone(),
+                    // Stage E lists: filled in by the resources watcher.
+                    ..Default::default()
                 };
                 tracing::info!(server = %self.upstream.name(), tools = tools.len(), "catalogue listed");
                 self.catalogue.send_replace(Some(snapshot));

@@ -75,6 +75,7 @@ pub fn catalogue(server: &str, tools: &[Value], capabilities: &Value) -> pb::Sid
                 capabilities_json: capabilities.to_string(),
                 server_info_json: json!({"name": server, "version": "1"}).to_string(),
                 protocol_version: "2025-11-25".into(),
+                ..Default::default()
             },
         )),
     }
@@ -150,6 +151,31 @@ impl SidecarCalls for Calls {
         Ok(Response::new(pb::SidecarCancelBackgroundResponse {
             found: true,
         }))
+    }
+
+    async fn read_resource(
+        &self,
+        _: Request<pb::SidecarRequest>,
+    ) -> Result<Response<pb::ReadResourceResponse>, Status> {
+        Err(Status::unimplemented(
+            "this fake sidecar has no resources or prompts",
+        ))
+    }
+    async fn get_prompt(
+        &self,
+        _: Request<pb::SidecarRequest>,
+    ) -> Result<Response<pb::GetPromptResponse>, Status> {
+        Err(Status::unimplemented(
+            "this fake sidecar has no resources or prompts",
+        ))
+    }
+    async fn complete(
+        &self,
+        _: Request<pb::SidecarRequest>,
+    ) -> Result<Response<pb::CompleteResponse>, Status> {
+        Err(Status::unimplemented(
+            "this fake sidecar has no resources or prompts",
+        ))
     }
 }
 
