@@ -211,7 +211,9 @@ pub async fn fix_http_response(request: Request, next: Next) -> Response {
         return response;
     }
     let (mut parts, body) = response.into_parts();
-    let Ok(bytes) = to_bytes(body, MAX_BODY_BYTES).await else {
+    // Our own output, which may be larger than any request (a `--resources`
+    // binary resource is several megabytes): no limit.
+    let Ok(bytes) = to_bytes(body, usize::MAX).await else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     let may_need_fixing = bytes.windows(16).any(|w| w == b"\"input_required\"");

@@ -9,8 +9,9 @@
 //! README.md); with `--stage-a`, the annotation-hint, structured-output and
 //! list_changed tools; with `--tasks`, task-augmented `tools/call` in both
 //! eras (2025-11-25 core tasks and the 2026-07-28 `io.modelcontextprotocol/tasks`
-//! extension, see the `tasks` module). Logs go to stderr; stdout is the stdio
-//! transport.
+//! extension, see the `tasks` module); with `--resources`, resources,
+//! resource templates, prompts and completions (stage E). Logs go to
+//! stderr; stdout is the stdio transport.
 //!
 //! This root parses the command line and serves one transport. Its modules,
 //! each using only those listed before it: `orders` (the in-memory store),
@@ -46,7 +47,7 @@ use tracing_subscriber::EnvFilter;
 use crate::{
     era::{Era, EraGate},
     orders::OrderStore,
-    server::OrderServer,
+    server::{Catalogue, OrderServer},
     tasks::{TaskServer, TaskSessions, TaskStdio},
 };
 
@@ -94,6 +95,29 @@ struct Cli {
     /// nothing logged per request.
     #[arg(long)]
     tasks_bench: bool,
+
+    /// Also serve stage E: orders:// resources (text, binary, paginated),
+    /// resource templates, prompts, completions and the add_resource tool
+    /// (notifications/resources/list_changed and prompts/list_changed),
+    /// with MRTR in 2026-07-28 and elicitation in 2025-11-25. Adds the
+    /// orders O-1006..O-1025 to the store. See README.md.
+    #[arg(long)]
+    resources: bool,
+
+    /// Size in bytes of the resource orders://invoices/large.pdf (with --resources).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = server::DEFAULT_LARGE_RESOURCE_BYTES,
+        value_parser = clap::value_parser!(u64).range(5..=100_000_000),
+        requires = "resources"
+    )]
+    large_resource_bytes: u64,
+
+    /// Serve no tools at all and declare no `tools` capability (e.g. with
+    /// --resources: a server of resources and prompts only).
+    #[arg(long, conflicts_with_all = ["interactions", "stage_a", "tasks", "tasks_bench"])]
+    no_tools: bool,
 }
 
 #[tokio::main]
@@ -110,12 +134,22 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let tasks = (cli.tasks || cli.tasks_bench).then(|| TaskServer::new(cli.tasks_bench));
     let with_tasks = tasks.is_some();
+    let store = if cli.resources {
+        OrderStore::seeded_with_history()
+    } else {
+        OrderStore::seeded()
+    };
+    let catalogue = cli
+        .resources
+        .then(|| Catalogue::new(cli.large_resource_bytes));
     let server = OrderServer::new(
         cli.era,
-        OrderStore::seeded(),
+        store,
         cli.interactions,
         cli.stage_a,
         tasks,
+        catalogue,
+        !cli.no_tools,
     );
     match (cli.http, with_tasks) {
         (None, false) => {

@@ -67,6 +67,9 @@ pub const CATALOG: &[(&str, u64)] = &[
     ("WIDGET-S", 1299),
 ];
 
+/// Orders [`OrderStore::seeded_with_history`] adds after the seed.
+pub const HISTORY_ORDERS: usize = 20;
+
 /// Why an order could not be created.
 #[derive(Debug)]
 pub enum OrderError {
@@ -132,6 +135,32 @@ impl OrderStore {
         Self(Arc::new(Mutex::new(data)))
     }
 
+    /// [`Self::seeded`] plus a fixed order history, `O-1006`..=`O-1025`
+    /// (served with `--resources`, so that the order resources fill several
+    /// `resources/list` pages): order `O-(1006 + k)` is customer
+    /// `C-(k % 3 + 1)`'s, in status `delivered, shipped, pending, cancelled,
+    /// delivered` by `k % 5`, with `k % 3 + 1` units of catalog SKU `k % 4`
+    /// and, for every third `k`, one `CABLE` more.
+    pub fn seeded_with_history() -> Self {
+        use OrderStatus::*;
+        let store = Self::seeded();
+        {
+            let mut data = store.data();
+            for k in 0..HISTORY_ORDERS {
+                let customer = format!("C-{}", k % 3 + 1);
+                let status = [Delivered, Shipped, Pending, Cancelled, Delivered][k % 5];
+                let quantity = u32::try_from(k % 3 + 1).expect("small");
+                let mut items = vec![(CATALOG[k % CATALOG.len()].0.to_owned(), quantity)];
+                if k % 3 == 0 {
+                    items.push(("CABLE".to_owned(), 1));
+                }
+                data.insert(&customer, status, items)
+                    .expect("history data is valid");
+            }
+        }
+        store
+    }
+
     fn data(&self) -> std::sync::MutexGuard<'_, Data> {
         self.0.lock().expect("order store lock poisoned")
     }
@@ -150,6 +179,11 @@ impl OrderStore {
     /// The order with this id, if any.
     pub fn order(&self, id: &str) -> Option<Order> {
         self.data().orders.iter().find(|o| o.id == id).cloned()
+    }
+
+    /// All customers, in id order.
+    pub fn customers(&self) -> Vec<Customer> {
+        self.data().customers.clone()
     }
 
     /// The customer with this id, if any.

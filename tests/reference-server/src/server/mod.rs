@@ -1,20 +1,24 @@
 //! The MCP handler, [`OrderServer`], and the composition of everything it
 //! serves: the state its tools reach through `self` (the order store and
-//! the interaction, stage-A and task state), the tool routers of the stages
-//! below it put together for the configured flags, and the `ServerHandler`
-//! methods: `tools/list` pagination, the server identity and versions
-//! advertised for the configured [`Era`], 2026-07-28 listen streams, and
-//! the task methods handed to the [`TaskServer`].
+//! the interaction, stage-A, stage-E and task state), the tool routers of
+//! the stages below it put together for the configured flags, and the
+//! `ServerHandler` methods: `tools/list` pagination, the server identity,
+//! capabilities and versions advertised for the configured [`Era`],
+//! 2026-07-28 listen streams, the resource, prompt and completion methods
+//! handed to stage E, and the task methods handed to the [`TaskServer`].
 //!
-//! Each stage's tools are a child module that reaches the server's state
-//! through `self` (or `context.service`) and knows no other stage:
-//! [`order_tools`] (always), [`interactions`] (`--interactions`),
-//! [`stage_a`] (`--stage-a`). The task engine is [`crate::tasks`], which
-//! needs nothing of this module; only the routing of its tools is here
+//! Each stage is a child module that reaches the server's state through
+//! `self` (or `context.service`) and knows no other stage:
+//! [`order_tools`] (always, unless `--no-tools`), [`interactions`]
+//! (`--interactions`), [`stage_a`] (`--stage-a`), [`resources`] and its
+//! sibling [`prompts`] (`--resources`). The task engine is [`crate::tasks`],
+//! which needs nothing of this module; only the routing of its tools is here
 //! ([`task_router`]).
 
 mod interactions;
 mod order_tools;
+mod prompts;
+mod resources;
 mod stage_a;
 
 use std::{borrow::Cow, future::Future, pin::Pin, sync::Arc};
@@ -23,15 +27,20 @@ use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     handler::server::tool::{ToolCallContext, ToolRoute, ToolRouter},
     model::{
-        CacheScope, CallToolResponse, CancelTaskParams, CustomRequest, CustomResult,
-        DiscoverResult, ErrorCode, GetTaskParams, GetTaskResult, Implementation, JsonObject,
-        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-        SubscriptionFilter, TASKS_EXTENSION_ID, UpdateTaskParams,
+        CacheScope, CallToolRequestMethod, CallToolRequestParams, CallToolResponse,
+        CancelTaskParams, CompleteRequestParams, CompleteResult, CustomRequest, CustomResult,
+        DiscoverResult, ErrorCode, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
+        GetTaskResult, Implementation, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsRequestMethod, ListToolsResult, PaginatedRequestParams,
+        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, Reference,
+        ServerCapabilities, ServerConfig, SubscriptionFilter, TASKS_EXTENSION_ID, ToolsCapability,
+        UpdateTaskParams,
     },
     service::{RequestContext, SubscriptionContext},
     tool_handler,
 };
 
+pub use self::resources::{Catalogue, DEFAULT_LARGE_RESOURCE_BYTES};
 use self::{interactions::Interactions, stage_a::StageA};
 use crate::{
     era::{self, Era},
@@ -57,6 +66,10 @@ pub struct OrderServer {
     stage_a: Option<Arc<StageA>>,
     /// Task state, present with `--tasks` (see [`tasks`]).
     tasks: Option<Arc<TaskServer>>,
+    /// Stage-E state (resources, prompts, completions), present with `--resources`.
+    catalogue: Option<Arc<Catalogue>>,
+    /// Whether tools are served at all (not with `--no-tools`).
+    tools: bool,
     tool_router: Arc<ToolRouter<Self>>,
 }
 
@@ -64,24 +77,34 @@ impl OrderServer {
     /// A handler speaking `era` over `store`, with the interaction tools
     /// (elicitation, MRTR, roots; see [`interactions`]) when `interactions`
     /// and the hint / structured output / list_changed tools (see
-    /// [`stage_a`]) when `stage_a`, and the task tools (see [`tasks`]) when
-    /// `tasks` is given.
+    /// [`stage_a`]) when `stage_a`, the task tools (see [`tasks`]) when
+    /// `tasks` is given, and resources, prompts, completions and the
+    /// `add_resource` tool (see [`resources`], [`prompts`]) when `catalogue`
+    /// is given. Without `tools`, no tool at all and no `tools` capability.
     pub fn new(
         era: Era,
         store: OrderStore,
         interactions: bool,
         stage_a: bool,
         tasks: Option<Arc<TaskServer>>,
+        catalogue: Option<Catalogue>,
+        tools: bool,
     ) -> Self {
-        let mut tool_router = Self::order_router();
-        if interactions {
-            tool_router += Self::interaction_router();
-        }
-        if stage_a {
-            tool_router += stage_a::router();
-        }
-        if tasks.is_some() {
-            tool_router += task_router();
+        let mut tool_router = ToolRouter::new();
+        if tools {
+            tool_router += Self::order_router();
+            if interactions {
+                tool_router += Self::interaction_router();
+            }
+            if stage_a {
+                tool_router += stage_a::router();
+            }
+            if tasks.is_some() {
+                tool_router += task_router();
+            }
+            if catalogue.is_some() {
+                tool_router += resources::router();
+            }
         }
         Self {
             era,
@@ -89,6 +112,8 @@ impl OrderServer {
             interactions: Arc::default(),
             stage_a: stage_a.then(Arc::default),
             tasks,
+            catalogue: catalogue.map(Arc::new),
+            tools,
             tool_router: Arc::new(tool_router),
         }
     }
@@ -144,14 +169,17 @@ fn call_task_tool(context: ToolCallContext<'_, OrderServer>) -> CallFuture<'_> {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for OrderServer {
     fn get_info(&self) -> ServerConfig {
-        let mut capabilities = if self.stage_a.is_some() {
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build()
-        } else {
-            ServerCapabilities::builder().enable_tools().build()
-        };
+        let mut capabilities = ServerCapabilities::default();
+        if self.tools {
+            let mut tools = ToolsCapability::default();
+            if self.stage_a.is_some() {
+                tools.list_changed = Some(true);
+            }
+            capabilities.tools = Some(tools);
+        }
+        if self.catalogue.is_some() {
+            resources::declare_capabilities(&mut capabilities);
+        }
         if self.tasks.is_some() {
             // SEP-2663; an `initialize` result gets the 2025-11-25
             // `capabilities.tasks` instead (see `tasks::fix_outgoing`).
@@ -195,25 +223,131 @@ impl ServerHandler for OrderServer {
         }
     }
 
-    /// With `--stage-a`, 2026-07-28 clients may listen for
-    /// `toolsListChanged` (the only list that changes).
+    /// 2026-07-28 clients may listen for `toolsListChanged` with
+    /// `--stage-a` and for `resourcesListChanged` and `promptsListChanged`
+    /// with `--resources` (the lists that change).
     fn accepted_subscription_filter(
         &self,
         _requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        self.stage_a
-            .is_some()
-            .then(|| SubscriptionFilter::builder().tools_list_changed().build())
+        let mut filter = SubscriptionFilter::builder();
+        if self.stage_a.is_some() {
+            filter = filter.tools_list_changed();
+        }
+        if self.catalogue.is_some() {
+            filter = filter.resources_list_changed().prompts_list_changed();
+        }
+        (self.stage_a.is_some() || self.catalogue.is_some()).then(|| filter.build())
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        let _registered = self
+        let accepted = context.accepted();
+        let _tools = self
             .stage_a
             .as_ref()
-            .filter(|_| context.accepted().tools_list_changed == Some(true))
+            .filter(|_| accepted.tools_list_changed == Some(true))
             .map(|state| state.listen(context.sink().clone()));
+        let _lists = self
+            .catalogue
+            .as_ref()
+            .filter(|_| {
+                accepted.resources_list_changed == Some(true)
+                    || accepted.prompts_list_changed == Some(true)
+            })
+            .map(|catalogue| catalogue.listen(context.sink().clone()));
         context.cancelled().await;
         Ok(())
+    }
+
+    /// Without `--no-tools`: the tool of `request`; with it, `-32601`.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if !self.tools {
+            return Err(McpError::method_not_found::<CallToolRequestMethod>());
+        }
+        let call = ToolCallContext::new(self, request, context);
+        self.tool_router.call(call).await
+    }
+
+    /// Stage E (`--resources`): pages of [`resources::PAGE_SIZE`].
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let modern = era::is_modern(context.protocol_version().as_ref());
+        let cursor = request.and_then(|r| r.cursor);
+        self.list_resources_page(cursor.as_deref(), modern)
+    }
+
+    /// Stage E (`--resources`).
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let modern = era::is_modern(context.protocol_version().as_ref());
+        let cursor = request.and_then(|r| r.cursor);
+        self.list_templates_page(cursor.as_deref(), modern)
+    }
+
+    /// Stage E (`--resources`).
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        self.read_order_resource(request, context).await
+    }
+
+    /// Stage E (`--resources`).
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let modern = era::is_modern(context.protocol_version().as_ref());
+        let cursor = request.and_then(|r| r.cursor);
+        self.list_prompts_page(cursor.as_deref(), modern)
+    }
+
+    /// Stage E (`--resources`).
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        self.get_order_prompt(request, context).await
+    }
+
+    /// Stage E (`--resources`): template and prompt arguments.
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let argument = &request.argument;
+        let completion = match &request.r#ref {
+            Reference::Resource(template) => {
+                self.complete_template_argument(&template.uri, &argument.name, &argument.value)?
+            }
+            Reference::Prompt(prompt) => {
+                self.complete_prompt_argument(&prompt.name, &argument.name, &argument.value)?
+            }
+            other => {
+                return Err(McpError::invalid_params(
+                    format!(
+                        "unsupported completion reference {}",
+                        other.reference_type()
+                    ),
+                    None,
+                ));
+            }
+        };
+        Ok(CompleteResult::new(completion))
     }
 
     /// Pages of [`TOOLS_PAGE_SIZE`] tools in name order; the cursor is the
@@ -223,6 +357,9 @@ impl ServerHandler for OrderServer {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        if !self.tools {
+            return Err(McpError::method_not_found::<ListToolsRequestMethod>());
+        }
         let modern = era::is_modern(context.protocol_version().as_ref());
         let tools: Vec<_> = self
             .tool_router
