@@ -52,15 +52,17 @@ pub struct ServerConfig {
     /// Per-request timeout towards the server, seconds (default 600).
     #[serde(default = "default_request_timeout_sec")]
     pub request_timeout_sec: u64,
-    /// Largest message accepted from the server, bytes (default 8 MiB).
+    /// Largest message accepted from the server, bytes (default 16 MiB).
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
 }
 
 /// Longest timeout accepted anywhere in the configuration: 7 days.
 pub const MAX_TIMEOUT_SEC: u64 = 7 * 24 * 3600;
-/// Default largest message accepted from a server: 8 MiB.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+/// Default largest message accepted from a server: 16 MiB, so a resource
+/// of about 11 MiB (a PDF of several MB, base64-encoded in a JSON-RPC
+/// answer: 4/3 of its size plus the envelope) passes.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 fn default_era() -> String {
     "auto".into()

@@ -37,7 +37,7 @@ pub struct LineReader<R> {
 }
 
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
-    /// `max_message_bytes`: the longest line kept in memory (default 8 MiB).
+    /// `max_message_bytes`: the longest line kept in memory (the sidecar's default is 16 MiB).
     pub fn new(inner: R, max_message_bytes: usize) -> Self {
         LineReader {
             inner,

@@ -9,6 +9,12 @@ use serde_json::{Map, Value, json};
 
 /// JSON-RPC "Method not found" (JSON-RPC 2.0 §5.1).
 pub const METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC "Invalid params" (JSON-RPC 2.0 §5.1): an unknown prompt or a
+/// missing argument, and (2026-07-28) an unknown resource.
+pub const INVALID_PARAMS: i64 = -32602;
+/// MCP "Resource not found" (2025-11-25 server/resources, "Error
+/// Handling"; 2026-07-28 clients SHOULD still accept it).
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
 /// MCP `HeaderMismatch` (2026-07-28, basic/index "Error Codes").
 pub const HEADER_MISMATCH: i64 = -32020;
 /// MCP `MissingRequiredClientCapability` (2026-07-28).

@@ -16,10 +16,10 @@
 use serde_json::json;
 use std::time::{Duration, Instant};
 use switchyard_sidecar::tools::catalogue::Catalogue;
-use switchyard_sidecar::tools::watch::watch_upstream_with;
 use switchyard_sidecar::upstream::{
     StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
 };
+use switchyard_sidecar::watch::watch_upstream_with;
 
 /// user+sys CPU time of this process, from /proc (10 ms ticks).
 fn cpu() -> Duration {

@@ -1,6 +1,8 @@
 //! The sidecar's gRPC edge, `switchyard.v1.SidecarCalls`: the control plane
-//! routes engine tool calls here. The edge only decodes, runs the call
-//! pipeline ([`crate::call`]) and encodes:
+//! routes engine tool calls here, and stage E's requests (`ReadResource`,
+//! `GetPrompt`, `Complete`, run by [`crate::resources::Requests`]). The
+//! edge only decodes, runs the call pipeline ([`crate::call`]) or the
+//! stage E request, and encodes:
 //!
 //! - **decode** ([`decode`]): `params_json` (a JSON object, forwarded as
 //!   given), `roots_json`, the session and run make a [`Call`]; its one
@@ -10,6 +12,11 @@
 //!   raw result, the other fields the processed one); a [`CallError`]
 //!   becomes a `tonic::Status` here and nowhere else ([`status`]). A
 //!   tool's own failure (`isError`) is a successful RPC.
+//!
+//! A stage E request is decoded the same way ([`decode_request`]: its
+//! `params_json` an object with the method's key, `uri` or `name` a
+//! string, `ref` an object; `roots_json`; one [`Deadline`] from
+//! `timeout_ms`) and stops at the end of the grace period like a call.
 //!
 //! `CallTool` runs one call; `CallStream` runs many on one stream
 //! ([`switchyard_proto::calls::serve`]), each cancelled by a `cancel`
@@ -25,17 +32,20 @@ use crate::call::{Call, Pipeline};
 use crate::error::{CallError, Deadline};
 use crate::interactions::CallContext;
 use crate::pool::SessionPool;
+use crate::resources::{self, Requests};
 use crate::tools::catalogue::Catalogue;
 use crate::tools::respond::Responder;
 use crate::tools::results::ResultLimits;
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::Value;
 use switchyard_common::audit::Audit;
+use switchyard_mcp::methods;
 use switchyard_proto::calls::{self, SidecarCallFrames};
 use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
 use switchyard_proto::v1::{
-    SidecarCallFrame, SidecarCallOutcome, SidecarCallRequest, SidecarCallResponse,
-    SidecarCancelBackgroundRequest, SidecarCancelBackgroundResponse,
+    CompleteResponse, GetPromptResponse, ReadResourceResponse, SidecarCallFrame,
+    SidecarCallOutcome, SidecarCallRequest, SidecarCallResponse, SidecarCancelBackgroundRequest,
+    SidecarCancelBackgroundResponse, SidecarRequest,
 };
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Request, Response, Status, Streaming};
@@ -59,6 +69,8 @@ pub struct CallService {
     responder: Responder,
     tasks_config: TasksConfig,
     pipeline: Pipeline,
+    /// Stage E's requests.
+    resources: Requests,
 }
 
 impl CallService {
@@ -78,6 +90,7 @@ impl CallService {
         let tasks_config = TasksConfig::default();
         CallService {
             pipeline: Pipeline::new(pool.clone(), responder.clone(), tasks_config.clone()),
+            resources: Requests::new(pool.clone(), resources::DEFAULT_MAX_CONCURRENT_READS),
             stop: CancellationToken::new(),
             abort: CancellationToken::new(),
             pool,
@@ -96,7 +109,7 @@ impl CallService {
     }
 
     /// Validates structured results with `catalogue`'s validators (kept up
-    /// to date by [`crate::tools::watch::watch_upstream_with`]).
+    /// to date by [`crate::watch::watch_upstream_with`]).
     pub fn with_catalogue(mut self, catalogue: Catalogue) -> Self {
         self.responder.catalogue = catalogue;
         self.rebuilt()
@@ -116,6 +129,14 @@ impl CallService {
     /// upstream, and answers UNAVAILABLE saying so.
     pub fn with_abort(mut self, abort: CancellationToken) -> Self {
         self.abort = abort;
+        self
+    }
+
+    /// At most `n` stage E reads and prompts processed at once (`[sidecar]
+    /// max_concurrent_reads`; default
+    /// [`resources::DEFAULT_MAX_CONCURRENT_READS`]).
+    pub fn with_max_concurrent_reads(mut self, n: usize) -> Self {
+        self.resources = Requests::new(self.pool.clone(), n);
         self
     }
 
@@ -167,6 +188,94 @@ impl CallService {
         }
         .map_err(status)
     }
+
+    /// One stage E request of `method`: decoded ([`decode_request`]), run
+    /// by `run` unless the shutdown grace period ends first, and its
+    /// failure encoded ([`status`]).
+    async fn stage_e<T, F>(
+        &self,
+        method: &'static str,
+        request: SidecarRequest,
+        run: impl FnOnce(Requests, resources::Request) -> F,
+    ) -> Result<Response<T>, Status>
+    where
+        F: Future<Output = Result<T, CallError>>,
+    {
+        let requests = self.resources.clone();
+        let run = async move { run(requests, decode_request(method, request)?).await };
+        tokio::select! {
+            r = run => r,
+            () = self.abort.cancelled() => Err(CallError::ShuttingDown),
+        }
+        .map(Response::new)
+        .map_err(status)
+    }
+}
+
+/// `roots_json`: empty, or a JSON array of MCP `Root` objects.
+fn decode_roots(roots_json: &str) -> Result<Vec<Value>, CallError> {
+    match roots_json.trim() {
+        "" => Ok(Vec::new()),
+        text => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Array(roots)) => Ok(roots),
+            _ => Err(CallError::invalid(
+                "roots_json",
+                "must be a JSON array of MCP Root objects",
+            )),
+        },
+    }
+}
+
+/// Decodes a stage E request of `method` (`resources/read`,
+/// `prompts/get`, `completion/complete`): its deadline starts now.
+/// Errors (`InvalidArgument`, naming the field): `params_json` is not a
+/// JSON object, or lacks the method's key (`uri` or `name` a string,
+/// `ref` and `argument` objects); `roots_json` is neither empty nor a
+/// JSON array.
+pub fn decode_request(
+    method: &'static str,
+    request: SidecarRequest,
+) -> Result<resources::Request, CallError> {
+    let started = tokio::time::Instant::now();
+    let params: Value = serde_json::from_str(&request.params_json)
+        .map_err(|e| CallError::invalid("params_json", format!("is not valid JSON: {e}")))?;
+    if !params.is_object() {
+        return Err(CallError::invalid(
+            "params_json",
+            format!("must be a JSON object ({method} params)"),
+        ));
+    }
+    // The method's own keys: (key, whether a string (else an object)).
+    let required: &[(&str, bool)] = match method {
+        methods::RESOURCES_READ => &[("uri", true)],
+        methods::PROMPTS_GET => &[("name", true)],
+        _ => &[("ref", false), ("argument", false)],
+    };
+    for &(key, string) in required {
+        let (ok, kind) = match params.get(key) {
+            Some(v) if string => (v.is_string(), "a string"),
+            Some(v) => (v.is_object(), "an object"),
+            None => (false, if string { "a string" } else { "an object" }),
+        };
+        if !ok {
+            return Err(CallError::invalid(
+                "params_json",
+                format!("must have `{key}`, {kind} ({method} params)"),
+            ));
+        }
+    }
+    Ok(resources::Request {
+        params,
+        context: CallContext {
+            session_id: request.session_id,
+            run_id: request.run_id,
+            tool: String::new(),
+            roots: decode_roots(&request.roots_json)?,
+        },
+        started,
+        deadline: Deadline::from_timeout_ms(started, request.timeout_ms),
+        attach: request.attach,
+    })
 }
 
 /// Decodes a call request into a [`Call`]: its deadline starts now.
@@ -187,18 +296,7 @@ pub fn decode(request: SidecarCallRequest) -> Result<Call, CallError> {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
-    let roots = match request.roots_json.trim() {
-        "" => Vec::new(),
-        text => match serde_json::from_str::<Value>(text) {
-            Ok(Value::Array(roots)) => roots,
-            _ => {
-                return Err(CallError::invalid(
-                    "roots_json",
-                    "must be a JSON array of MCP Root objects",
-                ));
-            }
-        },
-    };
+    let roots = decode_roots(&request.roots_json)?;
     Ok(Call {
         params,
         context: CallContext {
@@ -273,23 +371,38 @@ impl SidecarCalls for CallService {
 
     async fn read_resource(
         &self,
-        _: Request<switchyard_proto::v1::SidecarRequest>,
-    ) -> Result<Response<switchyard_proto::v1::ReadResourceResponse>, Status> {
-        Err(Status::unimplemented("stage E is being built"))
+        request: Request<SidecarRequest>,
+    ) -> Result<Response<ReadResourceResponse>, Status> {
+        self.stage_e(
+            methods::RESOURCES_READ,
+            request.into_inner(),
+            |r, request| async move { r.read_resource(request).await },
+        )
+        .await
     }
 
     async fn get_prompt(
         &self,
-        _: Request<switchyard_proto::v1::SidecarRequest>,
-    ) -> Result<Response<switchyard_proto::v1::GetPromptResponse>, Status> {
-        Err(Status::unimplemented("stage E is being built"))
+        request: Request<SidecarRequest>,
+    ) -> Result<Response<GetPromptResponse>, Status> {
+        self.stage_e(
+            methods::PROMPTS_GET,
+            request.into_inner(),
+            |r, request| async move { r.get_prompt(request).await },
+        )
+        .await
     }
 
     async fn complete(
         &self,
-        _: Request<switchyard_proto::v1::SidecarRequest>,
-    ) -> Result<Response<switchyard_proto::v1::CompleteResponse>, Status> {
-        Err(Status::unimplemented("stage E is being built"))
+        request: Request<SidecarRequest>,
+    ) -> Result<Response<CompleteResponse>, Status> {
+        self.stage_e(
+            methods::COMPLETE,
+            request.into_inner(),
+            |r, request| async move { r.complete(request).await },
+        )
+        .await
     }
 }
 
@@ -316,6 +429,18 @@ pub fn status(error: CallError) -> Status {
             Status::aborted(message)
         }
         CallError::TaskNotFound { .. } => Status::failed_precondition(message),
+        CallError::ResourceNotFound { error, .. } => Status::with_details(
+            Code::NotFound,
+            message,
+            bytes::Bytes::from(error.to_string()),
+        ),
+        CallError::InvalidParams { error, .. } => Status::with_details(
+            Code::InvalidArgument,
+            message,
+            bytes::Bytes::from(error.to_string()),
+        ),
+        CallError::NoCompletions { .. } => Status::unimplemented(message),
+        CallError::TooLarge { .. } => Status::resource_exhausted(message),
         CallError::NotMoved { .. } | CallError::ShuttingDown => Status::unavailable(message),
         CallError::Cancelled { .. } => Status::cancelled(message),
         CallError::Internal { .. } => Status::internal(message),
@@ -384,6 +509,7 @@ mod tests {
         assert_eq!(code(not_moved), Code::Unavailable);
         let late = CallError::DeadlineExceeded {
             server: "s".into(),
+            method: "tools/call",
             tool: "t".into(),
             budget: Duration::from_millis(300),
         };
@@ -415,6 +541,106 @@ mod tests {
         );
         let e = decode(request("{}", "{}", 0)).unwrap_err();
         assert_eq!(status(e).code(), Code::InvalidArgument);
+    }
+
+    #[test]
+    fn stage_e_errors_map_to_their_codes() {
+        let error = json!({"code": -32002, "message": "Resource not found", "data": {"uri": "x"}});
+        let st = status(CallError::ResourceNotFound {
+            server: "files".into(),
+            uri: "file:///a b".into(),
+            message: "Resource not found".into(),
+            error: error.clone(),
+        });
+        assert_eq!(st.code(), Code::NotFound);
+        assert_eq!(
+            st.message(),
+            r#"resource not found: server files has no resource "file:///a b" (the server said: Resource not found)"#
+        );
+        assert_eq!(
+            serde_json::from_slice::<Value>(st.details()).unwrap(),
+            error
+        );
+        let st = status(CallError::InvalidParams {
+            server: "s".into(),
+            method: "prompts/get",
+            about: r#""p""#.into(),
+            message: "missing city".into(),
+            error: json!({"code": -32602, "message": "missing city"}),
+        });
+        assert_eq!(st.code(), Code::InvalidArgument);
+        assert_eq!(st.message(), r#"server s: prompts/get "p": missing city"#);
+        let st = status(CallError::NoCompletions {
+            server: "s".into(),
+            message: "Method not found".into(),
+        });
+        assert_eq!(st.code(), Code::Unimplemented);
+        assert!(st.message().starts_with("server s offers no completions"));
+        let st = status(CallError::TooLarge {
+            server: "s".into(),
+            method: "resources/read",
+            about: r#""u""#.into(),
+            size: 2,
+            limit: 1,
+            key: "the server's max_message_bytes",
+        });
+        assert_eq!(st.code(), Code::ResourceExhausted);
+    }
+
+    #[test]
+    fn stage_e_requests_are_decoded_at_the_edge() {
+        let request = |params: &str, timeout_ms| SidecarRequest {
+            params_json: params.into(),
+            timeout_ms,
+            session_id: "S".into(),
+            run_id: "R".into(),
+            roots_json: r#"[{"uri": "file:///w"}]"#.into(),
+            attach: true,
+        };
+        // The URI is kept byte-exact, `_meta` and unknown fields too.
+        let params = r#"{"uri": "demo://a/../b%20c?q=é", "_meta": {"k": 1}, "x": 1.50}"#;
+        let r = decode_request("resources/read", request(params, 250)).unwrap();
+        assert_eq!(r.params, serde_json::from_str::<Value>(params).unwrap());
+        assert_eq!(r.params["uri"], "demo://a/../b%20c?q=é");
+        assert_eq!(
+            (r.context.session_id.as_str(), r.context.run_id.as_str()),
+            ("S", "R")
+        );
+        assert_eq!(r.context.roots, vec![json!({"uri": "file:///w"})]);
+        assert!(r.attach);
+        assert_eq!(
+            r.deadline.unwrap().at(),
+            r.started + Duration::from_millis(250)
+        );
+        assert!(
+            decode_request("prompts/get", request(r#"{"name": "p"}"#, 0))
+                .unwrap()
+                .deadline
+                .is_none()
+        );
+        let e = decode_request("resources/read", request(r#"{"uri": 5}"#, 0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "params_json must have `uri`, a string (resources/read params)"
+        );
+        let e = decode_request("prompts/get", request("[]", 0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "params_json must be a JSON object (prompts/get params)"
+        );
+        let e = decode_request(
+            "completion/complete",
+            request(r#"{"ref": {"type": "ref/prompt", "name": "p"}}"#, 0),
+        )
+        .unwrap_err();
+        assert_eq!(status(e).code(), Code::InvalidArgument);
+        let mut bad_roots = request(r#"{"name": "p"}"#, 0);
+        bad_roots.roots_json = "{}".into();
+        let e = decode_request("prompts/get", bad_roots).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "roots_json must be a JSON array of MCP Root objects"
+        );
     }
 
     #[test]

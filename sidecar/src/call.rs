@@ -28,12 +28,13 @@
 //! (`notifications/cancelled`).
 
 use crate::background::{Plan, TaskCall, Tasks, TasksConfig};
-use crate::error::{CallError, Deadline};
+use crate::error::{CallError, Deadline, within};
 use crate::interactions::CallContext;
 use crate::pool::{Lease, SessionPool};
 use crate::tools::respond::Responder;
 use crate::tools::retry::RetrySafe;
 use serde_json::Value;
+use switchyard_mcp::methods::TOOLS_CALL;
 use switchyard_proto::v1::{BackgroundPolicy, SidecarCallResponse};
 use tokio::time::Instant;
 
@@ -124,7 +125,7 @@ impl Pipeline {
         let upstream = lease.upstream();
         let tool = &call.context.tool;
         let plan = self.tasks.plan(upstream, tool, call.background.is_some());
-        match within(call.deadline, upstream.name(), tool, plan).await? {
+        match within(call.deadline, upstream.name(), TOOLS_CALL, tool, plan).await? {
             Ok(plan) => Ok(plan),
             Err(e) if retry.tolerates(&e) => Ok(Plan::Plain),
             Err(e) => {
@@ -171,32 +172,11 @@ impl Pipeline {
         let tool = &context.tool;
         tracing::debug!(server = %upstream.name(), %tool, session = %context.session_id, run = %context.run_id, "call");
         let sent = retry.call_tool(upstream, params, context);
-        within(deadline, upstream.name(), tool, sent)
+        within(deadline, upstream.name(), TOOLS_CALL, tool, sent)
             .await?
             .map_err(|e| {
                 tracing::info!(server = %upstream.name(), %tool, error = %e, "call failed");
                 e.into()
             })
     }
-}
-
-/// `step` of a call of `server`'s `tool`, unless `deadline` passes first:
-/// then [`CallError::DeadlineExceeded`], and `step` is dropped, which
-/// cancels what it sent upstream.
-async fn within<T>(
-    deadline: Option<Deadline>,
-    server: &str,
-    tool: &str,
-    step: impl Future<Output = T>,
-) -> Result<T, CallError> {
-    let Some(deadline) = deadline else {
-        return Ok(step.await);
-    };
-    tokio::time::timeout_at(deadline.at(), step)
-        .await
-        .map_err(|_| CallError::DeadlineExceeded {
-            server: server.to_owned(),
-            tool: tool.to_owned(),
-            budget: deadline.budget(),
-        })
 }

@@ -1,9 +1,12 @@
 //! The call path's shared vocabulary: [`CallError`], every way a tool call
-//! can fail in the sidecar, and [`Deadline`], the one absolute time limit a
-//! call carries from the edge down. The pipeline ([`crate::call`]) and the
-//! stages it runs ([`crate::tools`], [`crate::background`]) return
-//! `CallError`; the gRPC edge ([`crate::api`]) is the only place that turns
-//! it into a `tonic::Status` (the code of each variant is in its doc).
+//! or a stage E request (`resources/read`, `prompts/get`,
+//! `completion/complete`) can fail in the sidecar, and [`Deadline`], the
+//! one absolute time limit a call carries from the edge down ([`within`]
+//! bounds a step by it). The pipeline ([`crate::call`]) and the stages it
+//! runs ([`crate::tools`], [`crate::background`], [`crate::resources`])
+//! return `CallError`; the gRPC edge ([`crate::api`]) is the only place
+//! that turns it into a `tonic::Status` (the code of each variant is in its
+//! doc).
 
 use crate::upstream::UpstreamError;
 use serde_json::Value;
@@ -31,14 +34,76 @@ pub enum CallError {
     Upstream(#[from] UpstreamError),
     /// The call's deadline (or its foreground window) passed first; the
     /// upstream request was cancelled. gRPC: `DEADLINE_EXCEEDED`.
-    #[error("server {server}: tools/call {tool} did not finish within {} ms", .budget.as_millis())]
+    #[error("server {server}: {method} {tool} did not finish within {} ms", .budget.as_millis())]
     DeadlineExceeded {
         /// Server name.
         server: String,
-        /// Tool name.
+        /// The request: `tools/call`, `resources/read`, ...
+        method: &'static str,
+        /// What it was about: the tool name; a quoted URI or prompt name.
         tool: String,
         /// The time the call had.
         budget: Duration,
+    },
+    /// The server has no such resource: it answered `resources/read` with
+    /// -32002 (2025-11-25) or -32602 (2026-07-28). gRPC: `NOT_FOUND`, the
+    /// error object in the details.
+    #[error("resource not found: server {server} has no resource {} (the server said: {message})", quoted(.uri))]
+    ResourceNotFound {
+        /// Server name.
+        server: String,
+        /// The URI asked for, byte-exact.
+        uri: String,
+        /// The server's message.
+        message: String,
+        /// The JSON-RPC error object, as sent.
+        error: Value,
+    },
+    /// The server refused the request's params (-32602 to `prompts/get` or
+    /// `completion/complete`: an unknown prompt, a missing argument).
+    /// gRPC: `INVALID_ARGUMENT` with the server's message, the error
+    /// object in the details.
+    #[error("server {server}: {method} {about}: {message}")]
+    InvalidParams {
+        /// Server name.
+        server: String,
+        /// The request.
+        method: &'static str,
+        /// What it was about (a quoted prompt name, a completion's ref).
+        about: String,
+        /// The server's message.
+        message: String,
+        /// The JSON-RPC error object, as sent.
+        error: Value,
+    },
+    /// The server does not implement completions (-32601 to
+    /// `completion/complete`). gRPC: `UNIMPLEMENTED`.
+    #[error("server {server} offers no completions (the server said: {message})")]
+    NoCompletions {
+        /// Server name.
+        server: String,
+        /// The server's message.
+        message: String,
+    },
+    /// An answer too large to take: over the server's `max_message_bytes`,
+    /// or processed into a response over the gRPC message limit. gRPC:
+    /// `RESOURCE_EXHAUSTED`.
+    #[error(
+        "server {server}: {method} {about}: the answer is {size} bytes or more, over the {limit}-byte limit ({key})"
+    )]
+    TooLarge {
+        /// Server name.
+        server: String,
+        /// The request.
+        method: &'static str,
+        /// What it was about (a quoted URI or prompt name).
+        about: String,
+        /// Its size, at least.
+        size: usize,
+        /// The limit it is over.
+        limit: usize,
+        /// The setting that limit comes from.
+        key: &'static str,
     },
     /// A call that may not move to the background (the server is at
     /// `backgroundCalls.maxPerTarget`) ran past its foreground limit; its
@@ -145,6 +210,35 @@ impl CallError {
     }
 }
 
+/// `text` as a JSON string (quoted, escapes only where JSON needs them),
+/// for messages naming a URI or a name exactly.
+pub fn quoted(text: &str) -> String {
+    Value::from(text).to_string()
+}
+
+/// `step` of `server`'s `method` about `what` (a tool name, a quoted URI),
+/// unless `deadline` passes first: then [`CallError::DeadlineExceeded`],
+/// and `step` is dropped, which cancels what it sent upstream.
+pub async fn within<T>(
+    deadline: Option<Deadline>,
+    server: &str,
+    method: &'static str,
+    what: &str,
+    step: impl Future<Output = T>,
+) -> Result<T, CallError> {
+    let Some(deadline) = deadline else {
+        return Ok(step.await);
+    };
+    tokio::time::timeout_at(deadline.at(), step)
+        .await
+        .map_err(|_| CallError::DeadlineExceeded {
+            server: server.to_owned(),
+            method,
+            tool: what.to_owned(),
+            budget: deadline.budget(),
+        })
+}
+
 /// When a call must be over: an absolute instant, set once at the edge
 /// from the request's `timeout_ms` and passed down to every step that
 /// waits, with the budget it was set from (for messages). A foreground
@@ -206,12 +300,23 @@ mod tests {
     fn messages_name_the_server_and_tool() {
         let e = CallError::DeadlineExceeded {
             server: "s".into(),
+            method: "tools/call",
             tool: "t".into(),
             budget: Duration::from_millis(300),
         };
         assert_eq!(
             e.to_string(),
             "server s: tools/call t did not finish within 300 ms"
+        );
+        let e = CallError::ResourceNotFound {
+            server: "s".into(),
+            uri: "demo://a b/\"q\"".into(),
+            message: "Resource not found".into(),
+            error: serde_json::json!({"code": -32002, "message": "Resource not found"}),
+        };
+        assert_eq!(
+            e.to_string(),
+            r#"resource not found: server s has no resource "demo://a b/\"q\"" (the server said: Resource not found)"#
         );
         let e = CallError::invalid("params_json", "must be a JSON object (tools/call params)");
         assert_eq!(

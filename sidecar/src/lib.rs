@@ -3,9 +3,10 @@
 //!
 //! - [`run`]: the service `switchyard-sidecar run` starts (flags and file,
 //!   wiring, the report stream to the control plane, shutdown);
-//! - [`api`]: the `SidecarCalls` gRPC edge: it decodes a call, runs the
-//!   pipeline and encodes the answer; the one place a [`error::CallError`]
-//!   becomes a gRPC status;
+//! - [`api`]: the `SidecarCalls` gRPC edge: it decodes a call (or a stage
+//!   E request), runs the pipeline (or [`resources::Requests`]) and
+//!   encodes the answer; the one place a [`error::CallError`] becomes a
+//!   gRPC status;
 //! - [`call`]: the call pipeline, read top to bottom: lease -> plan ->
 //!   upstream -> results -> respond;
 //! - [`error`]: the call path's error ([`error::CallError`]) and its one
@@ -15,15 +16,21 @@
 //!   protocol eras, bounded framing, restarts, the retries the protocol
 //!   mandates);
 //! - one module per stage of the design (§4):
-//!   - [`tools`] (A): catalogue and list changes, result processing and
+//!   - [`tools`] (A): the tools' catalogue, result processing and
 //!     `outputSchema` validation, the `tool.result` audit record, the
 //!     retry of read-only and idempotent calls;
 //!   - [`background`] (B): background calls and MCP tasks;
 //!   - [`interactions`] (C): elicitation, roots, attribution, and the
 //!     client side of multi round-trip requests;
+//!   - [`resources`] (E): resources, resource templates, prompts and
+//!     completions: their lists, the `ReadResource`, `GetPrompt` and
+//!     `Complete` requests and the size rules of what they return;
 //!   - D (OAuth per server) will be `oauth.rs`, with the 401 refresh in
-//!     `upstream/` (see docs/sidecar.md, "Where things live"); E
-//!     (resources and prompts) will be `resources/`;
+//!     `upstream/` (see docs/sidecar.md, "Where things live");
+//! - [`watch`]: the upstream watcher, one per server, above the stages
+//!   that have lists (A and E): it keeps the session connected, re-lists
+//!   after each connection and each coalesced list change, and publishes
+//!   the catalogue snapshot;
 //! - [`control`]: the client of the control plane's `SidecarRegistry`;
 //! - [`http_endpoints`]: `/metrics`, `/healthz`, `/readyz`;
 //! - [`probe`]: the operator's check of an upstream server.
@@ -42,6 +49,8 @@ pub mod http_endpoints;
 pub mod interactions;
 pub mod pool;
 pub mod probe;
+pub mod resources;
 pub mod run;
 pub mod tools;
 pub mod upstream;
+pub mod watch;

@@ -459,6 +459,7 @@ impl Tasks {
             },
             _ => CallError::DeadlineExceeded {
                 server: server.to_owned(),
+                method: switchyard_mcp::methods::TOOLS_CALL,
                 tool: tool.to_owned(),
                 budget: window,
             },

@@ -83,7 +83,7 @@ pub struct RunArgs {
     /// Retries of one call for a server's input_required results (default 8).
     #[arg(long)]
     pub max_input_rounds: Option<u32>,
-    /// Window, in ms, within which tools/list_changed notifications are coalesced into one re-list (default 2000).
+    /// Window, in ms, within which one list's list_changed notifications (tools, resources, prompts) are coalesced into one re-list (default 2000).
     #[arg(long)]
     pub list_changed_window_ms: Option<u64>,
     /// Lower bound, in ms, of the interval between polls of an MCP task (the server's pollInterval is clamped to [this, 5 min]; default 5000).
@@ -92,6 +92,9 @@ pub struct RunArgs {
     /// Seconds of continuous failure to poll a task after which its background call fails (default 1800).
     #[arg(long)]
     pub task_poll_failure_limit_secs: Option<u64>,
+    /// Stage E requests (resources/read, prompts/get) processed at once; more wait for a slot (default 4, 1 to 1024).
+    #[arg(long, value_name = "N")]
+    pub max_concurrent_reads: Option<u32>,
     /// Runtime worker threads: 1 one thread (default, least CPU per call), N > 1 a multi-thread runtime with N workers, 0 one worker per CPU core (at most 1024).
     #[arg(long, env = "SWITCHYARD_WORKER_THREADS", value_name = "N")]
     pub worker_threads: Option<u32>,
@@ -145,6 +148,9 @@ pub struct SidecarSection {
     /// Continuous poll failure that fails a background call, seconds
     /// (default 1800).
     pub task_poll_failure_limit_secs: Option<u64>,
+    /// Stage E requests (`resources/read`, `prompts/get`) processed at
+    /// once (default 4, 1 to 1024).
+    pub max_concurrent_reads: Option<u32>,
     /// Runtime worker threads (default 1: one thread; N > 1: N workers;
     /// 0: one per CPU core; at most 1024). See `switchyard_common::runtime::build_runtime`.
     pub worker_threads: Option<u32>,

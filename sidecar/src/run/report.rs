@@ -21,7 +21,7 @@ use crate::control::{
     with_timeout,
 };
 use crate::http_endpoints::Health;
-use crate::tools::watch::UpstreamView;
+use crate::watch::UpstreamView;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient;

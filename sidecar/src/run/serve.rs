@@ -14,8 +14,8 @@ use crate::interactions::ControlPlaneInteractions;
 use crate::interactions::Interactions;
 use crate::pool::SessionPool;
 use crate::tools::catalogue::Catalogue;
-use crate::tools::watch::watch_upstream_with;
 use crate::upstream::{Upstream, UpstreamMetrics};
+use crate::watch::watch_upstream_with;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -149,6 +149,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     let service = CallService::with_pool(pool.clone())
         .with_catalogue(catalogue.clone())
         .with_audit(audit)
+        .with_max_concurrent_reads(settings.max_concurrent_reads)
         .with_tasks(tasks_config)
         .with_stop(stop.clone())
         .with_abort(abort.clone());

@@ -25,6 +25,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:0";
 /// Default `worker_threads`: one thread (a current-thread runtime).
 pub const DEFAULT_WORKER_THREADS: u32 = 1;
+/// Largest `max_concurrent_reads`.
+pub const MAX_CONCURRENT_READS: u32 = 1024;
 
 /// The validated settings of `run`.
 #[derive(Debug, Clone)]
@@ -66,6 +68,8 @@ pub struct Settings {
     pub task_poll_failure_limit: Duration,
     /// Runtime worker threads, for `switchyard_common::runtime::build_runtime` (1 = one thread).
     pub worker_threads: u32,
+    /// Stage E requests (`resources/read`, `prompts/get`) processed at once.
+    pub max_concurrent_reads: usize,
 }
 
 /// Why `run` failed.
@@ -372,7 +376,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         .list_changed_window_ms
         .or(file.list_changed_window_ms)
         .map(Duration::from_millis)
-        .unwrap_or(crate::tools::catalogue::DEFAULT_LIST_CHANGED_WINDOW);
+        .unwrap_or(crate::watch::DEFAULT_LIST_CHANGED_WINDOW);
     let task_poll_min = match args
         .task_poll_min_ms
         .map(|v| (v, "command line", "--task-poll-min-ms"))
@@ -433,6 +437,26 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         None => DEFAULT_WORKER_THREADS,
     };
 
+    let max_concurrent_reads = match args
+        .max_concurrent_reads
+        .map(|v| (v, "command line", "--max-concurrent-reads"))
+        .or(file
+            .max_concurrent_reads
+            .map(|v| (v, origin.as_str(), "sidecar.max_concurrent_reads")))
+    {
+        Some((n, origin, key)) if n == 0 || n > MAX_CONCURRENT_READS => {
+            return Err(config_error(
+                origin,
+                key,
+                format!(
+                    "{n} is out of range: must be between 1 and {MAX_CONCURRENT_READS} (each read in flight may hold about three times the server's max_message_bytes)"
+                ),
+            ));
+        }
+        Some((n, _, _)) => n as usize,
+        None => crate::resources::DEFAULT_MAX_CONCURRENT_READS,
+    };
+
     Ok(Settings {
         server,
         control_plane,
@@ -452,6 +476,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         task_poll_min,
         task_poll_failure_limit,
         worker_threads,
+        max_concurrent_reads,
     })
 }
 

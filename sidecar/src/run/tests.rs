@@ -245,3 +245,52 @@ fn advertise_is_derived_from_the_bound_address() {
     );
     assert!(derived_advertise("0.0.0.0:7702".parse().unwrap(), false).ends_with(":7702"));
 }
+
+#[test]
+fn max_concurrent_reads_is_checked_at_start() {
+    let config = |value: &str| {
+        file(&format!(
+            "[server]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://h:1\"\n{value}"
+        ))
+    };
+    let f = config("");
+    let s = settings(&args(&["--config", f.path().to_str().unwrap()])).unwrap();
+    assert_eq!(s.max_concurrent_reads, 4);
+    let f = config("max_concurrent_reads = 9\n");
+    let path = f.path().to_str().unwrap();
+    assert_eq!(
+        settings(&args(&["--config", path]))
+            .unwrap()
+            .max_concurrent_reads,
+        9
+    );
+    let s = settings(&args(&["--config", path, "--max-concurrent-reads", "2"])).unwrap();
+    assert_eq!(s.max_concurrent_reads, 2);
+    for bad in ["0", "1025"] {
+        let f = config(&format!("max_concurrent_reads = {bad}\n"));
+        let path = f.path().to_str().unwrap();
+        let e = settings(&args(&["--config", path])).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_CONFIG);
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{path}: sidecar.max_concurrent_reads: {bad} is out of range: must be between 1 and 1024")),
+            "{e}"
+        );
+    }
+    let e = settings(&args(&[
+        "--server-name",
+        "t",
+        "--control-plane",
+        "http://h:1",
+        "--max-concurrent-reads",
+        "0",
+        "--",
+        "srv",
+    ]))
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("command line: --max-concurrent-reads: 0 is out of range"),
+        "{e}"
+    );
+}

@@ -2,11 +2,9 @@
 //! tool list, whatever the call's mode.
 //!
 //! - [`catalogue`]: the current tool list, its compiled `outputSchema`
-//!   validators, the effective hints the control plane pushes, and the
-//!   coalescing of `notifications/tools/list_changed`;
-//! - [`watch`]: the upstream watcher that keeps the catalogue current
-//!   (re-lists after each connection and each coalesced list change) and
-//!   publishes the status and catalogue the report stream sends;
+//!   validators and the effective hints the control plane pushes (kept
+//!   current by the upstream watcher, [`crate::watch`], which re-lists the
+//!   tools after each connection and each coalesced list change);
 //! - [`results`]: result processing (model text, attachments, structured
 //!   content) and `outputSchema` validation, pure functions;
 //! - [`respond`]: the [`respond::Responder`] that turns a raw result into
@@ -18,4 +16,3 @@ pub mod catalogue;
 pub mod respond;
 pub mod results;
 pub mod retry;
-pub mod watch;

@@ -8,7 +8,7 @@ pub use switchyard_mcp::era::EraPreference;
 
 /// Default per-request timeout: 10 minutes.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(600);
-/// Default limit on one message: 8 MiB.
+/// Default limit on one message: 16 MiB.
 pub use switchyard_common::server_spec::DEFAULT_MAX_MESSAGE_BYTES;
 /// Default time to wait for an answer to the `server/discover` probe before
 /// treating the server as legacy (basic/transports/stdio, "Backward
@@ -114,7 +114,7 @@ pub struct UpstreamConfig {
     pub request_timeout: Duration,
     /// `server/discover` probe timeout (default 10 s).
     pub discover_timeout: Duration,
-    /// Largest message accepted from the server (default 8 MiB).
+    /// Largest message accepted from the server (default 16 MiB).
     pub max_message_bytes: usize,
     /// Restart policy (stdio).
     pub restart: RestartPolicy,

@@ -3,7 +3,8 @@
 //! (modern `_meta` and HTTP request-metadata headers, or the legacy
 //! `MCP-Protocol-Version` header) and gives it the per-request timeout; the
 //! transport turns JSON-RPC errors into [`UpstreamError::Rpc`] without
-//! losing `data`.
+//! losing `data`. Its four paginated lists go through the one page walker,
+//! [`super::pages::walk`].
 
 use super::config::UpstreamConfig;
 use super::era::{self, Era, Negotiated};
@@ -11,6 +12,7 @@ use super::error::UpstreamError;
 use super::http::ExtraHeaders;
 use super::inbound::Inbound;
 use super::metrics::ServerMetrics;
+use super::pages::{self, ListMethod, Walked};
 use super::transport::Transport;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -18,9 +20,6 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_mcp::headers::{self, HeaderParam};
-
-/// Longest `tools/list` walk; a server whose cursors never end is an error.
-const MAX_LIST_PAGES: usize = 1000;
 
 /// A negotiated connection.
 #[derive(Debug)]
@@ -178,37 +177,32 @@ impl Connection {
         h
     }
 
-    /// Lists every tool, following `nextCursor` to the end. A server without
-    /// the `tools` capability has none (no request is sent). Over 2026-07-28
-    /// HTTP, tools with invalid `x-mcp-header` annotations are left out with
-    /// a warning (streamable-http, "Schema Extension").
+    /// Lists every tool, following `nextCursor` to the end ([`Connection::list`]).
+    /// A server without the `tools` capability has none (no request is
+    /// sent). Over 2026-07-28 HTTP, tools with invalid `x-mcp-header`
+    /// annotations are left out with a warning (streamable-http, "Schema
+    /// Extension").
     pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
-        if !self.negotiated.has_tools() {
-            return Ok(Vec::new());
+        let tools = self.list(pages::TOOLS).await?;
+        Ok(self.check_tools(tools.entries))
+    }
+
+    /// Every entry of `list`, following every `nextCursor` ([`pages::walk`]:
+    /// an empty-string cursor goes on, a repeated cursor or an endless list
+    /// is an error, more than [`pages::MAX_ENTRIES`] entries are cut with a
+    /// warning). A server that does not declare the list's capability has
+    /// an empty list: nothing is asked.
+    pub async fn list(&self, list: ListMethod) -> Result<Walked, UpstreamError> {
+        if !self.negotiated.declares(list.capability) {
+            return Ok(Walked::default());
         }
-        let mut tools = Vec::new();
-        let mut cursor: Option<Value> = None;
-        for _ in 0..MAX_LIST_PAGES {
-            let params = cursor.take().map(|c| serde_json::json!({"cursor": c}));
-            let page = self.request("tools/list", params).await?;
-            match page.get("tools") {
-                Some(Value::Array(items)) => tools.extend(items.iter().cloned()),
-                _ => {
-                    return Err(UpstreamError::protocol(
-                        &self.config.name,
-                        "tools/list result has no `tools` array",
-                    ));
-                }
-            }
-            match page.get("nextCursor") {
-                Some(c) if !c.is_null() && c != "" => cursor = Some(c.clone()),
-                _ => return Ok(self.check_tools(tools)),
-            }
-        }
-        Err(UpstreamError::protocol(
+        pages::walk(
             &self.config.name,
-            format!("tools/list did not end after {MAX_LIST_PAGES} pages"),
-        ))
+            list,
+            pages::Limits::default(),
+            |params| self.request(list.method, params),
+        )
+        .await
     }
 
     fn check_tools(&self, tools: Vec<Value>) -> Vec<Value> {

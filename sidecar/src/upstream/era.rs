@@ -49,9 +49,36 @@ pub struct Negotiated {
 impl Negotiated {
     /// Whether the server declared the `tools` capability.
     pub fn has_tools(&self) -> bool {
-        self.capabilities.get("tools").is_some_and(|t| !t.is_null())
+        self.declares("tools")
+    }
+
+    /// Whether the server declared `capability` (`tools`, `resources`,
+    /// `prompts`, `completions`...): present and not null.
+    pub fn declares(&self, capability: &str) -> bool {
+        declares(&self.capabilities, capability)
+    }
+
+    /// Whether the server declared `listChanged: true` on `capability`
+    /// (`tools`, `resources` or `prompts`): it sends
+    /// `notifications/<capability>/list_changed`.
+    pub fn declares_list_changed(&self, capability: &str) -> bool {
+        declares_list_changed(&self.capabilities, capability)
     }
 }
+
+/// Whether `capabilities` declares `capability` (present and not null).
+pub fn declares(capabilities: &Value, capability: &str) -> bool {
+    capabilities.get(capability).is_some_and(|c| !c.is_null())
+}
+
+/// Whether `capabilities` declares `listChanged: true` on `capability`.
+pub fn declares_list_changed(capabilities: &Value, capability: &str) -> bool {
+    capabilities[capability]["listChanged"] == Value::Bool(true)
+}
+
+/// The capabilities whose lists can change (`listChanged`): the tool list
+/// (stage A), and the resource and prompt lists (stage E).
+pub const LISTS: [&str; 3] = ["tools", "resources", "prompts"];
 
 /// The client capabilities we declare: elicitation (form and URL) and
 /// roots when the session handles interactions
@@ -290,7 +317,9 @@ async fn initialize(
             &legacy_headers(&version),
         )
         .await?;
-    let list_changed = result["capabilities"]["tools"]["listChanged"] == Value::Bool(true);
+    let list_changed = LISTS
+        .iter()
+        .any(|list| declares_list_changed(&result["capabilities"], list));
     if config.interactive || list_changed {
         // Server requests not tied to one of ours, and list changes, arrive
         // on the standalone stream (a no-op for stdio).

@@ -30,7 +30,7 @@
 //! | URL elicitation | a -32042 `URLElicitationRequiredError` (2025-11-25 client/elicitation) | the whole request, once, after the user accepted every URL elicitation in `data.elicitations` (else the error is returned as is) | [`Upstream::request_in`], asking through [`crate::interactions::Relay::url_elicitations_required`] |
 //! | MRTR rounds | a result with `resultType: "input_required"` to `tools/call`, `prompts/get` or `resources/read` (2026-07-28 basic/patterns/mrtr) | the request with a new id, `inputResponses` and the `requestState` as received, while the server asks, at most `max_input_rounds` times (default 8; then a protocol error) | [`crate::interactions::mrtr::rounds`], called by [`Upstream::request_in`] |
 //! | header mismatch | a -32020 `HeaderMismatch` answer to a `tools/call` (2026-07-28 streamable-http, "Client Behavior") | the `tools/call`, once, after re-listing the tools (their `x-mcp-header` annotations) | `Upstream::send` |
-//! | session expiry | HTTP 404 to a request that carried an `MCP-Session-Id` (2025-11-25 transports, "Session Management"): the server never processed it | the request, once, on a new session (re-initialized) | [`Upstream::request`], and [`Upstream::list_tools`] |
+//! | session expiry | HTTP 404 to a request that carried an `MCP-Session-Id` (2025-11-25 transports, "Session Management"): the server never processed it | the request, once, on a new session (re-initialized) | [`Upstream::request`], and the lists ([`Upstream::list_tools`], [`Upstream::list`]: the whole walk again) |
 //!
 //! Not retries of a request: reconnecting after a stdio server exited
 //! (`Upstream::connection`, with the backoff of [`RestartPolicy`]), and
@@ -47,6 +47,7 @@ pub mod http;
 pub mod inbound;
 
 pub mod metrics;
+pub mod pages;
 pub mod stdio;
 pub mod transport;
 
@@ -370,7 +371,8 @@ impl Upstream {
     }
 
     /// Every tool definition, exactly as the server sent them, following
-    /// every `nextCursor`. A server without the tools capability has none.
+    /// every `nextCursor` (the page walker, [`pages::walk`]). A server
+    /// without the tools capability has none.
     pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
         let conn = self.connection().await?;
         match conn.list_tools().await {
@@ -379,6 +381,26 @@ impl Upstream {
             }
             other => other,
         }
+    }
+
+    /// Every entry of `list` ([`pages::RESOURCES`],
+    /// [`pages::RESOURCE_TEMPLATES`], [`pages::PROMPTS`], or
+    /// [`pages::TOOLS`] without [`Upstream::list_tools`]'s checks), exactly
+    /// as the server sent them, following every `nextCursor`
+    /// ([`pages::walk`]); empty when the server does not declare the
+    /// list's capability. Connects first when needed.
+    pub async fn list(&self, list: pages::ListMethod) -> Result<pages::Walked, UpstreamError> {
+        async {
+            let conn = self.connection().await?;
+            match conn.list(list).await {
+                Err(UpstreamError::SessionExpired { .. }) => {
+                    self.connection().await?.list(list).await
+                }
+                other => other,
+            }
+        }
+        .instrument(self.inner.span.clone())
+        .await
     }
 
     /// Calls a tool outside any session: [`Upstream::call_tool_in`] with an

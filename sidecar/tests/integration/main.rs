@@ -28,6 +28,7 @@ mod catalogue;
 mod check_config_cli;
 mod elicitation;
 mod probe_cli;
+mod resources;
 mod results;
 mod sidecar_service;
 mod subscriptions;

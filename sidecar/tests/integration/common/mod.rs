@@ -10,10 +10,10 @@ use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{SidecarCallRequest, SidecarCallResponse};
 use switchyard_sidecar::api::CallService;
 use switchyard_sidecar::tools::catalogue::Catalogue;
-use switchyard_sidecar::tools::watch::{UpstreamView, watch_upstream_with};
 use switchyard_sidecar::upstream::{
     StdioConfig, TransportConfig, Upstream, UpstreamConfig, UpstreamMetrics,
 };
+use switchyard_sidecar::watch::{UpstreamView, watch_upstream_with};
 use switchyard_test_support as support;
 use tonic::transport::Channel;
 
@@ -68,6 +68,17 @@ impl Drop for Harness {
 pub async fn harness(config: UpstreamConfig, window: Duration) -> Harness {
     support::init_tracing();
     let upstream = Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap();
+    harness_with(upstream, window, |service| service).await
+}
+
+/// [`harness`] on an upstream session of the caller's (e.g. one that
+/// handles interactions), the call service set up by `configure`.
+pub async fn harness_with(
+    upstream: Upstream,
+    window: Duration,
+    configure: impl FnOnce(CallService) -> CallService,
+) -> Harness {
+    support::init_tracing();
     let catalogue = Catalogue::new();
     let (mut view, watcher) = watch_upstream_with(upstream.clone(), catalogue.clone(), window);
     tokio::time::timeout(LIMIT, view.catalogue.wait_for(Option::is_some))
@@ -76,9 +87,11 @@ pub async fn harness(config: UpstreamConfig, window: Duration) -> Harness {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let audit_path = dir.path().join("audit.jsonl");
-    let service = CallService::new(upstream.clone())
-        .with_catalogue(catalogue.clone())
-        .with_audit(Audit::to_file(&audit_path).unwrap());
+    let service = configure(
+        CallService::new(upstream.clone())
+            .with_catalogue(catalogue.clone())
+            .with_audit(Audit::to_file(&audit_path).unwrap()),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(
@@ -86,9 +99,12 @@ pub async fn harness(config: UpstreamConfig, window: Duration) -> Harness {
             .add_service(service.into_server())
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
     );
+    // The control plane's limit (docs/architecture.md): multi-MB
+    // attachments come back in one message.
     let client = SidecarCallsClient::connect(format!("http://{addr}"))
         .await
-        .unwrap();
+        .unwrap()
+        .max_decoding_message_size(64 * 1024 * 1024);
     Harness {
         client,
         upstream,

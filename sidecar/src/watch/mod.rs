@@ -1,0 +1,391 @@
+//! The upstream watcher ([`watch_upstream`]), one per server: it follows
+//! the upstream session and keeps the server's catalogue current for both
+//! stages that have one, the tools (stage A, [`crate::tools::catalogue`])
+//! and the resources, resource templates and prompts (stage E,
+//! [`crate::resources::catalogue`]). It sits above both stages; neither
+//! knows of it.
+//!
+//! It keeps the session connected; lists everything after each
+//! connection; re-lists one list after that list's changes
+//! (`notifications/tools/list_changed`, `.../resources/list_changed` for
+//! the resources and their templates, `.../prompts/list_changed`), each
+//! list coalesced on its own ([`coalesce`]: at most one re-list per list
+//! per window); compiles the tools' output schemas into the shared
+//! [`Catalogue`]; keeps a 2026-07-28 `subscriptions/listen` stream open
+//! opting in to the list changes the server declares ([`listen`]); and
+//! publishes the latest [`UpstreamStatus`] and [`CatalogueSnapshot`] on
+//! watch channels (an [`UpstreamView`]), which the report stream sends to
+//! the control plane. It does not depend on the control plane, so a
+//! catalogue is ready as soon as a stream opens.
+//!
+//! A snapshot needs the tools of the current connection: when listing them
+//! fails, nothing is published until a later listing works. A stage E
+//! listing that fails keeps that list as it was ([`Lists`]) and never
+//! holds back the tools.
+
+pub mod coalesce;
+pub mod listen;
+
+pub use coalesce::DEFAULT_LIST_CHANGED_WINDOW;
+
+use crate::resources::catalogue::Lists;
+use crate::tools::catalogue::Catalogue;
+use crate::upstream::{Era, Link, Upstream, UpstreamError};
+use coalesce::Coalescer;
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::time::Duration;
+use switchyard_mcp::methods;
+use switchyard_proto::v1::{CatalogueSnapshot, UpstreamStatus};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
+
+/// The latest upstream status and catalogue, as published by
+/// [`watch_upstream`].
+#[derive(Debug, Clone)]
+pub struct UpstreamView {
+    /// The connection state: "connecting", "connected" or "down" (the
+    /// report stream turns it into [`crate::run::drain::DRAINING`] on
+    /// shutdown, see [`crate::run::drain::Drain`]).
+    pub status: watch::Receiver<UpstreamStatus>,
+    /// The catalogue of the current connection; `None` while disconnected.
+    pub catalogue: watch::Receiver<Option<CatalogueSnapshot>>,
+    /// Where effective hints pushed by the control plane are kept (shared
+    /// with the call pipeline).
+    pub settings: Catalogue,
+}
+
+/// Starts following `upstream` (see the module docs) with a private
+/// catalogue and the default coalescing window. The task ends when the
+/// upstream session is shut down.
+pub fn watch_upstream(upstream: Upstream) -> (UpstreamView, JoinHandle<()>) {
+    watch_upstream_with(upstream, Catalogue::new(), DEFAULT_LIST_CHANGED_WINDOW)
+}
+
+/// Starts following `upstream`, keeping `catalogue` up to date and
+/// coalescing each list's changes within `window`.
+pub fn watch_upstream_with(
+    upstream: Upstream,
+    compiled: Catalogue,
+    window: Duration,
+) -> (UpstreamView, JoinHandle<()>) {
+    let (status_tx, status) = watch::channel(UpstreamStatus {
+        state: "connecting".into(),
+        last_error: String::new(),
+    });
+    let (catalogue_tx, catalogue) = watch::channel(None);
+    let settings = compiled.clone();
+    let task = tokio::spawn(
+        UpstreamWatcher {
+            upstream,
+            status: status_tx,
+            catalogue: catalogue_tx,
+            seen_connections: 0,
+            compiled,
+            coalescers: List::ALL.map(|_| Coalescer::new(window)),
+            tools: None,
+            lists: Lists::default(),
+            listener: None,
+        }
+        .run(),
+    );
+    (
+        UpstreamView {
+            status,
+            catalogue,
+            settings,
+        },
+        task,
+    )
+}
+
+/// A list the watcher re-lists on its own, with its own coalescing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum List {
+    /// `tools/list` (stage A).
+    Tools,
+    /// `resources/list` and `resources/templates/list` (stage E): both
+    /// change with `notifications/resources/list_changed`.
+    Resources,
+    /// `prompts/list` (stage E).
+    Prompts,
+}
+
+impl List {
+    const ALL: [List; 3] = [List::Tools, List::Resources, List::Prompts];
+
+    /// The list a list-changed notification is about.
+    fn changed_by(method: &str) -> Option<List> {
+        match method {
+            methods::TOOLS_LIST_CHANGED => Some(List::Tools),
+            methods::RESOURCES_LIST_CHANGED => Some(List::Resources),
+            methods::PROMPTS_LIST_CHANGED => Some(List::Prompts),
+            _ => None,
+        }
+    }
+
+    /// The server capability that declares the list (and its
+    /// `listChanged`).
+    fn capability(self) -> &'static str {
+        match self {
+            List::Tools => "tools",
+            List::Resources => "resources",
+            List::Prompts => "prompts",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+struct UpstreamWatcher {
+    upstream: Upstream,
+    status: watch::Sender<UpstreamStatus>,
+    catalogue: watch::Sender<Option<CatalogueSnapshot>>,
+    seen_connections: u64,
+    compiled: Catalogue,
+    /// One per [`List`], by [`List::index`].
+    coalescers: [Coalescer; 3],
+    /// The tools of the current connection; `None` until listed (nothing
+    /// is published until then).
+    tools: Option<Vec<Value>>,
+    /// The stage E lists, kept across failed listings.
+    lists: Lists,
+    /// The `subscriptions/listen` keeper of the current 2026-07-28
+    /// connection, and where it says it reopened the stream (so changes
+    /// missed meanwhile are caught by a re-list).
+    listener: Option<(AbortOnDropHandle<()>, mpsc::UnboundedReceiver<()>)>,
+}
+
+type ConnectFuture = BoxFuture<'static, Result<(), UpstreamError>>;
+
+impl UpstreamWatcher {
+    fn connect(&self) -> ConnectFuture {
+        let upstream = self.upstream.clone();
+        Box::pin(async move { upstream.connect().await.map(|_| ()) })
+    }
+
+    /// The earliest re-list due, if any.
+    fn next_due(&self) -> Option<Instant> {
+        self.coalescers.iter().filter_map(Coalescer::deadline).min()
+    }
+
+    fn notified(&mut self, list: List) {
+        let coalescer = &mut self.coalescers[list.index()];
+        if coalescer.deadline().is_none() {
+            tracing::info!(server = %self.upstream.name(), ?list, "list changed; re-listing after the coalescing window");
+        }
+        coalescer.notified(Instant::now());
+    }
+
+    async fn run(mut self) {
+        let mut link = self.upstream.link();
+        let mut notifications = Some(self.upstream.subscribe());
+        // Keeps the session connected: the upstream session applies its own
+        // backoff between failed attempts.
+        let mut keeper: Option<ConnectFuture> = Some(self.connect());
+        let current = link.borrow_and_update().clone();
+        self.on_link(current).await;
+        loop {
+            let due = self.next_due();
+            tokio::select! {
+                result = async { keeper.as_mut().expect("guarded").await }, if keeper.is_some() => {
+                    keeper = None;
+                    match result {
+                        Ok(()) => {}
+                        Err(UpstreamError::Closed { .. }) => return,
+                        Err(e) => {
+                            self.set_status("down", e.to_string());
+                            keeper = Some(self.connect());
+                        }
+                    }
+                }
+                changed = link.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let current = link.borrow_and_update().clone();
+                    let connected = current.connected;
+                    self.on_link(current).await;
+                    if !connected && keeper.is_none() {
+                        keeper = Some(self.connect());
+                    }
+                }
+                note = async { notifications.as_mut().expect("guarded").recv().await }, if notifications.is_some() => {
+                    match note {
+                        Ok(msg) => {
+                            if let Some(list) = msg.get("method").and_then(Value::as_str).and_then(List::changed_by) {
+                                // The metric counts the tool list's (its
+                                // re-lists are the refreshes counted).
+                                if list == List::Tools {
+                                    self.upstream.metrics().list_changed(1);
+                                }
+                                self.notified(list);
+                            }
+                        }
+                        // Dropped notifications may have been list changes
+                        // of any list.
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            self.upstream.metrics().list_changed(n);
+                            for list in List::ALL {
+                                self.notified(list);
+                            }
+                        }
+                        Err(broadcast::error::RecvError::Closed) => notifications = None,
+                    }
+                }
+                () = async { tokio::time::sleep_until(due.expect("guarded")).await }, if due.is_some() => {
+                    let now = Instant::now();
+                    let due: Vec<List> = List::ALL
+                        .into_iter()
+                        .filter(|l| self.coalescers[l.index()].deadline().is_some_and(|d| d <= now))
+                        .collect();
+                    for list in due {
+                        self.refresh(list).await;
+                    }
+                    self.publish();
+                }
+                Some(()) = async { self.listener.as_mut().expect("guarded").1.recv().await }, if self.listener.is_some() => {
+                    // Changes may have been sent while no stream was open.
+                    for list in List::ALL {
+                        if self.upstream.negotiated().is_some_and(|n| n.declares_list_changed(list.capability())) {
+                            self.coalescers[list.index()].notified(Instant::now());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn on_link(&mut self, link: Link) {
+        if link.connected {
+            if link.connections != self.seen_connections {
+                self.seen_connections = link.connections;
+                self.tools = None;
+                self.set_status("connected", String::new());
+                self.listen();
+                // A new connection lists everything at once.
+                for list in List::ALL {
+                    self.refresh(list).await;
+                }
+                self.publish();
+            }
+        } else {
+            self.listener = None;
+            self.tools = None;
+            self.catalogue.send_if_modified(|c| c.take().is_some());
+            if let Some(e) = link.last_error {
+                self.set_status("down", e);
+            }
+        }
+    }
+
+    /// Starts keeping a `subscriptions/listen` stream open on the new
+    /// connection when it is 2026-07-28 and the server declares
+    /// `listChanged` on any of its lists (the previous connection's keeper
+    /// is dropped, which stops it).
+    fn listen(&mut self) {
+        self.listener = None;
+        let Some(negotiated) = self.upstream.negotiated() else {
+            return;
+        };
+        if negotiated.era != Era::Modern {
+            return;
+        }
+        let Some(filter) = listen::filter(&negotiated.capabilities) else {
+            return;
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(listen::keep_listening(
+            self.upstream.clone(),
+            filter,
+            self.upstream.link(),
+            tx,
+        ));
+        self.listener = Some((AbortOnDropHandle::new(task), rx));
+    }
+
+    fn set_status(&self, state: &str, last_error: String) {
+        let next = UpstreamStatus {
+            state: state.into(),
+            last_error,
+        };
+        self.status.send_if_modified(|s| {
+            if *s == next {
+                false
+            } else {
+                *s = next;
+                true
+            }
+        });
+    }
+
+    /// Lists `list` again (the caller publishes).
+    async fn refresh(&mut self, list: List) {
+        self.coalescers[list.index()].refreshing();
+        let upstream = &self.upstream;
+        match list {
+            List::Tools => {
+                upstream.metrics().refresh();
+                match upstream.list_tools().await {
+                    Ok(tools) => {
+                        if self.compiled.update(upstream.name(), &tools) {
+                            tracing::debug!(server = %upstream.name(), "output schemas compiled");
+                        }
+                        self.tools = Some(tools);
+                    }
+                    Err(e) => {
+                        tracing::warn!(server = %upstream.name(), error = %e, "listing tools failed");
+                    }
+                }
+            }
+            List::Resources => {
+                self.lists.relist_resources(upstream).await;
+            }
+            List::Prompts => {
+                self.lists.relist_prompts(upstream).await;
+            }
+        }
+    }
+
+    /// Publishes a snapshot of the current connection's lists (always, even
+    /// if unchanged: the control plane decides what really changed), once
+    /// its tools are listed.
+    fn publish(&mut self) {
+        let Some(tools) = &self.tools else {
+            return;
+        };
+        let Some(n) = self.upstream.negotiated() else {
+            return;
+        };
+        let json = |v: &Value| {
+            if v.is_null() {
+                String::new()
+            } else {
+                v.to_string()
+            }
+        };
+        let snapshot = CatalogueSnapshot {
+            server: self.upstream.name().to_owned(),
+            tools_json: tools.iter().map(Value::to_string).collect(),
+            capabilities_json: json(&n.capabilities),
+            server_info_json: json(&n.server_info),
+            protocol_version: n.protocol_version.clone(),
+            resources_json: self.lists.resources_json(),
+            resource_templates_json: self.lists.templates_json(),
+            prompts_json: self.lists.prompts_json(),
+        };
+        tracing::info!(
+            server = %self.upstream.name(),
+            tools = tools.len(),
+            resources = self.lists.resources.len(),
+            resource_templates = self.lists.templates.len(),
+            prompts = self.lists.prompts.len(),
+            "catalogue listed"
+        );
+        self.catalogue.send_replace(Some(snapshot));
+    }
+}
