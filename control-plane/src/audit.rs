@@ -141,3 +141,43 @@ mod tests {
         assert!(last.get("arguments").is_none() && last.get("callId").is_none());
     }
 }
+
+/// One audit record about an engine's stage E request: `resource.read`,
+/// `resource.attached` or `prompt.retrieved`. Never the contents, the
+/// arguments, nor a URI's query or fragment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContentAudit {
+    /// The event.
+    pub kind: &'static str,
+    /// The session; empty without one.
+    pub session: String,
+    /// The engine run; may be empty.
+    pub run: String,
+    /// The server.
+    pub server: String,
+    /// reads: the URI without its query and fragment; prompts: the name.
+    pub target: String,
+    /// `ok`, or the error's outcome (`not_found`, `unavailable`...).
+    pub outcome: String,
+    /// Bytes of contents read (reads only).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub bytes: u64,
+    /// Milliseconds from the request to the answer.
+    pub duration_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// `uri` as audited: without its query and fragment, and at most 1,024
+/// bytes (cut on a character boundary).
+pub fn audited_uri(uri: &str) -> String {
+    let end = uri.find(['?', '#']).unwrap_or(uri.len());
+    let mut cut = end.min(1024);
+    while !uri.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    uri[..cut].to_owned()
+}

@@ -9,8 +9,9 @@
 //!
 //! The call path is [`call`] (its `mod.rs` lists the steps); the gRPC edges
 //! are [`api`]. Each seed stage has one module: [`tools`] (A),
-//! [`background`] (B), [`interactions`] (C); OAuth (D) will be `oauth` and
-//! resources and prompts (E) `resources`.
+//! [`background`] (B), [`interactions`] (C), [`resources`] (E: resources and
+//! prompts; their requests travel [`call::request`]); OAuth (D) will be
+//! `oauth`.
 //!
 //! The `switchyard` command line, `switchyard up` included, is [`cli`]; its
 //! binary, `src/bin/switchyard.rs`, only builds the runtime and runs it.
@@ -27,6 +28,7 @@ pub mod metrics;
 pub mod model;
 pub mod names;
 pub mod registry;
+pub mod resources;
 pub mod server;
 pub mod state;
 pub mod store;

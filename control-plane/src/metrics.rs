@@ -22,6 +22,10 @@ pub struct Metrics {
     background_calls: IntCounterVec,
     background_moved: IntCounterVec,
     auth_refusals: IntCounterVec,
+    resource_reads: IntCounterVec,
+    resource_read_bytes: IntCounterVec,
+    prompt_gets: IntCounterVec,
+    completions: IntCounterVec,
 }
 
 impl Metrics {
@@ -134,8 +138,44 @@ impl Metrics {
             &["server", "mode"],
         )
         .expect("valid metric");
+        let resource_reads = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_resource_reads_total",
+                "Engine resources/read requests (ReadResource, AttachResource, mcp_resource_read), by server and outcome.",
+            ),
+            &["server", "outcome"],
+        )
+        .expect("valid metric");
+        let resource_read_bytes = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_resource_read_bytes_total",
+                "Bytes of resource contents read (text as UTF-8, binary decoded), by server.",
+            ),
+            &["server"],
+        )
+        .expect("valid metric");
+        let prompt_gets = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_prompt_gets_total",
+                "Engine prompts/get requests, by server and outcome.",
+            ),
+            &["server", "outcome"],
+        )
+        .expect("valid metric");
+        let completions = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_completions_total",
+                "Engine completion/complete requests, by server and outcome.",
+            ),
+            &["server", "outcome"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(resource_reads.clone()),
+            Box::new(resource_read_bytes.clone()),
+            Box::new(prompt_gets.clone()),
+            Box::new(completions.clone()),
             Box::new(call_duration.clone()),
             Box::new(sessions.clone()),
             Box::new(sidecars_up.clone()),
@@ -162,7 +202,28 @@ impl Metrics {
             background_calls,
             background_moved,
             auth_refusals,
+            resource_reads,
+            resource_read_bytes,
+            prompt_gets,
+            completions,
         }
+    }
+
+    /// Counts one stage E request to `server`: `method` is
+    /// `resources/read`, `prompts/get` or `completion/complete`; `bytes`
+    /// of contents read (reads only).
+    pub fn content_request(&self, method: &str, server: &str, outcome: &str, bytes: u64) {
+        let counter = match method {
+            "resources/read" => {
+                self.resource_read_bytes
+                    .with_label_values(&[server])
+                    .inc_by(bytes);
+                &self.resource_reads
+            }
+            "prompts/get" => &self.prompt_gets,
+            _ => &self.completions,
+        };
+        counter.with_label_values(&[server, outcome]).inc();
     }
 
     /// Counts one refused gRPC call (labels from [`crate::model::principal::Service`]

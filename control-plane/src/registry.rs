@@ -108,6 +108,7 @@ impl Registry {
             return Err(RegistryError::UnknownServer(name.to_owned()));
         }
         self.store.delete(&tools_key(name)).await?;
+        self.store.delete(&resources_key(name)).await?;
         let mut settings = 0;
         for prefix in [hints_key(name, ""), policy_key(name, "")] {
             let listing = self.store.list(&prefix).await?;
@@ -250,6 +251,62 @@ impl Registry {
             self.recompute_names().await?;
         }
         Ok(changed)
+    }
+
+    /// Stores a server's stage E lists (resources, templates, prompts,
+    /// cut to fit a record: [`ResourceCatalogueRecord::fit`]).
+    /// `resourcesUpdatedAt` changes only when the resources or templates
+    /// really changed, `promptsUpdatedAt` only when the prompts did
+    /// (compared as JSON values). Returns which changed: (resources,
+    /// prompts). Errors: an unknown server, the store.
+    pub async fn update_resource_catalogue(
+        &self,
+        server: &str,
+        lists: [Vec<Value>; 3],
+    ) -> Result<(bool, bool), RegistryError> {
+        let key = resources_key(server);
+        let ([resources, templates, prompts], omitted) = ResourceCatalogueRecord::fit(lists);
+        let (resources, templates, prompts) = (&resources, &templates, &prompts);
+        let updated = cas::update(&self.store, &key, |old| async move {
+            if self.store.get(&server_key(server)).await?.is_none() {
+                return Err(RegistryError::UnknownServer(server.to_owned()));
+            }
+            let old = old
+                .and_then(|kv| serde_json::from_slice::<ResourceCatalogueRecord>(&kv.value).ok());
+            let stamp = |changed: bool, before: Option<i64>| match (before, changed) {
+                (Some(t), false) => t,
+                (Some(t), true) => now_ms().max(t + 1),
+                (None, _) => now_ms(),
+            };
+            let resources_changed = old
+                .as_ref()
+                .is_none_or(|o| o.resources != *resources || o.resource_templates != *templates);
+            let prompts_changed = old.as_ref().is_none_or(|o| o.prompts != *prompts);
+            let rec = ResourceCatalogueRecord {
+                resources: resources.clone(),
+                resource_templates: templates.clone(),
+                prompts: prompts.clone(),
+                omitted,
+                resources_updated_at: stamp(
+                    resources_changed,
+                    old.as_ref().map(|o| o.resources_updated_at),
+                ),
+                prompts_updated_at: stamp(
+                    prompts_changed,
+                    old.as_ref().map(|o| o.prompts_updated_at),
+                ),
+            };
+            if old.as_ref() == Some(&rec) {
+                return Ok(Decision::Keep((false, false)));
+            }
+            Ok(Decision::Write(
+                Write::put(encode(&rec)),
+                (resources_changed, prompts_changed),
+            ))
+        })
+        .await
+        .map_err(|e| e.into_error(|| RegistryError::Contention(key.clone())))?;
+        Ok(updated.value)
     }
 
     /// Rebuilds the engine-visible name map from every catalogue and stores

@@ -38,6 +38,21 @@ pub enum Change {
         /// Its new `toolsUpdatedAt`.
         tools_updated_at: i64,
     },
+    /// A server's resources or resource templates really changed (stage
+    /// E).
+    ResourcesChanged {
+        /// Server.
+        server: String,
+        /// Its new `resourcesUpdatedAt`.
+        resources_updated_at: i64,
+    },
+    /// A server's prompts really changed (stage E).
+    PromptsChanged {
+        /// Server.
+        server: String,
+        /// Its new `promptsUpdatedAt`.
+        prompts_updated_at: i64,
+    },
     /// An administrator changed a server's tool hints or policies (what
     /// engines see of its tools may have changed).
     ToolSettingsChanged {
@@ -171,6 +186,9 @@ pub struct Snapshot {
     pub sidecars: BTreeMap<String, BTreeMap<String, SidecarRecord>>,
     /// Catalogues per server.
     pub catalogues: BTreeMap<String, CatalogueRecord>,
+    /// Resources, templates and prompts per server (stage E); shared, as
+    /// the lists may be long and the snapshot is cloned per change.
+    pub resource_catalogues: BTreeMap<String, Arc<ResourceCatalogueRecord>>,
     /// Engine-visible names.
     pub names: NameMap,
     /// `(server, tool)` -> engine-visible name.
@@ -442,6 +460,21 @@ impl State {
                 });
             }
         }
+        for (server, cat) in &snap.resource_catalogues {
+            let before = old.resource_catalogues.get(server);
+            if before.map(|c| c.resources_updated_at) != Some(cat.resources_updated_at) {
+                let _ = self.changes.send(Change::ResourcesChanged {
+                    server: server.clone(),
+                    resources_updated_at: cat.resources_updated_at,
+                });
+            }
+            if before.map(|c| c.prompts_updated_at) != Some(cat.prompts_updated_at) {
+                let _ = self.changes.send(Change::PromptsChanged {
+                    server: server.clone(),
+                    prompts_updated_at: cat.prompts_updated_at,
+                });
+            }
+        }
         for c in interaction_diff(&old, &snap) {
             let _ = self.changes.send(c);
         }
@@ -542,6 +575,24 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
             }
             snap.catalogues.insert(server.to_owned(), rec);
         }
+    } else if let Some(server) = key.strip_prefix("resources/") {
+        if let Some(rec) = parse::<ResourceCatalogueRecord>(kv) {
+            let old = snap.resource_catalogues.get(server);
+            if old.is_none_or(|o| o.resources_updated_at != rec.resources_updated_at) {
+                changes.push(Change::ResourcesChanged {
+                    server: server.to_owned(),
+                    resources_updated_at: rec.resources_updated_at,
+                });
+            }
+            if old.is_none_or(|o| o.prompts_updated_at != rec.prompts_updated_at) {
+                changes.push(Change::PromptsChanged {
+                    server: server.to_owned(),
+                    prompts_updated_at: rec.prompts_updated_at,
+                });
+            }
+            snap.resource_catalogues
+                .insert(server.to_owned(), Arc::new(rec));
+        }
     } else if key == TOOLNAMES_KEY {
         if let Some(rec) = parse::<NamesRecord>(kv) {
             snap.name_of = rec
@@ -624,6 +675,18 @@ fn apply_delete(snap: &mut Snapshot, key: &str, changes: &mut Vec<Change>) {
             changes.push(Change::ToolsChanged {
                 server: server.to_owned(),
                 tools_updated_at: now_ms(),
+            });
+        }
+    } else if let Some(server) = key.strip_prefix("resources/") {
+        if snap.resource_catalogues.remove(server).is_some() {
+            let at = now_ms();
+            changes.push(Change::ResourcesChanged {
+                server: server.to_owned(),
+                resources_updated_at: at,
+            });
+            changes.push(Change::PromptsChanged {
+                server: server.to_owned(),
+                prompts_updated_at: at,
             });
         }
     } else if let Some(rest) = key.strip_prefix("interactions/") {

@@ -125,6 +125,7 @@ pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
         (false, false, _) if all_draining => "draining",
         _ => "starting",
     };
+    let res = snap.resource_catalogues.get(name);
     pb::ServerStatus {
         spec: Some(spec_to_pb(&rec.spec)),
         state: state.into(),
@@ -134,7 +135,9 @@ pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
         protocol_version: cat.map(|c| c.protocol_version.clone()).unwrap_or_default(),
         server_info_json: cat.map(|c| c.server_info.to_string()).unwrap_or_default(),
         name_collisions: snap.names.collisions_of(name),
-        ..Default::default()
+        resource_count: res.map_or(0, |c| c.resources.len() as u32),
+        resource_template_count: res.map_or(0, |c| c.resource_templates.len() as u32),
+        prompt_count: res.map_or(0, |c| c.prompts.len() as u32),
     }
 }
 

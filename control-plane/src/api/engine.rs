@@ -237,44 +237,68 @@ impl EngineService for EngineApi {
 
     async fn list_resources(
         &self,
-        _: Request<pb::ListResourcesRequest>,
+        req: Request<pb::ListResourcesRequest>,
     ) -> Result<Response<pb::ListResourcesResponse>, Status> {
-        Err(Status::unimplemented("stage E is being built"))
+        let caller = caller_of(&req);
+        let r = req.into_inner();
+        Ok(Response::new(
+            crate::call::request::list_resources(&self.cp, &r, caller.as_ref()).await?,
+        ))
     }
 
     async fn read_resource(
         &self,
-        _: Request<pb::ReadResourceRequest>,
+        req: Request<pb::ReadResourceRequest>,
     ) -> Result<Response<pb::ReadResourceResponse>, Status> {
-        Err(Status::unimplemented("stage E is being built"))
+        let caller = caller_of(&req);
+        let r = req.into_inner();
+        Ok(Response::new(
+            crate::call::request::read_resource(&self.cp, &r, caller.as_ref(), false).await?,
+        ))
     }
 
     async fn attach_resource(
         &self,
-        _: Request<pb::ReadResourceRequest>,
+        req: Request<pb::ReadResourceRequest>,
     ) -> Result<Response<pb::ReadResourceResponse>, Status> {
-        Err(Status::unimplemented("stage E is being built"))
+        let caller = caller_of(&req);
+        let r = req.into_inner();
+        Ok(Response::new(
+            crate::call::request::read_resource(&self.cp, &r, caller.as_ref(), true).await?,
+        ))
     }
 
     async fn list_prompts(
         &self,
-        _: Request<pb::ListPromptsRequest>,
+        req: Request<pb::ListPromptsRequest>,
     ) -> Result<Response<pb::ListPromptsResponse>, Status> {
-        Err(Status::unimplemented("stage E is being built"))
+        let caller = caller_of(&req);
+        let r = req.into_inner();
+        Ok(Response::new(
+            crate::call::request::list_prompts(&self.cp, &r, caller.as_ref()).await?,
+        ))
     }
 
     async fn get_prompt(
         &self,
-        _: Request<pb::GetPromptRequest>,
+        req: Request<pb::GetPromptRequest>,
     ) -> Result<Response<pb::GetPromptResponse>, Status> {
-        Err(Status::unimplemented("stage E is being built"))
+        let caller = caller_of(&req);
+        let r = req.into_inner();
+        Ok(Response::new(
+            crate::call::request::get_prompt(&self.cp, &r, caller.as_ref()).await?,
+        ))
     }
 
     async fn complete(
         &self,
-        _: Request<pb::CompleteRequest>,
+        req: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        Err(Status::unimplemented("stage E is being built"))
+        let caller = caller_of(&req);
+        let r = req.into_inner();
+        Ok(Response::new(
+            crate::call::request::complete(&self.cp, &r, caller.as_ref()).await?,
+        ))
     }
 
     async fn cancel_background_call(
@@ -589,12 +613,21 @@ impl EngineService for EngineApi {
                         let snap = state.snapshot();
                         let Some(session) = snap.sessions.get(&id) else { break };
                         if session.enables(&server) {
-                            yield pb::SessionEvent {
-                                r#type: "tools.changed".into(),
-                                session_id: id.clone(),
-                                at_ms: model::now_ms(),
-                                data_json: json!({"server": server, "toolsUpdatedAt": tools_updated_at}).to_string(),
-                            };
+                            yield list_changed(&id, "tools.changed", json!({"server": server, "toolsUpdatedAt": tools_updated_at}));
+                        }
+                    }
+                    Change::ResourcesChanged { server, resources_updated_at: at } => {
+                        let snap = state.snapshot();
+                        let Some(session) = snap.sessions.get(&id) else { break };
+                        if session.enables(&server) {
+                            yield list_changed(&id, "resources.changed", json!({"server": server, "resourcesUpdatedAt": at}));
+                        }
+                    }
+                    Change::PromptsChanged { server, prompts_updated_at: at } => {
+                        let snap = state.snapshot();
+                        let Some(session) = snap.sessions.get(&id) else { break };
+                        if session.enables(&server) {
+                            yield list_changed(&id, "prompts.changed", json!({"server": server, "promptsUpdatedAt": at}));
                         }
                     }
                     Change::ToolSettingsChanged { server } => {
@@ -648,6 +681,17 @@ fn interaction_event(kind: &str, rec: &InteractionRecord) -> pb::SessionEvent {
         session_id: rec.session_id.clone(),
         at_ms: model::now_ms(),
         data_json: pb_to_json(&rec.to_pb()).to_string(),
+    }
+}
+
+/// A `*.changed` event of session `id` (`tools.changed`,
+/// `resources.changed`, `prompts.changed`) with `data`.
+fn list_changed(id: &str, kind: &str, data: serde_json::Value) -> pb::SessionEvent {
+    pb::SessionEvent {
+        r#type: kind.into(),
+        session_id: id.to_owned(),
+        at_ms: model::now_ms(),
+        data_json: data.to_string(),
     }
 }
 

@@ -392,6 +392,26 @@ async fn handle_report(
                 .await
                 .map_err(registry_status)?;
             tracing::info!(%server, changed, "catalogue received");
+            // Stage E: the server's resources, templates and prompts.
+            let lists = [
+                entries(server, "resources_json", &c.resources_json, "uri"),
+                entries(
+                    server,
+                    "resource_templates_json",
+                    &c.resource_templates_json,
+                    "uriTemplate",
+                ),
+                entries(server, "prompts_json", &c.prompts_json, "name"),
+            ];
+            let had = cp.state.snapshot().resource_catalogues.contains_key(server);
+            if had || lists.iter().any(|l| !l.is_empty()) {
+                let (resources, prompts) = cp
+                    .registry
+                    .update_resource_catalogue(server, lists)
+                    .await
+                    .map_err(registry_status)?;
+                tracing::info!(%server, resources_changed = resources, prompts_changed = prompts, "resources and prompts received");
+            }
         }
         Some(pb::sidecar_report::Report::Status(s)) => {
             if s.state == DRAINING && record.upstream_state != DRAINING {
@@ -412,6 +432,29 @@ async fn handle_report(
         None => {}
     }
     Ok(())
+}
+
+/// The entries of a stage E list of `server` (`field` of its catalogue
+/// snapshot), each an object with a non-empty string `key` (`uri`,
+/// `uriTemplate`, `name`). An entry that is not is left out, with a
+/// warning naming the server, the field and the index: one bad entry of
+/// the server's does not cost the others.
+fn entries(server: &str, field: &str, texts: &[String], key: &str) -> Vec<Value> {
+    texts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| match serde_json::from_str::<Value>(text) {
+            Ok(v) if v.get(key).and_then(Value::as_str).is_some_and(|k| !k.is_empty()) => Some(v),
+            Ok(_) => {
+                tracing::warn!(%server, "catalogue.{field}[{i}]: not an object with a non-empty string `{key}`; left out");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(%server, error = %e, "catalogue.{field}[{i}]: not JSON; left out");
+                None
+            }
+        })
+        .collect()
 }
 
 /// Longest `UpstreamStatus.last_error` kept, in bytes: the text goes into

@@ -53,7 +53,10 @@ pub fn admit(
     engine_tool: &str,
 ) -> Result<ToolView, CallError> {
     let server = target.server.as_str();
+    // A gateway listing of every server covers the session's servers only.
+    let every_server = target.gateway.is_some() && server.is_empty();
     if let Some(s) = session
+        && !every_server
         && !s.enables(server)
     {
         return Err(CallError::failed_precondition(format!(

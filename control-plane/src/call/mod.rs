@@ -6,7 +6,7 @@
 //!    replica ([`crate::state::State::caught_up`]);
 //! 1. [`admit::session`]: the caller's own session (NOT_FOUND otherwise);
 //! 2. [`resolve::resolve`]: the engine's tool name to server, tool and
-//!    definition;
+//!    definition (a gateway tool of stage E: [`resolve::resolve_gateway`]);
 //! 3. [`admit::admit`]: the policy decision in the session's permission
 //!    mode (stage A);
 //! 4. [`plan::plan`]: the sidecar request, the timeout, the background
@@ -14,9 +14,13 @@
 //! 5. [`approve::approve`]: the user's approval, when the policy asks
 //!    (stage C);
 //! 6. [`route`]: one deadline, set here, and a live sidecar of the server
-//!    ([`route::Router`]: the "next sidecar" retry is declared there);
+//!    ([`route::Router`]: the "next sidecar" retry is declared there); a
+//!    gateway tool is answered by [`request::gateway`] instead;
 //! 7. [`record::ToolCalled`]: the log line, metrics and audit record of the
 //!    finished call, whatever its end.
+//!
+//! [`request`] runs an engine's stage E requests (listing and reading
+//! resources, getting prompts, completions) through the same steps.
 //!
 //! Errors are [`CallError`]s, mapped to a gRPC status once, in
 //! `api::status`. A call whose engine goes away is cancelled through its
@@ -27,6 +31,7 @@ pub mod approve;
 pub mod error;
 pub mod plan;
 pub mod record;
+pub mod request;
 pub mod resolve;
 pub mod route;
 
@@ -72,16 +77,23 @@ pub async fn run(
         id => Some(admit::session(cp, id, caller).await?),
     };
     let snap = cp.state.snapshot();
-    let target = resolve::resolve(&snap, &r.tool)?;
+    let target = match crate::resources::gateway::tool(&r.tool) {
+        Some(g) => resolve::resolve_gateway(&snap, g, &r.arguments_json)?,
+        None => resolve::resolve(&snap, &r.tool)?,
+    };
     let view = admit::admit(&snap, &target, session.as_ref(), &r.tool)?;
-    let plan = plan::plan(
-        cp,
-        &snap,
-        &r,
-        &target,
-        session.as_ref(),
-        view.hints.retry_safe(),
-    )?;
+    // A gateway tool has no sidecar request to plan.
+    let plan = match &target.gateway {
+        Some((tool, args)) => Next::Gateway(*tool, args.clone()),
+        None => Next::Route(plan::plan(
+            cp,
+            &snap,
+            &r,
+            &target,
+            session.as_ref(),
+            view.hints.retry_safe(),
+        )?),
+    };
     // A call with an id can be cancelled by it, from any replica.
     if !r.call_id.is_empty() {
         check_id("call_id", &r.call_id)?;
@@ -107,7 +119,13 @@ pub async fn run(
         } else {
             None
         };
-        (approval, route(cp, &snap, server, plan).await)
+        let answer = match plan {
+            Next::Route(plan) => route(cp, &snap, server, plan).await,
+            Next::Gateway(tool, args) => {
+                request::gateway(cp, &snap, tool, &args, session.as_ref(), &r).await
+            }
+        };
+        (approval, answer)
     };
     let by_call_id = guard.as_ref().map(|g| g.token.clone()).unwrap_or_default();
     let (approval, outcome) = tokio::select! {
@@ -128,6 +146,17 @@ pub async fn run(
     }
     .emit(cp, &result);
     result
+}
+
+/// Where a planned call goes at step 6.
+enum Next {
+    /// To a sidecar of its server.
+    Route(plan::Plan),
+    /// A gateway tool, answered here.
+    Gateway(
+        crate::resources::gateway::GatewayTool,
+        crate::resources::gateway::Arguments,
+    ),
 }
 
 /// Step 6: the call's one deadline, from its planned timeout, starting now

@@ -6,10 +6,16 @@
 //! together, for every call that was routed or refused approval, whatever
 //! its end: a result, an error, a timeout, a cancellation, or an engine that
 //! went away (vector's `internal_events` pattern).
+//!
+//! [`ContentRequested`] is the same for an engine's stage E request to a
+//! server (`resources/read`, `prompts/get`, `completion/complete`): its log
+//! line, its metrics (reads, bytes read, prompt gets, completions by server
+//! and outcome) and, for reads and prompt gets, its audit record
+//! (`resource.read`, `resource.attached`, `prompt.retrieved`).
 
 use super::error::CallError;
 use crate::ControlPlane;
-use crate::audit::{AuditHints, ToolCallAudit};
+use crate::audit::{AuditHints, ContentAudit, ToolCallAudit};
 use crate::interactions::ApprovalOutcome;
 use crate::tools::ToolView;
 use std::time::Instant;
@@ -99,6 +105,74 @@ impl ToolCalled<'_> {
                 .as_ref()
                 .map(|r| r.validation_errors.clone())
                 .unwrap_or_default(),
+        });
+    }
+}
+
+/// A finished stage E request to a server.
+#[derive(Debug)]
+pub struct ContentRequested<'a> {
+    /// `resources/read`, `prompts/get` or `completion/complete`.
+    pub method: &'static str,
+    /// The read was an AttachResource.
+    pub attach: bool,
+    /// Session and run; empty without.
+    pub session: &'a str,
+    /// The engine run.
+    pub run: &'a str,
+    /// The server.
+    pub server: &'a str,
+    /// The URI read, or the prompt's (or completed reference's) name.
+    pub target: &'a str,
+    /// When the request started.
+    pub started: Instant,
+}
+
+impl ContentRequested<'_> {
+    /// The outcome label: `ok`, `not_found`, `invalid_argument`,
+    /// `unimplemented`, or the error's ([`CallError::outcome`]).
+    pub fn outcome<T>(result: &Result<T, CallError>) -> &'static str {
+        match result {
+            Ok(_) => "ok",
+            Err(e) => match e.kind {
+                super::Kind::NotFound => "not_found",
+                super::Kind::InvalidArgument => "invalid_argument",
+                super::Kind::Unimplemented => "unimplemented",
+                _ => e.outcome(),
+            },
+        }
+    }
+
+    /// Logs, counts and audits the request that ended with `result`;
+    /// `bytes`: the contents read (reads only).
+    pub fn emit<T>(self, cp: &ControlPlane, result: &Result<T, CallError>, bytes: u64) {
+        let outcome = Self::outcome(result);
+        let elapsed = self.started.elapsed();
+        let (method, server) = (self.method, self.server);
+        match result {
+            Ok(_) => tracing::debug!(%method, %server, outcome, bytes, "request answered"),
+            Err(e) => tracing::debug!(%method, %server, outcome, error = %e, "request failed"),
+        }
+        cp.metrics.content_request(method, server, outcome, bytes);
+        let kind = match (method, self.attach) {
+            ("resources/read", false) => "resource.read",
+            ("resources/read", true) => "resource.attached",
+            ("prompts/get", _) => "prompt.retrieved",
+            _ => return,
+        };
+        cp.audit.record_struct(&ContentAudit {
+            kind,
+            session: self.session.to_owned(),
+            run: self.run.to_owned(),
+            server: server.to_owned(),
+            target: if method == "resources/read" {
+                crate::audit::audited_uri(self.target)
+            } else {
+                self.target.to_owned()
+            },
+            outcome: outcome.to_owned(),
+            bytes,
+            duration_ms: elapsed.as_millis() as u64,
         });
     }
 }

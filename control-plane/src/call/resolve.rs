@@ -1,8 +1,11 @@
 //! Step 2 of the call path: the engine's tool name to a server, the
-//! upstream tool's name and its definition, in this replica's read model.
+//! upstream tool's name and its definition, in this replica's read model;
+//! or to a gateway tool of stage E (`mcp_resources`, `mcp_resource_read`),
+//! whose server is in its arguments.
 
 use super::error::CallError;
 use crate::names::ToolRef;
+use crate::resources::gateway::{self, GatewayTool};
 use crate::state::Snapshot;
 use serde_json::Value;
 
@@ -16,6 +19,33 @@ pub struct Target<'s> {
     pub tool: String,
     /// The definition from the server's catalogue.
     pub definition: &'s Value,
+    /// A gateway tool (stage E) and its arguments; `server` is the one
+    /// they name (empty for a listing of every server).
+    pub gateway: Option<(GatewayTool, gateway::Arguments)>,
+}
+
+/// Resolves a gateway tool's call: its arguments (`arguments_json`) say
+/// the server. Errors: INVALID_ARGUMENT naming the argument, NOT_FOUND (an
+/// unknown server).
+pub fn resolve_gateway<'s>(
+    snap: &'s Snapshot,
+    tool: GatewayTool,
+    arguments_json: &str,
+) -> Result<Target<'s>, CallError> {
+    let args = gateway::arguments(tool, arguments_json).map_err(CallError::invalid_argument)?;
+    if !args.server.is_empty() && !snap.servers.contains_key(&args.server) {
+        return Err(CallError::not_found(format!(
+            "{}: server {:?} not found",
+            tool.name(),
+            args.server
+        )));
+    }
+    Ok(Target {
+        server: args.server.clone(),
+        tool: tool.name().to_owned(),
+        definition: tool.definition(),
+        gateway: Some((tool, args)),
+    })
 }
 
 /// Resolves `engine_tool` (`server__tool` style, see `names`).
@@ -60,5 +90,6 @@ pub fn resolve<'s>(snap: &'s Snapshot, engine_tool: &str) -> Result<Target<'s>, 
         definition: def,
         server: target.server,
         tool: target.tool,
+        gateway: None,
     })
 }

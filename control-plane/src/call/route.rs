@@ -144,35 +144,7 @@ impl Router {
         request: SidecarCallRequest,
         deadline: Instant,
     ) -> Result<SidecarCallResponse, CallError> {
-        let all: Vec<_> = snap
-            .sidecars
-            .get(server)
-            .map(|m| m.values().collect())
-            .unwrap_or_default();
-        if all.is_empty() {
-            return Err(unavailable(server, "no live sidecar"));
-        }
-        // Draining sidecars finish what they have but take nothing new.
-        let (draining, all): (Vec<_>, Vec<_>) =
-            all.into_iter().partition(|s| s.upstream_state == DRAINING);
-        if all.is_empty() {
-            let ids: Vec<&str> = draining.iter().map(|s| s.sidecar_id.as_str()).collect();
-            return Err(unavailable(
-                server,
-                format!(
-                    "draining (sidecar {} is shutting down; no other live sidecar)",
-                    ids.join(", ")
-                ),
-            ));
-        }
-        // Prefer sidecars whose upstream is connected; the others may still
-        // be reconnecting, so they are used only when none is.
-        let connected: Vec<_> = all
-            .iter()
-            .copied()
-            .filter(|s| s.upstream_state == "connected")
-            .collect();
-        let sidecars = if connected.is_empty() { all } else { connected };
+        let sidecars = candidates(snap, server)?;
         let first = self.next.fetch_add(1, Ordering::Relaxed);
         let budget = deadline.saturating_duration_since(Instant::now());
         // A sidecar whose call stream cannot be opened never saw the call,
@@ -220,6 +192,57 @@ impl Router {
                 pick.sidecar_id,
                 budget.as_millis()
             ))),
+        }
+    }
+
+    /// Sends one unary `SidecarCalls` request (stage E: `ReadResource`,
+    /// `GetPrompt`, `Complete`) to a live sidecar of `server`, picked as
+    /// [`Router::call`] picks, answered by `deadline`. `send` makes the RPC
+    /// on the sidecar's client. A sidecar that cannot be reached never saw
+    /// the request, so the next live one is tried: the one retry this hop
+    /// declares, as for calls. Errors: UNAVAILABLE naming the server,
+    /// DEADLINE_EXCEEDED, or what the sidecar answered.
+    pub async fn request<T, F, Fut>(
+        &self,
+        snap: &Snapshot,
+        server: &str,
+        deadline: Instant,
+        send: F,
+    ) -> Result<T, CallError>
+    where
+        F: Fn(SidecarCallsClient<Channel>, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let sidecars = candidates(snap, server)?;
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let mut tried = 0;
+        loop {
+            let pick = sidecars[(first + tried) % sidecars.len()];
+            tried += 1;
+            let client = self
+                .client(&pick.call_address)
+                .map_err(|e| unavailable(server, e))?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let failed = match tokio::time::timeout_at(deadline, send(client, left)).await {
+                Ok(Ok(resp)) => return Ok(resp.into_inner()),
+                Ok(Err(status)) if is_transport_failure(&status) => {
+                    self.channels.lock().unwrap().remove(&pick.call_address);
+                    unreachable(server, pick, status.message())
+                }
+                Ok(Err(status)) => return Err(from_sidecar(status)),
+                Err(_) => {
+                    return Err(CallError::deadline_exceeded(format!(
+                        "server {server}: sidecar {} did not answer within {} ms",
+                        pick.sidecar_id,
+                        budget.as_millis()
+                    )));
+                }
+            };
+            if tried >= sidecars.len() || Instant::now() >= deadline {
+                return Err(failed);
+            }
+            tracing::info!(%server, sidecar = %pick.sidecar_id, error = %failed.message, "trying the server's next sidecar");
         }
     }
 
@@ -417,6 +440,43 @@ impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
         self.router.in_flight.lock().unwrap().remove(&self.key);
     }
+}
+
+/// The live sidecars of `server` a new request may go to: not draining,
+/// and those whose upstream is connected when any is (the others may
+/// still be reconnecting). Errors: UNAVAILABLE "server unavailable"
+/// naming the server: no live sidecar, or every one draining.
+fn candidates<'s>(
+    snap: &'s Snapshot,
+    server: &str,
+) -> Result<Vec<&'s crate::model::SidecarRecord>, CallError> {
+    let all: Vec<_> = snap
+        .sidecars
+        .get(server)
+        .map(|m| m.values().collect())
+        .unwrap_or_default();
+    if all.is_empty() {
+        return Err(unavailable(server, "no live sidecar"));
+    }
+    // Draining sidecars finish what they have but take nothing new.
+    let (draining, all): (Vec<_>, Vec<_>) =
+        all.into_iter().partition(|s| s.upstream_state == DRAINING);
+    if all.is_empty() {
+        let ids: Vec<&str> = draining.iter().map(|s| s.sidecar_id.as_str()).collect();
+        return Err(unavailable(
+            server,
+            format!(
+                "draining (sidecar {} is shutting down; no other live sidecar)",
+                ids.join(", ")
+            ),
+        ));
+    }
+    let connected: Vec<_> = all
+        .iter()
+        .copied()
+        .filter(|s| s.upstream_state == "connected")
+        .collect();
+    Ok(if connected.is_empty() { all } else { connected })
 }
 
 /// A sidecar's answer as a [`CallError`]: the status code as the kind, its

@@ -1,7 +1,8 @@
 //! The `switchyard` command line: run the all-in-one gateway (`up`), check
 //! a configuration, and talk to a running control plane as an engine or an
 //! admin would (`tools`, `call`, `servers`, `hints`, `policy`, `sessions`,
-//! `events`, `interactions`, `answer`, `background`).
+//! `events`, `interactions`, `answer`, `background`, and stage E's
+//! `resources`, `read`, `prompts`, `prompt`).
 //!
 //! This module owns what users script against: the commands and their
 //! flags and environment variables (the clap types below), the exit
@@ -119,6 +120,59 @@ pub enum Command {
         /// Timeout in milliseconds (0 = the server's default).
         #[arg(long, default_value_t = 0)]
         timeout_ms: u64,
+    },
+    /// List the resources and resource templates an engine sees (every
+    /// page).
+    Resources {
+        /// Only this server's.
+        #[arg(long)]
+        server: Option<String>,
+        /// The session whose servers to list (all servers if omitted).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read a resource: the text a model reads to stdout, or with -o every
+    /// content to a file (the first to FILE, the next to FILE.2...).
+    Read {
+        /// The server.
+        server: String,
+        /// The URI, byte-exact (a listed one, or a filled-in template).
+        uri: String,
+        /// The session to read in.
+        #[arg(long)]
+        session: Option<String>,
+        /// Write the contents to this file.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// List the prompts an engine sees (every page).
+    Prompts {
+        /// The session whose servers to list (all servers if omitted).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Get a prompt with its arguments: its messages as text (attachments
+    /// named).
+    Prompt {
+        /// The server.
+        server: String,
+        /// The prompt's name.
+        name: String,
+        /// An argument, NAME=VALUE (repeatable).
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// The session to get it in.
+        #[arg(long)]
+        session: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Manage servers.
     #[command(subcommand)]
@@ -446,6 +500,27 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             json,
             timeout_ms,
         } => commands::call::call(remote, tool, args, session, json, timeout_ms).await,
+        Command::Resources {
+            server,
+            session,
+            json,
+        } => commands::resources::list(remote, server, session, json).await,
+        Command::Read {
+            server,
+            uri,
+            session,
+            output,
+        } => commands::resources::read(remote, server, uri, session, output).await,
+        Command::Prompts { session, json } => {
+            commands::resources::prompts(remote, session, json).await
+        }
+        Command::Prompt {
+            server,
+            name,
+            args,
+            session,
+            json,
+        } => commands::resources::prompt(remote, server, name, args, session, json).await,
         Command::Servers(cmd) => commands::servers::servers(remote, cmd).await,
         Command::Hints(cmd) => {
             commands::tool_settings::apply(remote, ToolSetting::Hints(cmd)).await

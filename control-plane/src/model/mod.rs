@@ -7,6 +7,7 @@
 //! | `servers/<name>` | [`ServerRecord`] | until removed |
 //! | `sidecars/<server>/<sidecar id>` | [`SidecarRecord`] | leased: the report stream keeps it alive |
 //! | `tools/<server>` | [`CatalogueRecord`] | until the server is removed |
+//! | `resources/<server>` | [`ResourceCatalogueRecord`] (stage E: resources, templates, prompts) | until the server is removed |
 //! | `toolnames` | [`crate::names::NameMap`] + the catalogue epoch it was built from | derived |
 //! | `sessions/<id>` | [`SessionRecord`] | until deleted |
 //! | `cancels/<session>/<call id>` | empty | leased, short |
@@ -59,6 +60,10 @@ pub fn sidecar_key(server: &str, id: &str) -> String {
 /// Key of a server's catalogue.
 pub fn tools_key(server: &str) -> String {
     format!("tools/{server}")
+}
+/// Key of a server's resources, templates and prompts (stage E).
+pub fn resources_key(server: &str) -> String {
+    format!("resources/{server}")
 }
 /// Key of the engine-visible name map.
 pub const TOOLNAMES_KEY: &str = "toolnames";
@@ -247,6 +252,60 @@ pub struct CatalogueRecord {
     /// When `tools` or `capabilities` last really changed, ms since the
     /// epoch (`toolsUpdatedAt`).
     pub tools_updated_at: i64,
+}
+
+/// `resources/<server>` (stage E): the server's resources, resource
+/// templates and prompts, each entry exactly as the server listed it. The
+/// lists are cut to fit [`ResourceCatalogueRecord::MAX_BYTES`] of entries
+/// (a store value must stay well under etcd's 1.5 MiB); what was cut is
+/// counted in `omitted`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceCatalogueRecord {
+    /// `resources/list`, every page.
+    pub resources: Vec<Value>,
+    /// `resources/templates/list`, every page.
+    pub resource_templates: Vec<Value>,
+    /// `prompts/list`, every page.
+    pub prompts: Vec<Value>,
+    /// Entries left out to fit the record: resources, templates, prompts.
+    #[serde(default, skip_serializing_if = "is_zero3")]
+    pub omitted: [usize; 3],
+    /// When `resources` or `resource_templates` last really changed, ms
+    /// since the epoch (`resourcesUpdatedAt`).
+    pub resources_updated_at: i64,
+    /// When `prompts` last really changed (`promptsUpdatedAt`).
+    pub prompts_updated_at: i64,
+}
+
+fn is_zero3(n: &[usize; 3]) -> bool {
+    *n == [0, 0, 0]
+}
+
+impl ResourceCatalogueRecord {
+    /// The most JSON text of entries one record holds, in bytes.
+    pub const MAX_BYTES: usize = 1_000_000;
+
+    /// The three lists cut to fit [`Self::MAX_BYTES`] together: entries
+    /// are kept in order, resources first, then templates, then prompts,
+    /// while they fit; the number left out of each is returned.
+    pub fn fit(lists: [Vec<Value>; 3]) -> ([Vec<Value>; 3], [usize; 3]) {
+        let mut budget = Self::MAX_BYTES;
+        let mut omitted = [0usize; 3];
+        let mut kept: [Vec<Value>; 3] = Default::default();
+        for (i, list) in lists.into_iter().enumerate() {
+            for entry in list {
+                let size = entry.to_string().len() + 1;
+                if size <= budget && omitted[i] == 0 {
+                    budget -= size;
+                    kept[i].push(entry);
+                } else {
+                    omitted[i] += 1;
+                }
+            }
+        }
+        (kept, omitted)
+    }
 }
 
 /// `toolnames`.

@@ -66,3 +66,75 @@ async fn removing_a_server_removes_its_overrides_and_policies_only() {
     ));
     assert_eq!(keys(&r, "policies/").await, ["policies/files2/write"]);
 }
+
+#[tokio::test]
+async fn resource_lists_change_their_stamp_only_on_a_real_change() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let r = registry(dir.path()).await;
+    r.add_server(spec("docs"), Origin::Admin).await.unwrap();
+    let read = |r: &Registry| {
+        let store = r.store().clone();
+        async move {
+            let kv = store.get(&resources_key("docs")).await.unwrap().unwrap();
+            serde_json::from_slice::<ResourceCatalogueRecord>(&kv.value).unwrap()
+        }
+    };
+    let lists = |n: usize| {
+        [
+            (0..n)
+                .map(|i| json!({"uri": format!("d://{i}"), "name": "n"}))
+                .collect(),
+            vec![json!({"uriTemplate": "d://{id}", "name": "t"})],
+            vec![json!({"name": "p"})],
+        ]
+    };
+    assert_eq!(
+        r.update_resource_catalogue("docs", lists(2)).await.unwrap(),
+        (true, true)
+    );
+    let first = read(&r).await;
+    // The same lists again: nothing changes, not even the stamps.
+    assert_eq!(
+        r.update_resource_catalogue("docs", lists(2)).await.unwrap(),
+        (false, false)
+    );
+    assert_eq!(read(&r).await, first);
+    // Another resource: resources move on, prompts keep their stamp.
+    assert_eq!(
+        r.update_resource_catalogue("docs", lists(3)).await.unwrap(),
+        (true, false)
+    );
+    let second = read(&r).await;
+    assert!(second.resources_updated_at > first.resources_updated_at);
+    assert_eq!(second.prompts_updated_at, first.prompts_updated_at);
+    assert_eq!(second.resources.len(), 3);
+    // An unknown server; a removed server loses its lists.
+    assert!(matches!(
+        r.update_resource_catalogue("nope", lists(1)).await,
+        Err(RegistryError::UnknownServer(_))
+    ));
+    r.remove_server("docs").await.unwrap();
+    assert!(keys(&r, "resources/").await.is_empty());
+}
+
+#[test]
+fn resource_lists_are_cut_to_fit_a_record_in_order() {
+    use serde_json::json;
+    let big = |i: usize| json!({"uri": format!("d://{i}"), "description": "x".repeat(10_000)});
+    let resources: Vec<Value> = (0..150).map(big).collect();
+    let prompts = vec![json!({"name": "p"})];
+    let ([r, t, p], omitted) = ResourceCatalogueRecord::fit([resources, vec![], prompts]);
+    let kept = r.len();
+    assert!((90..100).contains(&kept), "{kept}");
+    assert_eq!(
+        r[kept - 1]["uri"],
+        format!("d://{}", kept - 1),
+        "kept in order"
+    );
+    assert_eq!(omitted, [150 - kept, 0, 0]);
+    assert!(t.is_empty());
+    assert_eq!(p.len(), 1, "a later list still gets what fits");
+    let size: usize = r.iter().chain(&p).map(|v| v.to_string().len() + 1).sum();
+    assert!(size <= ResourceCatalogueRecord::MAX_BYTES);
+}

@@ -123,5 +123,53 @@ pub fn tools_for(snap: &Snapshot, session: Option<&SessionRecord>) -> (Vec<pb::T
         }
     }
     tools.sort_by(|a, b| a.name.cmp(&b.name));
+    tools.extend(gateway_tools(snap, session));
     (tools, unavailable)
+}
+
+/// The gateway tools of stage E ([`crate::resources::gateway`]), when one
+/// of the servers the session may use (enabled, live, catalogued) declares
+/// resources or lists some; each as its policy and the session's mode
+/// decide (they are read-only, so read-only sessions get them).
+fn gateway_tools(snap: &Snapshot, session: Option<&SessionRecord>) -> Vec<pb::Tool> {
+    use crate::resources::gateway::GatewayTool;
+    let has_resources = snap.servers.keys().any(|name| {
+        let enabled = session.is_none_or(|s| s.enables(name));
+        let live = snap
+            .sidecars
+            .get(name)
+            .is_some_and(|m| m.values().any(|s| s.upstream_state == "connected"));
+        let declared = snap
+            .catalogues
+            .get(name)
+            .is_some_and(|c| c.capabilities.get("resources").is_some());
+        let listed = snap
+            .resource_catalogues
+            .get(name)
+            .is_some_and(|c| !c.resources.is_empty() || !c.resource_templates.is_empty());
+        enabled && live && (declared || listed)
+    });
+    if !has_resources {
+        return Vec::new();
+    }
+    let mode = mode_of(session);
+    GatewayTool::ALL
+        .into_iter()
+        .filter_map(|tool| {
+            let def = tool.definition();
+            // The tool as offered in general (no server: its policy is set
+            // per server and applied per call).
+            let view = tool_view(snap, "", def, mode);
+            view.decision.offered().then(|| pb::Tool {
+                name: tool.name().to_owned(),
+                server: String::new(),
+                upstream_name: tool.name().to_owned(),
+                title: title_of(def).to_owned(),
+                description: def["description"].as_str().unwrap_or("").to_owned(),
+                input_schema_json: def["inputSchema"].to_string(),
+                hints: Some(view.hints.to_pb()),
+                definition_json: engine_definition(def, &view.hints).to_string(),
+            })
+        })
+        .collect()
 }

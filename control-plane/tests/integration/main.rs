@@ -31,6 +31,7 @@ mod e2e_hints_push;
 mod e2e_list_changed;
 mod e2e_policy;
 mod e2e_replicas;
+mod e2e_resources;
 mod e2e_runtime_servers;
 mod e2e_sessions;
 mod e2e_shutdown;

@@ -9,6 +9,7 @@ pub mod call;
 pub mod check_config;
 pub mod events;
 pub mod interactions;
+pub mod resources;
 pub mod servers;
 pub mod sessions;
 pub mod tool_settings;

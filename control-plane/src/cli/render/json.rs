@@ -35,6 +35,9 @@ pub fn status_json(s: &pb::ServerStatus) -> Value {
         "state": s.state,
         "toolCount": s.tool_count,
         "toolsUpdatedAtMs": s.tools_updated_at_ms,
+        "resourceCount": s.resource_count,
+        "resourceTemplateCount": s.resource_template_count,
+        "promptCount": s.prompt_count,
         "protocolVersion": s.protocol_version,
         "serverInfo": parse_json_text(&s.server_info_json),
         "sidecars": s.sidecars.iter().map(|c| json!({

@@ -26,15 +26,76 @@ pub fn tools_table(tools: &[pb::Tool]) -> Vec<String> {
         .collect()
 }
 
-/// `switchyard servers list`: per server, name, state, tool count, era.
+/// `switchyard servers list`: per server, name, state, tool, resource
+/// (and template) and prompt counts, era.
 pub fn servers_table(servers: &[pb::ServerStatus]) -> Vec<String> {
     servers
         .iter()
         .map(|s| {
             let name = s.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
             format!(
-                "{name:<24} {:<9} tools={:<4} {}",
-                s.state, s.tool_count, s.protocol_version
+                "{name:<24} {:<9} tools={:<4} resources={:<4} templates={:<3} prompts={:<4} {}",
+                s.state,
+                s.tool_count,
+                s.resource_count,
+                s.resource_template_count,
+                s.prompt_count,
+                s.protocol_version
+            )
+        })
+        .collect()
+}
+
+/// `switchyard resources`: per resource `server uri name mimeType size`,
+/// then per template `server uriTemplate name mimeType` (marked
+/// `template`).
+pub fn resources_table(
+    resources: &[pb::Resource],
+    templates: &[pb::ResourceTemplate],
+) -> Vec<String> {
+    let size = |n: i64| if n >= 0 { n.to_string() } else { "-".into() };
+    resources
+        .iter()
+        .map(|r| {
+            format!(
+                "{:<16} {:<48} {:<24} {:<20} {}",
+                r.server,
+                r.uri,
+                r.name,
+                r.mime_type,
+                size(r.size)
+            )
+        })
+        .chain(templates.iter().map(|t| {
+            format!(
+                "{:<16} {:<48} {:<24} {:<20} template",
+                t.server, t.uri_template, t.name, t.mime_type
+            )
+        }))
+        .collect()
+}
+
+/// `switchyard prompts`: per prompt `server name arguments` (a required
+/// argument marked `*`), then its title or description.
+pub fn prompts_table(prompts: &[pb::Prompt]) -> Vec<String> {
+    prompts
+        .iter()
+        .map(|p| {
+            let args: Vec<String> = p
+                .arguments
+                .iter()
+                .map(|a| format!("{}{}", a.name, if a.required { "*" } else { "" }))
+                .collect();
+            let about = if p.title.is_empty() {
+                p.description.lines().next().unwrap_or("")
+            } else {
+                &p.title
+            };
+            format!(
+                "{:<16} {:<28} {:<28} {about}",
+                p.server,
+                p.name,
+                args.join(",")
             )
         })
         .collect()
