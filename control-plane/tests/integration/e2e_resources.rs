@@ -94,6 +94,38 @@ url = {url}
     gw
 }
 
+/// Waits for the session's open form and accepts it with `content`.
+async fn answer_form(engine: &mut EngineServiceClient<Channel>, session: &str, content: Value) {
+    let open = eventually("a form to answer", LIMIT, || {
+        let mut engine = engine.clone();
+        let session = session.to_owned();
+        async move {
+            engine
+                .list_interactions(pb::ListInteractionsRequest {
+                    session_id: session,
+                    include_resolved: false,
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner()
+                .interactions
+                .into_iter()
+                .find(|i| i.kind == "form" && i.status == "open")
+                .ok_or_else(|| "no form yet".to_string())
+        }
+    })
+    .await;
+    engine
+        .answer_interaction(pb::AnswerInteractionRequest {
+            session_id: session.into(),
+            interaction_id: open.id,
+            action: "accept".into(),
+            content_json: content.to_string(),
+        })
+        .await
+        .expect("answer the form");
+}
+
 /// Every resource and template, following every cursor with `size`.
 async fn all_resources(
     engine: &mut EngineServiceClient<Channel>,
@@ -661,62 +693,70 @@ async fn prompts_completions_gateway_tools_mrtr_and_change_events() {
     .await;
     assert!(calls >= 1.0, "{calls}");
 
-    // MRTR (2026-07-28) on prompts/get: the session's user is asked.
-    let asked = create_session(&mut engine, &["orders"], pb::PermissionMode::Auto).await;
-    let ask = {
-        let mut engine = engine.clone();
-        let mut request = get("orders", "confirm_refund", &[("order_id", "O-1001")]);
-        request.session_id = asked.clone();
-        tokio::spawn(async move { engine.get_prompt(request).await })
-    };
-    let open = eventually("the form to answer", LIMIT, || {
-        let mut engine = engine.clone();
-        let asked = asked.clone();
-        async move {
-            let list = engine
-                .list_interactions(pb::ListInteractionsRequest {
-                    session_id: asked,
-                    include_resolved: false,
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .into_inner()
-                .interactions;
-            list.into_iter()
-                .find(|i| i.kind == "form")
-                .ok_or_else(|| "no form yet".to_string())
-        }
-    })
-    .await;
-    let schema: Value = serde_json::from_str(&open.requested_schema_json).unwrap();
-    let mut content = serde_json::Map::new();
-    for (name, prop) in schema["properties"].as_object().unwrap() {
-        let v = match prop["type"].as_str() {
-            Some("boolean") => Value::Bool(true),
-            Some("number") | Some("integer") => serde_json::json!(1),
-            _ => match prop["enum"].as_array().and_then(|e| e.first()) {
-                Some(first) => first.clone(),
-                None => Value::String("damaged in transit".into()),
-            },
+    // Asking first, in both eras: MRTR rounds (2026-07-28) and an
+    // elicitation during the request (2025-11-25) reach the session's
+    // user, on `prompts/get` and on `resources/read`; the server's
+    // `roots/list` is answered from the session's roots.
+    for server in ["orders", "orders-legacy", "orders-http"] {
+        let asked = engine
+            .create_session(pb::CreateSessionRequest {
+                enabled_servers: vec![server.into()],
+                permission_mode: pb::PermissionMode::Auto as i32,
+                roots: vec![pb::Root {
+                    uri: "file:///work/orders".into(),
+                    name: "orders".into(),
+                }],
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .id;
+        let prompt = {
+            let mut engine = engine.clone();
+            let mut request = get(server, "confirm_refund", &[("order_id", "O-1002")]);
+            request.session_id = asked.clone();
+            tokio::spawn(async move { engine.get_prompt(request).await })
         };
-        content.insert(name.clone(), v);
+        answer_form(&mut engine, &asked, serde_json::json!({"confirm": true})).await;
+        let p = tokio::time::timeout(LIMIT, prompt)
+            .await
+            .expect("the prompt after the answer")
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{server}: GetPrompt: {e:?}"))
+            .into_inner();
+        assert!(
+            p.text.contains("The user confirmed the refund"),
+            "{server}: {}",
+            p.text
+        );
+        let read = {
+            let mut engine = engine.clone();
+            let request = read_request(server, "orders://private/notes", &asked);
+            tokio::spawn(async move { engine.read_resource(request).await })
+        };
+        answer_form(
+            &mut engine,
+            &asked,
+            serde_json::json!({"reason": "audit 42"}),
+        )
+        .await;
+        let r = tokio::time::timeout(LIMIT, read)
+            .await
+            .expect("the read after the answer")
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{server}: ReadResource: {e:?}"))
+            .into_inner();
+        assert!(
+            r.text.contains("Access reason: audit 42"),
+            "{server}: {}",
+            r.text
+        );
+        assert!(
+            r.text.contains("file:///work/orders"),
+            "{server}: roots: {}",
+            r.text
+        );
     }
-    engine
-        .answer_interaction(pb::AnswerInteractionRequest {
-            session_id: asked.clone(),
-            interaction_id: open.id.clone(),
-            action: "accept".into(),
-            content_json: Value::Object(content).to_string(),
-        })
-        .await
-        .expect("answer the form");
-    let p = tokio::time::timeout(LIMIT, ask)
-        .await
-        .expect("the prompt after the answer")
-        .unwrap()
-        .expect("GetPrompt after MRTR")
-        .into_inner();
-    assert!(!p.messages.is_empty(), "{p:?}");
 
     // A resource added by the server: `resources.changed` on the session's
     // events, and the new resource listed.
