@@ -31,6 +31,8 @@ use crate::tools::{mode_of, tool_view};
 use serde_json::{Map, Value, json};
 use std::time::{Duration, Instant};
 use switchyard_proto::v1 as pb;
+use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
+use tonic::transport::Channel;
 
 /// Longest URI accepted, in bytes.
 pub const MAX_URI: usize = 8 * 1024;
@@ -245,22 +247,42 @@ fn plan(
     })
 }
 
-/// Step 3 for a read: `resources/read` of `uri` on `server`.
+/// Step 3: `planned` to a live sidecar of `server` by `rpc` (one of the
+/// `SidecarCalls` stage E RPCs), within its one deadline (the sidecar gets
+/// the time left and enforces it; the router waits [`ANSWER_GRACE`] more).
+async fn route<T, F, Fut>(
+    cp: &ControlPlane,
+    snap: &Snapshot,
+    server: &str,
+    planned: Planned,
+    rpc: F,
+) -> Result<T, CallError>
+where
+    F: Fn(SidecarCallsClient<Channel>, tonic::Request<pb::SidecarRequest>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    let deadline = tokio::time::Instant::now() + planned.timeout + ANSWER_GRACE;
+    let request = planned.request;
+    cp.router
+        .request(snap, server, deadline, |client, left| {
+            let mut req = tonic::Request::new(request.clone());
+            req.set_timeout(left);
+            rpc(client, req)
+        })
+        .await
+}
+
+/// Step 3 for a read: `resources/read` on `server`.
 async fn read(
     cp: &ControlPlane,
     snap: &Snapshot,
     server: &str,
     planned: Planned,
 ) -> Result<pb::ReadResourceResponse, CallError> {
-    let deadline = tokio::time::Instant::now() + planned.timeout + ANSWER_GRACE;
-    let request = planned.request;
-    cp.router
-        .request(snap, server, deadline, |mut client, left| {
-            let mut req = tonic::Request::new(request.clone());
-            req.set_timeout(left);
-            async move { client.read_resource(req).await }
-        })
-        .await
+    route(cp, snap, server, planned, |mut c, req| async move {
+        c.read_resource(req).await
+    })
+    .await
 }
 
 fn check_uri(uri: &str) -> Result<(), CallError> {
@@ -363,16 +385,10 @@ pub async fn get_prompt(
         &r.meta_json,
         r.timeout_ms,
     )?;
-    let deadline = tokio::time::Instant::now() + planned.timeout + ANSWER_GRACE;
-    let request = planned.request;
-    let result = cp
-        .router
-        .request(&snap, &r.server, deadline, |mut client, left| {
-            let mut req = tonic::Request::new(request.clone());
-            req.set_timeout(left);
-            async move { client.get_prompt(req).await }
-        })
-        .await;
+    let result = route(cp, &snap, &r.server, planned, |mut c, req| async move {
+        c.get_prompt(req).await
+    })
+    .await;
     ContentRequested {
         method: "prompts/get",
         attach: false,
@@ -432,16 +448,10 @@ pub async fn complete(
         params.insert("context".into(), json!({"arguments": r.context_arguments}));
     }
     let planned = plan(cp, session.as_ref(), "", params, "", 0)?;
-    let deadline = tokio::time::Instant::now() + planned.timeout + ANSWER_GRACE;
-    let request = planned.request;
-    let result = cp
-        .router
-        .request(&snap, &r.server, deadline, |mut client, left| {
-            let mut req = tonic::Request::new(request.clone());
-            req.set_timeout(left);
-            async move { client.complete(req).await }
-        })
-        .await;
+    let result = route(cp, &snap, &r.server, planned, |mut c, req| async move {
+        c.complete(req).await
+    })
+    .await;
     ContentRequested {
         method: "completion/complete",
         attach: false,
