@@ -1,449 +1,31 @@
-//! Stage E (`--resources`), driven against the real binary by a raw
-//! JSON-RPC client over stdio and Streamable HTTP, in both eras: text and
-//! binary resources, `resources/list` paging, templates and completions,
-//! prompts and their content blocks, resource-not-found codes, the
-//! `add_resource` list_changed trigger (2025-11-25: on the connection or
+//! Stage E (`--resources`), driven against the real binary by the raw
+//! JSON-RPC client of `common` over stdio and Streamable HTTP, in both
+//! eras: text and binary resources, `resources/list` paging, templates and
+//! completions, prompts and their content blocks, resource-not-found codes,
+//! the `add_resource` list_changed trigger (2025-11-25: on the connection or
 //! the GET stream; 2026-07-28: on `subscriptions/listen` streams that opted
 //! in), MRTR (2026-07-28) and elicitation during the request (2025-11-25)
 //! for `confirm_refund` and `orders://private/notes`, and `--no-tools`.
 
-use std::{process::Stdio as ProcessStdio, time::Duration};
-
 use base64::{Engine as _, engine::general_purpose::STANDARD};
-use futures::{StreamExt as _, stream::BoxStream};
 use serde_json::{Value, json};
-use tokio::{
-    io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
-    process::{Child, ChildStdin, ChildStdout, Command},
-};
 
-const LEGACY: &str = "2025-11-25";
-const MODERN: &str = "2026-07-28";
+use crate::common::{Client, Era, HttpServer, Link, assert_error, field_strs, modern_meta};
+
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 const RESOURCES_CHANGED: &str = "notifications/resources/list_changed";
 const PROMPTS_CHANGED: &str = "notifications/prompts/list_changed";
 /// Resources of a fresh `--resources` server: 8 documents, 25 orders, 3 customers.
 const RESOURCE_COUNT: usize = 36;
 
-async fn within<F: Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(60), future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Era {
-    Legacy,
-    Modern,
-}
-
-impl Era {
-    fn flag(self) -> &'static str {
-        match self {
-            Self::Legacy => LEGACY,
-            Self::Modern => MODERN,
-        }
-    }
-}
-
 /// Form elicitation and roots.
 fn full_caps() -> Value {
     json!({"elicitation": {"form": {}}, "roots": {}})
 }
 
-fn server_command(era: Era, extra: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard-reference-server"));
-    command
-        .args(["--era", era.flag()])
-        .args(extra)
-        .stdin(ProcessStdio::piped())
-        .stdout(ProcessStdio::piped())
-        .stderr(ProcessStdio::null())
-        .kill_on_drop(true);
-    command
-}
-
-/// Answers a server-to-client request with a result.
-type Answer<'a> = &'a mut (dyn FnMut(&Value) -> Value + Send);
-
-fn no_questions() -> impl FnMut(&Value) -> Value + Send {
-    |request: &Value| panic!("unexpected server request {request}")
-}
-
-fn initialize(caps: &Value) -> Value {
-    json!({"jsonrpc":"2.0","id":"init","method":"initialize","params":{
-        "protocolVersion": LEGACY,
-        "capabilities": caps,
-        "clientInfo": {"name": "resources-test", "version": "0"}}})
-}
-
-fn modern_meta(caps: &Value) -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientInfo": {"name": "resources-test", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": caps,
-    })
-}
-
-// ---- stdio ------------------------------------------------------------------
-
-struct StdioPeer {
-    _child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-    /// Notifications read while waiting for something else.
-    notifications: Vec<Value>,
-}
-
-impl StdioPeer {
-    fn spawn(era: Era, extra: &[&str]) -> Self {
-        let mut child = server_command(era, extra)
-            .spawn()
-            .expect("start the server");
-        let stdin = child.stdin.take().expect("stdin");
-        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        Self {
-            _child: child,
-            stdin,
-            lines,
-            notifications: Vec::new(),
-        }
-    }
-
-    async fn send(&mut self, message: &Value) {
-        self.stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .await
-            .expect("write stdin");
-        self.stdin.flush().await.expect("flush stdin");
-    }
-
-    async fn next(&mut self) -> Value {
-        let line = within("a stdio message", self.lines.next_line())
-            .await
-            .expect("read stdout")
-            .expect("the server closed stdout");
-        serde_json::from_str(&line).expect("a JSON line")
-    }
-
-    async fn exchange(&mut self, request: Value, answer: Answer<'_>) -> Value {
-        self.send(&request).await;
-        loop {
-            let message = self.next().await;
-            match (message.get("method"), message.get("id")) {
-                (None, Some(id)) if *id == request["id"] => return message,
-                (Some(_), Some(id)) => {
-                    let reply = json!({"jsonrpc":"2.0","id":id,"result":answer(&message)});
-                    self.send(&reply).await;
-                }
-                (Some(_), None) => self.notifications.push(message),
-                _ => panic!("unexpected message {message}"),
-            }
-        }
-    }
-
-    /// The first notification (already read or next) that `matches`.
-    async fn notification(&mut self, matches: impl Fn(&Value) -> bool) -> Value {
-        if let Some(at) = self.notifications.iter().position(&matches) {
-            return self.notifications.remove(at);
-        }
-        loop {
-            let message = self.next().await;
-            if matches(&message) {
-                return message;
-            }
-            assert!(message.get("id").is_none(), "unexpected {message}");
-            self.notifications.push(message);
-        }
-    }
-}
-
-// ---- Streamable HTTP --------------------------------------------------------
-
-/// A running `--http` server.
-struct HttpServer {
-    _child: Child,
-    url: String,
-}
-
-impl HttpServer {
-    async fn start(era: Era, extra: &[&str]) -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut command = server_command(era, extra);
-        command
-            .args(["--http", "127.0.0.1:0"])
-            .stderr(ProcessStdio::piped());
-        let mut child = command.spawn().expect("start the server");
-        let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let url = within("the listening line", async {
-            loop {
-                let line = stderr
-                    .next_line()
-                    .await
-                    .expect("read stderr")
-                    .expect("the server exited before listening");
-                if let Some(url) = line.strip_prefix("listening on ") {
-                    return url.to_owned();
-                }
-            }
-        })
-        .await;
-        tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-        Self { _child: child, url }
-    }
-}
-
-/// JSON-RPC messages arriving on one SSE response.
-struct SseStream {
-    body: BoxStream<'static, reqwest::Result<Vec<u8>>>,
-    buffer: String,
-}
-
-impl SseStream {
-    fn new(response: reqwest::Response) -> Self {
-        Self {
-            body: response
-                .bytes_stream()
-                .map(|chunk| chunk.map(|bytes| bytes.to_vec()))
-                .boxed(),
-            buffer: String::new(),
-        }
-    }
-
-    async fn next(&mut self) -> Value {
-        loop {
-            while let Some(end) = self.buffer.find("\n\n") {
-                let event: String = self.buffer.drain(..end + 2).collect();
-                let data: Vec<&str> = event
-                    .lines()
-                    .filter_map(|line| line.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
-                if data.concat().is_empty() {
-                    continue;
-                }
-                return serde_json::from_str(&data.join("\n")).expect("SSE JSON");
-            }
-            let chunk = within("an SSE event", self.body.next())
-                .await
-                .expect("the SSE stream ended")
-                .expect("read SSE");
-            self.buffer
-                .push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
-        }
-    }
-}
-
-/// One HTTP client (its own connections; in 2025-11-25 its own session).
-struct HttpPeer {
-    http: reqwest::Client,
-    url: String,
-    era: Era,
-    session: Option<String>,
-}
-
-impl HttpPeer {
-    fn post(&self, message: &Value) -> reqwest::RequestBuilder {
-        let mut request = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(message.to_string());
-        match self.era {
-            Era::Legacy => {
-                if let Some(session) = &self.session {
-                    request = request
-                        .header("mcp-session-id", session)
-                        .header("mcp-protocol-version", LEGACY);
-                }
-            }
-            Era::Modern => {
-                request = request.header("mcp-protocol-version", MODERN);
-                if let Some(method) = message["method"].as_str() {
-                    request = request.header("mcp-method", method);
-                    let name = match method {
-                        "tools/call" | "prompts/get" => message["params"]["name"].as_str(),
-                        "resources/read" => message["params"]["uri"].as_str(),
-                        _ => None,
-                    };
-                    if let Some(name) = name {
-                        request = request.header("mcp-name", name);
-                    }
-                }
-            }
-        }
-        request
-    }
-
-    async fn exchange(&mut self, request: Value, answer: Answer<'_>) -> Value {
-        let response = within("an HTTP response", self.post(&request).send())
-            .await
-            .expect("POST");
-        if let Some(session) = response.headers().get("mcp-session-id") {
-            self.session = Some(session.to_str().expect("ASCII session id").to_owned());
-        }
-        let is_sse = response
-            .headers()
-            .get("content-type")
-            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-        if !is_sse {
-            let text = within("an HTTP body", response.text())
-                .await
-                .expect("a body");
-            return serde_json::from_str(&text)
-                .unwrap_or_else(|_| panic!("not JSON: {text:?} (request {request})"));
-        }
-        let mut stream = SseStream::new(response);
-        loop {
-            let message = stream.next().await;
-            match (message.get("method"), message.get("id")) {
-                (None, Some(id)) if *id == request["id"] => return message,
-                (Some(_), Some(id)) => {
-                    let reply = json!({"jsonrpc":"2.0","id":id,"result":answer(&message)});
-                    let status = self
-                        .post(&reply)
-                        .send()
-                        .await
-                        .expect("POST an answer")
-                        .status();
-                    assert_eq!(status, 202, "answering {message}");
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// A 2025-11-25 session's standalone GET stream (open once this returns).
-    async fn get_stream(&self) -> SseStream {
-        let response = self
-            .http
-            .get(&self.url)
-            .header("accept", "text/event-stream")
-            .header(
-                "mcp-session-id",
-                self.session.as_deref().expect("a session"),
-            )
-            .header("mcp-protocol-version", LEGACY)
-            .send()
-            .await
-            .expect("GET");
-        assert_eq!(response.status(), 200, "GET stream");
-        SseStream::new(response)
-    }
-
-    /// A POST whose response stays open (a 2026-07-28 listen stream).
-    async fn stream(&self, request: &Value) -> SseStream {
-        let response = self.post(request).send().await.expect("POST");
-        assert_eq!(response.status(), 200, "{request}");
-        SseStream::new(response)
-    }
-}
-
-// ---- one client over either transport ---------------------------------------
-
-enum Link {
-    Stdio(Box<StdioPeer>),
-    Http(HttpPeer),
-}
-
-/// A raw JSON-RPC client of one era. 2026-07-28 requests carry the
-/// per-request `_meta` with `caps` unless their params already have `_meta`.
-struct Client {
-    link: Link,
-    era: Era,
-    caps: Value,
-    next_id: u64,
-    /// The `initialize` (2025-11-25) or `server/discover` (2026-07-28) result.
-    opened: Value,
-}
+// ---- the client's resources helpers -----------------------------------------
 
 impl Client {
-    async fn open(link: Link, era: Era, caps: Value) -> Self {
-        let mut client = Self {
-            link,
-            era,
-            caps,
-            next_id: 0,
-            opened: Value::Null,
-        };
-        client.opened = match era {
-            Era::Legacy => {
-                let reply = client
-                    .exchange(initialize(&client.caps), &mut no_questions())
-                    .await;
-                assert_eq!(reply["result"]["protocolVersion"], LEGACY, "{reply}");
-                let initialized = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
-                match &mut client.link {
-                    Link::Stdio(peer) => peer.send(&initialized).await,
-                    Link::Http(peer) => {
-                        let status = peer.post(&initialized).send().await.expect("POST").status();
-                        assert_eq!(status, 202);
-                    }
-                }
-                reply["result"].clone()
-            }
-            Era::Modern => client.ok("server/discover", json!({})).await,
-        };
-        client
-    }
-
-    async fn stdio(era: Era, extra: &[&str], caps: Value) -> Self {
-        let mut args = vec!["--resources"];
-        args.extend_from_slice(extra);
-        let peer = StdioPeer::spawn(era, &args);
-        Self::open(Link::Stdio(Box::new(peer)), era, caps).await
-    }
-
-    async fn http(server: &HttpServer, era: Era, caps: Value) -> Self {
-        let peer = HttpPeer {
-            http: reqwest::Client::new(),
-            url: server.url.clone(),
-            era,
-            session: None,
-        };
-        Self::open(Link::Http(peer), era, caps).await
-    }
-
-    async fn exchange(&mut self, request: Value, answer: Answer<'_>) -> Value {
-        match &mut self.link {
-            Link::Stdio(peer) => peer.exchange(request, answer).await,
-            Link::Http(peer) => peer.exchange(request, answer).await,
-        }
-    }
-
-    /// A request of this client, with its id.
-    fn request(&mut self, method: &str, mut params: Value) -> Value {
-        self.next_id += 1;
-        if self.era == Era::Modern && params.get("_meta").is_none() {
-            params["_meta"] = modern_meta(&self.caps);
-        }
-        json!({"jsonrpc":"2.0","id":self.next_id,"method":method,"params":params})
-    }
-
-    /// The whole response, answering server requests with `answer`.
-    async fn raw(&mut self, method: &str, params: Value, answer: Answer<'_>) -> Value {
-        let request = self.request(method, params);
-        self.exchange(request, answer).await
-    }
-
-    /// The `result`; panics on an error.
-    async fn ok(&mut self, method: &str, params: Value) -> Value {
-        let reply = self.raw(method, params, &mut no_questions()).await;
-        assert!(reply.get("error").is_none(), "{method} failed: {reply}");
-        reply["result"].clone()
-    }
-
-    /// The `error`; panics on a result.
-    async fn err(&mut self, method: &str, params: Value) -> Value {
-        let reply = self.raw(method, params, &mut no_questions()).await;
-        assert!(
-            reply.get("result").is_none(),
-            "{method} did not fail: {reply}"
-        );
-        reply["error"].clone()
-    }
-
     /// Every item of a paginated list, and the number of pages.
     async fn list_all(&mut self, method: &str, key: &str) -> (Vec<Value>, usize) {
         let mut items = Vec::new();
@@ -611,12 +193,7 @@ async fn lists_in_pages(client: &mut Client) {
     );
     let prompts = client.ok("prompts/list", json!({})).await;
     assert!(prompts.get("nextCursor").is_none(), "{prompts}");
-    let names: Vec<&str> = prompts["prompts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = field_strs(&prompts["prompts"], "name");
     assert_eq!(
         names,
         [
@@ -785,12 +362,7 @@ async fn gets_prompts(client: &mut Client) {
             get("summarize_order", json!({"order_id": "O-1002"})),
         )
         .await;
-    let roles: Vec<&str> = brief["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let roles = field_strs(&brief["messages"], "role");
     assert_eq!(roles, ["user", "assistant"]);
     assert_eq!(
         texts(&brief["messages"]),
@@ -928,7 +500,7 @@ async fn run_all(mut client: Client, large: usize) {
 async fn legacy_resources_over_stdio() {
     let client = Client::stdio(
         Era::Legacy,
-        &["--large-resource-bytes", "300000"],
+        &["--resources", "--large-resource-bytes", "300000"],
         full_caps(),
     )
     .await;
@@ -939,7 +511,7 @@ async fn legacy_resources_over_stdio() {
 async fn modern_resources_over_stdio() {
     let client = Client::stdio(
         Era::Modern,
-        &["--large-resource-bytes", "300001"],
+        &["--resources", "--large-resource-bytes", "300001"],
         full_caps(),
     )
     .await;
@@ -951,7 +523,7 @@ async fn modern_resources_over_stdio() {
 async fn legacy_resources_over_http() {
     let server = HttpServer::start(Era::Legacy, &["--resources"]).await;
     run_all(
-        Client::http(&server, Era::Legacy, full_caps()).await,
+        Client::http(&server, Era::Legacy, None, full_caps()).await,
         5_000_000,
     )
     .await;
@@ -961,7 +533,7 @@ async fn legacy_resources_over_http() {
 async fn modern_resources_over_http() {
     let server = HttpServer::start(Era::Modern, &["--resources"]).await;
     run_all(
-        Client::http(&server, Era::Modern, full_caps()).await,
+        Client::http(&server, Era::Modern, None, full_caps()).await,
         5_000_000,
     )
     .await;
@@ -1203,7 +775,7 @@ async fn legacy_asks_during_the_request(client: &mut Client) {
 
 #[tokio::test]
 async fn modern_mrtr_over_stdio() {
-    let mut client = Client::stdio(Era::Modern, &[], full_caps()).await;
+    let mut client = Client::stdio(Era::Modern, &["--resources"], full_caps()).await;
     modern_confirm_refund(&mut client).await;
     modern_private_notes(&mut client).await;
 }
@@ -1211,32 +783,25 @@ async fn modern_mrtr_over_stdio() {
 #[tokio::test]
 async fn modern_mrtr_over_http() {
     let server = HttpServer::start(Era::Modern, &["--resources"]).await;
-    let mut client = Client::http(&server, Era::Modern, full_caps()).await;
+    let mut client = Client::http(&server, Era::Modern, None, full_caps()).await;
     modern_confirm_refund(&mut client).await;
     modern_private_notes(&mut client).await;
 }
 
 #[tokio::test]
 async fn legacy_elicitation_over_stdio() {
-    let mut client = Client::stdio(Era::Legacy, &[], full_caps()).await;
+    let mut client = Client::stdio(Era::Legacy, &["--resources"], full_caps()).await;
     legacy_asks_during_the_request(&mut client).await;
     // A client without elicitation: -32600, nothing asked.
-    let mut bare = Client::stdio(Era::Legacy, &[], json!({})).await;
+    let mut bare = Client::stdio(Era::Legacy, &["--resources"], json!({})).await;
     let error = bare.err("prompts/get", refund_params("O-1002")).await;
-    assert_eq!(error["code"], -32600, "{error}");
-    assert!(
-        error["message"]
-            .as_str()
-            .unwrap()
-            .contains("elicitation (form) capability"),
-        "{error}"
-    );
+    assert_error(&error, -32600, "elicitation (form) capability");
 }
 
 #[tokio::test]
 async fn legacy_elicitation_over_http() {
     let server = HttpServer::start(Era::Legacy, &["--resources"]).await;
-    let mut client = Client::http(&server, Era::Legacy, full_caps()).await;
+    let mut client = Client::http(&server, Era::Legacy, None, full_caps()).await;
     legacy_asks_during_the_request(&mut client).await;
 }
 
@@ -1283,7 +848,7 @@ fn added(n: u64, sent: u64) -> Value {
 /// 2025-11-25 over stdio: both notifications, unscoped, before the result.
 #[tokio::test]
 async fn legacy_list_changed_over_stdio() {
-    let mut client = Client::stdio(Era::Legacy, &[], full_caps()).await;
+    let mut client = Client::stdio(Era::Legacy, &["--resources"], full_caps()).await;
     let result = client.call("add_resource", json!({})).await;
     assert_eq!(result["structuredContent"], added(1, 2));
     let Link::Stdio(peer) = &mut client.link else {
@@ -1304,7 +869,7 @@ async fn legacy_list_changed_over_stdio() {
 /// gets what it opted in to, tagged with its subscription id.
 #[tokio::test]
 async fn modern_list_changed_over_stdio() {
-    let mut client = Client::stdio(Era::Modern, &[], full_caps()).await;
+    let mut client = Client::stdio(Era::Modern, &["--resources"], full_caps()).await;
     let result = client.call("add_resource", json!({})).await;
     assert_eq!(result["structuredContent"], added(1, 0));
 
@@ -1370,7 +935,7 @@ async fn modern_list_changed_over_stdio() {
 /// each from its own trigger.
 #[tokio::test]
 async fn modern_list_changed_with_stage_a() {
-    let mut client = Client::stdio(Era::Modern, &["--stage-a"], full_caps()).await;
+    let mut client = Client::stdio(Era::Modern, &["--resources", "--stage-a"], full_caps()).await;
     let all = json!({"toolsListChanged": true, "resourcesListChanged": true,
                      "promptsListChanged": true});
     let listen = client.request("subscriptions/listen", json!({"notifications": all}));
@@ -1413,7 +978,7 @@ async fn modern_list_changed_with_stage_a() {
 #[tokio::test]
 async fn legacy_list_changed_over_http() {
     let server = HttpServer::start(Era::Legacy, &["--resources"]).await;
-    let mut client = Client::http(&server, Era::Legacy, full_caps()).await;
+    let mut client = Client::http(&server, Era::Legacy, None, full_caps()).await;
     let Link::Http(peer) = &client.link else {
         unreachable!()
     };
@@ -1434,7 +999,7 @@ async fn legacy_list_changed_over_http() {
 #[tokio::test]
 async fn modern_list_changed_over_http() {
     let server = HttpServer::start(Era::Modern, &["--resources"]).await;
-    let mut client = Client::http(&server, Era::Modern, full_caps()).await;
+    let mut client = Client::http(&server, Era::Modern, None, full_caps()).await;
     let listen = client.request(
         "subscriptions/listen",
         json!({"notifications": {"resourcesListChanged": true, "promptsListChanged": true}}),
@@ -1471,7 +1036,7 @@ async fn modern_list_changed_over_http() {
 #[tokio::test]
 async fn no_tools_declares_no_tools() {
     for era in [Era::Legacy, Era::Modern] {
-        let mut client = Client::stdio(era, &["--no-tools"], full_caps()).await;
+        let mut client = Client::stdio(era, &["--resources", "--no-tools"], full_caps()).await;
         let caps = &client.opened["capabilities"];
         assert!(caps.get("tools").is_none(), "{era:?}: {caps}");
         assert_eq!(caps["resources"], json!({"listChanged": true}));
@@ -1497,8 +1062,7 @@ async fn no_tools_declares_no_tools() {
 #[tokio::test]
 async fn without_resources_flag_nothing_is_served() {
     for era in [Era::Legacy, Era::Modern] {
-        let peer = StdioPeer::spawn(era, &[]);
-        let mut client = Client::open(Link::Stdio(Box::new(peer)), era, full_caps()).await;
+        let mut client = Client::stdio(era, &[], full_caps()).await;
         let caps = &client.opened["capabilities"];
         for key in ["resources", "prompts", "completions"] {
             assert!(caps.get(key).is_none(), "{era:?} {key}: {caps}");

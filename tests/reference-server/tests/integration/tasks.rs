@@ -1,48 +1,23 @@
 //! MCP tasks on `tools/call` (`--tasks`), driven against the real binary by
-//! a raw JSON-RPC client over stdio and Streamable HTTP, in both eras:
-//! 2025-11-25 core tasks (`params.task`, `tasks/get|result|cancel|list`,
-//! elicitation while `input_required`) and the 2026-07-28
-//! `io.modelcontextprotocol/tasks` extension (`resultType: "task"`,
-//! `tasks/get|update|cancel`). See `src/tasks.rs` for the interface.
+//! the raw JSON-RPC client of `common` over stdio and Streamable HTTP, in
+//! both eras: 2025-11-25 core tasks (`params.task`,
+//! `tasks/get|result|cancel|list`, elicitation while `input_required`) and
+//! the 2026-07-28 `io.modelcontextprotocol/tasks` extension
+//! (`resultType: "task"`, `tasks/get|update|cancel`). See `src/tasks.rs` for
+//! the interface.
 
-use std::{
-    process::Stdio as ProcessStdio,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use serde_json::{Value, json};
-use tokio::{
-    io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines},
-    process::{Child, ChildStdin, ChildStdout, Command},
+
+use crate::common::{
+    Client, Era, HttpServer, Link, assert_error, field_strs, no_questions, server_command, within,
 };
 
-const LEGACY: &str = "2025-11-25";
-const MODERN: &str = "2026-07-28";
 const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 const IMMEDIATE: &str = "io.modelcontextprotocol/model-immediate-response";
-
-async fn within<F: Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Era {
-    Legacy,
-    Modern,
-}
-
-impl Era {
-    fn flag(self) -> &'static str {
-        match self {
-            Self::Legacy => LEGACY,
-            Self::Modern => MODERN,
-        }
-    }
-}
 
 /// Client capabilities: form elicitation, plus the tasks extension when `tasks`.
 fn caps(tasks: bool) -> Value {
@@ -53,318 +28,34 @@ fn caps(tasks: bool) -> Value {
     caps
 }
 
-fn server_command(era: Era, extra: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard-reference-server"));
-    command
-        .args(["--era", era.flag(), "--tasks"])
-        .args(extra)
-        .stdin(ProcessStdio::piped())
-        .stdout(ProcessStdio::piped())
-        .stderr(ProcessStdio::piped())
-        .kill_on_drop(true);
-    command
-}
-
-/// Answers a server-to-client request (`elicitation/create`) with a result.
-type Answer<'a> = &'a mut (dyn FnMut(&Value) -> Value + Send);
-
-fn no_questions() -> impl FnMut(&Value) -> Value + Send {
-    |request: &Value| panic!("unexpected server request {request}")
-}
-
-// ---- stdio ------------------------------------------------------------------
-
-struct StdioPeer {
-    _child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-}
-
-impl StdioPeer {
-    async fn start(era: Era) -> Self {
-        let mut child = server_command(era, &[]).spawn().expect("start the server");
-        let stdin = child.stdin.take().expect("stdin");
-        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let mut peer = Self {
-            _child: child,
-            stdin,
-            lines,
-        };
-        if era == Era::Legacy {
-            let init = json!({"jsonrpc":"2.0","id":"init","method":"initialize","params":{
-                "protocolVersion": LEGACY,
-                "capabilities": {"elicitation": {"form": {}}, "tasks": {"list": {}, "cancel": {}}},
-                "clientInfo": {"name": "tasks-test", "version": "0"}}});
-            let reply = peer.exchange(init, &mut no_questions()).await;
-            assert_eq!(reply["result"]["protocolVersion"], LEGACY, "{reply}");
-            peer.send(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
-                .await;
-        }
-        peer
-    }
-
-    async fn send(&mut self, message: &Value) {
-        self.stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .await
-            .expect("write stdin");
-        self.stdin.flush().await.expect("flush stdin");
-    }
-
-    async fn exchange(&mut self, request: Value, answer: Answer<'_>) -> Value {
-        self.send(&request).await;
-        loop {
-            let line = within("a stdio message", self.lines.next_line())
-                .await
-                .expect("read stdout")
-                .expect("the server closed stdout");
-            let message: Value = serde_json::from_str(&line).expect("a JSON line");
-            match (message.get("method"), message.get("id")) {
-                (None, Some(id)) if *id == request["id"] => return message,
-                (Some(_), Some(id)) => {
-                    let reply = json!({"jsonrpc":"2.0","id":id,"result":answer(&message)});
-                    self.send(&reply).await;
-                }
-                _ => {}
-            }
-        }
+/// What a tasks client declares: in 2025-11-25's `initialize` form
+/// elicitation and `tasks` (list, cancel); in 2026-07-28 requests
+/// `caps(true)`, unless a request says otherwise ([`Client::without_ext`]).
+fn declared(era: Era) -> Value {
+    match era {
+        Era::Legacy => json!({"elicitation": {"form": {}}, "tasks": {"list": {}, "cancel": {}}}),
+        Era::Modern => caps(true),
     }
 }
 
-// ---- Streamable HTTP --------------------------------------------------------
-
-/// A running `--http` server.
-struct HttpServer {
-    _child: Child,
-    url: String,
-}
-
-impl HttpServer {
-    async fn start(era: Era) -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut child = server_command(era, &["--http", "127.0.0.1:0"])
-            .spawn()
-            .expect("start the server");
-        let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let url = within("the listening line", async {
-            loop {
-                let line = stderr
-                    .next_line()
-                    .await
-                    .expect("read stderr")
-                    .expect("the server exited before listening");
-                if let Some(url) = line.strip_prefix("listening on ") {
-                    return url.to_owned();
-                }
-            }
-        })
-        .await;
-        // Keep draining stderr so the server never blocks on it.
-        tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-        Self { _child: child, url }
-    }
-}
-
-/// One HTTP client connection (its own reqwest client, so its own TCP
-/// connections) with an optional `Authorization` header; in 2025-11-25 also
-/// its own session.
-struct HttpPeer {
-    http: reqwest::Client,
-    url: String,
-    era: Era,
-    auth: Option<String>,
-    session: Option<String>,
-}
-
-impl HttpPeer {
-    async fn connect(server: &HttpServer, era: Era, auth: Option<&str>) -> Self {
-        let mut peer = Self {
-            http: reqwest::Client::builder().build().expect("an HTTP client"),
-            url: server.url.clone(),
-            era,
-            auth: auth.map(str::to_owned),
-            session: None,
-        };
-        if era == Era::Legacy {
-            let init = json!({"jsonrpc":"2.0","id":"init","method":"initialize","params":{
-                "protocolVersion": LEGACY,
-                "capabilities": {"elicitation": {"form": {}}, "tasks": {"list": {}, "cancel": {}}},
-                "clientInfo": {"name": "tasks-test", "version": "0"}}});
-            let reply = peer.exchange(init, &mut no_questions()).await;
-            assert_eq!(reply["result"]["protocolVersion"], LEGACY, "{reply}");
-            let status = peer
-                .post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
-                .send()
-                .await
-                .expect("POST initialized")
-                .status();
-            assert_eq!(status, 202);
-        }
-        peer
-    }
-
-    fn post(&self, message: &Value) -> reqwest::RequestBuilder {
-        let mut request = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(message.to_string());
-        if let Some(auth) = &self.auth {
-            request = request.header("authorization", auth);
-        }
-        match self.era {
-            Era::Legacy => {
-                if let Some(session) = &self.session {
-                    request = request
-                        .header("mcp-session-id", session)
-                        .header("mcp-protocol-version", LEGACY);
-                }
-            }
-            Era::Modern => {
-                request = request.header("mcp-protocol-version", MODERN);
-                if let Some(method) = message["method"].as_str() {
-                    request = request.header("mcp-method", method);
-                    let name = match method {
-                        "tools/call" => message["params"]["name"].as_str(),
-                        m if m.starts_with("tasks/") => message["params"]["taskId"].as_str(),
-                        _ => None,
-                    };
-                    if let Some(name) = name {
-                        request = request.header("mcp-name", name);
-                    }
-                }
-            }
-        }
-        request
-    }
-
-    async fn exchange(&mut self, request: Value, answer: Answer<'_>) -> Value {
-        let response = within("an HTTP response", self.post(&request).send())
-            .await
-            .expect("POST");
-        if let Some(session) = response.headers().get("mcp-session-id") {
-            self.session = Some(session.to_str().expect("ASCII session id").to_owned());
-        }
-        let is_sse = response
-            .headers()
-            .get("content-type")
-            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-        if !is_sse {
-            let text = response.text().await.expect("a body");
-            return serde_json::from_str(&text)
-                .unwrap_or_else(|_| panic!("not JSON: {text:?} (request {request})"));
-        }
-        let mut body = response.bytes_stream();
-        let mut buffer = String::new();
-        loop {
-            while let Some(end) = buffer.find("\n\n") {
-                let event: String = buffer.drain(..end + 2).collect();
-                let data: Vec<&str> = event
-                    .lines()
-                    .filter_map(|line| line.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
-                if data.is_empty() || data.concat().is_empty() {
-                    continue;
-                }
-                let message: Value = serde_json::from_str(&data.join("\n")).expect("SSE JSON");
-                match (message.get("method"), message.get("id")) {
-                    (None, Some(id)) if *id == request["id"] => return message,
-                    (Some(_), Some(id)) => {
-                        let reply = json!({"jsonrpc":"2.0","id":id,"result":answer(&message)});
-                        let status = self
-                            .post(&reply)
-                            .send()
-                            .await
-                            .expect("POST an answer")
-                            .status();
-                        assert_eq!(status, 202, "answering {message}");
-                    }
-                    _ => {}
-                }
-            }
-            let chunk = within("an SSE event", body.next())
-                .await
-                .expect("the SSE stream ended before the response")
-                .expect("read SSE");
-            buffer.push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
-        }
-    }
-}
-
-// ---- one client over either transport ---------------------------------------
-
-enum Link {
-    Stdio(Box<StdioPeer>),
-    Http(HttpPeer),
-}
-
-/// A raw JSON-RPC client of one era; 2026-07-28 requests carry the
-/// per-request `_meta` (with the tasks extension unless told otherwise).
-struct Client {
-    link: Link,
-    era: Era,
-    next_id: u64,
-}
+// ---- the client's task helpers ----------------------------------------------
 
 impl Client {
-    async fn stdio(era: Era) -> Self {
-        Self {
-            link: Link::Stdio(Box::new(StdioPeer::start(era).await)),
-            era,
-            next_id: 0,
-        }
+    /// A client of a fresh `--tasks` server over stdio.
+    async fn tasks_stdio(era: Era) -> Self {
+        Self::stdio(era, &["--tasks"], declared(era)).await
     }
 
-    async fn http(server: &HttpServer, era: Era, auth: Option<&str>) -> Self {
-        Self {
-            link: Link::Http(HttpPeer::connect(server, era, auth).await),
-            era,
-            next_id: 0,
-        }
+    /// A new client of a `--tasks` server, with the `Authorization` header
+    /// `auth`, if any.
+    async fn tasks_http(server: &HttpServer, era: Era, auth: Option<&str>) -> Self {
+        Self::http(server, era, auth, declared(era)).await
     }
 
-    /// The whole JSON-RPC response message.
-    async fn raw(
-        &mut self,
-        method: &str,
-        mut params: Value,
-        tasks_cap: bool,
-        answer: Answer<'_>,
-    ) -> Value {
-        self.next_id += 1;
-        if self.era == Era::Modern {
-            params["_meta"] = json!({
-                "io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientInfo": {"name": "tasks-test", "version": "0"},
-                "io.modelcontextprotocol/clientCapabilities": caps(tasks_cap),
-            });
-        }
-        let request = json!({"jsonrpc":"2.0","id":self.next_id,"method":method,"params":params});
-        match &mut self.link {
-            Link::Stdio(peer) => peer.exchange(request, answer).await,
-            Link::Http(peer) => peer.exchange(request, answer).await,
-        }
-    }
-
-    /// The `result`; panics on an error.
-    async fn ok(&mut self, method: &str, params: Value) -> Value {
-        let reply = self.raw(method, params, true, &mut no_questions()).await;
-        assert!(reply.get("error").is_none(), "{method} failed: {reply}");
-        reply["result"].clone()
-    }
-
-    /// The `error`; panics on a result.
-    async fn err(&mut self, method: &str, params: Value, tasks_cap: bool) -> Value {
-        let reply = self
-            .raw(method, params, tasks_cap, &mut no_questions())
-            .await;
-        assert!(
-            reply.get("result").is_none(),
-            "{method} did not fail: {reply}"
-        );
-        reply["error"].clone()
+    /// `params` of a 2026-07-28 request without the tasks extension
+    /// (unchanged in 2025-11-25).
+    fn without_ext(&self, params: Value) -> Value {
+        self.with_caps(params, &caps(false))
     }
 
     /// Starts a task of `tool`; returns the CreateTaskResult.
@@ -388,6 +79,13 @@ impl Client {
             Era::Legacy => created["task"].clone(),
             Era::Modern => created.clone(),
         }
+    }
+
+    /// `tasks/update` (2026-07-28) of `task_id` with `responses` (the
+    /// `inputResponses` by key); returns the result.
+    async fn update(&mut self, task_id: &str, responses: Value) -> Value {
+        let params = json!({"taskId": task_id, "inputResponses": responses});
+        self.ok("tasks/update", params).await
     }
 
     async fn get(&mut self, task_id: &str) -> Value {
@@ -420,14 +118,7 @@ fn slept(ms: u64, text: &str) -> Value {
 }
 
 fn assert_not_found(error: &Value) {
-    assert_eq!(error["code"], -32602, "{error}");
-    assert!(
-        error["message"]
-            .as_str()
-            .unwrap()
-            .contains("task not found"),
-        "{error}"
-    );
+    assert_error(error, -32602, "task not found");
 }
 
 fn assert_task_shape(client: &Client, task: &Value, status: &str, poll_ms: u64) {
@@ -568,7 +259,7 @@ async fn failing_tasks(client: &mut Client) {
     match client.era {
         Era::Legacy => {
             let error = client
-                .err("tasks/result", json!({"taskId": error_task}), true)
+                .err("tasks/result", json!({"taskId": error_task}))
                 .await;
             assert_eq!(error, failure);
             assert_eq!(client.get(&error_task).await["status"], "failed");
@@ -593,7 +284,6 @@ async fn failing_tasks(client: &mut Client) {
         .err(
             "tools/call",
             json!({"name": "task_fail", "arguments": {"mode": "sometimes"}, "task": {}}),
-            true,
         )
         .await;
     assert_eq!(bad["code"], -32602, "{bad}");
@@ -618,7 +308,7 @@ async fn asking_task(client: &mut Client, action: &str) {
                 answer.clone()
             };
             let reply = client
-                .raw("tasks/result", json!({"taskId": id}), true, &mut answering)
+                .raw("tasks/result", json!({"taskId": id}), &mut answering)
                 .await;
             assert_eq!(asked.len(), 1, "{asked:?}");
             assert_eq!(asked[0]["method"], "elicitation/create");
@@ -649,32 +339,17 @@ async fn asking_task(client: &mut Client, action: &str) {
                     {"mode": "form", "message": "Name for the task?", "requestedSchema": schema}}})
             );
             // Unknown keys are ignored: still waiting.
-            let ack = client
-                .ok(
-                    "tasks/update",
-                    json!({"taskId": id, "inputResponses": {"name-0": answer}}),
-                )
-                .await;
+            let ack = client.update(&id, json!({"name-0": answer})).await;
             assert_eq!(ack, json!({"resultType": "complete"}));
             assert_eq!(client.get(&id).await["status"], "input_required");
-            let ack = client
-                .ok(
-                    "tasks/update",
-                    json!({"taskId": id, "inputResponses": {"name-1": answer}}),
-                )
-                .await;
+            let ack = client.update(&id, json!({"name-1": answer})).await;
             assert_eq!(ack, json!({"resultType": "complete"}));
             let done = client.wait_past_working(&id).await;
             assert_eq!(done["status"], "completed", "{done}");
             check_ask_result(&done["result"], action);
             // An answer to an answered key changes nothing.
             let again = json!({"action": "accept", "content": {"name": "Eve"}});
-            client
-                .ok(
-                    "tasks/update",
-                    json!({"taskId": id, "inputResponses": {"name-1": again}}),
-                )
-                .await;
+            client.update(&id, json!({"name-1": again})).await;
             check_ask_result(&client.get(&id).await["result"], action);
         }
     }
@@ -703,13 +378,9 @@ async fn cancelled_task(client: &mut Client) {
         Era::Legacy => {
             assert_eq!(reply["status"], "cancelled", "{reply}");
             assert_eq!(reply["taskId"], id.as_str());
-            let again = client
-                .err("tasks/cancel", json!({"taskId": id}), true)
-                .await;
+            let again = client.err("tasks/cancel", json!({"taskId": id})).await;
             assert_eq!(again["code"], -32602, "{again}");
-            let result = client
-                .err("tasks/result", json!({"taskId": id}), true)
-                .await;
+            let result = client.err("tasks/result", json!({"taskId": id})).await;
             assert!(
                 result["message"].as_str().unwrap().contains("cancelled"),
                 "{result}"
@@ -728,67 +399,47 @@ async fn cancelled_task(client: &mut Client) {
 
 /// Calls without task augmentation, and unknown task ids.
 async fn without_task_augmentation(client: &mut Client) {
+    // A task-required tool called without a task (2026-07-28: by a request
+    // without the extension).
+    let sleep = client.without_ext(json!({"name": "task_sleep", "arguments": {}}));
+    let error = client.err("tools/call", sleep).await;
     match client.era {
         Era::Legacy => {
-            let error = client
-                .err(
-                    "tools/call",
-                    json!({"name": "task_sleep", "arguments": {}}),
-                    true,
-                )
-                .await;
             assert_eq!(error["code"], -32601, "{error}");
             // A tool without task support called as a task.
             let error = client
                 .err(
                     "tools/call",
                     json!({"name": "echo", "arguments": {"message": "x"}, "task": {"ttl": 1000}}),
-                    true,
                 )
                 .await;
             assert_eq!(error["code"], -32601, "{error}");
         }
         Era::Modern => {
-            let error = client
-                .err(
-                    "tools/call",
-                    json!({"name": "task_sleep", "arguments": {}}),
-                    false,
-                )
-                .await;
             assert_eq!(error["code"], -32021, "{error}");
             assert_eq!(
                 error["data"]["requiredCapabilities"],
                 json!({"extensions": { TASKS_EXT: {} }})
             );
-            let error = client
-                .err("tasks/get", json!({"taskId": "task-x"}), false)
-                .await;
+            let get = client.without_ext(json!({"taskId": "task-x"}));
+            let error = client.err("tasks/get", get).await;
             assert_eq!(error["code"], -32021, "{error}");
             let error = client
-                .err("tasks/result", json!({"taskId": "task-x"}), true)
+                .err("tasks/result", json!({"taskId": "task-x"}))
                 .await;
             assert_eq!(error["code"], -32601, "{error}");
         }
     }
     // `optional` runs synchronously (2026-07-28: also without the extension).
+    let optional = client.without_ext(json!({"name": "task_optional", "arguments": {"ms": 20}}));
     let reply = client
-        .raw(
-            "tools/call",
-            json!({"name": "task_optional", "arguments": {"ms": 20}}),
-            false,
-            &mut no_questions(),
-        )
+        .raw("tools/call", optional, &mut no_questions())
         .await;
     let result = &reply["result"];
     assert_eq!(result["content"], slept(20, "")["content"], "{reply}");
     assert_eq!(result["structuredContent"], json!({"ms": 20, "text": ""}));
     for method in ["tasks/get", "tasks/cancel"] {
-        assert_not_found(
-            &client
-                .err(method, json!({"taskId": "task-nope"}), true)
-                .await,
-        );
+        assert_not_found(&client.err(method, json!({"taskId": "task-nope"})).await);
     }
 }
 
@@ -833,37 +484,37 @@ async fn run_all(mut client: Client) {
 
 #[tokio::test]
 async fn legacy_tasks_over_stdio() {
-    run_all(Client::stdio(Era::Legacy).await).await;
+    run_all(Client::tasks_stdio(Era::Legacy).await).await;
 }
 
 #[tokio::test]
 async fn modern_tasks_over_stdio() {
-    run_all(Client::stdio(Era::Modern).await).await;
+    run_all(Client::tasks_stdio(Era::Modern).await).await;
 }
 
 #[tokio::test]
 async fn legacy_tasks_over_http() {
-    let server = HttpServer::start(Era::Legacy).await;
-    run_all(Client::http(&server, Era::Legacy, Some("Bearer alice")).await).await;
+    let server = HttpServer::start(Era::Legacy, &["--tasks"]).await;
+    run_all(Client::tasks_http(&server, Era::Legacy, Some("Bearer alice")).await).await;
 }
 
 #[tokio::test]
 async fn modern_tasks_over_http() {
-    let server = HttpServer::start(Era::Modern).await;
-    run_all(Client::http(&server, Era::Modern, Some("Bearer alice")).await).await;
+    let server = HttpServer::start(Era::Modern, &["--tasks"]).await;
+    run_all(Client::tasks_http(&server, Era::Modern, Some("Bearer alice")).await).await;
 }
 
 /// Tasks belong to the `Authorization` identity, not the connection: a new
 /// connection (and, in 2025-11-25, a new session) with the same header
 /// polls, answers and reads the task; other identities get "task not found".
 async fn identity_scoping(era: Era) {
-    let server = HttpServer::start(era).await;
-    let mut first = Client::http(&server, era, Some("Bearer alice")).await;
+    let server = HttpServer::start(era, &["--tasks"]).await;
+    let mut first = Client::tasks_http(&server, era, Some("Bearer alice")).await;
     let sleeper = first.start("task_sleep", json!({"ms": 200})).await;
     let asker = first.start("task_ask", json!({"ms": 20})).await;
     drop(first);
 
-    let mut again = Client::http(&server, era, Some("Bearer alice")).await;
+    let mut again = Client::tasks_http(&server, era, Some("Bearer alice")).await;
     assert_eq!(again.get(&sleeper).await["taskId"], sleeper.as_str());
     assert_eq!(
         again.wait_past_working(&asker).await["status"],
@@ -873,24 +524,20 @@ async fn identity_scoping(era: Era) {
         (Some("Bearer mallory"), "another token"),
         (None, "anonymous"),
     ] {
-        let mut other = Client::http(&server, era, auth).await;
+        let mut other = Client::tasks_http(&server, era, auth).await;
         for method in ["tasks/get", "tasks/cancel"] {
-            let error = other.err(method, json!({"taskId": sleeper}), true).await;
+            let error = other.err(method, json!({"taskId": sleeper})).await;
             assert_not_found(&error);
             let _ = name;
         }
         if era == Era::Legacy {
-            assert_not_found(
-                &other
-                    .err("tasks/result", json!({"taskId": sleeper}), true)
-                    .await,
-            );
+            assert_not_found(&other.err("tasks/result", json!({"taskId": sleeper})).await);
             let listed = other.ok("tasks/list", json!({})).await;
             assert_eq!(listed["tasks"], json!([]), "{name}: {listed}");
         } else {
             let update =
                 json!({"taskId": asker, "inputResponses": {"name-1": {"action": "decline"}}});
-            assert_not_found(&other.err("tasks/update", update, true).await);
+            assert_not_found(&other.err("tasks/update", update).await);
         }
     }
     // The owner finishes both from the new connection.
@@ -898,12 +545,7 @@ async fn identity_scoping(era: Era) {
     match era {
         Era::Legacy => {
             let listed = again.ok("tasks/list", json!({})).await;
-            let ids: Vec<&str> = listed["tasks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t["taskId"].as_str().unwrap())
-                .collect();
+            let ids = field_strs(&listed["tasks"], "taskId");
             assert_eq!(ids, [sleeper.as_str(), asker.as_str()], "{listed}");
             let result = again.ok("tasks/result", json!({"taskId": sleeper})).await;
             assert_eq!(result["content"], slept(200, "")["content"]);
@@ -911,7 +553,6 @@ async fn identity_scoping(era: Era) {
                 .raw(
                     "tasks/result",
                     json!({"taskId": asker}),
-                    true,
                     &mut |_: &Value| answer.clone(),
                 )
                 .await;
@@ -922,12 +563,7 @@ async fn identity_scoping(era: Era) {
                 again.wait_past_working(&sleeper).await["status"],
                 "completed"
             );
-            again
-                .ok(
-                    "tasks/update",
-                    json!({"taskId": asker, "inputResponses": {"name-1": answer}}),
-                )
-                .await;
+            again.update(&asker, json!({"name-1": answer})).await;
             let done = again.wait_past_working(&asker).await;
             check_ask_result(&done["result"], "accept");
         }
@@ -947,7 +583,7 @@ async fn modern_tasks_belong_to_the_authorization_identity() {
 /// A 2025-11-25 task is gone after its `ttl`.
 #[tokio::test]
 async fn legacy_task_expires_after_its_ttl() {
-    let mut client = Client::stdio(Era::Legacy).await;
+    let mut client = Client::tasks_stdio(Era::Legacy).await;
     let created = client
         .ok(
             "tools/call",
@@ -958,7 +594,7 @@ async fn legacy_task_expires_after_its_ttl() {
     assert_eq!(created["task"]["ttl"], 300);
     assert_eq!(client.get(&id).await["status"], "working");
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_not_found(&client.err("tasks/get", json!({"taskId": id}), true).await);
+    assert_not_found(&client.err("tasks/get", json!({"taskId": id})).await);
     let listed = client.ok("tasks/list", json!({})).await;
     assert_eq!(listed["tasks"], json!([]), "{listed}");
 }
@@ -969,51 +605,22 @@ async fn legacy_task_expires_after_its_ttl() {
 /// requests of the same identity (SEP-2663 "Backward Compatibility").
 #[tokio::test]
 async fn dual_era_server_shares_tasks_between_eras() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard-reference-server"))
-        .args(["--era", "dual", "--tasks", "--http", "127.0.0.1:0"])
-        .stderr(ProcessStdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the server");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let url = within("the listening line", async {
-        loop {
-            let line = stderr.next_line().await.unwrap().expect("listening line");
-            if let Some(url) = line.strip_prefix("listening on ") {
-                return url.to_owned();
-            }
-        }
-    })
-    .await;
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-    let server = HttpServer { _child: child, url };
+    let server = HttpServer::spawn(server_command("dual", &["--tasks"])).await;
 
-    // The legacy opener, by hand, to see the whole initialize result.
-    let mut legacy = HttpPeer {
-        http: reqwest::Client::new(),
-        url: server.url.clone(),
-        era: Era::Legacy,
-        auth: Some("Bearer dual".into()),
-        session: None,
-    };
-    let init = json!({"jsonrpc":"2.0","id":"init","method":"initialize","params":{
-        "protocolVersion": LEGACY, "capabilities": {},
-        "clientInfo": {"name": "tasks-test", "version": "0"}}});
-    let reply = legacy.exchange(init, &mut no_questions()).await;
-    let capabilities = &reply["result"]["capabilities"];
+    // A 2025-11-25 client that declares no capabilities; `opened` is the
+    // whole initialize result.
+    let mut legacy = Client::http(&server, Era::Legacy, Some("Bearer dual"), json!({})).await;
+    let opened = &legacy.opened;
     assert_eq!(
-        capabilities["tasks"],
+        opened["capabilities"]["tasks"],
         json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
-        "{reply}"
+        "{opened}"
     );
-    assert!(capabilities.get("extensions").is_none(), "{reply}");
-    let mut legacy = Client {
-        link: Link::Http(legacy),
-        era: Era::Legacy,
-        next_id: 0,
-    };
-    let mut modern = Client::http(&server, Era::Modern, Some("Bearer dual")).await;
+    assert!(
+        opened["capabilities"].get("extensions").is_none(),
+        "{opened}"
+    );
+    let mut modern = Client::tasks_http(&server, Era::Modern, Some("Bearer dual")).await;
     let discover = modern.ok("server/discover", json!({})).await;
     assert_eq!(discover["capabilities"]["extensions"][TASKS_EXT], json!({}));
     assert!(
@@ -1041,8 +648,8 @@ async fn dual_era_server_shares_tasks_between_eras() {
 /// `tasks/result`, on a new connection and session.
 #[tokio::test]
 async fn legacy_question_is_asked_again_on_a_new_result_stream() {
-    let server = HttpServer::start(Era::Legacy).await;
-    let mut first = Client::http(&server, Era::Legacy, Some("Bearer bob")).await;
+    let server = HttpServer::start(Era::Legacy, &["--tasks"]).await;
+    let mut first = Client::tasks_http(&server, Era::Legacy, Some("Bearer bob")).await;
     let id = first.start("task_ask", json!({"ms": 10})).await;
     assert_eq!(
         first.wait_past_working(&id).await["status"],
@@ -1067,19 +674,14 @@ async fn legacy_question_is_asked_again_on_a_new_result_stream() {
     drop(body);
     drop(first);
 
-    let mut second = Client::http(&server, Era::Legacy, Some("Bearer bob")).await;
+    let mut second = Client::tasks_http(&server, Era::Legacy, Some("Bearer bob")).await;
     assert_eq!(second.get(&id).await["status"], "input_required");
     let mut asked = 0;
     let reply = second
-        .raw(
-            "tasks/result",
-            json!({"taskId": id}),
-            true,
-            &mut |_: &Value| {
-                asked += 1;
-                json!({"action": "accept", "content": {"name": "Ada"}})
-            },
-        )
+        .raw("tasks/result", json!({"taskId": id}), &mut |_: &Value| {
+            asked += 1;
+            json!({"action": "accept", "content": {"name": "Ada"}})
+        })
         .await;
     assert_eq!(asked, 1);
     check_ask_result(&reply["result"], "accept");
