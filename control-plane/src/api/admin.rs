@@ -150,10 +150,14 @@ pub fn server_tool(snap: &Snapshot, server: &str, tool: &str) -> pb::ServerTool 
         .and_then(|c| c.tools.iter().find(|t| t["name"] == tool));
     let fallback = serde_json::json!({"name": tool});
     let in_catalogue = def.is_some();
-    let def = def.unwrap_or(&fallback);
+    let gateway = crate::resources::gateway::tool(tool).map(|g| g.definition());
+    let def = def.or(gateway).unwrap_or(&fallback);
     let view = crate::tools::tool_view(snap, server, def, crate::model::PermissionMode::Auto);
     pb::ServerTool {
-        name: snap.engine_name(server, tool),
+        name: match gateway {
+            Some(_) => tool.to_owned(),
+            None => snap.engine_name(server, tool),
+        },
         upstream_name: tool.to_owned(),
         title: crate::tools::title_of(def).to_owned(),
         hints: Some(view.hints.to_pb()),
@@ -171,13 +175,17 @@ pub fn server_tool(snap: &Snapshot, server: &str, tool: &str) -> pb::ServerTool 
 
 impl AdminApi {
     /// NOT_FOUND unless `server` is configured and (when its catalogue is
-    /// known) has `tool`.
+    /// known) has `tool`. The gateway tools of stage E (`mcp_resources`,
+    /// `mcp_resource_read`) take settings per server too.
     fn check_tool(&self, server: &str, tool: &str) -> Result<(), Status> {
         let snap = self.cp.state.snapshot();
         if !snap.servers.contains_key(server) {
             return Err(Status::not_found(format!(
                 "server {server:?} is not configured"
             )));
+        }
+        if crate::resources::gateway::tool(tool).is_some() {
+            return Ok(());
         }
         if let Some(cat) = snap.catalogues.get(server)
             && !cat.tools.iter().any(|t| t["name"] == tool)

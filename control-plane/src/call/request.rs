@@ -285,6 +285,17 @@ async fn read(
     .await
 }
 
+/// FAILED_PRECONDITION unless `server` has resources (a read would only
+/// get -32601 from it).
+fn has_resources(snap: &Snapshot, server: &str) -> Result<(), CallError> {
+    if crate::resources::has_resources(snap, server) {
+        return Ok(());
+    }
+    Err(CallError::failed_precondition(format!(
+        "server {server} has no resources (it declares no `resources` capability)"
+    )))
+}
+
 fn check_uri(uri: &str) -> Result<(), CallError> {
     if uri.is_empty() {
         return Err(CallError::invalid_argument("uri: required"));
@@ -317,6 +328,7 @@ pub async fn read_resource(
     let session = session_of(cp, &r.session_id, caller).await?;
     let snap = cp.state.snapshot();
     scope(&snap, session.as_ref(), &r.server)?;
+    has_resources(&snap, &r.server)?;
     check_uri(&r.uri)?;
     let mut params = Map::new();
     params.insert("uri".into(), Value::String(r.uri.clone()));
@@ -361,34 +373,13 @@ pub async fn get_prompt(
         .resource_catalogues
         .get(&r.server)
         .is_some_and(|c| c.prompts.iter().any(|p| p["name"] == r.name.as_str()));
-    if !listed {
-        return Err(CallError::not_found(format!(
+    let result = match listed {
+        true => prompt(cp, &snap, session.as_ref(), r).await,
+        false => Err(CallError::not_found(format!(
             "prompt not found: server {} lists no prompt {:?}",
             r.server, r.name
-        )));
-    }
-    let mut params = Map::new();
-    params.insert("name".into(), Value::String(r.name.clone()));
-    if !r.arguments.is_empty() {
-        let args: Map<String, Value> = r
-            .arguments
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect();
-        params.insert("arguments".into(), Value::Object(args));
-    }
-    let planned = plan(
-        cp,
-        session.as_ref(),
-        &r.run_id,
-        params,
-        &r.meta_json,
-        r.timeout_ms,
-    )?;
-    let result = route(cp, &snap, &r.server, planned, |mut c, req| async move {
-        c.get_prompt(req).await
-    })
-    .await;
+        ))),
+    };
     ContentRequested {
         method: "prompts/get",
         attach: false,
@@ -400,6 +391,30 @@ pub async fn get_prompt(
     }
     .emit(cp, &result, 0);
     result
+}
+
+/// Step 3 of `GetPrompt`: `prompts/get` of a listed prompt.
+async fn prompt(
+    cp: &ControlPlane,
+    snap: &Snapshot,
+    session: Option<&SessionRecord>,
+    r: &pb::GetPromptRequest,
+) -> Result<pb::GetPromptResponse, CallError> {
+    let mut params = Map::new();
+    params.insert("name".into(), Value::String(r.name.clone()));
+    if !r.arguments.is_empty() {
+        let args: Map<String, Value> = r
+            .arguments
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        params.insert("arguments".into(), Value::Object(args));
+    }
+    let planned = plan(cp, session, &r.run_id, params, &r.meta_json, r.timeout_ms)?;
+    route(cp, snap, &r.server, planned, |mut c, req| async move {
+        c.get_prompt(req).await
+    })
+    .await
 }
 
 /// `Complete`. Errors: UNIMPLEMENTED (the server declares no
@@ -486,11 +501,27 @@ pub async fn gateway(
             let servers: Vec<String> = servers
                 .into_iter()
                 .filter(|s| {
-                    tool_view(snap, s, tool.definition(), mode)
-                        .decision
-                        .offered()
+                    crate::resources::has_resources(snap, s)
+                        && tool_view(snap, s, tool.definition(), mode)
+                            .decision
+                            .offered()
                 })
                 .collect();
+            // Offered only when one of the session's servers has resources
+            // (`ListTools` says so too).
+            if servers.is_empty() && unavailable.is_empty() {
+                return Err(CallError::failed_precondition(match session {
+                    Some(s) => format!(
+                        "tool {:?} is not offered to session {}: none of its servers has resources",
+                        tool.name(),
+                        s.id
+                    ),
+                    None => format!(
+                        "tool {:?} is not offered: no server has resources",
+                        tool.name()
+                    ),
+                }));
+            }
             let page = resources_page(
                 snap,
                 &servers,
@@ -515,6 +546,7 @@ pub async fn gateway(
         }
         GatewayTool::Read => {
             let started = Instant::now();
+            has_resources(snap, &args.server)?;
             check_uri(&args.uri)?;
             let mut params = Map::new();
             params.insert("uri".into(), Value::String(args.uri.clone()));

@@ -150,6 +150,9 @@ pub enum Command {
     },
     /// List the prompts an engine sees (every page).
     Prompts {
+        /// Only this server's.
+        #[arg(long)]
+        server: Option<String>,
         /// The session whose servers to list (all servers if omitted).
         #[arg(long)]
         session: Option<String>,
@@ -511,9 +514,11 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             session,
             output,
         } => commands::resources::read(remote, server, uri, session, output).await,
-        Command::Prompts { session, json } => {
-            commands::resources::prompts(remote, session, json).await
-        }
+        Command::Prompts {
+            server,
+            session,
+            json,
+        } => commands::resources::prompts(remote, server, session, json).await,
         Command::Prompt {
             server,
             name,

@@ -18,3 +18,19 @@
 pub mod gateway;
 pub mod page;
 pub mod view;
+
+use crate::state::Snapshot;
+
+/// Whether `server` has resources: it declares the `resources` capability,
+/// or lists resources or templates.
+pub fn has_resources(snap: &Snapshot, server: &str) -> bool {
+    let declared = snap
+        .catalogues
+        .get(server)
+        .is_some_and(|c| c.capabilities.get("resources").is_some());
+    declared
+        || snap
+            .resource_catalogues
+            .get(server)
+            .is_some_and(|c| !c.resources.is_empty() || !c.resource_templates.is_empty())
+}

@@ -48,7 +48,9 @@ impl Position {
     /// The position `cursor` encodes, for listings of `lists` lists per
     /// server. Errors: a message naming `cursor`.
     pub fn decode(cursor: &str, lists: usize) -> Result<Position, String> {
-        let bad = || "cursor: not a cursor this API gave (use next_cursor as received)".to_owned();
+        let bad = || {
+            "cursor: not a cursor this API gave (pass the last page's next_cursor, or nextCursor, as received)".to_owned()
+        };
         if cursor.len() > MAX_CURSOR {
             return Err(bad());
         }

@@ -139,15 +139,7 @@ fn gateway_tools(snap: &Snapshot, session: Option<&SessionRecord>) -> Vec<pb::To
             .sidecars
             .get(name)
             .is_some_and(|m| m.values().any(|s| s.upstream_state == "connected"));
-        let declared = snap
-            .catalogues
-            .get(name)
-            .is_some_and(|c| c.capabilities.get("resources").is_some());
-        let listed = snap
-            .resource_catalogues
-            .get(name)
-            .is_some_and(|c| !c.resources.is_empty() || !c.resource_templates.is_empty());
-        enabled && live && (declared || listed)
+        enabled && live && crate::resources::has_resources(snap, name)
     });
     if !has_resources {
         return Vec::new();

@@ -61,11 +61,23 @@ args = ["--resources", "--era", "2025-11-25"]
 name = "orders-http"
 transport = "http"
 url = {url}
+
+[[servers]]
+name = "orders-none"
+transport = "stdio"
+command = {reference}
+args = ["--era", "2025-11-25"]
 "#,
         everything = toml_str(switchyard_test_support::everything_bin().to_string_lossy()),
         url = toml_str(&http.url),
     );
-    let names = ["everything", "orders", "orders-legacy", "orders-http"];
+    let names = [
+        "everything",
+        "orders",
+        "orders-legacy",
+        "orders-http",
+        "orders-none",
+    ];
     let gw = Gateway::start_with(StoreKind::Embedded, 10, http, &servers, "", &[], &names).await;
     // The lists arrive with each catalogue.
     let mut engine = gw.engine().await;
@@ -684,6 +696,88 @@ async fn prompts_completions_gateway_tools_mrtr_and_change_events() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("`uri` is required"), "{}", e.message());
+    // An administrator's policy per server: reads of `orders` disabled, and
+    // `orders` left out of listings; `everything` is not touched.
+    ok_stdout(
+        &gw.cli(&["policy", "set", "orders", "mcp_resource_read", "disabled"])
+            .await,
+        "policy set mcp_resource_read",
+    );
+    ok_stdout(
+        &gw.cli(&["policy", "set", "orders", "mcp_resources", "disabled"])
+            .await,
+        "policy set mcp_resources",
+    );
+    let e = engine
+        .call_tool(call_request(
+            "mcp_resource_read",
+            r#"{"server":"orders","uri":"orders://catalog/skus.json"}"#,
+            &session,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("disabled"), "{}", e.message());
+    let r = engine
+        .call_tool(call_request("mcp_resources", "{}", &session))
+        .await
+        .unwrap()
+        .into_inner();
+    let page: Value = serde_json::from_str(&r.text).unwrap();
+    let listed: Vec<&str> = page["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["server"].as_str().unwrap())
+        .collect();
+    assert!(
+        !listed.is_empty() && listed.iter().all(|s| *s == "everything"),
+        "{listed:?}"
+    );
+    engine
+        .call_tool(call_request(
+            "mcp_resource_read",
+            r#"{"server":"everything","uri":"demo://resource/static/document/features.md"}"#,
+            &session,
+        ))
+        .await
+        .expect("another server's reads still go");
+    for tool in ["mcp_resource_read", "mcp_resources"] {
+        ok_stdout(
+            &gw.cli(&["policy", "clear", "orders", tool]).await,
+            "policy clear",
+        );
+    }
+
+    // A session none of whose servers has resources is not offered them;
+    // a server without resources is not asked.
+    let bare = create_session(&mut engine, &["orders-none"], pb::PermissionMode::Auto).await;
+    let names = tool_names(&mut engine, &bare).await;
+    assert!(!names.contains(&"mcp_resources".to_string()), "{names:?}");
+    let e = engine
+        .call_tool(call_request("mcp_resources", "{}", &bare))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    let e = engine
+        .read_resource(read_request(
+            "orders-none",
+            "orders://catalog/skus.json",
+            "",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("has no resources"), "{}", e.message());
+    // An unknown prompt is counted.
+    let not_found = scrape(
+        &gw.http_addr,
+        "switchyard_control_plane_prompt_gets_total",
+        &[("server", "orders"), ("outcome", "not_found")],
+    )
+    .await;
+    assert_eq!(not_found, 1.0);
+
     // Audited and counted as tool calls.
     let calls = scrape(
         &gw.http_addr,

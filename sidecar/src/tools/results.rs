@@ -217,6 +217,10 @@ pub fn extension(mime: &str) -> &'static str {
         "text/plain" => "txt",
         "text/html" => "html",
         "text/csv" => "csv",
+        "text/markdown" => "md",
+        "application/xml" | "text/xml" => "xml",
+        "application/zip" => "zip",
+        "application/gzip" => "gz",
         _ => "bin",
     }
 }

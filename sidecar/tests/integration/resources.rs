@@ -411,7 +411,7 @@ async fn everything_resource_changes_are_relisted_and_hostile_names_stay_verbati
     gzip("..%2F..%2Fetc%2Fevil%20name.gz").await;
     let r = read(&h, encoded).await.unwrap();
     let a = &r.attachments[0];
-    assert_eq!(a.name, "resource-1.bin");
+    assert_eq!(a.name, "resource-1.gz");
     assert_eq!(a.mime_type, "application/gzip");
     assert_eq!(a.uri, encoded);
     assert_eq!(a.data[..2], [0x1f, 0x8b], "gzip data, decoded");
@@ -522,15 +522,15 @@ async fn long_texts_become_attachments_and_short_ones_stay_inline() {
     let a = &r.attachments[0];
     assert_eq!(
         (a.name.as_str(), a.mime_type.as_str(), a.uri.as_str()),
-        ("resource-1.txt", "text/markdown", "stub://long")
+        ("resource-1.md", "text/markdown", "stub://long")
     );
     assert_eq!(a.data, long.as_bytes());
-    assert_eq!(r.contents[0].attachment, "resource-1.txt");
+    assert_eq!(r.contents[0].attachment, "resource-1.md");
     let (head, note) = r.text.split_once('\n').unwrap();
     assert_eq!(head, "é".repeat(4_000));
     assert_eq!(
         note,
-        "[The text of resource \"stub://long\" is 25000 characters long (45000 bytes); only its first 4000 characters are shown. The whole text is in the attachment resource-1.txt.]"
+        "[The text of resource \"stub://long\" is 25000 characters long (45000 bytes); only its first 4000 characters are shown. The whole text is in the attachment resource-1.md.]"
     );
 
     // 20,000 characters: inline.
@@ -564,7 +564,7 @@ async fn long_texts_become_attachments_and_short_ones_stay_inline() {
 
     // Prompts follow the same rules.
     let p = prompt(&h, "long", json!({})).await.unwrap();
-    assert_eq!(p.attachments[0].name, "prompt-1.txt");
+    assert_eq!(p.attachments[0].name, "prompt-1.md");
     assert_eq!(p.attachments[0].data, long.as_bytes());
     let p = prompt(&h, "pictures", json!({})).await.unwrap();
     let kinds: Vec<(&str, &str)> = p

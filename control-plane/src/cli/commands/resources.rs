@@ -182,8 +182,14 @@ fn numbered(path: &Path, i: usize) -> PathBuf {
     }
 }
 
-/// Lists every prompt (all pages) of the session's servers.
-pub async fn prompts(remote: &Remote, session: Option<String>, json: bool) -> Result<(), Failure> {
+/// Lists every prompt (all pages) of the session's servers, or of
+/// `server`.
+pub async fn prompts(
+    remote: &Remote,
+    server: Option<String>,
+    session: Option<String>,
+    json: bool,
+) -> Result<(), Failure> {
     let mut client = remote.engine().await?;
     let mut prompts = Vec::new();
     let mut unavailable;
@@ -192,9 +198,9 @@ pub async fn prompts(remote: &Remote, session: Option<String>, json: bool) -> Re
         let page = client
             .list_prompts(pb::ListPromptsRequest {
                 session_id: session.clone().unwrap_or_default(),
+                server: server.clone().unwrap_or_default(),
                 cursor: std::mem::take(&mut cursor),
                 page_size: 1000,
-                ..Default::default()
             })
             .await?
             .into_inner();

@@ -41,21 +41,18 @@ fn longer_text_becomes_an_attachment_with_its_head_in_the_model_text() {
     .unwrap();
     assert_eq!(r.attachments.len(), 1);
     let a = &r.attachments[0];
-    assert_eq!(
-        a.name, "resource-1.txt",
-        "markdown has no extension of its own"
-    );
+    assert_eq!(a.name, "resource-1.md", "markdown keeps its extension");
     assert_eq!(a.mime_type, "text/markdown");
     assert_eq!(a.data, text.as_bytes());
     assert_eq!(a.size_bytes, 40_001);
     assert_eq!(a.uri, "demo://t");
     assert_eq!(r.contents[0].text, "");
-    assert_eq!(r.contents[0].attachment, "resource-1.txt");
+    assert_eq!(r.contents[0].attachment, "resource-1.md");
     let (head, note) = r.text.split_once('\n').unwrap();
     assert_eq!(head, "é".repeat(HEAD_CHARS));
     assert_eq!(
         note,
-        r#"[The text of resource "demo://t" is 20001 characters long (40001 bytes); only its first 4000 characters are shown. The whole text is in the attachment resource-1.txt.]"#
+        r#"[The text of resource "demo://t" is 20001 characters long (40001 bytes); only its first 4000 characters are shown. The whole text is in the attachment resource-1.md.]"#
     );
 }
 
@@ -81,7 +78,7 @@ fn a_blob_is_always_an_attachment_named_by_its_type() {
     let names: Vec<&str> = r.attachments.iter().map(|a| a.name.as_str()).collect();
     assert_eq!(
         names,
-        ["resource-1.pdf", "resource-2.bin", "resource-3.bin"]
+        ["resource-1.pdf", "resource-2.gz", "resource-3.bin"]
     );
     assert_eq!(r.attachments[0].data, pdf);
     assert_eq!(r.attachments[0].uri, "file:///docs/report.pdf");
@@ -93,12 +90,12 @@ fn a_blob_is_always_an_attachment_named_by_its_type() {
     assert_eq!(r.attachments[2].data, [0, 1, 2]);
     assert_eq!(r.contents[0].meta_json, r#"{"k":[1]}"#);
     assert_eq!(r.contents[1].meta_json, "");
-    assert_eq!(r.contents[1].attachment, "resource-2.bin");
+    assert_eq!(r.contents[1].attachment, "resource-2.gz");
     assert_eq!(
         r.text,
         [
             r#"[resource "file:///docs/report.pdf" attached as resource-1.pdf (application/pdf, 18 bytes)]"#,
-            r#"[resource "demo://resource/session/../../etc/evil name.gz" attached as resource-2.bin (application/gzip, 2 bytes)]"#,
+            r#"[resource "demo://resource/session/../../etc/evil name.gz" attached as resource-2.gz (application/gzip, 2 bytes)]"#,
             r#"[resource "x:y" attached as resource-3.bin (application/octet-stream, 3 bytes)]"#,
         ]
         .join("\n\n")
