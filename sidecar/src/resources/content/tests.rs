@@ -76,10 +76,7 @@ fn a_blob_is_always_an_attachment_named_by_its_type() {
     ]});
     let r = read("s", "file:///docs/", result, false).unwrap();
     let names: Vec<&str> = r.attachments.iter().map(|a| a.name.as_str()).collect();
-    assert_eq!(
-        names,
-        ["resource-1.pdf", "resource-2.gz", "resource-3.bin"]
-    );
+    assert_eq!(names, ["resource-1.pdf", "resource-2.gz", "resource-3.bin"]);
     assert_eq!(r.attachments[0].data, pdf);
     assert_eq!(r.attachments[0].uri, "file:///docs/report.pdf");
     assert_eq!(
