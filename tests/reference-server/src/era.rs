@@ -23,8 +23,11 @@
 //! serialises against the spec: a URL elicitation's absent `elicitationId`,
 //! which the interaction tools produce ([`strip_empty_elicitation_ids`];
 //! stdio in [`EraGate`], HTTP in [`fix_http_response`]).
+//!
+//! On stdio, [`EraGate`] also gives each `subscriptions/listen` request its
+//! [`ListenTicket`](crate::listens::ListenTicket) (see [`crate::listens`]).
 
-use std::borrow::Cow;
+use std::{borrow::Cow, sync::Arc};
 
 use axum::{
     body::{Body, to_bytes},
@@ -37,12 +40,15 @@ use rmcp::{
     ErrorData, RoleServer,
     model::{
         ClientJsonRpcMessage, ClientRequest, ConstString, CustomResult, DiscoverRequestMethod,
-        ErrorCode, InitializeResultMethod, ProtocolVersion, ServerJsonRpcMessage, ServerResult,
+        ErrorCode, GetExtensions, InitializeResultMethod, ProtocolVersion, ServerJsonRpcMessage,
+        ServerResult,
     },
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
 };
 use serde_json::Value;
+
+use crate::listens::PendingListens;
 
 /// Whether a request of this negotiated version uses the 2026-07-28
 /// lifecycle (per-request `_meta`, MRTR instead of server-to-client requests).
@@ -102,17 +108,23 @@ impl Era {
 }
 
 /// A transport wrapper (used on stdio) that answers the other era's lifecycle
-/// opener itself and passes every other message through.
+/// opener itself, tickets each `subscriptions/listen` request in `listens`,
+/// and passes every other message through.
 #[derive(Debug)]
 pub struct EraGate<T> {
     inner: T,
     era: Era,
+    listens: Arc<PendingListens>,
 }
 
 impl<T> EraGate<T> {
-    /// Gates `inner` to `era`.
-    pub fn new(inner: T, era: Era) -> Self {
-        Self { inner, era }
+    /// Gates `inner` to `era`, counting listen requests in `listens`.
+    pub fn new(inner: T, era: Era, listens: Arc<PendingListens>) -> Self {
+        Self {
+            inner,
+            era,
+            listens,
+        }
     }
 }
 
@@ -133,10 +145,14 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for EraGate<T> {
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
-            let message = self.inner.receive().await?;
-            let ClientJsonRpcMessage::Request(request) = &message else {
+            let mut message = self.inner.receive().await?;
+            let ClientJsonRpcMessage::Request(request) = &mut message else {
                 return Some(message);
             };
+            if let ClientRequest::SubscriptionsListenRequest(_) = &request.request {
+                let ticket = self.listens.ticket();
+                request.request.extensions_mut().insert(ticket);
+            }
             let Some(error) = self.era.reject(&request.request) else {
                 return Some(message);
             };

@@ -15,12 +15,14 @@
 //!
 //! This root parses the command line and serves one transport. Its modules,
 //! each using only those listed before it: `orders` (the in-memory store),
-//! `request_state` (sealed MRTR `requestState`), `era` (the eras and the
+//! `request_state` (sealed MRTR `requestState`), `listens` (listen requests
+//! not yet registered, which list changes wait for), `era` (the eras and the
 //! layer holding the server to one), `tasks` (the task engine and its
 //! transport wrappers), `server` (the MCP handler and, below it, the tools
 //! of every stage).
 
 mod era;
+mod listens;
 mod orders;
 mod request_state;
 mod server;
@@ -174,7 +176,7 @@ where
     T: Transport<RoleServer> + Send + 'static,
     T::Error: Send + Sync + 'static,
 {
-    let transport = EraGate::new(transport, era);
+    let transport = EraGate::new(transport, era, server.listens());
     let running = match server.serve(transport).await {
         Ok(running) => running,
         // The client left before opening a session: nothing to serve.
@@ -205,9 +207,12 @@ async fn serve_http<M: SessionManager>(
         .with_stateless_protocol_metadata_required(era == Era::Modern)
         .with_max_request_body_bytes(era::MAX_BODY_BYTES)
         .with_cancellation_token(shutdown.clone());
+    let listens = server.listens();
     let service =
         StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config);
-    let mut router = axum::Router::new().nest_service("/mcp", service);
+    let mut router = axum::Router::new().nest_service("/mcp", service).layer(
+        axum::middleware::from_fn_with_state(listens, listens::track_http_listens),
+    );
     if interactions {
         router = router.layer(axum::middleware::from_fn(era::fix_http_response));
     }

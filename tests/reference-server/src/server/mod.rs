@@ -44,6 +44,7 @@ pub use self::resources::{Catalogue, DEFAULT_LARGE_RESOURCE_BYTES};
 use self::{interactions::Interactions, stage_a::StageA};
 use crate::{
     era::{self, Era},
+    listens::{ListenTicket, PendingListens},
     orders::OrderStore,
     tasks::{self, TaskServer},
 };
@@ -68,6 +69,8 @@ pub struct OrderServer {
     tasks: Option<Arc<TaskServer>>,
     /// Stage-E state (resources, prompts, completions), present with `--resources`.
     catalogue: Option<Arc<Catalogue>>,
+    /// Listen requests received but not yet registered (see [`crate::listens`]).
+    listens: Arc<PendingListens>,
     /// Whether tools are served at all (not with `--no-tools`).
     tools: bool,
     tool_router: Arc<ToolRouter<Self>>,
@@ -113,9 +116,16 @@ impl OrderServer {
             stage_a: stage_a.then(Arc::default),
             tasks,
             catalogue: catalogue.map(Arc::new),
+            listens: Arc::default(),
             tools,
             tool_router: Arc::new(tool_router),
         }
+    }
+
+    /// The count of listen requests received but not yet registered, which
+    /// the transport layer feeds (see [`crate::listens`]).
+    pub fn listens(&self) -> Arc<PendingListens> {
+        self.listens.clone()
     }
 
     /// The stage-A state, if `--stage-a`.
@@ -240,6 +250,8 @@ impl ServerHandler for OrderServer {
         (self.stage_a.is_some() || self.catalogue.is_some()).then(|| filter.build())
     }
 
+    /// Registers the stream with the stages whose lists it accepted, then
+    /// settles the request's [`ListenTicket`]: changes from then on reach it.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let accepted = context.accepted();
         let _tools = self
@@ -255,6 +267,9 @@ impl ServerHandler for OrderServer {
                     || accepted.prompts_list_changed == Some(true)
             })
             .map(|catalogue| catalogue.listen(context.sink().clone()));
+        if let Some(ticket) = ListenTicket::of(context.request_context()) {
+            ticket.settle();
+        }
         context.cancelled().await;
         Ok(())
     }

@@ -1144,6 +1144,8 @@ fn call_add_resource(context: ToolCallContext<'_, OrderServer>) -> CallFuture<'_
             ));
         };
         let n = catalogue.added.fetch_add(1, Ordering::SeqCst) + 1;
+        // Every listen request received so far gets this change.
+        context.service.listens.settled().await;
         let request = &context.request_context;
         let legacy_peer = (!modern(request)).then_some(&request.peer);
         let sent = catalogue.notify(legacy_peer).await;

@@ -519,6 +519,8 @@ async fn run(context: ToolCallContext<'_, OrderServer>) -> Result<CallToolRespon
         }
         "toggle_extra_tool" => {
             let listed = !state.extra_tool.fetch_xor(true, Ordering::SeqCst);
+            // Every listen request received so far gets this change.
+            context.service.listens.settled().await;
             let sent = state.notify(legacy_peer(&context)).await;
             let action = if listed { "added" } else { "removed" };
             with_structured(
@@ -540,6 +542,7 @@ async fn run(context: ToolCallContext<'_, OrderServer>) -> Result<CallToolRespon
                     )
                 })?;
             let peer = legacy_peer(&context);
+            context.service.listens.settled().await;
             let mut sent = 0;
             for _ in 0..count {
                 sent += state.notify(peer).await;
