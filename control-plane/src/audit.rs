@@ -85,6 +85,20 @@ mod tests {
     use serde_json::Value;
 
     #[test]
+    fn audited_uris_keep_no_credentials() {
+        assert_eq!(
+            audited_uri("https://alice:s3cr3t@example.com/x;jsessionid=S/doc?token=abc#f"),
+            "https://example.com/x/doc"
+        );
+        assert_eq!(
+            audited_uri("orders://invoices/INV-1.pdf"),
+            "orders://invoices/INV-1.pdf"
+        );
+        assert_eq!(audited_uri("mailto:a@b.c"), "mailto:a@b.c");
+        assert_eq!(audited_uri(&"é".repeat(2000)).len(), 1024);
+    }
+
+    #[test]
     fn file_sink_writes_json_lines_without_content() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/audit.jsonl");
@@ -171,13 +185,37 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// `uri` as audited: without its query and fragment, and at most 1,024
+/// `uri` as audited: without its userinfo (`user:password@`), path
+/// parameters (`;jsessionid=...`), query and fragment, and at most 1,024
 /// bytes (cut on a character boundary).
 pub fn audited_uri(uri: &str) -> String {
     let end = uri.find(['?', '#']).unwrap_or(uri.len());
-    let mut cut = end.min(1024);
-    while !uri.is_char_boundary(cut) {
+    let mut uri = uri[..end].to_owned();
+    // `scheme://user:password@host/...`: the userinfo goes.
+    if let Some(start) = uri.find("://").map(|i| i + 3) {
+        let authority_end = uri[start..].find('/').map_or(uri.len(), |i| start + i);
+        if let Some(at) = uri[start..authority_end].rfind('@') {
+            uri.replace_range(start..start + at + 1, "");
+        }
+    }
+    // Path parameters: every `;...` up to the next `/`.
+    let mut out = String::with_capacity(uri.len());
+    let mut skipping = false;
+    for c in uri.chars() {
+        match c {
+            ';' => skipping = true,
+            '/' => {
+                skipping = false;
+                out.push(c);
+            }
+            c if !skipping => out.push(c),
+            _ => {}
+        }
+    }
+    let mut cut = out.len().min(1024);
+    while !out.is_char_boundary(cut) {
         cut -= 1;
     }
-    uri[..cut].to_owned()
+    out.truncate(cut);
+    out
 }

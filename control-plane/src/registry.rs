@@ -266,6 +266,15 @@ impl Registry {
     ) -> Result<(bool, bool), RegistryError> {
         let key = resources_key(server);
         let ([resources, templates, prompts], omitted) = ResourceCatalogueRecord::fit(lists);
+        if omitted != [0, 0, 0] {
+            tracing::warn!(
+                %server,
+                resources = omitted[0],
+                templates = omitted[1],
+                prompts = omitted[2],
+                "entries left out of the stored lists: an entry over 64 KiB, or over 1 MB of entries in all"
+            );
+        }
         let (resources, templates, prompts) = (&resources, &templates, &prompts);
         let updated = cas::update(&self.store, &key, |old| async move {
             if self.store.get(&server_key(server)).await?.is_none() {

@@ -4,9 +4,11 @@
 //! `SidecarCalls` served by each sidecar) and the admin API
 //! (`AdminService`). MCP JSON travels as JSON text in `*_json` fields so
 //! nothing is lost in transit. [`calls`] holds both halves of the
-//! streams of calls (`CallToolStream`, `CallStream`).
+//! streams of calls (`CallToolStream`, `CallStream`); [`status`] builds
+//! statuses that fit in HTTP/2 headers.
 
 pub mod calls;
+pub mod status;
 
 /// Package `switchyard.v1`.
 pub mod v1 {

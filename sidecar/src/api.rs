@@ -411,7 +411,7 @@ impl SidecarCalls for CallService {
 /// error's text; a JSON-RPC error object travels in the status details.
 pub fn status(error: CallError) -> Status {
     let message = error.to_string();
-    match error {
+    fit(match error {
         CallError::InvalidArgument { .. } => Status::invalid_argument(message),
         CallError::Upstream(e) => status_of(&e),
         CallError::DeadlineExceeded { .. } | CallError::ForegroundLimit { .. } => {
@@ -444,7 +444,14 @@ pub fn status(error: CallError) -> Status {
         CallError::NotMoved { .. } | CallError::ShuttingDown => Status::unavailable(message),
         CallError::Cancelled { .. } => Status::cancelled(message),
         CallError::Internal { .. } => Status::internal(message),
-    }
+    })
+}
+
+/// `status` within the sizes a status may have
+/// ([`switchyard_proto::status::bounded`]): a server's long error text
+/// must not break the connection the control plane's other calls share.
+fn fit(status: Status) -> Status {
+    switchyard_proto::status::bounded(status.code(), status.message(), status.details())
 }
 
 /// The gRPC status for an upstream failure. A JSON-RPC error answer is
@@ -453,7 +460,7 @@ pub fn status(error: CallError) -> Status {
 /// failures are `UNAVAILABLE`; a timeout is `DEADLINE_EXCEEDED`; the rest
 /// is `INTERNAL`. Messages are the error's text, which names the server.
 pub fn status_of(error: &UpstreamError) -> Status {
-    match error {
+    fit(match error {
         UpstreamError::Rpc { .. } => Status::with_details(
             Code::FailedPrecondition,
             error.to_string(),
@@ -470,7 +477,7 @@ pub fn status_of(error: &UpstreamError) -> Status {
         | UpstreamError::NoResponse { .. }
         | UpstreamError::MessageTooLarge { .. }
         | UpstreamError::Protocol { .. } => Status::internal(error.to_string()),
-    }
+    })
 }
 
 #[cfg(test)]

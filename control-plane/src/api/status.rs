@@ -28,11 +28,8 @@ impl From<CallError> for Status {
             Kind::DataLoss => Code::DataLoss,
             Kind::Unknown => Code::Unknown,
         };
-        if e.details.is_empty() {
-            Status::new(code, e.message)
-        } else {
-            Status::with_details(code, e.message, e.details.into())
-        }
+        // Bounded: a status travels in HTTP/2 headers.
+        switchyard_proto::status::bounded(code, e.message, &e.details)
     }
 }
 

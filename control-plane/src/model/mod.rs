@@ -286,20 +286,29 @@ impl ResourceCatalogueRecord {
     /// The most JSON text of entries one record holds, in bytes.
     pub const MAX_BYTES: usize = 1_000_000;
 
+    /// The largest single entry kept, in bytes of JSON text: one entry
+    /// over it is left out alone (it would crowd out the rest).
+    pub const MAX_ENTRY_BYTES: usize = 64 * 1024;
+
     /// The three lists cut to fit [`Self::MAX_BYTES`] together: entries
-    /// are kept in order, resources first, then templates, then prompts,
-    /// while they fit; the number left out of each is returned.
+    /// over [`Self::MAX_ENTRY_BYTES`] are left out; the others are kept in
+    /// order, resources first, then templates, then prompts, while they
+    /// fit. The number left out of each list is returned.
     pub fn fit(lists: [Vec<Value>; 3]) -> ([Vec<Value>; 3], [usize; 3]) {
         let mut budget = Self::MAX_BYTES;
         let mut omitted = [0usize; 3];
+        let mut full = [false; 3];
         let mut kept: [Vec<Value>; 3] = Default::default();
         for (i, list) in lists.into_iter().enumerate() {
             for entry in list {
                 let size = entry.to_string().len() + 1;
-                if size <= budget && omitted[i] == 0 {
+                if size > Self::MAX_ENTRY_BYTES {
+                    omitted[i] += 1;
+                } else if size <= budget && !full[i] {
                     budget -= size;
                     kept[i].push(entry);
                 } else {
+                    full[i] = true;
                     omitted[i] += 1;
                 }
             }

@@ -135,6 +135,15 @@ fn resource_lists_are_cut_to_fit_a_record_in_order() {
     assert_eq!(omitted, [150 - kept, 0, 0]);
     assert!(t.is_empty());
     assert_eq!(p.len(), 1, "a later list still gets what fits");
+    // One entry over 64 KiB is left out alone.
+    let fat = json!({"uri": "d://fat", "description": "x".repeat(70_000)});
+    let ([r, _, _], omitted) = ResourceCatalogueRecord::fit([
+        vec![json!({"uri": "d://a"}), fat, json!({"uri": "d://b"})],
+        vec![],
+        vec![],
+    ]);
+    assert_eq!(r.len(), 2);
+    assert_eq!(omitted, [1, 0, 0]);
     let size: usize = r.iter().chain(&p).map(|v| v.to_string().len() + 1).sum();
     assert!(size <= ResourceCatalogueRecord::MAX_BYTES);
 }

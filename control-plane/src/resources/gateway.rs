@@ -152,22 +152,35 @@ pub fn arguments(tool: GatewayTool, arguments_json: &str) -> Result<Arguments, S
     Ok(out)
 }
 
+/// Longest text field of an entry in a page of `mcp_resources`, in
+/// characters (a description, a title, a name); longer ones are cut, with
+/// `…`, so that a page stays a page (50 entries).
+pub const MAX_FIELD_CHARS: usize = 1000;
+
+fn field(s: &str) -> Value {
+    match s.char_indices().nth(MAX_FIELD_CHARS) {
+        None => Value::String(s.to_owned()),
+        Some((end, _)) => Value::String(format!("{}…", &s[..end])),
+    }
+}
+
 /// What the model reads of a page of `mcp_resources`: JSON, so names and
-/// descriptions a server chose cannot pass for structure.
+/// descriptions a server chose cannot pass for structure; each text field
+/// at most [`MAX_FIELD_CHARS`] characters (URIs whole: they are read back).
 pub fn page_text(
     resources: &[switchyard_proto::v1::Resource],
     templates: &[switchyard_proto::v1::ResourceTemplate],
     next_cursor: &str,
     unavailable: &[String],
 ) -> Value {
-    let opt = |s: &str| (!s.is_empty()).then(|| Value::String(s.to_owned()));
+    let opt = |s: &str| (!s.is_empty()).then(|| field(s));
     let resources: Vec<Value> = resources
         .iter()
         .map(|r| {
             let mut o = serde_json::Map::new();
             o.insert("server".into(), json!(r.server));
             o.insert("uri".into(), json!(r.uri));
-            o.insert("name".into(), json!(r.name));
+            o.insert("name".into(), field(&r.name));
             for (k, v) in [
                 ("title", &r.title),
                 ("description", &r.description),
@@ -189,7 +202,7 @@ pub fn page_text(
             let mut o = serde_json::Map::new();
             o.insert("server".into(), json!(t.server));
             o.insert("uriTemplate".into(), json!(t.uri_template));
-            o.insert("name".into(), json!(t.name));
+            o.insert("name".into(), field(&t.name));
             for (k, v) in [
                 ("title", &t.title),
                 ("description", &t.description),
@@ -258,6 +271,27 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn long_fields_are_cut_in_a_page() {
+        let r = switchyard_proto::v1::Resource {
+            server: "s".into(),
+            uri: format!("x://{}", "u".repeat(3000)),
+            name: "n".repeat(5000),
+            description: "é".repeat(20_000),
+            size: -1,
+            ..Default::default()
+        };
+        let page = page_text(std::slice::from_ref(&r), &[], "", &[]);
+        let e = &page["resources"][0];
+        assert_eq!(e["uri"], r.uri.as_str(), "URIs whole");
+        assert_eq!(
+            e["description"].as_str().unwrap().chars().count(),
+            MAX_FIELD_CHARS + 1
+        );
+        assert!(e["name"].as_str().unwrap().ends_with('…'));
+        assert!(e.get("size").is_none());
     }
 
     #[test]

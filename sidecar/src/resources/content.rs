@@ -134,6 +134,29 @@ impl Names {
     }
 }
 
+/// A server's `mimeType` as kept: a media type (`type/subtype`, RFC 6838
+/// token characters, parameters after `;` dropped, lower case, at most 127
+/// bytes); anything else (spaces, quotes, line breaks, no `/`) is treated
+/// as absent, so a server's string never reaches the model text or an
+/// attachment's type as more than a media type.
+pub fn media_type(raw: Option<&str>) -> String {
+    let Some(raw) = raw else {
+        return String::new();
+    };
+    let essence = raw.split(';').next().unwrap_or("").trim();
+    let token = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b))
+    };
+    match essence.split_once('/') {
+        Some((kind, sub)) if essence.len() <= 127 && token(kind) && token(sub) => {
+            essence.to_ascii_lowercase()
+        }
+        _ => String::new(),
+    }
+}
+
 /// The extension of a text attachment: the allow-list's, else `txt`.
 fn text_extension(mime: &str) -> &'static str {
     match extension(mime) {
@@ -218,7 +241,7 @@ pub fn read(
     let mut parts: Vec<String> = Vec::new();
     for (i, mut item) in items.into_iter().enumerate() {
         let item_uri = str_of(&item, "uri").unwrap_or(uri).to_owned();
-        let mime = str_of(&item, "mimeType").unwrap_or("").to_owned();
+        let mime = media_type(str_of(&item, "mimeType"));
         let mut content = ResourceContent {
             uri: item_uri.clone(),
             mime_type: mime.clone(),
@@ -343,9 +366,10 @@ fn prompt_block(mut block: Value, names: &mut Names) -> Result<(PromptMessage, S
             m.text.clone()
         }
         "image" | "audio" => {
-            let mime = str_of(&block, "mimeType")
-                .unwrap_or("application/octet-stream")
-                .to_owned();
+            let mime = match media_type(str_of(&block, "mimeType")) {
+                m if m.is_empty() => "application/octet-stream".to_owned(),
+                m => m,
+            };
             let data = take_str(&mut block, "data").unwrap_or_default();
             let data = decode(&data).map_err(|e| format!("the {kind} is not valid base64: {e}"))?;
             let bytes = data.len();
@@ -361,11 +385,7 @@ fn prompt_block(mut block: Value, names: &mut Names) -> Result<(PromptMessage, S
                 .and_then(|r| str_of(r, "uri"))
                 .unwrap_or("")
                 .to_owned();
-            let mime = resource
-                .as_deref()
-                .and_then(|r| str_of(r, "mimeType"))
-                .unwrap_or("")
-                .to_owned();
+            let mime = media_type(resource.as_deref().and_then(|r| str_of(r, "mimeType")));
             let what = format!("resource {}", quoted(&uri));
             m.uri = uri.clone();
             m.mime_type = mime.clone();
@@ -411,7 +431,7 @@ fn prompt_block(mut block: Value, names: &mut Names) -> Result<(PromptMessage, S
         "resource_link" => {
             let uri = str_of(&block, "uri").unwrap_or("").to_owned();
             let name = str_of(&block, "name").unwrap_or("");
-            m.mime_type = str_of(&block, "mimeType").unwrap_or("").to_owned();
+            m.mime_type = media_type(str_of(&block, "mimeType"));
             let part = format!("[resource link {}: {}]", quoted(&uri), quoted(name));
             m.uri = uri;
             part

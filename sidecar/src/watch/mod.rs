@@ -57,6 +57,11 @@ pub struct UpstreamView {
     pub settings: Catalogue,
 }
 
+/// The longest a resource, template or prompt listing may take (all its
+/// pages): the watcher waits for it, so it is bounded well below a
+/// request's own timeout.
+pub const STAGE_E_LIST_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Starts following `upstream` (see the module docs) with a private
 /// catalogue and the default coalescing window. The task ends when the
 /// upstream session is shut down.
@@ -267,7 +272,9 @@ impl UpstreamWatcher {
                 self.tools = None;
                 self.set_status("connected", String::new());
                 self.listen();
-                // A new connection lists everything at once.
+                // A new connection lists everything at once (a resource or
+                // prompt list that never answers holds the tools back
+                // [`STAGE_E_LIST_LIMIT`] at most).
                 for list in List::ALL {
                     self.refresh(list).await;
                 }
@@ -342,11 +349,26 @@ impl UpstreamWatcher {
                     }
                 }
             }
+            // Bounded: this loop also re-lists tools and follows the
+            // connection, so a server that never answers one of these
+            // lists costs it at most this long (the previous list stays).
             List::Resources => {
-                self.lists.relist_resources(upstream).await;
+                let relist = self.lists.relist_resources(upstream);
+                if tokio::time::timeout(STAGE_E_LIST_LIMIT, relist)
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(server = %upstream.name(), limit_s = STAGE_E_LIST_LIMIT.as_secs(), "listing resources took too long; keeping the previous lists");
+                }
             }
             List::Prompts => {
-                self.lists.relist_prompts(upstream).await;
+                let relist = self.lists.relist_prompts(upstream);
+                if tokio::time::timeout(STAGE_E_LIST_LIMIT, relist)
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(server = %upstream.name(), limit_s = STAGE_E_LIST_LIMIT.as_secs(), "listing prompts took too long; keeping the previous list");
+                }
             }
         }
     }
