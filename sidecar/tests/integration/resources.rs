@@ -637,6 +637,24 @@ async fn other_failures_keep_their_codes() {
     );
     assert!(e.message().contains("server resources_stub"), "{e:?}");
 
+    // A server's very long error: bounded in the status (it travels in
+    // HTTP/2 headers), and the other reads on the connection go on.
+    let slow = {
+        let mut client = h.client.clone();
+        let r = request(json!({"uri": "stub://slow/1500"}));
+        tokio::spawn(async move { client.read_resource(r).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let e = read(&h, "stub://error/50000").await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().len() <= 1024, "{}", e.message().len());
+    assert!(e.message().ends_with("bytes in all)"), "{}", e.message());
+    let d = details(&e);
+    assert_eq!(d["code"], -32603);
+    assert_eq!(d["data"]["truncated"], true);
+    let slow = tokio::time::timeout(LIMIT, slow).await.unwrap().unwrap();
+    assert!(slow.is_ok(), "the other read: {slow:?}");
+
     let e = read(&h, "stub://bad-blob").await.unwrap_err();
     assert_eq!(e.code(), Code::Internal, "{e:?}");
     assert!(

@@ -37,6 +37,7 @@ resources/read {uri}:
   stub://two               two contents (a text and a blob)
   stub://slow/MS           answers after MS ms (a thread; cancellable)
   stub://error             -32603 "boom" with data {"why": "testing"}
+  stub://error/N           -32603 with an N-character message and data
   stub://crash             the process exits (status 3) without answering
   stub://gone              -32002 "Resource not found" (2025-11-25 code)
   https://...              a text naming the URI: the sidecar asks the server
@@ -281,6 +282,12 @@ class Stub(Server):
                 and (msg.get("params") or {}).get("uri") == "stub://error":
             self.reads += 1
             return self.response(msg["id"], error={"code": -32603, "message": "boom", "data": {"why": "testing"}})
+        uri = (msg.get("params") or {}).get("uri") if isinstance(msg, dict) else None
+        if msg.get("method") == "resources/read" and isinstance(uri, str) \
+                and uri.startswith("stub://error/"):
+            self.reads += 1
+            n = int(uri.rsplit("/", 1)[1])
+            return self.response(msg["id"], error={"code": -32603, "message": "e" * n, "data": {"long": "d" * n}})
         return super().handle(msg, ctx)
 
 
