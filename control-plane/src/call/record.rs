@@ -128,6 +128,46 @@ pub struct ContentRequested<'a> {
     pub started: Instant,
 }
 
+/// A stage E request being answered: [`Recording::finish`] records its
+/// end; dropped unfinished (the engine went away, its deadline passed),
+/// it records the request as `cancelled`, so an abandoned read is still
+/// counted and audited.
+#[derive(Debug)]
+pub struct Recording<'a> {
+    event: Option<ContentRequested<'a>>,
+    cp: &'a ControlPlane,
+}
+
+impl Recording<'_> {
+    /// Records the end `result` (`bytes`: contents read).
+    pub fn finish<T>(mut self, result: &Result<T, CallError>, bytes: u64) {
+        if let Some(event) = self.event.take() {
+            event.emit(self.cp, result, bytes);
+        }
+    }
+}
+
+impl Drop for Recording<'_> {
+    fn drop(&mut self) {
+        if let Some(event) = self.event.take() {
+            let gone: Result<(), CallError> = Err(CallError::cancelled(
+                "the engine went away before the answer",
+            ));
+            event.emit(self.cp, &gone, 0);
+        }
+    }
+}
+
+impl<'a> ContentRequested<'a> {
+    /// Starts recording the request: see [`Recording`].
+    pub fn start(self, cp: &'a ControlPlane) -> Recording<'a> {
+        Recording {
+            event: Some(self),
+            cp,
+        }
+    }
+}
+
 impl ContentRequested<'_> {
     /// The outcome label: `ok`, `not_found`, `invalid_argument`,
     /// `unimplemented`, or the error's ([`CallError::outcome`]).

@@ -341,8 +341,7 @@ pub async fn read_resource(
         r.timeout_ms,
     )?;
     planned.request.attach = attach;
-    let result = read(cp, &snap, &r.server, planned).await;
-    ContentRequested {
+    let recording = ContentRequested {
         method: "resources/read",
         attach,
         session: &r.session_id,
@@ -351,7 +350,9 @@ pub async fn read_resource(
         target: &r.uri,
         started,
     }
-    .emit(cp, &result, result.as_ref().map_or(0, bytes_of));
+    .start(cp);
+    let result = read(cp, &snap, &r.server, planned).await;
+    recording.finish(&result, result.as_ref().map_or(0, bytes_of));
     result
 }
 
@@ -373,14 +374,7 @@ pub async fn get_prompt(
         .resource_catalogues
         .get(&r.server)
         .is_some_and(|c| c.prompts.iter().any(|p| p["name"] == r.name.as_str()));
-    let result = match listed {
-        true => prompt(cp, &snap, session.as_ref(), r).await,
-        false => Err(CallError::not_found(format!(
-            "prompt not found: server {} lists no prompt {:?}",
-            r.server, r.name
-        ))),
-    };
-    ContentRequested {
+    let recording = ContentRequested {
         method: "prompts/get",
         attach: false,
         session: &r.session_id,
@@ -389,7 +383,15 @@ pub async fn get_prompt(
         target: &r.name,
         started,
     }
-    .emit(cp, &result, 0);
+    .start(cp);
+    let result = match listed {
+        true => prompt(cp, &snap, session.as_ref(), r).await,
+        false => Err(CallError::not_found(format!(
+            "prompt not found: server {} lists no prompt {:?}",
+            r.server, r.name
+        ))),
+    };
+    recording.finish(&result, 0);
     result
 }
 
@@ -551,8 +553,7 @@ pub async fn gateway(
             let mut params = Map::new();
             params.insert("uri".into(), Value::String(args.uri.clone()));
             let planned = plan(cp, session, &r.run_id, params, &r.meta_json, r.timeout_ms)?;
-            let result = read(cp, snap, &args.server, planned).await;
-            ContentRequested {
+            let recording = ContentRequested {
                 method: "resources/read",
                 attach: false,
                 session: &r.session_id,
@@ -561,7 +562,9 @@ pub async fn gateway(
                 target: &args.uri,
                 started,
             }
-            .emit(cp, &result, result.as_ref().map_or(0, bytes_of));
+            .start(cp);
+            let result = read(cp, snap, &args.server, planned).await;
+            recording.finish(&result, result.as_ref().map_or(0, bytes_of));
             let resp = result?;
             Ok(pb::SidecarCallResponse {
                 result_json: gateway::tool_result(&resp.text, None).to_string(),

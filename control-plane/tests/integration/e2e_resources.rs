@@ -852,6 +852,31 @@ async fn prompts_completions_gateway_tools_mrtr_and_change_events() {
         );
     }
 
+    // An engine that gives up on a read (here, while the server asks its
+    // user): the read is still counted, as cancelled.
+    let quitter = create_session(&mut engine, &["orders"], pb::PermissionMode::Auto).await;
+    let mut request =
+        tonic::Request::new(read_request("orders", "orders://private/notes", &quitter));
+    request.set_timeout(Duration::from_millis(1500));
+    let e = engine.read_resource(request).await.unwrap_err();
+    assert!(
+        matches!(e.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{e:?}"
+    );
+    eventually("the abandoned read counted", LIMIT, || async {
+        match scrape(
+            &gw.http_addr,
+            "switchyard_control_plane_resource_reads_total",
+            &[("server", "orders"), ("outcome", "cancelled")],
+        )
+        .await
+        {
+            1.0 => Ok(()),
+            n => Err(format!("{n}")),
+        }
+    })
+    .await;
+
     // A resource added by the server: `resources.changed` on the session's
     // events, and the new resource listed.
     let watcher = create_session(&mut engine, &["orders-legacy"], pb::PermissionMode::Auto).await;
