@@ -255,12 +255,34 @@ pub fn thread_names(pid: u32) -> Vec<String> {
     names
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1, for a process the test starts to listen
+/// on. It is chosen below the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`): a port from that range
+/// (`bind` to port 0) can be taken by any outgoing connection between the
+/// moment it is chosen and the moment the process binds it, and the
+/// process then fails with "Address already in use". Below the range only
+/// another explicit choice can take it, and a counter keeps this test
+/// process's choices apart (its start depends on the pid, for other test
+/// processes).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const SPAN: u32 = 10_000;
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+        .clamp(SPAN + 1024, 65_535);
+    let first = low - SPAN;
+    let offset = (std::process::id() % 100) * 100;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = first + (offset + n) % SPAN;
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+    panic!("no free port in {first}..{low} on 127.0.0.1")
 }
 
 /// Starts `cmd` (killed on drop) and waits up to 30 s until something
