@@ -242,6 +242,13 @@ impl Snapshot {
         }
     }
 
+    /// Whether `server` has a live sidecar whose upstream is connected.
+    pub fn connected(&self, server: &str) -> bool {
+        self.sidecars
+            .get(server)
+            .is_some_and(|m| m.values().any(|s| s.upstream_state == "connected"))
+    }
+
     /// The administrator's policy of a tool, if set.
     pub fn policy_set(&self, server: &str, tool: &str) -> Option<ToolPolicy> {
         self.policies

@@ -95,10 +95,7 @@ fn listed_servers(
     };
     let (mut live, mut unavailable) = (Vec::new(), Vec::new());
     for name in names {
-        let connected = snap
-            .sidecars
-            .get(name)
-            .is_some_and(|m| m.values().any(|s| s.upstream_state == "connected"));
+        let connected = snap.connected(name);
         if connected && snap.catalogues.contains_key(name) {
             live.push(name.clone());
         } else {

@@ -88,10 +88,7 @@ pub fn tools_for(snap: &Snapshot, session: Option<&SessionRecord>) -> (Vec<pb::T
         if session.is_some_and(|s| !s.enables(name)) {
             continue;
         }
-        let live = snap
-            .sidecars
-            .get(name)
-            .is_some_and(|m| m.values().any(|s| s.upstream_state == "connected"));
+        let live = snap.connected(name);
         let Some(cat) = snap.catalogues.get(name).filter(|_| live) else {
             unavailable.push(name.clone());
             continue;
@@ -135,10 +132,7 @@ fn gateway_tools(snap: &Snapshot, session: Option<&SessionRecord>) -> Vec<pb::To
     use crate::resources::gateway::GatewayTool;
     let has_resources = snap.servers.keys().any(|name| {
         let enabled = session.is_none_or(|s| s.enables(name));
-        let live = snap
-            .sidecars
-            .get(name)
-            .is_some_and(|m| m.values().any(|s| s.upstream_state == "connected"));
+        let live = snap.connected(name);
         enabled && live && crate::resources::has_resources(snap, name)
     });
     if !has_resources {
