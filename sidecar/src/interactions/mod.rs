@@ -77,7 +77,8 @@ pub struct CallContext {
     pub session_id: String,
     /// The run within the session, if any.
     pub run_id: String,
-    /// The tool name (`prompts/get`: the prompt; `resources/read`: the URI).
+    /// The tool name; for a stage E request the request (`prompts/get
+    /// NAME`, `resources/read URI`).
     pub tool: String,
     /// The session's roots (MCP `Root` objects), answered to `roots/list`.
     pub roots: Vec<Value>,

@@ -218,7 +218,8 @@ fn attached_note(what: &str, name: &str, mime: &str, bytes: usize) -> String {
 
 /// Processes the `resources/read` result of `uri` on `server` (see the
 /// module docs); `attach` moves every content to an attachment. Errors: no
-/// `contents` array; a blob that is not base64.
+/// `contents` array; an item with neither `text` nor `blob`; a blob that
+/// is not base64.
 pub fn read(
     server: &str,
     uri: &str,
@@ -298,7 +299,13 @@ pub fn read(
                 parts.push(attached_note(&what, &name, mime_out, bytes));
                 content.attachment = name;
             }
-            (None, None) => {}
+            (None, None) => {
+                return Err(error(format!(
+                    "content {} ({}) has neither `text` nor `blob` as a string",
+                    i + 1,
+                    quoted(&item_uri)
+                )));
+            }
         }
         out.contents.push(content);
     }
@@ -308,8 +315,8 @@ pub fn read(
 }
 
 /// Processes the `prompts/get` result of prompt `name` on `server` (see
-/// the module docs). Errors: no `messages` array; a payload that is not
-/// base64.
+/// the module docs). Errors: no `messages` array; a message without a
+/// `content` object (or array); a payload that is not base64.
 pub fn prompt(server: &str, name: &str, mut result: Value) -> Result<Prompt, ContentError> {
     let error = |detail: String| ContentError {
         server: server.to_owned(),
@@ -333,8 +340,10 @@ pub fn prompt(server: &str, name: &str, mut result: Value) -> Result<Prompt, Con
         // blocks is taken block by block.
         let blocks = match message.get_mut("content").map(Value::take) {
             Some(Value::Array(blocks)) => blocks,
-            Some(block) => vec![block],
-            None => vec![Value::Null],
+            Some(block @ Value::Object(_)) => vec![block],
+            _ => {
+                return Err(error(format!("message {} has no `content` object", i + 1)));
+            }
         };
         for block in blocks {
             let (m, part) = prompt_block(block, &mut names)
@@ -477,5 +486,6 @@ pub fn completion(
             .and_then(Value::as_i64)
             .unwrap_or(-1),
         has_more: cut || completion.get("hasMore").and_then(Value::as_bool) == Some(true),
+        result_json: String::new(),
     })
 }

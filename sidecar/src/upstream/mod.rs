@@ -67,7 +67,7 @@ use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-use switchyard_mcp::jsonrpc;
+use switchyard_mcp::{jsonrpc, methods};
 use tokio::sync::{broadcast, watch};
 use tracing::Instrument;
 
@@ -461,8 +461,13 @@ impl Upstream {
             } else {
                 "name"
             };
+            // What the request is about, for interactions and logs: the
+            // tool's name; `resources/read URI`, `prompts/get NAME`.
             if let Some(name) = params.get(key).and_then(Value::as_str) {
-                context.tool = name.to_owned();
+                context.tool = match method {
+                    methods::TOOLS_CALL => name.to_owned(),
+                    _ => format!("{method} {name}"),
+                };
             }
         }
         let relay = &self.inner.relay;

@@ -487,7 +487,10 @@ async fn mrtr_rounds_echo_state_exactly_and_keep_the_params() {
     let answer: Value =
         serde_json::from_str(prompt["messages"][0]["content"]["text"].as_str().unwrap()).unwrap();
     assert_eq!(answer, json!({"action": "accept", "content": {"ok": true}}));
-    assert_eq!(user.asked().last().unwrap().context.tool, "confirm");
+    assert_eq!(
+        user.asked().last().unwrap().context.tool,
+        "prompts/get confirm"
+    );
     let read = within(up.request_in("resources/read", json!({"uri": "stub://roots"}), &context))
         .await
         .unwrap();

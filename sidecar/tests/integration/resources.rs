@@ -459,7 +459,7 @@ async fn mrtr_rounds_run_for_prompts_and_resource_reads_2026() {
         assert_eq!(asked.len(), 1);
         assert_eq!(asked[0].context.session_id, "S1");
         assert_eq!(asked[0].context.run_id, "R1");
-        assert_eq!(asked[0].context.tool, "confirm");
+        assert_eq!(asked[0].context.tool, "prompts/get confirm");
     }
     let roots = json!([{"uri": "file:///work/S1", "name": "S1"}]);
     let mut r = request(json!({"uri": "stub://roots"}));

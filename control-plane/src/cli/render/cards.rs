@@ -20,8 +20,15 @@ pub fn render_interaction(i: &pb::Interaction, how: bool) -> Vec<String> {
         head.push_str(&format!(": {}", i.outcome));
     }
     head.push_str(&format!("] server {}", i.server));
-    if !i.tool.is_empty() {
-        head.push_str(&format!(", tool {}", i.tool));
+    // A stage E request's interaction names the request (`resources/read
+    // URI`, `prompts/get NAME`), a tool call's the tool.
+    let request = ["resources/read ", "prompts/get ", "completion/complete "]
+        .iter()
+        .any(|m| i.tool.starts_with(m));
+    match (i.tool.is_empty(), request) {
+        (true, _) => {}
+        (false, true) => head.push_str(&format!(", {}", i.tool)),
+        (false, false) => head.push_str(&format!(", tool {}", i.tool)),
     }
     if !i.run_id.is_empty() {
         head.push_str(&format!(", run {}", i.run_id));
@@ -239,5 +246,15 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("switchyard answer"), "{text}");
+        // A read's question names the read, not a tool.
+        let read = pb::Interaction {
+            tool: "resources/read orders://orders/O-1".into(),
+            ..form
+        };
+        let text = render_interaction(&read, false).join("\n");
+        assert!(
+            text.contains("form i1 [open] server orders, resources/read orders://orders/O-1"),
+            "{text}"
+        );
     }
 }

@@ -30,11 +30,30 @@ pub fn print_json(v: &Value) {
     out!("{}", serde_json::to_string_pretty(v).expect("serialises"));
 }
 
-/// Prints each line of a card or a table.
+/// Prints each line of a card or a table, [`printable`].
 pub fn print_lines(lines: impl IntoIterator<Item = String>) {
     for line in lines {
-        out!("{line}");
+        out!("{}", printable(&line));
     }
+}
+
+/// `text` safe for a terminal: control characters other than newline and
+/// tab (escape sequences a server put in a name, a message, a URI) are
+/// shown as `\u{..}` instead of being sent to the terminal.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// A list of records: with `json`, `{"<key>": [...]}` (each record as
@@ -60,4 +79,16 @@ pub fn print_list<T>(
 /// (or empty).
 pub fn parse_json_text(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(super::printable("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            super::printable("evil\u{1b}[2Jname\u{7}\u{9b}"),
+            "evil\\u{1b}[2Jname\\u{7}\\u{9b}"
+        );
+    }
 }

@@ -193,6 +193,18 @@ fn a_result_without_contents_is_an_error() {
     // Empty is fine.
     let r = read("s", "u", json!({"contents": []}), false).unwrap();
     assert_eq!(r, Read::default());
+    // An item with nothing to read is not taken as empty.
+    for item in [
+        json!({"uri": "u/1"}),
+        json!({"uri": "u/1", "text": 5}),
+        json!({"uri": "u/1", "blob": null}),
+    ] {
+        let e = read("s", "u", json!({"contents": [item]}), false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"server s: resources/read "u": content 1 ("u/1") has neither `text` nor `blob` as a string"#
+        );
+    }
 }
 
 #[test]
@@ -328,6 +340,16 @@ fn a_prompt_payload_that_is_not_base64_is_an_error_naming_the_prompt() {
         e.to_string(),
         r#"server s: prompts/get "p": the result has no `messages` array"#
     );
+    for message in [
+        json!({"role": "user"}),
+        json!({"role": "user", "content": "hi"}),
+    ] {
+        let e = prompt("s", "p", json!({"messages": [message]})).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"server s: prompts/get "p": message 1 has no `content` object"#
+        );
+    }
 }
 
 #[test]
