@@ -36,6 +36,9 @@ pub struct Config {
     /// `[runtime]`: the async runtime the process runs on.
     #[serde(default)]
     pub runtime: RuntimeConfig,
+    /// `[mcp]`: the MCP endpoint (Streamable HTTP, both eras).
+    #[serde(default)]
+    pub mcp: McpConfig,
     /// `[[servers]]`.
     #[serde(default)]
     pub servers: Vec<ServerConfig>,
@@ -256,6 +259,55 @@ fn default_worker_threads() -> u32 {
     1
 }
 
+/// `[mcp]`: the MCP endpoint, Switchyard as an MCP server for MCP clients
+/// (`docs/mcp-endpoint.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// `HOST:PORT` the endpoint listens on (paths `/mcp`,
+    /// `/mcp/sessions/ID`, `/mcp/servers/NAME`); absent (the default): no
+    /// MCP endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// Origins (`scheme://host[:port]`) whose browser requests are served.
+    /// A request without `Origin` is always served; one with a loopback
+    /// origin (`localhost`, `127.0.0.1`, `[::1]`) only while `listen` is a
+    /// loopback address; any other only when listed here (403 otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_origins: Vec<String>,
+    /// `Host` header values served (`host` or `host:port`). Empty (the
+    /// default): on a loopback `listen`, loopback names only (DNS
+    /// rebinding protection); on any other address, every host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
+    /// The largest request body, bytes (default 4 MiB; 413 above).
+    #[serde(default = "default_mcp_max_body")]
+    pub max_body_bytes: u64,
+    /// A 2025-11-25 session not used for this long ends, seconds (default
+    /// 86400).
+    #[serde(default = "default_mcp_idle")]
+    pub session_idle_timeout_sec: u64,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            listen: None,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            max_body_bytes: default_mcp_max_body(),
+            session_idle_timeout_sec: default_mcp_idle(),
+        }
+    }
+}
+
+fn default_mcp_max_body() -> u64 {
+    4 * 1024 * 1024
+}
+fn default_mcp_idle() -> u64 {
+    86_400
+}
+
 /// `[audit]`: where audit records (JSON lines) go.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -436,6 +488,37 @@ impl Config {
             if addr.parse::<std::net::SocketAddr>().is_err() {
                 return Err((key.into(), format!("{addr:?} is not an IP:port address")));
             }
+        }
+        if let Some(addr) = &self.mcp.listen
+            && addr.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err((
+                "mcp.listen".into(),
+                format!("{addr:?} is not an IP:port address"),
+            ));
+        }
+        for (i, origin) in self.mcp.allowed_origins.iter().enumerate() {
+            let ok = origin.split_once("://").is_some_and(|(scheme, rest)| {
+                matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains('/')
+            });
+            if !ok {
+                return Err((
+                    format!("mcp.allowed_origins[{i}]"),
+                    format!("{origin:?} is not an origin (scheme://host[:port], no path)"),
+                ));
+            }
+        }
+        if !(1024..=256 * 1024 * 1024).contains(&self.mcp.max_body_bytes) {
+            return Err((
+                "mcp.max_body_bytes".into(),
+                "must be between 1024 and 268435456 (256 MiB)".into(),
+            ));
+        }
+        if !(60..=30 * 24 * 3600).contains(&self.mcp.session_idle_timeout_sec) {
+            return Err((
+                "mcp.session_idle_timeout_sec".into(),
+                "must be between 60 and 2592000 (30 days)".into(),
+            ));
         }
         if !(2..=3600).contains(&self.control_plane.sidecar_lease_ttl_sec) {
             return Err((

@@ -7,8 +7,8 @@
 //! configured. Replicas keep no state of their own; everything goes through
 //! [`store`].
 //!
-//! The call path is [`call`] (its `mod.rs` lists the steps); the gRPC edges
-//! are [`api`]. Each seed stage has one module: [`tools`] (A),
+//! The call path is [`call`] (its `mod.rs` lists the steps); its edges are
+//! [`api`] (gRPC) and [`mcp`] (the MCP endpoint, Streamable HTTP). Each seed stage has one module: [`tools`] (A),
 //! [`background`] (B), [`interactions`] (C), [`resources`] (E: resources and
 //! prompts; their requests travel [`call::request`]); OAuth (D) will be
 //! `oauth`.
@@ -24,6 +24,7 @@ pub mod call;
 pub mod cli;
 pub mod config;
 pub mod interactions;
+pub mod mcp;
 pub mod metrics;
 pub mod model;
 pub mod names;

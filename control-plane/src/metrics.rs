@@ -26,6 +26,8 @@ pub struct Metrics {
     resource_read_bytes: IntCounterVec,
     prompt_gets: IntCounterVec,
     completions: IntCounterVec,
+    mcp_requests: IntCounterVec,
+    mcp_sessions: IntGauge,
 }
 
 impl Metrics {
@@ -170,8 +172,23 @@ impl Metrics {
             &["server", "outcome"],
         )
         .expect("valid metric");
+        let mcp_requests = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_mcp_requests_total",
+                "Requests to the MCP endpoint, by method (`other` for unknown ones, `-` before the body was read), era (`2026-07-28`, `2025-11-25`) and outcome (`ok`, `error`: a JSON-RPC error, `rejected`: an HTTP error status).",
+            ),
+            &["method", "era", "outcome"],
+        )
+        .expect("valid metric");
+        let mcp_sessions = IntGauge::new(
+            "switchyard_control_plane_mcp_sessions",
+            "Open 2025-11-25 sessions of the MCP endpoint, in the store.",
+        )
+        .expect("valid");
         for c in [
             Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(mcp_requests.clone()),
+            Box::new(mcp_sessions.clone()),
             Box::new(resource_reads.clone()),
             Box::new(resource_read_bytes.clone()),
             Box::new(prompt_gets.clone()),
@@ -206,6 +223,8 @@ impl Metrics {
             resource_read_bytes,
             prompt_gets,
             completions,
+            mcp_requests,
+            mcp_sessions,
         }
     }
 
@@ -278,9 +297,17 @@ impl Metrics {
         }
     }
 
+    /// Counts one request to the MCP endpoint.
+    pub fn mcp_request(&self, method: &str, era: &str, outcome: &str) {
+        self.mcp_requests
+            .with_label_values(&[method, era, outcome])
+            .inc();
+    }
+
     /// Sets the gauges from the read model's counts.
     pub fn observe_state(&self, gauges: &StateGauges) {
         self.sessions.set(gauges.sessions as i64);
+        self.mcp_sessions.set(gauges.mcp_sessions as i64);
         for (kind, n) in &gauges.interactions_pending {
             self.interactions_pending
                 .with_label_values(&[kind])
@@ -300,6 +327,8 @@ impl Metrics {
 pub struct StateGauges {
     /// Engine sessions.
     pub sessions: usize,
+    /// 2025-11-25 sessions of the MCP endpoint.
+    pub mcp_sessions: usize,
     /// Pending interactions by kind (`form`, `url`, `approval`; every kind
     /// listed, 0 included).
     pub interactions_pending: Vec<(&'static str, usize)>,

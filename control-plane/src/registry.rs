@@ -471,6 +471,38 @@ impl Registry {
             .and_then(|kv| serde_json::from_slice(&kv.value).ok()))
     }
 
+    /// Creates or replaces an MCP endpoint session (2025-11-25).
+    pub async fn put_mcp_session(
+        &self,
+        rec: &crate::model::mcp_session::McpSessionRecord,
+    ) -> Result<Revision, RegistryError> {
+        Ok(self
+            .store
+            .put(&crate::model::mcp_session::key(&rec.id), encode(rec), None)
+            .await?)
+    }
+
+    /// Reads an MCP endpoint session straight from the store (for a
+    /// replica whose read model has not seen it yet).
+    pub async fn get_mcp_session(
+        &self,
+        id: &str,
+    ) -> Result<Option<crate::model::mcp_session::McpSessionRecord>, RegistryError> {
+        Ok(self
+            .store
+            .get(&crate::model::mcp_session::key(id))
+            .await?
+            .and_then(|kv| serde_json::from_slice(&kv.value).ok()))
+    }
+
+    /// Deletes an MCP endpoint session; whether it existed.
+    pub async fn delete_mcp_session(&self, id: &str) -> Result<bool, RegistryError> {
+        Ok(self
+            .store
+            .delete(&crate::model::mcp_session::key(id))
+            .await?)
+    }
+
     /// Asks every replica to cancel a call (a short-lived key they watch).
     pub async fn request_cancel(&self, session: &str, call_id: &str) -> Result<(), RegistryError> {
         let lease = self.store.grant_lease(Duration::from_secs(30)).await?;

@@ -1,6 +1,7 @@
 //! Starting a control-plane replica: open the store, load the read model,
 //! sync the configured servers, then serve the three gRPC services on one
-//! port and `/metrics`, `/healthz`, `/readyz` over HTTP.
+//! port, `/metrics`, `/healthz`, `/readyz` over HTTP, and the MCP endpoint
+//! when `[mcp] listen` is set ([`crate::mcp`]).
 //!
 //! The tower/tonic stack, in one place:
 //! - one `tonic::transport::Server` for the engine, admin and sidecar
@@ -104,8 +105,11 @@ pub struct Running {
     pub grpc_addr: SocketAddr,
     /// The bound HTTP address (metrics, health).
     pub http_addr: SocketAddr,
+    /// The bound MCP endpoint address (`[mcp] listen`), if it is served.
+    pub mcp_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
     grpc: tokio::task::JoinHandle<()>,
+    mcp: Option<tokio::task::JoinHandle<()>>,
     http_stop: CancellationToken,
     http: tokio::task::JoinHandle<()>,
 }
@@ -125,7 +129,13 @@ impl Running {
             "shutting down: not ready; draining in-flight calls"
         );
         self.shutdown.cancel();
-        let drained = match tokio::time::timeout(grace, self.grpc).await {
+        let both = async {
+            let _ = self.grpc.await;
+            if let Some(mcp) = self.mcp {
+                let _ = mcp.await;
+            }
+        };
+        let drained = match tokio::time::timeout(grace, both).await {
             Ok(_) => {
                 tracing::info!("in-flight calls drained");
                 true
@@ -230,8 +240,22 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             addr: config.control_plane.http_listen.clone(),
             source,
         })?;
+    let mcp_listener = match &config.mcp.listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: addr.clone(),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
     let grpc_addr = grpc_listener.local_addr().expect("bound");
     let http_addr = http_listener.local_addr().expect("bound");
+    let mcp_addr = mcp_listener
+        .as_ref()
+        .map(|l| l.local_addr().expect("bound"));
 
     // Cancellations requested on other replicas, the state gauges, and
     // pruning the router's cache of sidecar addresses.
@@ -310,17 +334,30 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             tracing::error!(error = %e, "gRPC server failed");
         }
     });
+    // The MCP endpoint stops with the gRPC server: it stops accepting,
+    // and the requests in flight get the same grace.
+    let mcp = mcp_listener.map(|listener| {
+        let endpoint = Arc::new(crate::mcp::Endpoint {
+            cp: cp.clone(),
+            auth: auth.clone(),
+            config: config.mcp.clone(),
+            loopback: mcp_addr.is_some_and(|a| a.ip().is_loopback()),
+        });
+        tokio::spawn(crate::mcp::serve(listener, endpoint, shutdown.clone()))
+    });
     // The HTTP endpoints outlive the gRPC drain (see `Running::stop`).
     let http_stop = CancellationToken::new();
     let http = tokio::spawn(http::serve(http_listener, cp.clone(), http_stop.clone()));
     cp.ready.store(true, std::sync::atomic::Ordering::Relaxed);
-    tracing::info!(%grpc_addr, %http_addr, tls = tls.identity.is_some(), mtls = tls.client_ca.is_some(), auth_required = config.auth.required, "control plane serving");
+    tracing::info!(%grpc_addr, %http_addr, mcp_addr = %mcp_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()), tls = tls.identity.is_some(), mtls = tls.client_ca.is_some(), auth_required = config.auth.required, "control plane serving");
     Ok(Running {
         cp,
         grpc_addr,
         http_addr,
+        mcp_addr,
         shutdown,
         grpc,
+        mcp,
         http_stop,
         http,
     })

@@ -195,6 +195,8 @@ pub struct Snapshot {
     pub name_of: HashMap<(String, String), String>,
     /// Sessions.
     pub sessions: HashMap<String, SessionRecord>,
+    /// 2025-11-25 sessions of the MCP endpoint, by `Mcp-Session-Id`.
+    pub mcp_sessions: HashMap<String, crate::model::mcp_session::McpSessionRecord>,
     /// Interactions per session, by id (pending and recently resolved).
     pub interactions: HashMap<String, BTreeMap<String, InteractionRecord>>,
     /// Hint overrides per `(server, tool)`.
@@ -230,6 +232,7 @@ impl Snapshot {
         };
         crate::metrics::StateGauges {
             sessions: self.sessions.len(),
+            mcp_sessions: self.mcp_sessions.len(),
             interactions_pending: ["form", "url", "approval"]
                 .into_iter()
                 .map(|kind| (kind, pending(kind)))
@@ -614,6 +617,10 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
         if let Some(rec) = parse::<SessionRecord>(kv) {
             snap.sessions.insert(id.to_owned(), rec);
         }
+    } else if let Some(id) = key.strip_prefix(crate::model::mcp_session::PREFIX) {
+        if let Some(rec) = parse(kv) {
+            snap.mcp_sessions.insert(id.to_owned(), rec);
+        }
     } else if let Some(rest) = key.strip_prefix("interactions/") {
         if let Some((session, id)) = rest.split_once('/')
             && let Some(rec) = parse::<InteractionRecord>(kv)
@@ -736,6 +743,8 @@ fn apply_delete(snap: &mut Snapshot, key: &str, changes: &mut Vec<Change>) {
     } else if let Some(id) = key.strip_prefix("sessions/") {
         snap.sessions.remove(id);
         changes.push(Change::SessionDeleted(id.to_owned()));
+    } else if let Some(id) = key.strip_prefix(crate::model::mcp_session::PREFIX) {
+        snap.mcp_sessions.remove(id);
     }
 }
 

@@ -6,6 +6,19 @@
 use base64::Engine;
 use serde_json::Value;
 
+/// `MCP-Protocol-Version`: the request's protocol version (both eras).
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// `Mcp-Session-Id` (2025-11-25): the session a request belongs to.
+pub const SESSION_ID: &str = "mcp-session-id";
+/// `Mcp-Method` (2026-07-28): the request's `method`.
+pub const METHOD: &str = "mcp-method";
+/// `Mcp-Name` (2026-07-28): `params.name` or `params.uri` of
+/// `tools/call`, `prompts/get`, `resources/read` (`params.taskId` of the
+/// tasks extension's methods).
+pub const NAME: &str = "mcp-name";
+/// Prefix of the headers that mirror `x-mcp-header` tool parameters.
+pub const PARAM_PREFIX: &str = "mcp-param-";
+
 /// A tool parameter mirrored into `Mcp-Param-{name}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderParam {
@@ -147,6 +160,39 @@ pub fn encode_value(value: &str) -> String {
             "=?base64?{}?=",
             base64::engine::general_purpose::STANDARD.encode(value.as_bytes())
         )
+    }
+}
+
+/// Decodes a header value: the `=?base64?…?=` form to its UTF-8 text, any
+/// other value as it is ("Value Encoding"). `None`: the sentinel with bad
+/// base64 or bytes that are not UTF-8, or a plain value with characters
+/// outside printable ASCII.
+pub fn decode_value(value: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(value).ok()?;
+    if let Some(b64) = text
+        .strip_prefix("=?base64?")
+        .and_then(|t| t.strip_suffix("?="))
+    {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+        return String::from_utf8(bytes).ok();
+    }
+    text.bytes()
+        .all(|b| (0x20..=0x7e).contains(&b))
+        .then(|| text.to_owned())
+}
+
+/// Whether a header value decoded by [`decode_value`] stands for the
+/// parameter value `v` (strings exactly, booleans as `true`/`false`,
+/// integers compared as numbers).
+pub fn param_matches(header: &str, v: &Value) -> bool {
+    match v {
+        Value::String(s) => s == header,
+        Value::Bool(b) => header == if *b { "true" } else { "false" },
+        Value::Number(n) => match (header.parse::<i64>(), n.as_i64()) {
+            (Ok(h), Some(n)) => h == n,
+            _ => header.parse::<f64>().ok() == n.as_f64(),
+        },
+        _ => false,
     }
 }
 

@@ -8,6 +8,9 @@ pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 /// Request `_meta`: the client's capabilities.
 pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// Request `_meta`: the log level the client wants `notifications/message`
+/// at; absent: none for this request.
+pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// `DiscoverResult._meta`: the server's identity.
 pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// `_meta` tying a message to a task (2025-11-25 tasks).

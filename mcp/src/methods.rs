@@ -38,3 +38,36 @@ pub const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
 pub const RESOURCES_LIST_CHANGED: &str = "notifications/resources/list_changed";
 /// Server notification: the prompt list changed.
 pub const PROMPTS_LIST_CHANGED: &str = "notifications/prompts/list_changed";
+
+/// Client request (2025-11-25): opens a session (basic/lifecycle); removed
+/// in 2026-07-28.
+pub const INITIALIZE: &str = "initialize";
+/// Client notification (2025-11-25): the handshake is done.
+pub const INITIALIZED: &str = "notifications/initialized";
+/// Either side (2025-11-25): are you there; removed in 2026-07-28.
+pub const PING: &str = "ping";
+/// Client request (2025-11-25): the log level; removed in 2026-07-28.
+pub const LOGGING_SET_LEVEL: &str = "logging/setLevel";
+/// Client request (2025-11-25): updates of one resource; removed in
+/// 2026-07-28 (replaced by `subscriptions/listen`).
+pub const RESOURCES_SUBSCRIBE: &str = "resources/subscribe";
+/// Client request (2025-11-25); removed in 2026-07-28.
+pub const RESOURCES_UNSUBSCRIBE: &str = "resources/unsubscribe";
+/// Client request (2026-07-28): versions and capabilities (server/discover).
+pub const SERVER_DISCOVER: &str = "server/discover";
+/// Either side: a request was cancelled (basic/utilities/cancellation).
+pub const CANCELLED: &str = "notifications/cancelled";
+/// Either side: progress of a request (basic/utilities/progress).
+pub const PROGRESS: &str = "notifications/progress";
+/// Client notification (2025-11-25): the client's roots changed.
+pub const ROOTS_LIST_CHANGED: &str = "notifications/roots/list_changed";
+
+/// The methods 2026-07-28 removed: a modern request for one is answered
+/// 404 with -32601 (basic/transports/streamable-http; changelog).
+pub const REMOVED_IN_2026: &[&str] = &[
+    INITIALIZE,
+    PING,
+    LOGGING_SET_LEVEL,
+    RESOURCES_SUBSCRIBE,
+    RESOURCES_UNSUBSCRIBE,
+];

@@ -275,6 +275,7 @@ pub fn decode_request(
         started,
         deadline: Deadline::from_timeout_ms(started, request.timeout_ms),
         attach: request.attach,
+        raw: request.raw,
     })
 }
 
@@ -603,6 +604,7 @@ mod tests {
             run_id: "R".into(),
             roots_json: r#"[{"uri": "file:///w"}]"#.into(),
             attach: true,
+            raw: false,
         };
         // The URI is kept byte-exact, `_meta` and unknown fields too.
         let params = r#"{"uri": "demo://a/../b%20c?q=é", "_meta": {"k": 1}, "x": 1.50}"#;

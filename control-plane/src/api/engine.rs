@@ -6,6 +6,7 @@
 
 use crate::ControlPlane;
 use crate::auth::Caller;
+use crate::call::request::Forward;
 use crate::interactions::{InteractionRecord, Status as InteractionStatus, pb_to_json};
 use crate::model::{self, PermissionMode, RootRecord, SessionRecord};
 use crate::registry::RegistryError;
@@ -253,7 +254,8 @@ impl EngineService for EngineApi {
         let caller = caller_of(&req);
         let r = req.into_inner();
         Ok(Response::new(
-            crate::call::request::read_resource(&self.cp, &r, caller.as_ref(), false).await?,
+            crate::call::request::read_resource(&self.cp, &r, caller.as_ref(), Forward::Processed)
+                .await?,
         ))
     }
 
@@ -264,7 +266,8 @@ impl EngineService for EngineApi {
         let caller = caller_of(&req);
         let r = req.into_inner();
         Ok(Response::new(
-            crate::call::request::read_resource(&self.cp, &r, caller.as_ref(), true).await?,
+            crate::call::request::read_resource(&self.cp, &r, caller.as_ref(), Forward::Attached)
+                .await?,
         ))
     }
 
@@ -286,7 +289,8 @@ impl EngineService for EngineApi {
         let caller = caller_of(&req);
         let r = req.into_inner();
         Ok(Response::new(
-            crate::call::request::get_prompt(&self.cp, &r, caller.as_ref()).await?,
+            crate::call::request::get_prompt(&self.cp, &r, caller.as_ref(), Forward::Processed)
+                .await?,
         ))
     }
 
@@ -297,7 +301,8 @@ impl EngineService for EngineApi {
         let caller = caller_of(&req);
         let r = req.into_inner();
         Ok(Response::new(
-            crate::call::request::complete(&self.cp, &r, caller.as_ref()).await?,
+            crate::call::request::complete(&self.cp, &r, caller.as_ref(), Forward::Processed)
+                .await?,
         ))
     }
 

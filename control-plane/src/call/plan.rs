@@ -24,7 +24,8 @@ pub struct Plan {
     pub timeout: Duration,
 }
 
-/// Plans the call of `target` for request `r`. `retry_safe`: the tool's
+/// Plans the call of `target` for request `r` (a `foreground` request
+/// gets no background policy). `retry_safe`: the tool's
 /// effective hints allow the stage-A retry. Errors: INVALID_ARGUMENT
 /// naming the field (`arguments_json`, `meta_json`, `timeout_ms`).
 pub fn plan(
@@ -47,22 +48,27 @@ pub fn plan(
     // phase; without a timeout of the engine's, the call's deadline covers
     // that phase (and the 10-minute foreground poll at maxPerTarget) plus a
     // margin.
+    // A `foreground` call has none: it runs until it ends or times out.
     let server = target.server.as_str();
-    let background = cp.background.policy(
-        &r.tool,
-        snap.background_always(server, &target.tool),
-        cp.state.background_running(server),
-    );
-    let timeout = if r.timeout_ms > 0 {
-        Duration::from_millis(r.timeout_ms)
-    } else {
-        let phase = if background.allowed {
-            background.auto_after_ms
-        } else {
-            background.foreground_limit_ms
-        };
-        cp.call_timeout
-            .max(Duration::from_millis(phase) + Duration::from_secs(30))
+    let background = (!r.foreground).then(|| {
+        cp.background.policy(
+            &r.tool,
+            snap.background_always(server, &target.tool),
+            cp.state.background_running(server),
+        )
+    });
+    let timeout = match (&background, r.timeout_ms) {
+        (_, ms) if ms > 0 => Duration::from_millis(ms),
+        (None, _) => cp.call_timeout,
+        (Some(background), _) => {
+            let phase = if background.allowed {
+                background.auto_after_ms
+            } else {
+                background.foreground_limit_ms
+            };
+            cp.call_timeout
+                .max(Duration::from_millis(phase) + Duration::from_secs(30))
+        }
     };
     let request = pb::SidecarCallRequest {
         params_json,
@@ -74,7 +80,7 @@ pub fn plan(
             .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
             .unwrap_or_default(),
         retry_safe,
-        background: Some(background),
+        background,
     };
     Ok(Plan { request, timeout })
 }

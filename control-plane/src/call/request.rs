@@ -39,7 +39,7 @@ pub const MAX_URI: usize = 8 * 1024;
 
 /// Step 1: the read model has this replica's writes, and the caller's
 /// session (`None` for an empty id).
-async fn session_of(
+pub async fn session_of(
     cp: &ControlPlane,
     id: &str,
     caller: Option<&Caller>,
@@ -79,7 +79,7 @@ fn scope(snap: &Snapshot, session: Option<&SessionRecord>, server: &str) -> Resu
 /// The servers a listing covers: `server` alone (checked by [`scope`]),
 /// else every server the session enables; split into those with a live,
 /// connected sidecar and a catalogue, and the unavailable rest.
-fn listed_servers(
+pub fn listed_servers(
     snap: &Snapshot,
     session: Option<&SessionRecord>,
     server: &str,
@@ -191,6 +191,21 @@ pub async fn list_prompts(
     })
 }
 
+/// How a stage E request is forwarded and answered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Forward {
+    /// The engine API: the params built from the request's fields, the
+    /// answer processed by the size rules.
+    #[default]
+    Processed,
+    /// `AttachResource`: as `Processed`, every content an attachment.
+    Attached,
+    /// The MCP endpoint: the client's own params object (its `_meta` and
+    /// unknown fields kept; `uri`, `name` or `ref` already the server's),
+    /// and the answer exactly as the server sent it (`result_json`).
+    Raw(Map<String, Value>),
+}
+
 /// What a stage E request sends to the sidecar: the params with the
 /// engine's `_meta` spliced in, the session's roots, the time limit.
 struct Planned {
@@ -202,10 +217,13 @@ fn plan(
     cp: &ControlPlane,
     session: Option<&SessionRecord>,
     run_id: &str,
-    mut params: Map<String, Value>,
+    (mut params, forward): (Map<String, Value>, &Forward),
     meta_json: &str,
     timeout_ms: u64,
 ) -> Result<Planned, CallError> {
+    if let Forward::Raw(given) = forward {
+        params = given.clone();
+    }
     if !meta_json.trim().is_empty() {
         match serde_json::from_str::<Value>(meta_json) {
             Ok(meta @ Value::Object(_)) => {
@@ -238,7 +256,8 @@ fn plan(
                 .filter(|s| !s.roots.is_empty())
                 .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
                 .unwrap_or_default(),
-            attach: false,
+            attach: *forward == Forward::Attached,
+            raw: matches!(forward, Forward::Raw(_)),
         },
         timeout,
     })
@@ -313,14 +332,16 @@ fn bytes_of(resp: &pb::ReadResourceResponse) -> u64 {
     text as u64 + attached
 }
 
-/// `ReadResource` (`attach`: `AttachResource`). Errors: as a tool call,
-/// and NOT_FOUND "resource not found" naming the server and the URI.
+/// `ReadResource` (`Forward::Attached`: `AttachResource`). Errors: as a
+/// tool call, and NOT_FOUND "resource not found" naming the server and the
+/// URI.
 pub async fn read_resource(
     cp: &ControlPlane,
     r: &pb::ReadResourceRequest,
     caller: Option<&Caller>,
-    attach: bool,
+    forward: Forward,
 ) -> Result<pb::ReadResourceResponse, CallError> {
+    let attach = forward == Forward::Attached;
     let started = Instant::now();
     let session = session_of(cp, &r.session_id, caller).await?;
     let snap = cp.state.snapshot();
@@ -329,15 +350,14 @@ pub async fn read_resource(
     check_uri(&r.uri)?;
     let mut params = Map::new();
     params.insert("uri".into(), Value::String(r.uri.clone()));
-    let mut planned = plan(
+    let planned = plan(
         cp,
         session.as_ref(),
         &r.run_id,
-        params,
+        (params, &forward),
         &r.meta_json,
         r.timeout_ms,
     )?;
-    planned.request.attach = attach;
     let recording = ContentRequested {
         method: "resources/read",
         attach,
@@ -359,6 +379,7 @@ pub async fn get_prompt(
     cp: &ControlPlane,
     r: &pb::GetPromptRequest,
     caller: Option<&Caller>,
+    forward: Forward,
 ) -> Result<pb::GetPromptResponse, CallError> {
     let started = Instant::now();
     let session = session_of(cp, &r.session_id, caller).await?;
@@ -382,7 +403,7 @@ pub async fn get_prompt(
     }
     .start(cp);
     let result = match listed {
-        true => prompt(cp, &snap, session.as_ref(), r).await,
+        true => prompt(cp, &snap, session.as_ref(), r, &forward).await,
         false => Err(CallError::not_found(format!(
             "prompt not found: server {} lists no prompt {:?}",
             r.server, r.name
@@ -398,6 +419,7 @@ async fn prompt(
     snap: &Snapshot,
     session: Option<&SessionRecord>,
     r: &pb::GetPromptRequest,
+    forward: &Forward,
 ) -> Result<pb::GetPromptResponse, CallError> {
     let mut params = Map::new();
     params.insert("name".into(), Value::String(r.name.clone()));
@@ -409,7 +431,14 @@ async fn prompt(
             .collect();
         params.insert("arguments".into(), Value::Object(args));
     }
-    let planned = plan(cp, session, &r.run_id, params, &r.meta_json, r.timeout_ms)?;
+    let planned = plan(
+        cp,
+        session,
+        &r.run_id,
+        (params, forward),
+        &r.meta_json,
+        r.timeout_ms,
+    )?;
     route(cp, snap, &r.server, planned, |mut c, req| async move {
         c.get_prompt(req).await
     })
@@ -417,12 +446,14 @@ async fn prompt(
 }
 
 /// `Complete`. Errors: UNIMPLEMENTED (the server declares no
-/// `completions`), INVALID_ARGUMENT (`ref_type`, `name`, `argument`), as
+/// `completions`), INVALID_ARGUMENT (`ref_type`, `name`, `argument`),
+/// NOT_FOUND (a prompt or template the server does not list), as
 /// GetPrompt.
 pub async fn complete(
     cp: &ControlPlane,
     r: &pb::CompleteRequest,
     caller: Option<&Caller>,
+    forward: Forward,
 ) -> Result<pb::CompleteResponse, CallError> {
     let started = Instant::now();
     let session = session_of(cp, &r.session_id, caller).await?;
@@ -441,6 +472,28 @@ pub async fn complete(
         return Err(CallError::invalid_argument(
             "name and argument: both required",
         ));
+    }
+    // What is completed must be listed: a prompt by name, a template (or
+    // a resource) by its URI.
+    let cat = snap.resource_catalogues.get(&r.server);
+    let listed = match r.ref_type.as_str() {
+        "ref/prompt" => cat.is_some_and(|c| c.prompts.iter().any(|p| p["name"] == r.name.as_str())),
+        _ => cat.is_some_and(|c| {
+            c.resource_templates
+                .iter()
+                .any(|t| t["uriTemplate"] == r.name.as_str())
+                || c.resources.iter().any(|x| x["uri"] == r.name.as_str())
+        }),
+    };
+    if !listed {
+        let what = match r.ref_type.as_str() {
+            "ref/prompt" => "prompt",
+            _ => "resource template",
+        };
+        return Err(CallError::not_found(format!(
+            "{what} not found: server {} lists no {what} {:?}",
+            r.server, r.name
+        )));
     }
     let declares = snap
         .catalogues
@@ -461,7 +514,7 @@ pub async fn complete(
     if !r.context_arguments.is_empty() {
         params.insert("context".into(), json!({"arguments": r.context_arguments}));
     }
-    let planned = plan(cp, session.as_ref(), "", params, "", 0)?;
+    let planned = plan(cp, session.as_ref(), "", (params, &forward), "", 0)?;
     let result = route(cp, &snap, &r.server, planned, |mut c, req| async move {
         c.complete(req).await
     })
@@ -549,7 +602,14 @@ pub async fn gateway(
             check_uri(&args.uri)?;
             let mut params = Map::new();
             params.insert("uri".into(), Value::String(args.uri.clone()));
-            let planned = plan(cp, session, &r.run_id, params, &r.meta_json, r.timeout_ms)?;
+            let planned = plan(
+                cp,
+                session,
+                &r.run_id,
+                (params, &Forward::Processed),
+                &r.meta_json,
+                r.timeout_ms,
+            )?;
             let recording = ContentRequested {
                 method: "resources/read",
                 attach: false,

@@ -15,6 +15,7 @@
 //! | `hints/<server>/<tool>` | [`HintOverrideRecord`] (an administrator's `toolHints`) | until cleared |
 //! | `policies/<server>/<tool>` | [`PolicyRecord`] | until cleared |
 //! | `background/<id>` | [`background::BackgroundRecord`] (a background call, stage B) | running, then `backgroundCalls.retentionSec` once finished |
+//! | `mcp-sessions/<id>` | [`mcp_session::McpSessionRecord`] (a 2025-11-25 session of the MCP endpoint) | until deleted, or idle for `mcp.session_idle_timeout_sec` |
 //!
 //! Every stored record is here, and the principal ([`principal`]): the
 //! modules that read and write them (`state`, `registry`, `background`,
@@ -22,6 +23,7 @@
 
 pub mod background;
 pub mod interaction;
+pub mod mcp_session;
 pub mod principal;
 
 use serde::{Deserialize, Serialize};

@@ -35,7 +35,8 @@ impl Role {
     }
 }
 
-/// A guarded gRPC service (the `service` label of the refusal metric).
+/// A guarded service (the `service` label of the refusal metric): the
+/// three gRPC services and the MCP endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Service {
     /// `switchyard.v1.EngineService`.
@@ -44,27 +45,37 @@ pub enum Service {
     Admin,
     /// `switchyard.v1.SidecarRegistry`.
     SidecarRegistry,
+    /// The MCP endpoint (`[mcp] listen`, HTTP).
+    Mcp,
 }
 
 impl Service {
     /// All of them.
-    pub const ALL: [Service; 3] = [Service::Engine, Service::Admin, Service::SidecarRegistry];
+    pub const ALL: [Service; 4] = [
+        Service::Engine,
+        Service::Admin,
+        Service::SidecarRegistry,
+        Service::Mcp,
+    ];
 
-    /// The metric label: `engine`, `admin`, `sidecar_registry`.
+    /// The metric label: `engine`, `admin`, `sidecar_registry`, `mcp`.
     pub fn label(self) -> &'static str {
         match self {
             Service::Engine => "engine",
             Service::Admin => "admin",
             Service::SidecarRegistry => "sidecar_registry",
+            Service::Mcp => "mcp",
         }
     }
 
-    /// The gRPC service name.
+    /// The service's name in messages: the gRPC service name, or `the MCP
+    /// endpoint`.
     pub fn grpc_name(self) -> &'static str {
         match self {
             Service::Engine => "EngineService",
             Service::Admin => "AdminService",
             Service::SidecarRegistry => "SidecarRegistry",
+            Service::Mcp => "the MCP endpoint",
         }
     }
 
@@ -72,7 +83,7 @@ impl Service {
     pub fn allows(self, role: Role) -> bool {
         matches!(
             (self, role),
-            (Service::Engine, Role::Engine | Role::Admin)
+            (Service::Engine | Service::Mcp, Role::Engine | Role::Admin)
                 | (Service::Admin, Role::Admin)
                 | (Service::SidecarRegistry, Role::Sidecar)
         )
@@ -81,7 +92,7 @@ impl Service {
     /// The roles that may call it, for messages.
     pub fn needed(self) -> &'static str {
         match self {
-            Service::Engine => "engine or admin",
+            Service::Engine | Service::Mcp => "engine or admin",
             Service::Admin => "admin",
             Service::SidecarRegistry => "sidecar",
         }

@@ -634,6 +634,24 @@ async fn prompts_completions_gateway_tools_mrtr_and_change_events() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
+    // Only what the server lists is completed.
+    for (ref_type, name) in [
+        ("ref/prompt", "no-such-prompt"),
+        ("ref/resource", "orders://nope/{x}"),
+    ] {
+        let e = engine
+            .complete(pb::CompleteRequest {
+                server: "orders".into(),
+                ref_type: ref_type.into(),
+                name: name.into(),
+                argument: "x".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::NotFound, "{e:?}");
+        assert!(e.message().contains(name), "{}", e.message());
+    }
 
     // The gateway tools: offered to a read-only session, paged, read.
     let session = create_session(

@@ -29,6 +29,7 @@ mod e2e_config;
 mod e2e_elicitation;
 mod e2e_hints_push;
 mod e2e_list_changed;
+mod e2e_mcp_endpoint;
 mod e2e_policy;
 mod e2e_replicas;
 mod e2e_resources;

@@ -72,3 +72,32 @@ fn rejects_invalid_annotations() {
         vec![]
     );
 }
+
+#[test]
+fn decodes_what_it_encodes_and_refuses_bad_values() {
+    for v in [
+        "us-west1",
+        "Hello, 世界",
+        " padded ",
+        "line1\nline2",
+        "=?base64?literal?=",
+    ] {
+        assert_eq!(decode_value(encode_value(v).as_bytes()).as_deref(), Some(v));
+    }
+    assert_eq!(decode_value(b"=?base64?not base64!?="), None);
+    assert_eq!(decode_value(b"=?base64?//79?="), None, "not UTF-8");
+    assert_eq!(decode_value(b"caf\xc3\xa9"), None, "raw non-ASCII");
+    assert_eq!(decode_value(b"a\x01b"), None, "control character");
+}
+
+#[test]
+fn parameters_match_by_type() {
+    assert!(param_matches("x", &json!("x")));
+    assert!(!param_matches("x ", &json!("x")));
+    assert!(param_matches("true", &json!(true)));
+    assert!(!param_matches("1", &json!(true)));
+    assert!(param_matches("42", &json!(42)));
+    assert!(param_matches("42", &json!(42.0)));
+    assert!(!param_matches("042x", &json!(42)));
+    assert!(!param_matches("null", &json!(null)));
+}

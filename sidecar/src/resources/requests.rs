@@ -53,6 +53,9 @@ pub struct Request {
     pub deadline: Option<Deadline>,
     /// `resources/read`: every content becomes an attachment.
     pub attach: bool,
+    /// The MCP endpoint: the result goes back exactly as the server sent
+    /// it (`result_json`), without the size rules.
+    pub raw: bool,
 }
 
 /// The stage E requests of one server. Cheap to clone; clones share the
@@ -102,6 +105,17 @@ impl Requests {
                 },
                 e => failed(server, method, &about, e),
             })?;
+        if request.raw {
+            let response = ReadResourceResponse {
+                server: server.to_owned(),
+                uri,
+                result_json: result.to_string(),
+                duration_ms: request.started.elapsed().as_millis() as u64,
+                ..Default::default()
+            };
+            fits(&response, server, method, &about)?;
+            return Ok(response);
+        }
         let read = content::read(server, &uri, result, request.attach)?;
         let response = ReadResourceResponse {
             server: server.to_owned(),
@@ -110,6 +124,7 @@ impl Requests {
             contents: read.contents,
             attachments: read.attachments,
             duration_ms: request.started.elapsed().as_millis() as u64,
+            result_json: String::new(),
         };
         fits(&response, server, method, &about)?;
         Ok(response)
@@ -133,6 +148,17 @@ impl Requests {
         let result = within(deadline, server, method, &about, sent)
             .await?
             .map_err(|e| refused(server, method, &about, e))?;
+        if request.raw {
+            let response = GetPromptResponse {
+                server: server.to_owned(),
+                name,
+                result_json: result.to_string(),
+                duration_ms: request.started.elapsed().as_millis() as u64,
+                ..Default::default()
+            };
+            fits(&response, server, method, &about)?;
+            return Ok(response);
+        }
         let prompt = content::prompt(server, &name, result)?;
         let response = GetPromptResponse {
             server: server.to_owned(),
@@ -142,6 +168,7 @@ impl Requests {
             attachments: prompt.attachments,
             text: prompt.text,
             duration_ms: request.started.elapsed().as_millis() as u64,
+            result_json: String::new(),
         };
         fits(&response, server, method, &about)?;
         Ok(response)
@@ -169,7 +196,11 @@ impl Requests {
                 },
                 e => refused(server, method, &about, e),
             })?;
-        Ok(content::completion(server, &about, &result)?)
+        let mut response = content::completion(server, &about, &result)?;
+        if request.raw {
+            response.result_json = result.to_string();
+        }
+        Ok(response)
     }
 }
 

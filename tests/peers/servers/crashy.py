@@ -9,6 +9,8 @@ Tools:
   hang {block=false}  never replies. The server keeps serving other requests
         (ping, calls, cancellations) unless block=true: then the whole process
         stops reading stdin forever (a wedged server).
+  hangs -> how many hang calls arrived so far (a test knows its call is
+        running upstream before it cancels it)
   slow {ms=1000}  replies "slept <ms> ms" after ms, in a thread (other requests
         are served meanwhile); after notifications/cancelled for it, no reply
         (unless STUB_IGNORE_CANCEL=1: then it replies late).
@@ -48,8 +50,17 @@ srv.tool("crash", "exit with `code` without replying", code="integer", partial="
     lambda args, ctx: die(int(args.get("code", 3)), ctx.id if args.get("partial") else None))
 
 
+HANGS = [0]
+
+
+@srv.tool("hangs", "how many hang calls arrived so far")
+def hangs(args, ctx):
+    return str(HANGS[0])
+
+
 @srv.tool("hang", "never reply", block="boolean")
 def hang(args, ctx):
+    HANGS[0] += 1
     while args.get("block"):
         time.sleep(3600)
     return NO_REPLY

@@ -45,6 +45,9 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         .prefix("switchyard-up-")
         .tempdir()?;
     println!("switchyard: engine endpoint {engine}");
+    if let Some(mcp) = running.mcp_addr {
+        println!("switchyard: MCP endpoint http://{mcp}/mcp");
+    }
     println!(
         "switchyard: metrics http://{}/metrics, store {}",
         running.http_addr,

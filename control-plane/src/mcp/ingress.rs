@@ -1,0 +1,364 @@
+//! The first hop of every request: the HTTP checks that come before
+//! JSON-RPC, and the one message a POST carries.
+//!
+//! - `Host` and `Origin` (DNS rebinding protection, streamable-http
+//!   "Security Warning"): 403 ([`check_host_and_origin`]);
+//! - `Content-Type` must be JSON (415) and `Accept` must take JSON or SSE
+//!   (406) ([`check_media`]);
+//! - the body is at most `mcp.max_body_bytes` (413) ([`read_body`]);
+//! - it is one JSON-RPC request, notification or response: not JSON is
+//!   -32700, a batch or anything else -32600, both with 400 ([`parse`]).
+
+use super::respond::{INVALID_REQUEST, McpError, PARSE_ERROR};
+use crate::config::McpConfig;
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode, header};
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use serde_json::{Map, Value};
+use switchyard_mcp::jsonrpc::{self, Kind};
+
+/// One JSON-RPC message, as a POST carried it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// Request, notification or response.
+    pub kind: Kind,
+    /// `id` (requests and responses), exactly as sent.
+    pub id: Option<Value>,
+    /// `method` (requests and notifications).
+    pub method: String,
+    /// `params` (an absent one is empty).
+    pub params: Map<String, Value>,
+    /// The whole message, as sent (a response's `result` or `error`).
+    pub raw: Value,
+}
+
+impl Message {
+    /// `params._meta`, if it is an object.
+    pub fn meta(&self) -> Option<&Map<String, Value>> {
+        self.params.get("_meta").and_then(Value::as_object)
+    }
+}
+
+/// Loopback host names: `localhost`, `127.0.0.1`, `[::1]`, with or without
+/// a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "localhost" | "127.0.0.1" | "::1"
+    )
+}
+
+/// 403 unless `Host` and `Origin` are allowed (see `McpConfig`):
+/// `loopback` says whether the endpoint listens on a loopback address.
+pub fn check_host_and_origin(
+    headers: &HeaderMap,
+    config: &McpConfig,
+    loopback: bool,
+) -> Result<(), McpError> {
+    let forbidden = |what: String| McpError::new(StatusCode::FORBIDDEN, INVALID_REQUEST, what);
+    let host = headers
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or("\u{fffd}"));
+    if let Some(host) = host {
+        let listed = config
+            .allowed_hosts
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(host) || host.split(':').next() == Some(a));
+        let allowed = if config.allowed_hosts.is_empty() {
+            !loopback || is_loopback_host(host)
+        } else {
+            listed || (loopback && is_loopback_host(host))
+        };
+        if !allowed {
+            return Err(forbidden(format!(
+                "Host {host:?} is not served here (DNS rebinding protection; see mcp.allowed_hosts)"
+            )));
+        }
+    }
+    let origins: Vec<_> = headers.get_all(header::ORIGIN).iter().collect();
+    match origins.as_slice() {
+        [] => Ok(()),
+        [origin] => {
+            let origin = origin.to_str().unwrap_or("\u{fffd}");
+            let listed = config.allowed_origins.iter().any(|a| a == origin);
+            let local = loopback
+                && origin
+                    .split_once("://")
+                    .is_some_and(|(s, h)| matches!(s, "http" | "https") && is_loopback_host(h));
+            if listed || local {
+                Ok(())
+            } else {
+                Err(forbidden(format!(
+                    "Origin {origin:?} is not allowed (see mcp.allowed_origins)"
+                )))
+            }
+        }
+        _ => Err(forbidden("more than one Origin header".into())),
+    }
+}
+
+/// Whether the media range list `accept` takes `media` (`type/subtype`),
+/// by name or by a wildcard.
+fn accepts(accept: &str, media: &str) -> bool {
+    let (ty, _) = media.split_once('/').unwrap_or((media, ""));
+    accept.split(',').any(|range| {
+        let range = range.split(';').next().unwrap_or("").trim();
+        range.eq_ignore_ascii_case(media)
+            || range == "*/*"
+            || range.eq_ignore_ascii_case(&format!("{ty}/*"))
+    })
+}
+
+/// What answers the client takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepts {
+    /// `application/json`.
+    pub json: bool,
+    /// `text/event-stream`.
+    pub sse: bool,
+}
+
+/// 415 unless the body is `application/json`; 406 unless `Accept` takes
+/// JSON or SSE (clients MUST list both; one is enough here).
+pub fn check_media(headers: &HeaderMap) -> Result<Accepts, McpError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(McpError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            INVALID_REQUEST,
+            format!("Content-Type must be application/json, not {content_type:?}"),
+        ));
+    }
+    let accept = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    let took = Accepts {
+        json: accepts(&accept, "application/json"),
+        sse: accepts(&accept, "text/event-stream"),
+    };
+    if !took.json && !took.sse {
+        return Err(McpError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            INVALID_REQUEST,
+            format!("Accept must include application/json and text/event-stream, not {accept:?}"),
+        ));
+    }
+    Ok(took)
+}
+
+/// The body, at most `limit` bytes: 413 past it (the rest is not read).
+pub async fn read_body(body: Body, limit: u64) -> Result<Bytes, McpError> {
+    let too_large = || {
+        McpError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            INVALID_REQUEST,
+            format!("the request body is over {limit} bytes (mcp.max_body_bytes)"),
+        )
+    };
+    let mut out = BytesMut::new();
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            McpError::bad_request(format!("the request body could not be read: {e}"))
+        })?;
+        if (out.len() + chunk.len()) as u64 > limit {
+            return Err(too_large());
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out.freeze())
+}
+
+/// Parses the one message of a POST. Errors (400): not JSON (-32700); a
+/// batch, or JSON that is not a JSON-RPC 2.0 request, notification or
+/// response (-32600), naming what is wrong.
+pub fn parse(body: &[u8]) -> Result<Message, McpError> {
+    let raw: Value = serde_json::from_slice(body).map_err(|e| {
+        McpError::new(
+            StatusCode::BAD_REQUEST,
+            PARSE_ERROR,
+            format!("the body is not JSON: {e}"),
+        )
+    })?;
+    if raw.is_array() {
+        return Err(McpError::bad_request(
+            "JSON-RPC batches are not supported (MCP sends one message per POST since 2025-06-18)",
+        ));
+    }
+    let id = raw.get("id").cloned();
+    let Some(kind) = jsonrpc::classify(&raw) else {
+        let why = match &raw {
+            Value::Object(m) if m.get("jsonrpc") != Some(&Value::from("2.0")) => {
+                "\"jsonrpc\" must be \"2.0\""
+            }
+            Value::Object(m) if m.get("id").is_some_and(|i| !jsonrpc::is_valid_id(i)) => {
+                "\"id\" must be a string or a number"
+            }
+            Value::Object(m) if m.get("method").is_some_and(|v| !v.is_string()) => {
+                "\"method\" must be a string"
+            }
+            Value::Object(_) => "it has neither a \"method\" nor a \"result\" or \"error\"",
+            _ => "it is not a JSON object",
+        };
+        return Err(
+            McpError::bad_request(format!("not a JSON-RPC 2.0 message: {why}"))
+                .with_id(id.as_ref().filter(|i| jsonrpc::is_valid_id(i))),
+        );
+    };
+    let method = raw
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let params = match raw.get("params") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => {
+            return Err(McpError::new(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::INVALID_PARAMS,
+                "\"params\" must be an object",
+            )
+            .with_id(id.as_ref()));
+        }
+    };
+    Ok(Message {
+        kind,
+        id,
+        method,
+        params,
+        raw,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+    use serde_json::json;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn loopback_endpoints_refuse_foreign_hosts_and_origins() {
+        let c = McpConfig::default();
+        let ok = |pairs: &[(&'static str, &str)], loopback| {
+            check_host_and_origin(&headers(pairs), &c, loopback).is_ok()
+        };
+        assert!(ok(&[("host", "127.0.0.1:7790")], true));
+        assert!(ok(
+            &[
+                ("host", "localhost:7790"),
+                ("origin", "http://localhost:3000")
+            ],
+            true
+        ));
+        assert!(ok(&[("host", "[::1]:7790")], true));
+        assert!(!ok(&[("host", "evil.example.com")], true));
+        assert!(!ok(
+            &[("host", "localhost"), ("origin", "http://evil.example.com")],
+            true
+        ));
+        assert!(!ok(&[("host", "localhost"), ("origin", "null")], true));
+        let two = [
+            ("host", "localhost"),
+            ("origin", "http://localhost"),
+            ("origin", "http://localhost"),
+        ];
+        assert!(!ok(&two, true));
+        // Not on loopback: any host; origins only when listed.
+        assert!(ok(&[("host", "gw.example.com")], false));
+        assert!(!ok(
+            &[("host", "gw.example.com"), ("origin", "http://localhost")],
+            false
+        ));
+        let c = McpConfig {
+            allowed_origins: vec!["https://app.example.com".into()],
+            allowed_hosts: vec!["gw.example.com".into()],
+            ..McpConfig::default()
+        };
+        let h = headers(&[
+            ("host", "gw.example.com:443"),
+            ("origin", "https://app.example.com"),
+        ]);
+        assert!(check_host_and_origin(&h, &c, false).is_ok());
+        let h = headers(&[("host", "other.example.com")]);
+        let e = check_host_and_origin(&h, &c, false).unwrap_err();
+        assert_eq!(e.status, StatusCode::FORBIDDEN);
+        assert!(e.message.contains("other.example.com"), "{}", e.message);
+    }
+
+    #[test]
+    fn media_types_are_checked() {
+        let json_both = [
+            ("content-type", "application/json; charset=utf-8"),
+            ("accept", "application/json, text/event-stream"),
+        ];
+        assert_eq!(
+            check_media(&headers(&json_both)).unwrap(),
+            Accepts {
+                json: true,
+                sse: true
+            }
+        );
+        let e = check_media(&headers(&[
+            ("content-type", "text/plain"),
+            ("accept", "*/*"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let e = check_media(&headers(&[
+            ("content-type", "application/json"),
+            ("accept", "text/html"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.status, StatusCode::NOT_ACCEPTABLE);
+        let any = [("content-type", "application/json"), ("accept", "*/*")];
+        assert!(check_media(&headers(&any)).unwrap().json);
+    }
+
+    #[test]
+    fn one_message_per_post() {
+        let m =
+            parse(br#"{"jsonrpc":"2.0","id":"0","method":"tools/list","params":{"x":1}}"#).unwrap();
+        assert_eq!(
+            (m.kind, m.id, m.method.as_str()),
+            (Kind::Request, Some(json!("0")), "tools/list")
+        );
+        assert_eq!(m.params["x"], 1);
+        let m = parse(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        assert_eq!(m.kind, Kind::Notification);
+        let m = parse(br#"{"jsonrpc":"2.0","id":7,"result":{}}"#).unwrap();
+        assert_eq!(m.kind, Kind::Response);
+        let e = parse(b"{not json").unwrap_err();
+        assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, PARSE_ERROR));
+        let e = parse(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#).unwrap_err();
+        assert_eq!(e.code, INVALID_REQUEST);
+        assert!(e.message.contains("batches"), "{}", e.message);
+        let e = parse(br#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#).unwrap_err();
+        assert!(e.message.contains("\"2.0\""), "{}", e.message);
+        assert_eq!(e.id, json!(1));
+        let e = parse(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#).unwrap_err();
+        assert!(e.message.contains("string or a number"), "{}", e.message);
+        let e = parse(br#"{"jsonrpc":"2.0","id":3,"method":"ping","params":[1]}"#).unwrap_err();
+        assert_eq!((e.code, e.id.clone()), (-32602, json!(3)));
+    }
+}

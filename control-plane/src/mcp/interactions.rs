@@ -1,0 +1,230 @@
+//! The questions a call asks, put to the MCP client that made it
+//! (2025-11-25 clients; stage C's interactions, `crate::interactions`).
+//!
+//! A 2025-11-25 client that declared `elicitation` in `initialize` and
+//! takes `text/event-stream` gets its `tools/call`, `resources/read` and
+//! `prompts/get` answered as an SSE stream ([`stream`]). The request runs
+//! with a fresh `run_id`; while it runs, every interaction of its engine
+//! session and run that opens (a server's form or URL elicitation, in
+//! either of the server's eras, or an approval of a `confirm` tool) is sent
+//! on the stream as an `elicitation/create` request whose id is
+//! `sy-<interaction id>`. Approvals are a form with no fields: accept
+//! approves, decline denies. URL elicitations go only to a client that
+//! declared `elicitation.url`; the others stay for the engine session's
+//! other subscribers (`switchyard interactions`). Then the request's
+//! response ends the stream.
+//!
+//! The client's answer is a JSON-RPC response POSTed in the same session,
+//! to any replica ([`client_answered`]): it answers the interaction, which
+//! is a record in the store, so the replica running the call sees it.
+//! A client that goes away (the stream closes) cancels its request.
+
+use super::ingress::{Accepts, Message};
+use super::respond::{self, McpError};
+use super::{Ctx, Endpoint};
+use crate::auth::Caller;
+use crate::model::interaction::{InteractionRecord, Kind, Status};
+use crate::model::mcp_session::{McpSessionRecord, Scope};
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+use switchyard_mcp::era::Era;
+use switchyard_mcp::sse::{self, Event};
+use switchyard_mcp::{jsonrpc, methods};
+
+/// The prefix of the ids of the requests this endpoint sends a client.
+pub const ID_PREFIX: &str = "sy-";
+
+/// The methods whose interactions reach the client.
+const ASKING: &[&str] = &[
+    methods::TOOLS_CALL,
+    methods::RESOURCES_READ,
+    methods::PROMPTS_GET,
+];
+
+/// Whether request `msg` of 2025-11-25 session `session` is answered as a
+/// stream that carries the call's questions.
+pub fn asks(session: &McpSessionRecord, accepts: Accepts, msg: &Message) -> bool {
+    accepts.sse
+        && ASKING.contains(&msg.method.as_str())
+        && session.client_capabilities.get("elicitation").is_some()
+}
+
+/// The `elicitation/create` params for interaction `rec`, if this client
+/// may get it: the server's own params for a form or URL (as sent), a
+/// field-less form for an approval. `None`: a URL for a client without
+/// `elicitation.url`, or a record without params.
+fn question(rec: &InteractionRecord, capabilities: &Value) -> Option<Value> {
+    match rec.kind {
+        Kind::Approval => Some(json!({
+            "mode": "form",
+            "message": format!("{} (accept to approve, decline to deny)", rec.message),
+            "requestedSchema": {"type": "object", "properties": {}},
+        })),
+        Kind::Url if capabilities["elicitation"].get("url").is_none() => None,
+        Kind::Form | Kind::Url => serde_json::from_str(rec.params.as_ref()?.get()).ok(),
+    }
+}
+
+/// One SSE event carrying `message`.
+fn event(message: &Value) -> Result<bytes::Bytes, std::convert::Infallible> {
+    Ok(bytes::Bytes::from(sse::encode(&Event {
+        data: message.to_string(),
+        ..Event::default()
+    })))
+}
+
+/// Answers request `msg` of session `session` as an SSE stream (module
+/// docs).
+pub fn stream(
+    ep: Arc<Endpoint>,
+    scope: Scope,
+    caller: Option<Caller>,
+    session: McpSessionRecord,
+    h: HeaderMap,
+    msg: Message,
+) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::convert::Infallible>>(16);
+    // Subscribed before the request starts: no question is missed.
+    let mut changes = ep.cp.state.subscribe();
+    tokio::spawn(async move {
+        let run = switchyard_common::ids::new_id();
+        let ctx = Ctx {
+            ep: &ep,
+            scope: &scope,
+            caller: caller.as_ref(),
+            era: Era::Legacy,
+            session_id: session.engine_session.clone(),
+            run_id: run.clone(),
+        };
+        let work = super::answer(&ctx, &h, &msg);
+        tokio::pin!(work);
+        let mut asked = HashSet::new();
+        let mut watching = true;
+        let caps = &session.client_capabilities;
+        let outcome = loop {
+            // Whatever opened meanwhile (also when the watch lagged).
+            for rec in open_of(&ep, &session.engine_session, &run) {
+                if asked.insert(rec.id.clone())
+                    && let Some(params) = question(&rec, caps)
+                {
+                    let request = json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}{}", rec.id), "method": methods::ELICIT, "params": params});
+                    if tx.send(event(&request)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            tokio::select! {
+                r = &mut work => break r,
+                // Any change (or a lag) may have opened one: look again.
+                c = changes.recv(), if watching => {
+                    if matches!(c, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                        watching = false;
+                    }
+                }
+                // The client went away: dropping the request cancels it.
+                _ = tx.closed() => return,
+            }
+        };
+        let message = match outcome {
+            Ok(mut result) => {
+                respond::decorate(&msg.method, Era::Legacy, &mut result);
+                jsonrpc::result_response(msg.id.as_ref().unwrap_or(&Value::Null), result)
+            }
+            Err(e) => e.with_id(msg.id.as_ref()).body(),
+        };
+        let _ = tx.send(event(&message)).await;
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let mut r = (StatusCode::OK, body).into_response();
+    let headers = r.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
+}
+
+/// The open interactions of `session` and `run`, oldest first.
+fn open_of(ep: &Endpoint, session: &str, run: &str) -> Vec<InteractionRecord> {
+    let snap = ep.cp.state.snapshot();
+    let mut open: Vec<InteractionRecord> = snap
+        .interactions
+        .get(session)
+        .map(|m| {
+            m.values()
+                .filter(|r| r.run_id == run && r.status == Status::Open)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    open.sort_by_key(|r| r.created_at_ms);
+    open
+}
+
+/// A client's JSON-RPC response `msg` in session `session`: the answer to
+/// the interaction its id names (`sy-<id>`). A result's `action` is the
+/// answer (`accept` with its `content`, `decline`, `cancel`; for an
+/// approval, accept approves and decline denies); an error cancels. Errors
+/// (400): an id this endpoint did not send, an answer the interaction
+/// refuses (a form answer that does not match its schema cancels it, as
+/// the client cannot answer twice).
+pub async fn client_answered(
+    ep: &Endpoint,
+    session: &McpSessionRecord,
+    msg: &Message,
+) -> Result<(), McpError> {
+    let id = msg
+        .id
+        .as_ref()
+        .and_then(Value::as_str)
+        .and_then(|i| i.strip_prefix(ID_PREFIX))
+        .ok_or_else(|| {
+            McpError::bad_request("a response to a request this endpoint did not send")
+        })?;
+    let engine = session.engine_session.as_str();
+    let kind = ep
+        .cp
+        .state
+        .snapshot()
+        .interactions
+        .get(engine)
+        .and_then(|m| m.get(id))
+        .map(|r| r.kind);
+    let result = msg.raw.get("result");
+    let action = result
+        .and_then(|r| r.get("action"))
+        .and_then(Value::as_str)
+        .unwrap_or("cancel");
+    let action = match (kind, action) {
+        (Some(Kind::Approval), "accept") => "approve",
+        (Some(Kind::Approval), "decline") => "deny",
+        (_, a) => a,
+    };
+    let content = result
+        .and_then(|r| r.get("content"))
+        .map(Value::to_string)
+        .unwrap_or_default();
+    match ep
+        .cp
+        .interactions
+        .answer(engine, id, action, &content)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(crate::interactions::InteractionError::Invalid(why)) => {
+            let _ = ep.cp.interactions.answer(engine, id, "cancel", "").await;
+            Err(McpError::bad_request(format!(
+                "the answer to {ID_PREFIX}{id} was refused, and the question cancelled: {why}"
+            )))
+        }
+        Err(e) => Err(McpError::bad_request(format!(
+            "the answer to {ID_PREFIX}{id}: {e}"
+        ))),
+    }
+}

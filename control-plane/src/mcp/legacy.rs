@@ -1,0 +1,220 @@
+//! 2025-11-25 on the same endpoint (basic/lifecycle, basic/transports
+//! "Session Management"): `initialize` opens a session and answers its id
+//! in `Mcp-Session-Id`; every later request names it; DELETE ends it.
+//!
+//! A session is a stored record (`mcp-sessions/<id>`,
+//! [`McpSessionRecord`]), so any replica serves it and it outlives a
+//! replica's restart. It is bound to the URL it was opened on and to the
+//! caller that opened it: on another URL, or for another caller, it does
+//! not exist (404, as for an unknown or ended one, after which the client
+//! opens a new one). On `/mcp` and `/mcp/servers/NAME` it gets an engine
+//! session of its own (same id, the caller's, ended with it), so its calls
+//! are scoped, audited and attributed like an engine's; on
+//! `/mcp/sessions/ID` it uses that engine session.
+
+use super::Endpoint;
+use super::discover::LEGACY_VERSIONS as VERSIONS;
+use super::ingress::Message;
+use super::respond::{self, McpError, SESSION_NOT_FOUND};
+use crate::auth::Caller;
+use crate::model::mcp_session::{McpSessionRecord, Scope};
+use crate::model::{PermissionMode, SessionRecord, now_ms};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use serde_json::{Value, json};
+use std::time::Duration;
+use switchyard_mcp::{era, headers};
+
+/// How often a session's `usedAtMs` is written back, at most.
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+/// Answers `initialize` on `scope` for `caller`: a new session, its
+/// engine session, and the `InitializeResult` with the id in
+/// `Mcp-Session-Id`. Errors: -32602 (params), unavailable store.
+pub async fn initialize(
+    ep: &Endpoint,
+    scope: &Scope,
+    caller: Option<&Caller>,
+    msg: &Message,
+) -> Result<Response, McpError> {
+    let id_of_request = msg.id.clone().unwrap_or(Value::Null);
+    let requested = msg
+        .params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            McpError::invalid_params("params.protocolVersion: required, a string")
+                .with_id(msg.id.as_ref())
+        })?;
+    let version = VERSIONS
+        .iter()
+        .find(|v| **v == requested)
+        .copied()
+        .unwrap_or(VERSIONS[0]);
+    let owner = caller.map(|c| c.name.clone()).unwrap_or_default();
+    let id = switchyard_common::ids::new_id();
+    let now = now_ms();
+    let engine_session = match scope {
+        Scope::Session(s) => s.clone(),
+        Scope::All | Scope::Server(_) => {
+            let rec = SessionRecord {
+                id: id.clone(),
+                enabled_servers: match scope {
+                    Scope::Server(name) => vec![name.clone()],
+                    _ => Vec::new(),
+                },
+                permission_mode: PermissionMode::Auto,
+                roots: Vec::new(),
+                created_at_ms: now,
+                updated_at_ms: now,
+                owner: owner.clone(),
+            };
+            ep.cp
+                .registry
+                .put_session(&rec)
+                .await
+                .map_err(|e| store_error(e, &id_of_request))?;
+            id.clone()
+        }
+    };
+    let rec = McpSessionRecord {
+        id: id.clone(),
+        scope: scope.clone(),
+        engine_session,
+        owner,
+        protocol_version: version.to_owned(),
+        client_capabilities: msg.params.get("capabilities").cloned().unwrap_or(json!({})),
+        client_info: msg.params.get("clientInfo").cloned().unwrap_or(json!({})),
+        created_at_ms: now,
+        used_at_ms: now,
+    };
+    let rev = ep
+        .cp
+        .registry
+        .put_mcp_session(&rec)
+        .await
+        .map_err(|e| store_error(e, &id_of_request))?;
+    // This replica's next request in the session finds it.
+    ep.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+    let client = rec
+        .client_info
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    tracing::info!(session = %id, scope = %scope.path(), version, client, "MCP session opened");
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": super::discover::capabilities(),
+        "serverInfo": super::discover::server_info(),
+        "instructions": super::discover::instructions(scope),
+    });
+    let mut response = respond::result(&id_of_request, result);
+    response.headers_mut().insert(
+        headers::SESSION_ID,
+        HeaderValue::from_str(&id).expect("hex ids are header values"),
+    );
+    Ok(response)
+}
+
+fn store_error(e: crate::registry::RegistryError, id: &Value) -> McpError {
+    McpError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        respond::INTERNAL_ERROR,
+        format!(
+            "the session could not be stored: {}",
+            switchyard_common::error_chain(&e)
+        ),
+    )
+    .with_id(Some(id))
+}
+
+/// The session a 2025-11-25 request names in `Mcp-Session-Id`, if it is
+/// open on `scope` for `caller`. Errors: 400 without the header (or with a
+/// version header this endpoint does not speak), 404 for a session that is
+/// unknown, ended, another caller's or another URL's.
+pub async fn session(
+    ep: &Endpoint,
+    scope: &Scope,
+    caller: Option<&Caller>,
+    h: &HeaderMap,
+    msg_id: Option<&Value>,
+) -> Result<McpSessionRecord, McpError> {
+    let Some(id) = h.get(headers::SESSION_ID).and_then(|v| v.to_str().ok()) else {
+        return Err(McpError::bad_request(
+            "header Mcp-Session-Id: required (send initialize first; a 2026-07-28 request carries MCP-Protocol-Version and params._meta instead)",
+        )
+        .with_id(msg_id));
+    };
+    if let Some(v) = h.get(headers::PROTOCOL_VERSION) {
+        let v = v.to_str().unwrap_or("");
+        if !VERSIONS.contains(&v) && !era::LEGACY_VERSIONS.contains(&v) {
+            return Err(McpError::bad_request(format!(
+                "header MCP-Protocol-Version {v:?} is not a version of this session (supported: {})",
+                VERSIONS.join(", ")
+            ))
+            .with_id(msg_id));
+        }
+    }
+    let not_found = || {
+        McpError::new(
+            StatusCode::NOT_FOUND,
+            SESSION_NOT_FOUND,
+            "session not found: it ended, expired or never existed here; send initialize to open a new one",
+        )
+        .with_id(msg_id)
+    };
+    let rec = match ep.cp.state.snapshot().mcp_sessions.get(id) {
+        Some(rec) => rec.clone(),
+        // Opened on another replica a moment ago: read it from the store.
+        None => match ep.cp.registry.get_mcp_session(id).await {
+            Ok(Some(rec)) => rec,
+            Ok(None) => return Err(not_found()),
+            Err(e) => return Err(store_error(e, msg_id.unwrap_or(&Value::Null))),
+        },
+    };
+    let owner = caller.map(|c| c.name.as_str()).unwrap_or("");
+    if &rec.scope != scope || rec.owner != owner {
+        return Err(not_found());
+    }
+    if now_ms() - rec.used_at_ms > TOUCH_EVERY.as_millis() as i64 {
+        let mut touched = rec.clone();
+        touched.used_at_ms = now_ms();
+        // Best effort: a lost write only shortens the idle time left.
+        if let Err(e) = ep.cp.registry.put_mcp_session(&touched).await {
+            tracing::warn!(session = %rec.id, error = %e, "could not refresh an MCP session's last use");
+        }
+    }
+    Ok(rec)
+}
+
+/// Ends session `rec` (DELETE, or idle too long): its record, and the
+/// engine session it created.
+pub async fn end(ep: &Endpoint, rec: &McpSessionRecord, why: &str) {
+    if let Err(e) = ep.cp.registry.delete_mcp_session(&rec.id).await {
+        tracing::warn!(session = %rec.id, error = %e, "could not delete an MCP session");
+        return;
+    }
+    if rec.engine_session == rec.id {
+        let _ = ep.cp.registry.delete_session(&rec.id).await;
+    }
+    tracing::info!(session = %rec.id, scope = %rec.scope.path(), why, "MCP session ended");
+}
+
+/// Ends the sessions idle for longer than `mcp.session_idle_timeout_sec`
+/// (every replica runs this; deleting twice is harmless).
+pub async fn sweep(ep: &Endpoint) {
+    let idle = ep.config.session_idle_timeout_sec as i64 * 1000;
+    let now = now_ms();
+    let expired: Vec<McpSessionRecord> = ep
+        .cp
+        .state
+        .snapshot()
+        .mcp_sessions
+        .values()
+        .filter(|s| now - s.used_at_ms > idle)
+        .cloned()
+        .collect();
+    for rec in expired {
+        end(ep, &rec, "idle").await;
+    }
+}

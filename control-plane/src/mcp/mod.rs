@@ -1,0 +1,459 @@
+//! The MCP endpoint: Switchyard as an MCP server, over Streamable HTTP, for
+//! MCP clients of both eras (`[mcp] listen`; docs/mcp-endpoint.md; the
+//! design is in this directory's README.md). Any replica serves any
+//! request: what outlives a request is in the store.
+//!
+//! One POST, top to bottom ([`post`]):
+//!
+//! 1. [`ingress`]: `Host` and `Origin` (403), then the caller, as on the
+//!    gRPC API (401, 403);
+//! 2. [`ingress`]: the media types (415, 406), the body limit (413), one
+//!    JSON-RPC message (-32700, -32600);
+//! 3. the era: `initialize`, `Mcp-Session-Id` or a 2025 version header is
+//!    2025-11-25 ([`legacy`]: the session, 400 and 404); anything else is
+//!    2026-07-28, checked in the specified order ([`modern`]);
+//! 4. a 2025-11-25 client's answers to the endpoint's questions
+//!    ([`interactions::client_answered`]); a 2025-11-25 call that may ask
+//!    the client something runs on an SSE stream ([`interactions::stream`]);
+//! 5. one arm per method ([`answer`]): [`discover`], [`lists`],
+//!    [`requests`] (through the call path, [`crate::call`]);
+//! 6. [`respond`]: the result decorated for the era, or the error, in one
+//!    place; the request counted ([`Served`]).
+//!
+//! URLs: `/mcp` (every server, names namespaced: [`names`]),
+//! `/mcp/sessions/ID` (an engine session's servers, mode and roots),
+//! `/mcp/servers/NAME` (one server, names unchanged). GET and DELETE: 405
+//! for 2026-07-28 (stateless); DELETE ends a 2025-11-25 session. Answers
+//! are JSON, or SSE for a 2025-11-25 call that may ask its client.
+
+pub mod discover;
+pub mod ingress;
+pub mod interactions;
+pub mod legacy;
+pub mod lists;
+pub mod modern;
+pub mod names;
+pub mod requests;
+pub mod respond;
+
+use crate::ControlPlane;
+use crate::auth::{Authenticator, Caller, Service};
+use crate::config::McpConfig;
+use crate::model::SessionRecord;
+use crate::model::mcp_session::Scope;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use ingress::Message;
+use respond::McpError;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_mcp::era::Era;
+use switchyard_mcp::jsonrpc::Kind;
+use switchyard_mcp::{headers, methods};
+use tokio_util::sync::CancellationToken;
+
+/// The endpoint of one replica.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// The replica's shared core.
+    pub cp: Arc<ControlPlane>,
+    /// Who may call (the gRPC API's credentials).
+    pub auth: Arc<Authenticator>,
+    /// `[mcp]`.
+    pub config: McpConfig,
+    /// Whether it listens on a loopback address (DNS rebinding rules).
+    pub loopback: bool,
+}
+
+/// One request's context: who asks, on which URL, in which era, in which
+/// engine session.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    /// The endpoint.
+    pub ep: &'a Endpoint,
+    /// The URL's scope.
+    pub scope: &'a Scope,
+    /// The caller (`None`: anonymous, allowed while `[auth] required` is
+    /// false).
+    pub caller: Option<&'a Caller>,
+    /// The client's era.
+    pub era: Era,
+    /// The engine session the request runs in; empty: none (a 2026-07-28
+    /// request on `/mcp` or `/mcp/servers/NAME`).
+    pub session_id: String,
+    /// The run its interactions are tagged with ([`interactions`]); empty:
+    /// nobody on this request answers them.
+    pub run_id: String,
+}
+
+impl Ctx<'_> {
+    /// Whether several servers share this URL (names are namespaced).
+    pub fn multiplexed(&self) -> bool {
+        !matches!(self.scope, Scope::Server(_))
+    }
+
+    /// The engine session, checked as the engine API checks it.
+    pub async fn session(&self) -> Result<Option<SessionRecord>, McpError> {
+        crate::call::request::session_of(&self.ep.cp, &self.session_id, self.caller)
+            .await
+            .map_err(|e| McpError::from_call(e, self.era))
+    }
+}
+
+/// Serves the endpoint on `listener` until `shutdown`; ends idle
+/// 2025-11-25 sessions meanwhile.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    ep: Arc<Endpoint>,
+    shutdown: CancellationToken,
+) {
+    let sweeper = {
+        let ep = ep.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tokio::select! {
+                    _ = every.tick() => legacy::sweep(&ep).await,
+                    _ = stop.cancelled() => return,
+                }
+            }
+        })
+    };
+    let app = Router::new()
+        .route("/mcp", axum::routing::any(all))
+        .route("/mcp/sessions/{id}", axum::routing::any(session))
+        .route("/mcp/servers/{name}", axum::routing::any(server))
+        .with_state(ep);
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+    {
+        tracing::error!(error = %e, "MCP endpoint failed");
+    }
+    sweeper.abort();
+}
+
+async fn all(
+    State(ep): State<Arc<Endpoint>>,
+    method: Method,
+    h: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(ep, Scope::All, method, h, body).await
+}
+
+async fn session(
+    State(ep): State<Arc<Endpoint>>,
+    Path(id): Path<String>,
+    method: Method,
+    h: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(ep, Scope::Session(id), method, h, body).await
+}
+
+async fn server(
+    State(ep): State<Arc<Endpoint>>,
+    Path(name): Path<String>,
+    method: Method,
+    h: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(ep, Scope::Server(name), method, h, body).await
+}
+
+/// One HTTP request on `scope`'s URL.
+async fn handle(
+    ep: Arc<Endpoint>,
+    scope: Scope,
+    method: Method,
+    h: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let mut served = Served {
+        method: "-",
+        era: "-",
+        outcome: "rejected",
+    };
+    let response = match handled(&ep, &scope, &method, &h, body, &mut served).await {
+        Ok(r) => r,
+        Err(e) => {
+            served.outcome = e.outcome();
+            if e.status.is_server_error() || e.code == respond::INTERNAL_ERROR {
+                tracing::warn!(method = served.method, status = e.status.as_u16(), code = e.code, error = %e.message, "MCP request failed");
+            } else {
+                tracing::debug!(method = served.method, status = e.status.as_u16(), code = e.code, error = %e.message, "MCP request refused");
+            }
+            e.into_response()
+        }
+    };
+    served.emit(&ep, started);
+    response
+}
+
+/// The request counted in `switchyard_control_plane_mcp_requests_total`,
+/// and its debug log line, together.
+struct Served {
+    method: &'static str,
+    era: &'static str,
+    outcome: &'static str,
+}
+
+impl Served {
+    fn emit(&self, ep: &Endpoint, started: Instant) {
+        ep.cp
+            .metrics
+            .mcp_request(self.method, self.era, self.outcome);
+        tracing::debug!(
+            method = self.method,
+            era = self.era,
+            outcome = self.outcome,
+            ms = started.elapsed().as_millis() as u64,
+            "MCP request"
+        );
+    }
+}
+
+/// A bounded metric label for `method`.
+fn method_label(method: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        methods::INITIALIZE,
+        methods::INITIALIZED,
+        methods::PING,
+        methods::LOGGING_SET_LEVEL,
+        methods::SERVER_DISCOVER,
+        methods::TOOLS_LIST,
+        methods::TOOLS_CALL,
+        methods::RESOURCES_LIST,
+        methods::RESOURCE_TEMPLATES_LIST,
+        methods::RESOURCES_READ,
+        methods::PROMPTS_LIST,
+        methods::PROMPTS_GET,
+        methods::COMPLETE,
+        methods::SUBSCRIPTIONS_LISTEN,
+        methods::CANCELLED,
+    ];
+    KNOWN
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+fn era_label(era: Era) -> &'static str {
+    match era {
+        Era::Modern => switchyard_mcp::era::MODERN_VERSION,
+        Era::Legacy => switchyard_mcp::era::LEGACY_VERSION,
+    }
+}
+
+/// The steps of the module docs.
+async fn handled(
+    ep: &Arc<Endpoint>,
+    scope: &Scope,
+    method: &Method,
+    h: &HeaderMap,
+    body: Body,
+    served: &mut Served,
+) -> Result<Response, McpError> {
+    // 1. Host and Origin, then who is calling.
+    ingress::check_host_and_origin(h, &ep.config, ep.loopback)?;
+    let caller = authenticate(ep, h)?;
+    check_scope(ep, scope, caller.as_ref()).await?;
+    // GET and DELETE: no streams yet; DELETE ends a 2025-11-25 session.
+    if method == Method::DELETE && h.contains_key(headers::SESSION_ID) {
+        served.era = era_label(Era::Legacy);
+        let rec = legacy::session(ep, scope, caller.as_ref(), h, None).await?;
+        legacy::end(ep, &rec, "deleted by the client").await;
+        served.outcome = "ok";
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    if method != Method::POST {
+        let mut r = McpError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            respond::INVALID_REQUEST,
+            format!("{method} is not served here: send JSON-RPC messages with POST"),
+        )
+        .into_response();
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+        return Ok(r);
+    }
+    // 2. The one message.
+    let accepts = ingress::check_media(h)?;
+    let bytes = ingress::read_body(body, ep.config.max_body_bytes).await?;
+    let msg = ingress::parse(&bytes)?;
+    served.method = method_label(&msg.method);
+    // 3. The era, and the session of a 2025-11-25 client.
+    let era = era_of(h, &msg);
+    served.era = era_label(era);
+    if msg.kind == Kind::Request && msg.method == methods::INITIALIZE && era == Era::Legacy {
+        let r = legacy::initialize(ep, scope, caller.as_ref(), &msg).await?;
+        served.outcome = "ok";
+        return Ok(r);
+    }
+    let session = match era {
+        Era::Legacy => Some(legacy::session(ep, scope, caller.as_ref(), h, msg.id.as_ref()).await?),
+        Era::Modern => None,
+    };
+    let session_id = match (&session, scope) {
+        (Some(s), _) => s.engine_session.clone(),
+        (None, Scope::Session(id)) => id.clone(),
+        (None, _) => String::new(),
+    };
+    // 4. The client's answers to our questions, and notifications: taken,
+    // nothing to answer.
+    match (msg.kind.clone(), &session) {
+        (Kind::Request, _) => {}
+        (Kind::Response, Some(s)) => {
+            interactions::client_answered(ep, s, &msg).await?;
+            served.outcome = "ok";
+            return Ok(respond::accepted());
+        }
+        (Kind::Response, None) => {
+            return Err(McpError::bad_request(
+                "a 2026-07-28 client sends no JSON-RPC responses (input goes in the retried request's inputResponses)",
+            ));
+        }
+        (Kind::Notification, _) => {
+            if msg.method == methods::CANCELLED && !session_id.is_empty() && session.is_some() {
+                requests::cancel(ep, &session_id, &msg).await;
+            }
+            served.outcome = "ok";
+            return Ok(respond::accepted());
+        }
+    }
+    // A 2025-11-25 call that may ask the client something: a stream.
+    if let Some(s) = session.filter(|s| interactions::asks(s, accepts, &msg)) {
+        served.outcome = "ok";
+        return Ok(interactions::stream(
+            ep.clone(),
+            scope.clone(),
+            caller,
+            s,
+            h.clone(),
+            msg,
+        ));
+    }
+    if era == Era::Modern {
+        modern::validate(h, &msg)?;
+    }
+    let ctx = Ctx {
+        ep,
+        scope,
+        caller: caller.as_ref(),
+        era,
+        session_id,
+        run_id: String::new(),
+    };
+    // 5. One arm per method.
+    let mut result = answer(&ctx, h, &msg)
+        .await
+        .map_err(|e| e.with_id(msg.id.as_ref()))?;
+    // 6. The result, for the client's era.
+    respond::decorate(&msg.method, era, &mut result);
+    served.outcome = "ok";
+    Ok(respond::result(
+        msg.id.as_ref().unwrap_or(&Value::Null),
+        result,
+    ))
+}
+
+/// Answers request `msg` (its era checked already).
+pub(crate) async fn answer(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Value, McpError> {
+    use lists::Listing;
+    match msg.method.as_str() {
+        methods::SERVER_DISCOVER => Ok(discover::discover(ctx.scope)),
+        methods::TOOLS_LIST => lists::tools(ctx, msg).await,
+        methods::TOOLS_CALL => requests::call_tool(ctx, h, msg).await,
+        methods::RESOURCES_LIST => lists::paged(ctx, msg, Listing::Resources).await,
+        methods::RESOURCE_TEMPLATES_LIST => lists::paged(ctx, msg, Listing::Templates).await,
+        methods::RESOURCES_READ => requests::read_resource(ctx, msg).await,
+        methods::PROMPTS_LIST => lists::paged(ctx, msg, Listing::Prompts).await,
+        methods::PROMPTS_GET => requests::get_prompt(ctx, msg).await,
+        methods::COMPLETE => requests::complete(ctx, msg).await,
+        // 2025-11-25 only (a 2026-07-28 request for them is 404 already).
+        methods::PING => Ok(serde_json::json!({})),
+        methods::LOGGING_SET_LEVEL => Ok(serde_json::json!({})),
+        other => Err(McpError::rpc(
+            switchyard_mcp::jsonrpc::METHOD_NOT_FOUND,
+            format!("method not found: {other:?}"),
+        )),
+    }
+}
+
+/// The era of a request: 2025-11-25 for `initialize` without 2026-07-28
+/// metadata, for a request naming a session, or carrying a 2025 version
+/// header; else 2026-07-28 (whose checks then say what is missing).
+fn era_of(h: &HeaderMap, msg: &Message) -> Era {
+    let version_header = h
+        .get(headers::PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok());
+    let modern_meta = msg
+        .meta()
+        .is_some_and(|m| m.contains_key(switchyard_mcp::meta::PROTOCOL_VERSION));
+    let legacy_header =
+        version_header.is_some_and(|v| switchyard_mcp::era::LEGACY_VERSIONS.contains(&v));
+    if h.contains_key(headers::SESSION_ID) || legacy_header {
+        return Era::Legacy;
+    }
+    if version_header.is_some() || modern_meta {
+        return Era::Modern;
+    }
+    // Neither: a 2025-11-25 client (it sends no version on initialize).
+    Era::Legacy
+}
+
+/// The caller, from `Authorization: Bearer` as on the gRPC API (mTLS is
+/// not offered on this listener). Errors: 401 with a challenge, 403.
+fn authenticate(ep: &Endpoint, h: &HeaderMap) -> Result<Option<Caller>, McpError> {
+    let metadata = tonic::metadata::MetadataMap::from_headers(h.clone());
+    ep.auth
+        .check(Service::Mcp, &metadata, None)
+        .map_err(|status| {
+            let (http, challenge) = match status.code() {
+                tonic::Code::PermissionDenied => (StatusCode::FORBIDDEN, None),
+                _ => (StatusCode::UNAUTHORIZED, Some("Bearer")),
+            };
+            let mut e = McpError::new(http, respond::INVALID_REQUEST, status.message());
+            e.challenge = challenge;
+            e
+        })
+}
+
+/// 404 unless the URL's engine session or server exists (the session for
+/// `caller`; one created on another replica a moment ago is read from the
+/// store).
+async fn check_scope(
+    ep: &Endpoint,
+    scope: &Scope,
+    caller: Option<&Caller>,
+) -> Result<(), McpError> {
+    let what = match scope {
+        Scope::All => return Ok(()),
+        Scope::Server(name) if ep.cp.state.snapshot().servers.contains_key(name) => return Ok(()),
+        Scope::Server(name) => format!("server {name:?}"),
+        Scope::Session(id) => {
+            let known = ep.cp.state.snapshot().sessions.get(id).cloned();
+            let rec = match known {
+                Some(rec) => Some(rec),
+                None => ep.cp.registry.get_session(id).await.ok().flatten(),
+            };
+            if rec.is_some_and(|s| s.usable_by(caller)) {
+                return Ok(());
+            }
+            format!("engine session {id:?}")
+        }
+    };
+    Err(McpError::new(
+        StatusCode::NOT_FOUND,
+        respond::INVALID_REQUEST,
+        format!("{} is not served: {what} not found", scope.path()),
+    ))
+}

@@ -1,0 +1,286 @@
+//! Where the MCP endpoint's answers are made, in one place: every refusal
+//! is an [`McpError`] (an HTTP status, a JSON-RPC error, the request's id
+//! when it is known), the call path's [`CallError`] becomes one in
+//! [`McpError::from_call`] (one table), and results are decorated for the
+//! client's era ([`decorate`]).
+
+use crate::call::{CallError, Kind};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use switchyard_mcp::era::Era;
+use switchyard_mcp::{jsonrpc, meta};
+
+/// JSON-RPC "Parse error" (JSON-RPC 2.0 §5.1).
+pub const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC "Invalid Request".
+pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC "Internal error".
+pub const INTERNAL_ERROR: i64 = -32603;
+/// The code of "session not found" answers (404) to 2025-11-25 clients, as
+/// the TypeScript SDK's server answers them.
+pub const SESSION_NOT_FOUND: i64 = -32001;
+
+/// A refusal of the endpoint, or a request's failure: the HTTP status, the
+/// JSON-RPC error, and the request's id (`null` when it is not known).
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// `error.code`.
+    pub code: i64,
+    /// `error.message`: what was wrong, and where.
+    pub message: String,
+    /// `error.data`, if any.
+    pub data: Option<Value>,
+    /// The request's id.
+    pub id: Value,
+    /// `WWW-Authenticate` for a 401.
+    pub challenge: Option<&'static str>,
+}
+
+impl McpError {
+    /// An error answered with HTTP `status`.
+    pub fn new(status: StatusCode, code: i64, message: impl Into<String>) -> Self {
+        McpError {
+            status,
+            code,
+            message: message.into(),
+            data: None,
+            id: Value::Null,
+            challenge: None,
+        }
+    }
+
+    /// A JSON-RPC error of a request that was understood (HTTP 200).
+    pub fn rpc(code: i64, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::OK, code, message)
+    }
+
+    /// -32602, HTTP 200: the request's params are wrong.
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::rpc(jsonrpc::INVALID_PARAMS, message)
+    }
+
+    /// 400 with -32600: not a request this endpoint takes.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, message)
+    }
+
+    /// 400 with -32020 (HeaderMismatch, 2026-07-28).
+    pub fn header_mismatch(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, jsonrpc::HEADER_MISMATCH, message)
+    }
+
+    /// 404 with -32601: a method this endpoint does not serve.
+    pub fn method_not_found(method: &str, why: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("method not found: {method:?} {why}"),
+        )
+    }
+
+    /// With `data`.
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// With the request's id (echoed exactly: `0` and `"0"` stay apart).
+    pub fn with_id(mut self, id: Option<&Value>) -> Self {
+        self.id = id.cloned().unwrap_or(Value::Null);
+        self
+    }
+
+    /// The `outcome` label of the request metric.
+    pub fn outcome(&self) -> &'static str {
+        if self.status == StatusCode::OK {
+            "error"
+        } else {
+            "rejected"
+        }
+    }
+
+    /// The JSON-RPC error response.
+    pub fn body(&self) -> Value {
+        let mut error = Map::new();
+        error.insert("code".into(), self.code.into());
+        error.insert("message".into(), self.message.clone().into());
+        if let Some(d) = &self.data {
+            error.insert("data".into(), d.clone());
+        }
+        json!({"jsonrpc": "2.0", "id": self.id, "error": error})
+    }
+
+    /// The error for a request of `era` that the call path refused with
+    /// `e`. A JSON-RPC error the server answered (the status details)
+    /// passes through as it came, except that a missing resource gets the
+    /// client's era's code (-32002 up to 2025-11-25, -32602 from
+    /// 2026-07-28); a tool, prompt or resource that is unknown or not
+    /// offered is -32602 naming it; the rest is -32603 with the message.
+    pub fn from_call(e: CallError, era: Era) -> Self {
+        let upstream = serde_json::from_slice::<Value>(&e.details)
+            .ok()
+            .filter(|d| d.get("code").is_some_and(Value::is_i64));
+        let not_found_code = match era {
+            Era::Modern => jsonrpc::INVALID_PARAMS,
+            Era::Legacy => jsonrpc::RESOURCE_NOT_FOUND,
+        };
+        let resource_missing = e.message.starts_with("resource not found");
+        if let Some(u) = upstream {
+            let code = u["code"].as_i64().unwrap_or(INTERNAL_ERROR);
+            let code = if resource_missing {
+                not_found_code
+            } else {
+                code
+            };
+            let message = u
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or(e.message.as_str());
+            let err = McpError::rpc(code, message);
+            return match u.get("data") {
+                Some(d) => err.with_data(d.clone()),
+                None => err,
+            };
+        }
+        let code = match e.kind {
+            Kind::NotFound if resource_missing => not_found_code,
+            Kind::NotFound | Kind::InvalidArgument | Kind::FailedPrecondition => {
+                jsonrpc::INVALID_PARAMS
+            }
+            Kind::Unimplemented => jsonrpc::METHOD_NOT_FOUND,
+            _ => INTERNAL_ERROR,
+        };
+        McpError::rpc(code, e.message)
+    }
+}
+
+impl IntoResponse for McpError {
+    fn into_response(self) -> Response {
+        let mut r = json_response(self.status, &self.body());
+        if let Some(c) = self.challenge {
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(c));
+        }
+        r
+    }
+}
+
+/// `body` as `application/json` with `status`.
+pub fn json_response(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The success response to request `id`.
+pub fn result(id: &Value, result: Value) -> Response {
+    json_response(StatusCode::OK, &jsonrpc::result_response(id, result))
+}
+
+/// 202 Accepted, no body: a notification (or a client's response) taken.
+pub fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// The methods whose complete results carry cache hints (2026-07-28
+/// server/utilities/caching).
+const CACHEABLE: &[&str] = &[
+    switchyard_mcp::methods::TOOLS_LIST,
+    switchyard_mcp::methods::PROMPTS_LIST,
+    switchyard_mcp::methods::RESOURCES_LIST,
+    switchyard_mcp::methods::RESOURCE_TEMPLATES_LIST,
+    switchyard_mcp::methods::RESOURCES_READ,
+    switchyard_mcp::methods::SERVER_DISCOVER,
+];
+
+/// Decorates the `result` of `method` for a client of `era`.
+///
+/// 2026-07-28: `resultType` (`complete` when the server gave none), our
+/// `serverInfo` in `_meta`, and on cacheable results `ttlMs: 0` and
+/// `cacheScope: "private"`: what a caller sees depends on its identity and
+/// on policies that change without notice, so nothing is cached or shared.
+/// 2025-11-25: those 2026-07-28 fields are removed (a 2026-07-28 server's
+/// result reaching a 2025-11-25 client).
+pub fn decorate(method: &str, era: Era, result: &mut Value) {
+    let Some(m) = result.as_object_mut() else {
+        return;
+    };
+    match era {
+        Era::Modern => {
+            m.entry("resultType")
+                .or_insert_with(|| meta::result_type::COMPLETE.into());
+            if CACHEABLE.contains(&method) {
+                m.insert("ttlMs".into(), 0.into());
+                m.insert("cacheScope".into(), "private".into());
+            }
+            let meta = m.entry("_meta").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert(meta::SERVER_INFO.into(), super::discover::server_info());
+            }
+        }
+        Era::Legacy => {
+            for key in ["resultType", "ttlMs", "cacheScope"] {
+                m.remove(key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_errors_map_by_kind_and_upstream_errors_pass_through() {
+        let e = McpError::from_call(CallError::not_found("tool not found: \"x\""), Era::Modern);
+        assert_eq!((e.status, e.code), (StatusCode::OK, -32602));
+        let e = McpError::from_call(CallError::unavailable("server unavailable: s"), Era::Legacy);
+        assert_eq!(e.code, INTERNAL_ERROR);
+        assert_eq!(e.message, "server unavailable: s");
+        let mut upstream = CallError::failed_precondition("server s: tools/call x: boom");
+        upstream.details = br#"{"code": -32099, "message": "boom", "data": {"k": 1}}"#.to_vec();
+        let e = McpError::from_call(upstream, Era::Modern);
+        assert_eq!((e.code, e.message.as_str()), (-32099, "boom"));
+        assert_eq!(e.data, Some(json!({"k": 1})));
+        let mut missing =
+            CallError::not_found("resource not found: server s has no resource \"a\"");
+        missing.details = br#"{"code": -32002, "message": "gone"}"#.to_vec();
+        assert_eq!(
+            McpError::from_call(missing.clone(), Era::Modern).code,
+            -32602
+        );
+        assert_eq!(McpError::from_call(missing, Era::Legacy).code, -32002);
+    }
+
+    #[test]
+    fn errors_echo_the_id_exactly() {
+        let e = McpError::bad_request("x").with_id(Some(&json!("0")));
+        assert_eq!(e.body()["id"], json!("0"));
+        let e = McpError::bad_request("x").with_id(Some(&json!(0)));
+        assert_eq!(e.body()["id"], json!(0));
+        assert_eq!(McpError::bad_request("x").body()["id"], Value::Null);
+    }
+
+    #[test]
+    fn results_are_decorated_for_the_era() {
+        let mut r = json!({"tools": [], "x": 1});
+        decorate("tools/list", Era::Modern, &mut r);
+        assert_eq!(r["resultType"], "complete");
+        assert_eq!(
+            (r["ttlMs"].clone(), r["cacheScope"].clone()),
+            (json!(0), json!("private"))
+        );
+        assert_eq!(r["_meta"][meta::SERVER_INFO]["name"], "switchyard");
+        let mut r = json!({"content": [], "resultType": "complete"});
+        decorate("tools/call", Era::Modern, &mut r);
+        assert!(r.get("ttlMs").is_none());
+        decorate("tools/call", Era::Legacy, &mut r);
+        assert!(r.get("resultType").is_none());
+    }
+}

@@ -1,0 +1,1120 @@
+//! The MCP endpoint (`[mcp] listen`) end to end through `switchyard up`, in
+//! front of the reference server in both eras (stdio) and
+//! server-everything (115 resources in all, more than a page): the HTTP rules (Host and Origin, media types, body
+//! limit, GET and DELETE), the 2026-07-28 checks in their specified order,
+//! `server/discover`, the lists across servers with namespaced names and
+//! URIs and every page reachable, calls and reads through the call path,
+//! 2025-11-25 sessions (initialize, `Mcp-Session-Id`, DELETE, bound to
+//! their URL), the per-server URL with names unchanged, and a real client
+//! from another project (the official Python SDK's) in both eras,
+//! answering elicitations of servers of both eras and approvals on its
+//! 2025-11-25 stream.
+
+use crate::common::*;
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
+const VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// `switchyard up` with the MCP endpoint on a free port (4 KiB bodies at
+/// most), the reference server in both eras with its resources, and
+/// server-everything. Returns the gateway and the endpoint's base URL.
+async fn gateway() -> (Gateway, String) {
+    let reference = toml_str(switchyard_test_support::reference_server_bin().to_string_lossy());
+    let servers = format!(
+        r#"
+[[servers]]
+name = "orders"
+transport = "stdio"
+command = {reference}
+args = ["--resources", "--era", "2026-07-28"]
+
+[[servers]]
+name = "orders-legacy"
+transport = "stdio"
+command = {reference}
+args = ["--resources", "--era", "2025-11-25"]
+
+[[servers]]
+name = "orders-more"
+transport = "stdio"
+command = {reference}
+args = ["--resources", "--era", "2026-07-28"]
+
+[[servers]]
+name = "everything"
+transport = "stdio"
+command = {everything}
+args = ["stdio"]
+
+[[servers]]
+name = "shop"
+transport = "stdio"
+command = {reference}
+args = ["--interactions", "--era", "2025-11-25"]
+
+[[servers]]
+name = "shop-modern"
+transport = "stdio"
+command = {reference}
+args = ["--interactions", "--era", "2026-07-28"]
+"#,
+        everything = toml_str(switchyard_test_support::everything_bin().to_string_lossy()),
+    );
+    let port = switchyard_test_support::free_port();
+    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\nmax_body_bytes = 4096\n");
+    let http = start_http_reference_server().await;
+    let names = [
+        "orders",
+        "orders-legacy",
+        "orders-more",
+        "everything",
+        "shop",
+        "shop-modern",
+    ];
+    let gw =
+        Gateway::start_with(StoreKind::Embedded, 10, http, &servers, &extra, &[], &names).await;
+    let base = format!("http://127.0.0.1:{port}");
+    // Every catalogue, resources included, reached the read model.
+    eventually("every server's tools and resources over MCP", LIMIT, || {
+        let base = base.clone();
+        async move {
+            let (_, _, tools) = modern(&base, "/mcp", "tools/list", None, json!({})).await;
+            let tools = tools["result"]["tools"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let has = |prefix: &str| {
+                tools
+                    .iter()
+                    .any(|t| t["name"].as_str().unwrap_or("").starts_with(prefix))
+            };
+            let (_, _, resources) = modern(&base, "/mcp", "resources/list", None, json!({})).await;
+            let listed = resources["result"]["resources"]
+                .as_array()
+                .map_or(0, Vec::len);
+            match has("orders__") && has("orders-legacy__") && has("everything__") && listed > 0 {
+                true => Ok(()),
+                false => Err(format!("tools {}, resources {listed}", tools.len())),
+            }
+        }
+    })
+    .await;
+    (gw, base)
+}
+
+fn client() -> reqwest::Client {
+    // reqwest is built without a TLS provider of its own; plain HTTP here.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("HTTP client")
+}
+
+/// POSTs `body` to `base` + `path` with `headers`; the status, the
+/// response headers and the body (JSON, or `{"text": ...}`).
+async fn post(
+    base: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: String,
+) -> (u16, HeaderMap, Value) {
+    let mut req = client().post(format!("{base}{path}")).body(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.expect("the endpoint answers");
+    let status = resp.status().as_u16();
+    let h = resp.headers().clone();
+    let text = resp.text().await.expect("a body");
+    let v = serde_json::from_str(&text).unwrap_or_else(|_| json!({"text": text}));
+    (status, h, v)
+}
+
+const JSON_HEADERS: [(&str, &str); 2] = [
+    ("content-type", "application/json"),
+    ("accept", "application/json, text/event-stream"),
+];
+
+/// A complete 2026-07-28 request: headers from the body, `_meta` filled.
+async fn modern(
+    base: &str,
+    path: &str,
+    method: &str,
+    name: Option<&str>,
+    mut params: Value,
+) -> (u16, HeaderMap, Value) {
+    params["_meta"][VERSION] = json!("2026-07-28");
+    params["_meta"][CAPS] = json!({});
+    let mut h: Vec<(&str, &str)> = JSON_HEADERS.to_vec();
+    h.push(("mcp-protocol-version", "2026-07-28"));
+    h.push(("mcp-method", method));
+    if let Some(n) = name {
+        h.push(("mcp-name", n));
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    post(base, path, &h, body.to_string()).await
+}
+
+/// The error code of an answer.
+fn code(v: &Value) -> i64 {
+    v["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("not an error: {v}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn modern_clients_get_every_server_and_every_check_in_order() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, base) = gateway().await;
+
+    // server/discover: both eras offered, decorated as cacheable.
+    let (status, h, d) = modern(&base, "/mcp", "server/discover", None, json!({})).await;
+    assert_eq!(status, 200, "{d}");
+    assert!(
+        h["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
+    assert!(h.get("mcp-session-id").is_none(), "2026-07-28 is stateless");
+    let r = &d["result"];
+    assert_eq!(r["supportedVersions"][0], "2026-07-28", "{r}");
+    assert!(
+        r["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2025-11-25"))
+    );
+    assert_eq!(
+        (
+            r["resultType"].as_str(),
+            r["ttlMs"].as_i64(),
+            r["cacheScope"].as_str()
+        ),
+        (Some("complete"), Some(0), Some("private"))
+    );
+    assert_eq!(
+        r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "switchyard"
+    );
+    for cap in ["tools", "resources", "prompts", "completions"] {
+        assert!(r["capabilities"][cap].is_object(), "{cap}: {r}");
+    }
+
+    // tools/list: engine names, summaries, effective hints, no outputSchema.
+    let (_, _, t) = modern(&base, "/mcp", "tools/list", None, json!({})).await;
+    let tools = t["result"]["tools"].as_array().unwrap().clone();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "deterministic order");
+    let get = tools
+        .iter()
+        .find(|t| t["name"] == "orders__get_order")
+        .expect("orders__get_order");
+    assert!(get.get("outputSchema").is_none(), "{get}");
+    assert!(
+        get["inputSchema"]["properties"]["order_id"].is_object(),
+        "{get}"
+    );
+    assert!(
+        !names.contains(&"mcp_resources"),
+        "no gateway tools over MCP"
+    );
+    assert_eq!(t["result"]["resultType"], "complete");
+
+    // tools/call through the call path: MCP content back, counted.
+    let (status, _, c) = modern(
+        &base,
+        "/mcp",
+        "tools/call",
+        Some("orders__get_order"),
+        json!({"name": "orders__get_order", "arguments": {"order_id": "O-1001"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{c}");
+    assert_eq!(c["result"]["structuredContent"]["id"], "O-1001", "{c}");
+    assert!(c["result"]["content"][0]["text"].is_string(), "{c}");
+    assert_eq!(c["result"]["resultType"], "complete");
+    // An unknown tool is -32602 naming it.
+    let (status, _, c) = modern(
+        &base,
+        "/mcp",
+        "tools/call",
+        Some("orders__nope"),
+        json!({"name": "orders__nope"}),
+    )
+    .await;
+    assert_eq!((status, code(&c)), (200, -32602), "{c}");
+    assert!(
+        c["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("orders__nope"),
+        "{c}"
+    );
+
+    // resources/list: every page of every server, namespaced URIs.
+    let mut uris = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..50 {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let (_, _, page) = modern(&base, "/mcp", "resources/list", None, params).await;
+        let r = &page["result"];
+        assert_eq!(r["cacheScope"], "private", "{r}");
+        uris.extend(
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x["uri"].as_str().unwrap().to_owned()),
+        );
+        match r["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert!(
+        cursor.is_some(),
+        "more than one page ({} resources)",
+        uris.len()
+    );
+    for server in ["orders", "orders-legacy", "everything"] {
+        assert!(
+            uris.iter()
+                .any(|u| u.starts_with(&format!("switchyard://{server}/"))),
+            "{server}: {uris:?}"
+        );
+    }
+    assert!(uris.contains(&"switchyard://orders/orders://policies/returns.md".to_owned()));
+    let (_, _, bad) = modern(
+        &base,
+        "/mcp",
+        "resources/list",
+        None,
+        json!({"cursor": "not-ours"}),
+    )
+    .await;
+    assert_eq!(code(&bad), -32602, "{bad}");
+
+    // Templates keep their variables behind the prefix.
+    let (_, _, t) = modern(&base, "/mcp", "resources/templates/list", None, json!({})).await;
+    let templates: Vec<&str> = t["result"]["resourceTemplates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["uriTemplate"].as_str().unwrap())
+        .collect();
+    assert!(
+        templates.contains(&"switchyard://orders/orders://orders/{order_id}"),
+        "{templates:?}"
+    );
+
+    // resources/read of a namespaced URI, in both upstream eras.
+    for server in ["orders", "orders-legacy"] {
+        let uri = format!("switchyard://{server}/orders://policies/returns.md");
+        let (status, _, r) = modern(
+            &base,
+            "/mcp",
+            "resources/read",
+            Some(&uri),
+            json!({"uri": uri}),
+        )
+        .await;
+        assert_eq!(status, 200, "{r}");
+        let c = &r["result"]["contents"][0];
+        assert_eq!(c["uri"], uri.as_str(), "{r}");
+        assert!(
+            c["text"]
+                .as_str()
+                .unwrap()
+                .to_lowercase()
+                .contains("return"),
+            "{r}"
+        );
+        assert_eq!(r["result"]["ttlMs"], 0);
+    }
+    // A filled-in template is read as the server's URI.
+    let uri = "switchyard://orders/orders://orders/O-1002";
+    let (_, _, r) = modern(
+        &base,
+        "/mcp",
+        "resources/read",
+        Some(uri),
+        json!({"uri": uri}),
+    )
+    .await;
+    assert!(
+        r["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("O-1002"),
+        "{r}"
+    );
+    // Binary contents stay a blob (no attachments over MCP).
+    let uri = "switchyard://orders/orders://invoices/INV-1.pdf";
+    let (_, _, r) = modern(
+        &base,
+        "/mcp",
+        "resources/read",
+        Some(uri),
+        json!({"uri": uri}),
+    )
+    .await;
+    assert!(
+        r["result"]["contents"][0]["blob"].as_str().unwrap().len() > 100,
+        "{}",
+        r.to_string().chars().take(300).collect::<String>()
+    );
+    // Unknown resources: -32602 in 2026-07-28, naming the URI.
+    let uri = "switchyard://orders/orders://nope";
+    let (_, _, r) = modern(
+        &base,
+        "/mcp",
+        "resources/read",
+        Some(uri),
+        json!({"uri": uri}),
+    )
+    .await;
+    assert_eq!(code(&r), -32602, "{r}");
+    let (_, _, r) = modern(
+        &base,
+        "/mcp",
+        "resources/read",
+        Some("file:///etc/passwd"),
+        json!({"uri": "file:///etc/passwd"}),
+    )
+    .await;
+    assert_eq!(code(&r), -32602, "{r}");
+
+    // prompts: namespaced names, messages back as the server sent them.
+    let (_, _, p) = modern(&base, "/mcp", "prompts/list", None, json!({})).await;
+    let prompts: Vec<&str> = p["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    assert!(prompts.contains(&"orders__summarize_order"), "{prompts:?}");
+    let (status, _, g) = modern(
+        &base,
+        "/mcp",
+        "prompts/get",
+        Some("orders__summarize_order"),
+        json!({"name": "orders__summarize_order", "arguments": {"order_id": "O-1001"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{g}");
+    assert!(
+        g["result"]["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("O-1001"),
+        "{g}"
+    );
+    // completion/complete of a template variable through its namespaced URI.
+    let (status, _, c) = modern(&base, "/mcp", "completion/complete", None, json!({"ref": {"type": "ref/resource", "uri": "switchyard://orders/orders://orders/{order_id}"}, "argument": {"name": "order_id", "value": "O-10"}})).await;
+    assert_eq!(status, 200, "{c}");
+    assert!(
+        c["result"]["completion"]["values"]
+            .as_array()
+            .is_some_and(|v| !v.is_empty()),
+        "{c}"
+    );
+
+    // The per-server URL: names and URIs as the server gave them.
+    let (_, _, t) = modern(&base, "/mcp/servers/orders", "tools/list", None, json!({})).await;
+    let names: Vec<&str> = t["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"get_order") && !names.iter().any(|n| n.contains("__")),
+        "{names:?}"
+    );
+    let (_, _, c) = modern(
+        &base,
+        "/mcp/servers/orders",
+        "tools/call",
+        Some("get_order"),
+        json!({"name": "get_order", "arguments": {"order_id": "O-1001"}}),
+    )
+    .await;
+    assert_eq!(c["result"]["structuredContent"]["id"], "O-1001", "{c}");
+    let uri = "orders://policies/returns.md";
+    let (_, _, r) = modern(
+        &base,
+        "/mcp/servers/orders",
+        "resources/read",
+        Some(uri),
+        json!({"uri": uri}),
+    )
+    .await;
+    assert_eq!(r["result"]["contents"][0]["uri"], uri, "{r}");
+    let (status, _, r) = modern(&base, "/mcp/servers/nope", "tools/list", None, json!({})).await;
+    assert_eq!(status, 404, "{r}");
+
+    // The checks, in the specified order.
+    let body = |method: &str, meta: Value| {
+        json!({"jsonrpc": "2.0", "id": "0", "method": method, "params": {"_meta": meta}})
+            .to_string()
+    };
+    let full_meta = json!({VERSION: "2026-07-28", CAPS: {}});
+    let mut h: Vec<(&str, &str)> = JSON_HEADERS.to_vec();
+    h.extend([
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ]);
+    let (s, _, r) = post(&base, "/mcp", &h, body("ping", full_meta.clone())).await;
+    assert_eq!((s, code(&r)), (404, -32601), "{r}");
+    assert_eq!(r["id"], "0", "the id is echoed as sent: {r}");
+    let (s, _, r) = post(&base, "/mcp", &h, body("initialize", full_meta.clone())).await;
+    assert_eq!((s, code(&r)), (404, -32601), "{r}");
+    let (s, _, r) = post(
+        &base,
+        "/mcp",
+        &JSON_HEADERS,
+        body("tools/list", full_meta.clone()),
+    )
+    .await;
+    assert_eq!((s, code(&r)), (400, -32020), "no version header: {r}");
+    let (s, _, r) = post(&base, "/mcp", &h, body("tools/list", json!({CAPS: {}}))).await;
+    assert_eq!((s, code(&r)), (400, -32602), "no version in _meta: {r}");
+    let (s, _, r) = post(
+        &base,
+        "/mcp",
+        &h,
+        body("tools/list", json!({VERSION: "v999.0.0", CAPS: {}})),
+    )
+    .await;
+    assert_eq!(
+        (s, code(&r)),
+        (400, -32020),
+        "header and _meta disagree: {r}"
+    );
+    let mut v999 = h.clone();
+    v999[2].1 = "v999.0.0";
+    let (s, _, r) = post(
+        &base,
+        "/mcp",
+        &v999,
+        body("tools/list", json!({VERSION: "v999.0.0", CAPS: {}})),
+    )
+    .await;
+    assert_eq!((s, code(&r)), (400, -32022), "{r}");
+    assert!(
+        r["error"]["data"]["supported"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28")),
+        "{r}"
+    );
+    let mut wrong_method = h.clone();
+    wrong_method[3].1 = "prompts/list";
+    let (s, _, r) = post(
+        &base,
+        "/mcp",
+        &wrong_method,
+        body("tools/list", full_meta.clone()),
+    )
+    .await;
+    assert_eq!((s, code(&r)), (400, -32020), "{r}");
+    let (s, _, r) = modern(
+        &base,
+        "/mcp",
+        "tools/call",
+        Some("orders__other"),
+        json!({"name": "orders__get_order"}),
+    )
+    .await;
+    assert_eq!((s, code(&r)), (400, -32020), "Mcp-Name differs: {r}");
+
+    // HTTP rules: methods, media types, body limit, batches, Host, Origin.
+    let resp = client()
+        .get(format!("{base}/mcp"))
+        .header("mcp-protocol-version", "2026-07-28")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 405);
+    assert!(resp.headers()["allow"].to_str().unwrap().contains("POST"));
+    let (s, _, _) = post(
+        &base,
+        "/mcp",
+        &[
+            ("content-type", "text/plain"),
+            ("accept", "application/json"),
+        ],
+        "{}".into(),
+    )
+    .await;
+    assert_eq!(s, 415);
+    let (s, _, _) = post(
+        &base,
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            ("accept", "text/html"),
+        ],
+        "{}".into(),
+    )
+    .await;
+    assert_eq!(s, 406);
+    let (s, _, r) = post(&base, "/mcp", &JSON_HEADERS, "x".repeat(5000)).await;
+    assert_eq!((s, code(&r)), (413, -32600), "{r}");
+    let (s, _, r) = post(&base, "/mcp", &JSON_HEADERS, "{\"jsonrpc\":".into()).await;
+    assert_eq!((s, code(&r)), (400, -32700), "{r}");
+    let (s, _, r) = post(
+        &base,
+        "/mcp",
+        &h,
+        format!("[{}]", body("tools/list", full_meta.clone())),
+    )
+    .await;
+    assert_eq!((s, code(&r)), (400, -32600), "{r}");
+    let mut evil = h.clone();
+    evil.push(("origin", "http://evil.example.com"));
+    let (s, _, _) = post(&base, "/mcp", &evil, body("tools/list", full_meta.clone())).await;
+    assert_eq!(s, 403);
+    let mut rebound = h.clone();
+    rebound.push(("host", "evil.example.com"));
+    let (s, _, _) = post(
+        &base,
+        "/mcp",
+        &rebound,
+        body("tools/list", full_meta.clone()),
+    )
+    .await;
+    assert_eq!(s, 403);
+    let mut local = h.clone();
+    local.push(("origin", "http://localhost:6274"));
+    let (s, _, r) = post(&base, "/mcp", &local, body("tools/list", full_meta.clone())).await;
+    assert_eq!(s, 200, "a loopback origin on a loopback endpoint: {r}");
+
+    // Every request was counted, by method, era and outcome.
+    let metrics = http_get(&gw.http_addr, "/metrics").await.1;
+    let ok = sample(
+        &metrics,
+        "switchyard_control_plane_mcp_requests_total",
+        &[
+            ("method", "tools/call"),
+            ("era", "2026-07-28"),
+            ("outcome", "ok"),
+        ],
+    );
+    assert!(ok.unwrap_or(0.0) >= 2.0, "{ok:?}");
+    let rejected = sample(
+        &metrics,
+        "switchyard_control_plane_mcp_requests_total",
+        &[
+            ("method", "ping"),
+            ("era", "2026-07-28"),
+            ("outcome", "rejected"),
+        ],
+    );
+    assert_eq!(rejected, Some(1.0));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn legacy_sessions_are_stored_bound_to_their_url_and_end_on_delete() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, base) = gateway().await;
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let (s, h, r) = post(&base, "/mcp", &JSON_HEADERS, init.to_string()).await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["id"], 0);
+    assert_eq!(r["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(r["result"]["serverInfo"]["name"], "switchyard");
+    assert!(r["result"].get("resultType").is_none(), "{r}");
+    let session = h["mcp-session-id"].to_str().unwrap().to_owned();
+    assert_eq!(session.len(), 32);
+    // An older version is echoed; an unknown one gets ours.
+    let mut old = init.clone();
+    old["params"]["protocolVersion"] = json!("2025-06-18");
+    let (_, _, r) = post(&base, "/mcp", &JSON_HEADERS, old.to_string()).await;
+    assert_eq!(r["result"]["protocolVersion"], "2025-06-18");
+    old["params"]["protocolVersion"] = json!("1999-01-01");
+    let (_, _, r) = post(&base, "/mcp", &JSON_HEADERS, old.to_string()).await;
+    assert_eq!(r["result"]["protocolVersion"], "2025-11-25");
+
+    let in_session = |extra: &[(&'static str, &'static str)]| {
+        let mut h: Vec<(&str, String)> = JSON_HEADERS
+            .iter()
+            .map(|(k, v)| (*k, v.to_string()))
+            .collect();
+        h.push(("mcp-session-id", session.clone()));
+        h.push(("mcp-protocol-version", "2025-11-25".into()));
+        h.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+        h
+    };
+    let send = |path: &'static str, h: Vec<(&'static str, String)>, body: Value| {
+        let base = base.clone();
+        async move {
+            let refs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            post(&base, path, &refs, body.to_string()).await
+        }
+    };
+    let (s, _, _) = send(
+        "/mcp",
+        in_session(&[]),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(s, 202);
+    let (s, _, r) = send(
+        "/mcp",
+        in_session(&[]),
+        json!({"jsonrpc": "2.0", "id": "a", "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["id"], "a");
+    assert!(
+        r["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "orders-legacy__get_order"),
+        "{r}"
+    );
+    assert!(
+        r["result"].get("ttlMs").is_none(),
+        "no 2026-07-28 fields for 2025-11-25: {r}"
+    );
+    let (_, _, r) = send("/mcp", in_session(&[]), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "orders-legacy__get_order", "arguments": {"order_id": "O-1001"}}})).await;
+    assert_eq!(r["result"]["structuredContent"]["id"], "O-1001", "{r}");
+    let (_, _, r) = send(
+        "/mcp",
+        in_session(&[]),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}),
+    )
+    .await;
+    assert_eq!(r["result"], json!({}));
+    // A 2025-11-25 client gets -32002 for a resource the server lacks.
+    let uri = "switchyard://orders/orders://nope";
+    let (_, _, r) = send(
+        "/mcp",
+        in_session(&[]),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "resources/read", "params": {"uri": uri}}),
+    )
+    .await;
+    assert_eq!(code(&r), -32002, "{r}");
+    // The session's engine session shows up as the caller's.
+    let sessions = ok_stdout(&gw.cli(&["sessions", "list", "--json"]).await, "sessions");
+    assert!(sessions.contains(&session), "{sessions}");
+
+    // Without the header: 400; unknown: 404; on another URL: 404.
+    let (s, _, r) = post(
+        &base,
+        "/mcp",
+        &JSON_HEADERS,
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}).to_string(),
+    )
+    .await;
+    assert_eq!(s, 400, "{r}");
+    let mut unknown = in_session(&[]);
+    unknown[2].1 = "0".repeat(32);
+    let (s, _, r) = send(
+        "/mcp",
+        unknown,
+        json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!((s, code(&r)), (404, -32001), "{r}");
+    let (s, _, _) = send(
+        "/mcp/servers/orders",
+        in_session(&[]),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(s, 404, "a session is served on its own URL only");
+
+    // DELETE ends it, and its engine session.
+    let resp = client()
+        .delete(format!("{base}/mcp"))
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 204);
+    let (s, _, _) = send(
+        "/mcp",
+        in_session(&[]),
+        json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(s, 404);
+    let sessions = ok_stdout(&gw.cli(&["sessions", "list", "--json"]).await, "sessions");
+    assert!(!sessions.contains(&session), "{sessions}");
+    gw.stop().await;
+}
+
+/// Runs the Python SDK's client (tests/peers/clients/python_sdk_client.py);
+/// `asking`: a tool, its arguments, and the content to accept its questions
+/// with.
+async fn python_client(
+    url: &str,
+    mode: &str,
+    tool: &str,
+    args: Value,
+    uri: &str,
+    asking: Option<(&str, Value, Value)>,
+) -> Value {
+    let script = switchyard_test_support::peers_dir().join("clients/python_sdk_client.py");
+    let mut cmd = tokio::process::Command::new(switchyard_test_support::venv_python());
+    cmd.arg(script)
+        .args([url, mode, tool, &args.to_string(), uri]);
+    if let Some((tool, args, answer)) = asking {
+        cmd.args([tool, &args.to_string(), &answer.to_string()]);
+    }
+    let out = tokio::time::timeout(LIMIT, cmd.output())
+        .await
+        .expect("the Python client finished in time")
+        .expect("run the Python client");
+    assert!(
+        out.status.success(),
+        "python client ({mode}) on {url} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_client_uses_the_endpoint_in_both_eras() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, base) = gateway().await;
+    let uri = "switchyard://orders/orders://policies/returns.md";
+    for mode in ["legacy", "2026-07-28", "auto"] {
+        let got = python_client(
+            &format!("{base}/mcp"),
+            mode,
+            "orders__get_order",
+            json!({"order_id": "O-1001"}),
+            uri,
+            None,
+        )
+        .await;
+        let tools: Vec<&str> = got["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert!(
+            tools.contains(&"orders-legacy__get_order"),
+            "{mode}: {tools:?}"
+        );
+        assert_eq!(
+            got["call"]["structuredContent"]["id"], "O-1001",
+            "{mode}: {got}"
+        );
+        assert!(
+            got["read"]["contents"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_lowercase()
+                .contains("return"),
+            "{mode}: {got}"
+        );
+        assert!(
+            got["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|u| u == uri),
+            "{mode}: {got}"
+        );
+        assert!(
+            got["prompts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p == "orders__summarize_order"),
+            "{mode}: {got}"
+        );
+    }
+    // One server, names unchanged.
+    let got = python_client(
+        &format!("{base}/mcp/servers/orders-legacy"),
+        "legacy",
+        "get_order",
+        json!({"order_id": "O-1001"}),
+        "orders://policies/returns.md",
+        None,
+    )
+    .await;
+    assert!(
+        got["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("get_order")),
+        "{got}"
+    );
+    assert_eq!(got["call"]["structuredContent"]["id"], "O-1001", "{got}");
+
+    // A 2025-11-25 client answers the elicitations of a call on its stream,
+    // whichever era the server speaks (a 2025-11-25 elicitation/create, a
+    // 2026-07-28 input_required): the bridge both ways.
+    let form = json!({"contact_name": "Ada Lovelace", "email": "ada@example.com", "delivery_date": "2026-12-24",
+        "quantity": 2, "shipping_speed": "express", "carrier": "ups", "notify_via": ["sms"]});
+    for tool in [
+        "shop__confirm_order_form",
+        "shop-modern__confirm_order_form",
+    ] {
+        let got = python_client(
+            &format!("{base}/mcp"),
+            "legacy",
+            "orders__get_order",
+            json!({"order_id": "O-1001"}),
+            uri,
+            Some((tool, json!({}), form.clone())),
+        )
+        .await;
+        let questions = got["questions"].as_array().unwrap();
+        assert_eq!(questions.len(), 1, "{tool}: {got}");
+        assert_eq!(
+            questions[0]["requestedSchema"]["properties"]["contact_name"]["type"], "string",
+            "{tool}: {got}"
+        );
+        let asked = &got["asked"];
+        assert_ne!(asked["isError"], true, "{tool}: {asked}");
+        assert_eq!(
+            asked["structuredContent"]["action"], "accept",
+            "{tool}: {asked}"
+        );
+        assert_eq!(
+            asked["structuredContent"]["content"]["carrier"], "ups",
+            "{tool}: {asked}"
+        );
+    }
+    // An approval of a `confirm` tool is a question with no fields.
+    ok_stdout(
+        &gw.cli(&["policy", "set", "orders-legacy", "get_order", "confirm"])
+            .await,
+        "policy set",
+    );
+    let got = python_client(
+        &format!("{base}/mcp"),
+        "legacy",
+        "orders__get_order",
+        json!({"order_id": "O-1001"}),
+        uri,
+        Some((
+            "orders-legacy__get_order",
+            json!({"order_id": "O-1002"}),
+            json!({}),
+        )),
+    )
+    .await;
+    let questions = got["questions"].as_array().unwrap();
+    assert_eq!(questions.len(), 1, "{got}");
+    assert!(
+        questions[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("get_order"),
+        "{got}"
+    );
+    assert_eq!(
+        questions[0]["requestedSchema"]["properties"],
+        json!({}),
+        "{got}"
+    );
+    assert_eq!(
+        got["asked"]["structuredContent"]["id"], "O-1002",
+        "approved and called: {got}"
+    );
+    // The interactions were recorded with their outcomes.
+    let metrics = http_get(&gw.http_addr, "/metrics").await.1;
+    let count = |kind, outcome| {
+        sample(
+            &metrics,
+            "switchyard_control_plane_interactions_total",
+            &[("kind", kind), ("outcome", outcome)],
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(count("approval", "approve"), 1.0, "{metrics}");
+    assert!(count("form", "accept") >= 2.0);
+    gw.stop().await;
+}
+
+/// The stub's `cancelled_ids`: the request ids it got
+/// `notifications/cancelled` for.
+async fn cancelled_ids(base: &str) -> Vec<Value> {
+    let (_, _, r) = modern(
+        base,
+        "/mcp",
+        "tools/call",
+        Some("stub__cancelled_ids"),
+        json!({"name": "stub__cancelled_ids"}),
+    )
+    .await;
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("[]")
+        .to_owned();
+    serde_json::from_str(&text).unwrap_or_default()
+}
+
+/// Waits until the stub has had `n` `hang` calls.
+async fn hangs_reach(base: &str, n: u64) {
+    eventually("the hang call reached the server", LIMIT, || {
+        let base = base.to_owned();
+        async move {
+            let (_, _, r) = modern(
+                &base,
+                "/mcp",
+                "tools/call",
+                Some("stub__hangs"),
+                json!({"name": "stub__hangs"}),
+            )
+            .await;
+            let seen: u64 = r["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("0")
+                .parse()
+                .unwrap_or(0);
+            match seen >= n {
+                true => Ok(()),
+                false => Err(format!("{seen} hang calls")),
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancellation_and_closed_streams_reach_the_server() {
+    let _heavy = HEAVY.lock().await;
+    let script = switchyard_test_support::stub_script("crashy.py");
+    let servers = format!(
+        "[[servers]]\nname = \"stub\"\ntransport = \"stdio\"\ncommand = \"python3\"\nargs = [{}]\n",
+        toml_str(script.to_string_lossy())
+    );
+    let port = switchyard_test_support::free_port();
+    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\n");
+    let http = start_http_reference_server().await;
+    let gw = Gateway::start_with(
+        StoreKind::Embedded,
+        10,
+        http,
+        &servers,
+        &extra,
+        &[],
+        &["stub"],
+    )
+    .await;
+    let base = format!("http://127.0.0.1:{port}");
+    eventually("the stub's tools over MCP", LIMIT, || {
+        let base = base.clone();
+        async move {
+            let (_, _, t) = modern(&base, "/mcp", "tools/list", None, json!({})).await;
+            match t["result"]["tools"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|t| t["name"] == "stub__hang"))
+            {
+                true => Ok(()),
+                false => Err(t.to_string()),
+            }
+        }
+    })
+    .await;
+
+    // A 2025-11-25 client cancels its call with notifications/cancelled.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let (_, h, _) = post(&base, "/mcp", &JSON_HEADERS, init.to_string()).await;
+    let session = h["mcp-session-id"].to_str().unwrap().to_owned();
+    let headers = move || {
+        let mut h: Vec<(&'static str, String)> = JSON_HEADERS
+            .iter()
+            .map(|(k, v)| (*k, v.to_string()))
+            .collect();
+        h.push(("mcp-session-id", session.clone()));
+        h
+    };
+    let send = |h: Vec<(&'static str, String)>, body: Value| {
+        let base = base.clone();
+        async move {
+            let refs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            post(&base, "/mcp", &refs, body.to_string()).await
+        }
+    };
+    let pending = tokio::spawn(send(
+        headers(),
+        json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {"name": "stub__hang"}}),
+    ));
+    // Cancelled once the server has the call (else there is nothing to
+    // cancel upstream), and again until it ends (harmless).
+    hangs_reach(&base, 1).await;
+    let started = std::time::Instant::now();
+    while !pending.is_finished() {
+        assert!(started.elapsed() < LIMIT, "the call was never cancelled");
+        let (s, _, _) = send(headers(), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 42, "reason": "user"}})).await;
+        assert_eq!(s, 202);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (s, _, r) = pending.await.unwrap();
+    assert_eq!(s, 200);
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cancelled"),
+        "{r}"
+    );
+    eventually("the server got notifications/cancelled", LIMIT, || {
+        let base = base.clone();
+        async move {
+            match cancelled_ids(&base).await.len() {
+                1 => Ok(()),
+                n => Err(format!("{n} ids")),
+            }
+        }
+    })
+    .await;
+
+    // A 2026-07-28 client that closes its request's connection cancels it.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "stub__hang", "_meta": {VERSION: "2026-07-28", CAPS: {}}}});
+    let request = client()
+        .post(format!("{base}/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "stub__hang")
+        .body(body.to_string())
+        .send();
+    let gone = tokio::spawn(request);
+    hangs_reach(&base, 2).await;
+    assert!(!gone.is_finished(), "the hanging call answered");
+    // The client goes away: its connection closes.
+    gone.abort();
+    eventually(
+        "the closed stream cancelled the call upstream",
+        LIMIT,
+        || {
+            let base = base.clone();
+            async move {
+                match cancelled_ids(&base).await.len() {
+                    2 => Ok(()),
+                    n => Err(format!("{n} ids")),
+                }
+            }
+        },
+    )
+    .await;
+    gw.stop().await;
+}
