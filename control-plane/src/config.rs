@@ -904,6 +904,52 @@ mod tests {
     }
 
     #[test]
+    fn mcp_endpoint_keys() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.mcp.listen, None);
+        assert_eq!(c.mcp.max_body_bytes, 4 * 1024 * 1024);
+        assert_eq!(c.mcp.session_idle_timeout_sec, 86_400);
+        let c = Config::parse(
+            "[mcp]\nlisten = \"127.0.0.1:7701\"\nallowed_origins = [\"https://app.example.com:8443\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.mcp.listen.as_deref(), Some("127.0.0.1:7701"));
+        for (text, key, says) in [
+            ("listen = \"localhost\"", "mcp.listen", "IP:port"),
+            (
+                "allowed_origins = [\"app.example.com\"]",
+                "mcp.allowed_origins[0]",
+                "not an origin",
+            ),
+            (
+                "allowed_origins = [\"https://a.example/x\"]",
+                "mcp.allowed_origins[0]",
+                "no path",
+            ),
+            ("max_body_bytes = 10", "mcp.max_body_bytes", "between 1024"),
+            (
+                "session_idle_timeout_sec = 1",
+                "mcp.session_idle_timeout_sec",
+                "between 60",
+            ),
+        ] {
+            match Config::parse(&format!("[mcp]\n{text}\n")).unwrap_err() {
+                ConfigFileError::Invalid {
+                    key: k, problem, ..
+                } => {
+                    assert_eq!(k, key, "{text}");
+                    assert!(problem.contains(says), "{text}: {problem}");
+                }
+                other => panic!("{text}: {other}"),
+            }
+        }
+        assert!(matches!(
+            Config::parse("[mcp]\nlisten_on = \"x\"\n").unwrap_err(),
+            ConfigFileError::Parse { .. }
+        ));
+    }
+
+    #[test]
     fn runtime_worker_threads() {
         assert_eq!(Config::parse("").unwrap().runtime.worker_threads, 1);
         for n in [0, 1, 3, 1024] {
