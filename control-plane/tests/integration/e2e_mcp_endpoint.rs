@@ -628,7 +628,7 @@ async fn modern_clients_get_every_server_and_every_check_in_order() {
 #[tokio::test(flavor = "multi_thread")]
 async fn legacy_sessions_are_stored_bound_to_their_url_and_end_on_delete() {
     let _heavy = HEAVY.lock().await;
-    let (gw, base) = gateway().await;
+    let (mut gw, base) = gateway().await;
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     let (s, h, r) = post(&base, "/mcp", &JSON_HEADERS, init.to_string()).await;
@@ -739,6 +739,49 @@ async fn legacy_sessions_are_stored_bound_to_their_url_and_end_on_delete() {
     )
     .await;
     assert_eq!(s, 404, "a session is served on its own URL only");
+
+    // A second session outlives a restart of the replica (it is stored).
+    let (_, h2, _) = post(&base, "/mcp", &JSON_HEADERS, init.to_string()).await;
+    let kept = h2["mcp-session-id"].to_str().unwrap().to_owned();
+    let names = [
+        "orders",
+        "orders-legacy",
+        "orders-more",
+        "everything",
+        "shop",
+        "shop-modern",
+    ];
+    gw.restart(&[], &names).await;
+    let kept_headers: Vec<(&str, &str)> = JSON_HEADERS
+        .iter()
+        .copied()
+        .chain([("mcp-session-id", kept.as_str())])
+        .collect();
+    let listed = eventually("the kept session after the restart", LIMIT, || {
+        let (base, kept_headers) = (base.clone(), kept_headers.clone());
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"});
+            match post(&base, "/mcp", &kept_headers, body.to_string()).await {
+                (200, _, r)
+                    if r["result"]["tools"]
+                        .as_array()
+                        .is_some_and(|t| !t.is_empty()) =>
+                {
+                    Ok(r)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    assert!(
+        listed["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "orders__get_order"),
+        "{listed}"
+    );
 
     // DELETE ends it, and its engine session.
     let resp = client()

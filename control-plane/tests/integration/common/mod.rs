@@ -300,6 +300,49 @@ impl Gateway {
             .collect()
     }
 
+    /// Stops `up` (SIGTERM, as [`Gateway::stop`]) and starts it again on
+    /// the same config, store and ports (env: `env` only), then waits for
+    /// each of `wait_for`: a replica restart that keeps the store.
+    pub async fn restart(&mut self, env: &[(&str, &str)], wait_for: &[&str]) {
+        let mut up = self.up.take().expect("running");
+        signal(self.pid, nix::sys::signal::Signal::SIGTERM);
+        let status = tokio::time::timeout(LIMIT, up.wait())
+            .await
+            .expect("`up` stops within the limit")
+            .expect("wait for up");
+        assert!(
+            status.success(),
+            "`up` exited with {status}\n{}",
+            self.log()
+        );
+        let out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let err = out.try_clone().expect("log file");
+        let mut command = Command::new(switchyard_bin());
+        command
+            .arg("up")
+            .arg("--config")
+            .arg(self.dir.path().join("switchyard.toml"))
+            .env("PATH", test_path())
+            .env("SWITCHYARD_SIDECAR_BIN", sidecar_bin())
+            .env("SWITCHYARD_LOG", "info");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let up = command
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start switchyard up again");
+        self.pid = up.id().expect("pid");
+        self.up = Some(up);
+        self.wait_servers_up(wait_for, START_LIMIT).await;
+    }
+
     /// SIGTERM to `up`; waits (bounded) for it to exit 0 with its whole
     /// process tree gone. Returns how long the stop took.
     pub async fn stop(mut self) -> Duration {
