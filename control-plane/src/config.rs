@@ -287,6 +287,11 @@ pub struct McpConfig {
     /// 86400).
     #[serde(default = "default_mcp_idle")]
     pub session_idle_timeout_sec: u64,
+    /// How long a `requestState` the endpoint issues to a 2026-07-28
+    /// client (with `input_required`) can be used, seconds (default 600):
+    /// the time its user has to answer the question it carries.
+    #[serde(default = "default_mcp_state_ttl")]
+    pub request_state_ttl_sec: u64,
 }
 
 impl Default for McpConfig {
@@ -297,6 +302,7 @@ impl Default for McpConfig {
             allowed_hosts: Vec::new(),
             max_body_bytes: default_mcp_max_body(),
             session_idle_timeout_sec: default_mcp_idle(),
+            request_state_ttl_sec: default_mcp_state_ttl(),
         }
     }
 }
@@ -306,6 +312,10 @@ fn default_mcp_max_body() -> u64 {
 }
 fn default_mcp_idle() -> u64 {
     86_400
+}
+
+fn default_mcp_state_ttl() -> u64 {
+    600
 }
 
 /// `[audit]`: where audit records (JSON lines) go.
@@ -518,6 +528,12 @@ impl Config {
             return Err((
                 "mcp.session_idle_timeout_sec".into(),
                 "must be between 60 and 2592000 (30 days)".into(),
+            ));
+        }
+        if !(5..=86_400).contains(&self.mcp.request_state_ttl_sec) {
+            return Err((
+                "mcp.request_state_ttl_sec".into(),
+                "must be between 5 and 86400 (a day)".into(),
             ));
         }
         if !(2..=3600).contains(&self.control_plane.sidecar_lease_ttl_sec) {
@@ -909,6 +925,7 @@ mod tests {
         assert_eq!(c.mcp.listen, None);
         assert_eq!(c.mcp.max_body_bytes, 4 * 1024 * 1024);
         assert_eq!(c.mcp.session_idle_timeout_sec, 86_400);
+        assert_eq!(c.mcp.request_state_ttl_sec, 600);
         let c = Config::parse(
             "[mcp]\nlisten = \"127.0.0.1:7701\"\nallowed_origins = [\"https://app.example.com:8443\"]\n",
         )
@@ -927,6 +944,11 @@ mod tests {
                 "no path",
             ),
             ("max_body_bytes = 10", "mcp.max_body_bytes", "between 1024"),
+            (
+                "request_state_ttl_sec = 1",
+                "mcp.request_state_ttl_sec",
+                "between 5",
+            ),
             (
                 "session_idle_timeout_sec = 1",
                 "mcp.session_idle_timeout_sec",

@@ -28,6 +28,7 @@ pub struct Metrics {
     completions: IntCounterVec,
     mcp_requests: IntCounterVec,
     mcp_sessions: IntGauge,
+    mcp_state_rejections: IntCounterVec,
 }
 
 impl Metrics {
@@ -185,9 +186,18 @@ impl Metrics {
             "Open 2025-11-25 sessions of the MCP endpoint, in the store.",
         )
         .expect("valid");
+        let mcp_state_rejections = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_mcp_request_state_rejections_total",
+                "requestStates refused by the MCP endpoint, by reason (`malformed`, `integrity`: forged, tampered or presented on another request or by another caller, `expired`, `unknown_key`, `replayed`).",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(mcp_requests.clone()),
+            Box::new(mcp_state_rejections.clone()),
             Box::new(mcp_sessions.clone()),
             Box::new(resource_reads.clone()),
             Box::new(resource_read_bytes.clone()),
@@ -225,7 +235,14 @@ impl Metrics {
             completions,
             mcp_requests,
             mcp_sessions,
+            mcp_state_rejections,
         }
+    }
+
+    /// Counts a `requestState` the MCP endpoint refused, by `reason` (a
+    /// fixed word, see the metric's help).
+    pub fn mcp_state_rejected(&self, reason: &'static str) {
+        self.mcp_state_rejections.with_label_values(&[reason]).inc();
     }
 
     /// Counts one stage E request to `server`: `method` is

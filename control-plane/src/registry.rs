@@ -511,6 +511,105 @@ impl Registry {
             .await?;
         Ok(())
     }
+
+    /// The MCP endpoint's `requestState` key ring, rotated when its active
+    /// key is `rotate_after` old (or created when there is none): a fresh
+    /// random key becomes active, and keys older than `keep` are dropped
+    /// (the newest four are kept at most). Concurrent rotations by several
+    /// replicas settle on one ring (compare-and-swap). Returns the ring as
+    /// stored and the revision to wait for. Errors: the store.
+    pub async fn rotate_state_keys(
+        &self,
+        rotate_after: Duration,
+        keep: Duration,
+    ) -> Result<(crate::model::mrtr::StateKeyRing, Revision), RegistryError> {
+        use crate::model::mrtr::{KEYS_KEY, StateKey, StateKeyRing};
+        use base64::Engine as _;
+        let updated = cas::update(&self.store, KEYS_KEY, |old| async move {
+            let now = now_ms();
+            let ring = old.and_then(|kv| serde_json::from_slice::<StateKeyRing>(&kv.value).ok());
+            if let Some(r) = &ring
+                && r.keys.first().is_some_and(|k| {
+                    k.kid == r.active && now - k.created_at_ms < rotate_after.as_millis() as i64
+                })
+            {
+                return Ok(Decision::Keep(r.clone()));
+            }
+            let mut key = [0u8; 32];
+            rand::Rng::fill(&mut rand::rng(), &mut key[..]);
+            let kid = switchyard_common::ids::new_id();
+            let mut keys = vec![StateKey {
+                kid: kid.clone(),
+                key: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key),
+                created_at_ms: now,
+            }];
+            keys.extend(
+                ring.into_iter()
+                    .flat_map(|r| r.keys)
+                    .filter(|k| now - k.created_at_ms < keep.as_millis() as i64)
+                    .take(3),
+            );
+            let ring = StateKeyRing { active: kid, keys };
+            Ok::<_, RegistryError>(Decision::Write(Write::put(encode(&ring)), ring))
+        })
+        .await
+        .map_err(|e| e.into_error(|| RegistryError::Contention(KEYS_KEY.to_owned())))?;
+        Ok((updated.value, updated.revision))
+    }
+
+    /// Spends the `requestState` whose nonce is `digest`, once: `true`
+    /// when this call spent it, `false` when it was spent before. The
+    /// record lives `ttl` (the state's own lifetime, after which it opens
+    /// no more anyway). Errors: the store.
+    pub async fn spend_request_state(
+        &self,
+        digest: &str,
+        ttl: Duration,
+    ) -> Result<bool, RegistryError> {
+        let key = crate::model::mrtr::spent_key(digest);
+        let lease = self.store.grant_lease(ttl).await?;
+        let r = self
+            .store
+            .txn(
+                Txn::new()
+                    .when([Compare::absent(&key)])
+                    .and_then([Op::put_with_lease(&key, Vec::new(), lease)]),
+            )
+            .await?;
+        if !r.succeeded {
+            let _ = self.store.revoke(lease).await;
+        }
+        Ok(r.succeeded)
+    }
+
+    /// Stores how a detached MCP call ended, for `ttl`.
+    pub async fn put_mcp_outcome(
+        &self,
+        rec: &crate::model::mrtr::OutcomeRecord,
+        ttl: Duration,
+    ) -> Result<Revision, RegistryError> {
+        let lease = self.store.grant_lease(ttl).await?;
+        Ok(self
+            .store
+            .put(
+                &crate::model::mrtr::outcome_key(&rec.run),
+                encode(rec),
+                Some(lease),
+            )
+            .await?)
+    }
+
+    /// How the detached MCP call of run `run` ended, if it has.
+    pub async fn get_mcp_outcome(
+        &self,
+        run: &str,
+    ) -> Result<Option<crate::model::mrtr::OutcomeRecord>, RegistryError> {
+        Ok(self
+            .store
+            .get(&crate::model::mrtr::outcome_key(run))
+            .await?
+            .and_then(|kv| serde_json::from_slice(&kv.value).ok()))
+    }
 }
 
 #[cfg(test)]

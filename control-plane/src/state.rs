@@ -72,6 +72,12 @@ pub enum Change {
         /// Call id.
         call_id: String,
     },
+    /// A detached MCP call of run `run` ended (`mcp-outcomes/<run>`; the
+    /// record itself is read from the store, it is not in the snapshot).
+    McpOutcome {
+        /// The run.
+        run: String,
+    },
     /// A background call was created or updated (the record as written;
     /// a terminal one is its `background_call.*` event).
     Background(Box<BackgroundRecord>),
@@ -197,6 +203,9 @@ pub struct Snapshot {
     pub sessions: HashMap<String, SessionRecord>,
     /// 2025-11-25 sessions of the MCP endpoint, by `Mcp-Session-Id`.
     pub mcp_sessions: HashMap<String, crate::model::mcp_session::McpSessionRecord>,
+    /// The keys that seal the MCP endpoint's `requestState`s (a secret:
+    /// never logged nor shown).
+    pub mcp_state_keys: Option<Arc<crate::model::mrtr::StateKeyRing>>,
     /// Interactions per session, by id (pending and recently resolved).
     pub interactions: HashMap<String, BTreeMap<String, InteractionRecord>>,
     /// Hint overrides per `(server, tool)`.
@@ -661,6 +670,14 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
                 server: server.to_owned(),
             });
         }
+    } else if key == crate::model::mrtr::KEYS_KEY {
+        if let Some(ring) = parse(kv) {
+            snap.mcp_state_keys = Some(Arc::new(ring));
+        }
+    } else if let Some(run) = key.strip_prefix(crate::model::mrtr::OUTCOME_PREFIX) {
+        changes.push(Change::McpOutcome {
+            run: run.to_owned(),
+        });
     } else if let Some(rest) = key.strip_prefix("cancels/")
         && let Some((session, call_id)) = rest.split_once('/')
     {
@@ -745,6 +762,8 @@ fn apply_delete(snap: &mut Snapshot, key: &str, changes: &mut Vec<Change>) {
         changes.push(Change::SessionDeleted(id.to_owned()));
     } else if let Some(id) = key.strip_prefix(crate::model::mcp_session::PREFIX) {
         snap.mcp_sessions.remove(id);
+    } else if key == crate::model::mrtr::KEYS_KEY {
+        snap.mcp_state_keys = None;
     }
 }
 

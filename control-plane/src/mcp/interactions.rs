@@ -39,7 +39,7 @@ use switchyard_mcp::{jsonrpc, methods};
 pub const ID_PREFIX: &str = "sy-";
 
 /// The methods whose interactions reach the client.
-const ASKING: &[&str] = &[
+pub(super) const ASKING: &[&str] = &[
     methods::TOOLS_CALL,
     methods::RESOURCES_READ,
     methods::PROMPTS_GET,
@@ -57,7 +57,7 @@ pub fn asks(session: &McpSessionRecord, accepts: Accepts, msg: &Message) -> bool
 /// may get it: the server's own params for a form or URL (as sent), a
 /// field-less form for an approval. `None`: a URL for a client without
 /// `elicitation.url`, or a record without params.
-fn question(rec: &InteractionRecord, capabilities: &Value) -> Option<Value> {
+pub(super) fn question(rec: &InteractionRecord, capabilities: &Value) -> Option<Value> {
     match rec.kind {
         Kind::Approval => Some(json!({
             "mode": "form",
@@ -151,7 +151,7 @@ pub fn stream(
 }
 
 /// The open interactions of `session` and `run`, oldest first.
-fn open_of(ep: &Endpoint, session: &str, run: &str) -> Vec<InteractionRecord> {
+pub(super) fn open_of(ep: &Endpoint, session: &str, run: &str) -> Vec<InteractionRecord> {
     let snap = ep.cp.state.snapshot();
     let mut open: Vec<InteractionRecord> = snap
         .interactions
@@ -188,6 +188,40 @@ pub async fn client_answered(
             McpError::bad_request("a response to a request this endpoint did not send")
         })?;
     let engine = session.engine_session.as_str();
+    match answer(ep, engine, id, msg.raw.get("result")).await {
+        Ok(()) => Ok(()),
+        Err(Refused::Invalid(why)) => {
+            let _ = ep.cp.interactions.answer(engine, id, "cancel", "").await;
+            Err(McpError::bad_request(format!(
+                "the answer to {ID_PREFIX}{id} was refused, and the question cancelled: {why}"
+            )))
+        }
+        Err(Refused::Other(e)) => Err(McpError::bad_request(format!(
+            "the answer to {ID_PREFIX}{id}: {e}"
+        ))),
+    }
+}
+
+/// Why an answer was not taken.
+pub(super) enum Refused {
+    /// The answer does not fit the question (a form's schema); the
+    /// interaction stays open.
+    Invalid(String),
+    /// Anything else (unknown, already answered, the store).
+    Other(crate::interactions::InteractionError),
+}
+
+/// Answers interaction `id` of engine session `engine` with a client's
+/// `ElicitResult` `result` (`None`: the client answered with an error,
+/// which cancels): `action` is the answer (`accept` with its `content`,
+/// `decline`, `cancel`; for an approval, accept approves and decline
+/// denies).
+pub(super) async fn answer(
+    ep: &Endpoint,
+    engine: &str,
+    id: &str,
+    result: Option<&Value>,
+) -> Result<(), Refused> {
     let kind = ep
         .cp
         .state
@@ -196,7 +230,6 @@ pub async fn client_answered(
         .get(engine)
         .and_then(|m| m.get(id))
         .map(|r| r.kind);
-    let result = msg.raw.get("result");
     let action = result
         .and_then(|r| r.get("action"))
         .and_then(Value::as_str)
@@ -217,14 +250,7 @@ pub async fn client_answered(
         .await
     {
         Ok(_) => Ok(()),
-        Err(crate::interactions::InteractionError::Invalid(why)) => {
-            let _ = ep.cp.interactions.answer(engine, id, "cancel", "").await;
-            Err(McpError::bad_request(format!(
-                "the answer to {ID_PREFIX}{id} was refused, and the question cancelled: {why}"
-            )))
-        }
-        Err(e) => Err(McpError::bad_request(format!(
-            "the answer to {ID_PREFIX}{id}: {e}"
-        ))),
+        Err(crate::interactions::InteractionError::Invalid(why)) => Err(Refused::Invalid(why)),
+        Err(e) => Err(Refused::Other(e)),
     }
 }

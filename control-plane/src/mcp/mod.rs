@@ -16,7 +16,9 @@
 //!    ([`interactions::client_answered`]); a 2025-11-25 call that may ask
 //!    the client something runs on an SSE stream ([`interactions::stream`]);
 //! 5. one arm per method ([`answer`]): [`discover`], [`lists`],
-//!    [`requests`] (through the call path, [`crate::call`]);
+//!    [`requests`] (through the call path, [`crate::call`]); a 2026-07-28
+//!    request that may ask its client runs through [`mrtr`] (its
+//!    questions as `input_required`, the retry resuming the call);
 //! 6. [`respond`]: the result decorated for the era, or the error, in one
 //!    place; the request counted ([`Served`]).
 //!
@@ -32,6 +34,7 @@ pub mod interactions;
 pub mod legacy;
 pub mod lists;
 pub mod modern;
+pub mod mrtr;
 pub mod names;
 pub mod requests;
 pub mod respond;
@@ -343,6 +346,18 @@ async fn handled(
     }
     if era == Era::Modern {
         modern::validate(h, &msg)?;
+    }
+    // A 2026-07-28 request that may ask its client: multi round-trip.
+    if era == Era::Modern && mrtr::asks(&msg) {
+        let mut result = mrtr::serve(ep, scope, caller.as_ref(), h, &msg)
+            .await
+            .map_err(|e| e.with_id(msg.id.as_ref()))?;
+        respond::decorate(&msg.method, era, &mut result);
+        served.outcome = "ok";
+        return Ok(respond::result(
+            msg.id.as_ref().unwrap_or(&Value::Null),
+            result,
+        ));
     }
     let ctx = Ctx {
         ep,

@@ -32,9 +32,13 @@ fn string<'m>(msg: &'m Message, key: &str) -> Result<&'m str, McpError> {
 }
 
 /// The client's params as forwarded: every field but the protocol's own
-/// `_meta` keys (the sidecar speaks to the server in the server's era).
+/// `_meta` keys (the sidecar speaks to the server in the server's era) and
+/// a multi round-trip retry's `inputResponses` and `requestState` (the
+/// endpoint's own, `super::mrtr`).
 fn forwarded(params: &Map<String, Value>) -> Map<String, Value> {
     let mut out = params.clone();
+    out.remove("inputResponses");
+    out.remove("requestState");
     if let Some(Value::Object(meta)) = out.get_mut("_meta") {
         meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
         if meta.is_empty() {

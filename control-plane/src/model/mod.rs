@@ -16,6 +16,9 @@
 //! | `policies/<server>/<tool>` | [`PolicyRecord`] | until cleared |
 //! | `background/<id>` | [`background::BackgroundRecord`] (a background call, stage B) | running, then `backgroundCalls.retentionSec` once finished |
 //! | `mcp-sessions/<id>` | [`mcp_session::McpSessionRecord`] (a 2025-11-25 session of the MCP endpoint) | until deleted, or idle for `mcp.session_idle_timeout_sec` |
+//! | `mcp-state-keys` | [`mrtr::StateKeyRing`] (the keys that seal the MCP endpoint's `requestState`s) | rotated daily |
+//! | `mcp-spent/<nonce>` | empty (a spent `requestState`) | leased: the state's lifetime |
+//! | `mcp-outcomes/<run>` | [`mrtr::OutcomeRecord`] (a call that asked its 2026-07-28 client) | leased: `limits.interactionTimeoutSec` |
 //!
 //! Every stored record is here, and the principal ([`principal`]): the
 //! modules that read and write them (`state`, `registry`, `background`,
@@ -24,6 +27,7 @@
 pub mod background;
 pub mod interaction;
 pub mod mcp_session;
+pub mod mrtr;
 pub mod principal;
 
 use serde::{Deserialize, Serialize};

@@ -8,7 +8,8 @@
 //! their URL), the per-server URL with names unchanged, and a real client
 //! from another project (the official Python SDK's) in both eras,
 //! answering elicitations of servers of both eras and approvals on its
-//! 2025-11-25 stream.
+//! 2025-11-25 stream, and as a 2026-07-28 client through `input_required`
+//! and the endpoint's sealed `requestState` (bound, expiring, used once).
 
 use crate::common::*;
 use reqwest::header::HeaderMap;
@@ -17,6 +18,9 @@ use std::time::Duration;
 
 const CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
 const VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// How long the endpoint's requestStates live in these tests, seconds.
+const STATE_TTL_SECS: u64 = 10;
 
 /// `switchyard up` with the MCP endpoint on a free port (4 KiB bodies at
 /// most), the reference server in both eras with its resources, and
@@ -64,7 +68,10 @@ args = ["--interactions", "--era", "2026-07-28"]
         everything = toml_str(switchyard_test_support::everything_bin().to_string_lossy()),
     );
     let port = switchyard_test_support::free_port();
-    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\nmax_body_bytes = 4096\n");
+    // requestStates live 10 s (the expiry test waits that long).
+    let extra = format!(
+        "[mcp]\nlisten = \"127.0.0.1:{port}\"\nmax_body_bytes = 4096\nrequest_state_ttl_sec = {STATE_TTL_SECS}\n"
+    );
     let http = start_http_reference_server().await;
     let names = [
         "orders",
@@ -157,6 +164,47 @@ async fn modern(
     }
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     post(base, path, &h, body.to_string()).await
+}
+
+/// A 2026-07-28 `tools/call` of `tool` with `arguments`, as a client
+/// declaring `caps`; `round`: a retry's `inputResponses` and
+/// `requestState`.
+async fn modern_call(
+    base: &str,
+    path: &str,
+    tool: &str,
+    arguments: Value,
+    caps: Value,
+    round: Option<(Value, &str)>,
+) -> Value {
+    let mut params = json!({"name": tool, "arguments": arguments,
+        "_meta": {VERSION: "2026-07-28", CAPS: caps}});
+    if let Some((responses, state)) = round {
+        params["inputResponses"] = responses;
+        params["requestState"] = json!(state);
+    }
+    let mut h: Vec<(&str, &str)> = JSON_HEADERS.to_vec();
+    h.extend([
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", tool),
+    ]);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+    let (status, _, r) = post(base, path, &h, body.to_string()).await;
+    assert_eq!(status, 200, "{r}");
+    r
+}
+
+/// The one question of an `input_required` answer: its key and params.
+fn one_question(r: &Value) -> (String, Value) {
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    let asked = r["result"]["inputRequests"]
+        .as_object()
+        .expect("inputRequests");
+    assert_eq!(asked.len(), 1, "{r}");
+    let (key, request) = asked.iter().next().unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{r}");
+    (key.clone(), request["params"].clone())
 }
 
 /// The error code of an answer.
@@ -907,18 +955,21 @@ async fn the_python_sdk_client_uses_the_endpoint_in_both_eras() {
     );
     assert_eq!(got["call"]["structuredContent"]["id"], "O-1001", "{got}");
 
-    // A 2025-11-25 client answers the elicitations of a call on its stream,
-    // whichever era the server speaks (a 2025-11-25 elicitation/create, a
-    // 2026-07-28 input_required): the bridge both ways.
+    // A client answers the elicitations of a call in its own era (on its
+    // 2025-11-25 stream, or through input_required), whichever era the
+    // server speaks (a 2025-11-25 elicitation/create, a 2026-07-28
+    // input_required): the bridges both ways.
     let form = json!({"contact_name": "Ada Lovelace", "email": "ada@example.com", "delivery_date": "2026-12-24",
         "quantity": 2, "shipping_speed": "express", "carrier": "ups", "notify_via": ["sms"]});
-    for tool in [
-        "shop__confirm_order_form",
-        "shop-modern__confirm_order_form",
+    for (mode, tool) in [
+        ("legacy", "shop__confirm_order_form"),
+        ("legacy", "shop-modern__confirm_order_form"),
+        ("2026-07-28", "shop__confirm_order_form"),
+        ("2026-07-28", "shop-modern__confirm_order_form"),
     ] {
         let got = python_client(
             &format!("{base}/mcp"),
-            "legacy",
+            mode,
             "orders__get_order",
             json!({"order_id": "O-1001"}),
             uri,
@@ -926,20 +977,20 @@ async fn the_python_sdk_client_uses_the_endpoint_in_both_eras() {
         )
         .await;
         let questions = got["questions"].as_array().unwrap();
-        assert_eq!(questions.len(), 1, "{tool}: {got}");
+        assert_eq!(questions.len(), 1, "{mode} {tool}: {got}");
         assert_eq!(
             questions[0]["requestedSchema"]["properties"]["contact_name"]["type"], "string",
-            "{tool}: {got}"
+            "{mode} {tool}: {got}"
         );
         let asked = &got["asked"];
-        assert_ne!(asked["isError"], true, "{tool}: {asked}");
+        assert_ne!(asked["isError"], true, "{mode} {tool}: {asked}");
         assert_eq!(
             asked["structuredContent"]["action"], "accept",
-            "{tool}: {asked}"
+            "{mode} {tool}: {asked}"
         );
         assert_eq!(
             asked["structuredContent"]["content"]["carrier"], "ups",
-            "{tool}: {asked}"
+            "{mode} {tool}: {asked}"
         );
     }
     // An approval of a `confirm` tool is a question with no fields.
@@ -948,37 +999,39 @@ async fn the_python_sdk_client_uses_the_endpoint_in_both_eras() {
             .await,
         "policy set",
     );
-    let got = python_client(
-        &format!("{base}/mcp"),
-        "legacy",
-        "orders__get_order",
-        json!({"order_id": "O-1001"}),
-        uri,
-        Some((
-            "orders-legacy__get_order",
-            json!({"order_id": "O-1002"}),
+    for mode in ["legacy", "2026-07-28"] {
+        let got = python_client(
+            &format!("{base}/mcp"),
+            mode,
+            "orders__get_order",
+            json!({"order_id": "O-1001"}),
+            uri,
+            Some((
+                "orders-legacy__get_order",
+                json!({"order_id": "O-1002"}),
+                json!({}),
+            )),
+        )
+        .await;
+        let questions = got["questions"].as_array().unwrap();
+        assert_eq!(questions.len(), 1, "{mode}: {got}");
+        assert!(
+            questions[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("get_order"),
+            "{mode}: {got}"
+        );
+        assert_eq!(
+            questions[0]["requestedSchema"]["properties"],
             json!({}),
-        )),
-    )
-    .await;
-    let questions = got["questions"].as_array().unwrap();
-    assert_eq!(questions.len(), 1, "{got}");
-    assert!(
-        questions[0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("get_order"),
-        "{got}"
-    );
-    assert_eq!(
-        questions[0]["requestedSchema"]["properties"],
-        json!({}),
-        "{got}"
-    );
-    assert_eq!(
-        got["asked"]["structuredContent"]["id"], "O-1002",
-        "approved and called: {got}"
-    );
+            "{mode}: {got}"
+        );
+        assert_eq!(
+            got["asked"]["structuredContent"]["id"], "O-1002",
+            "{mode}: approved and called: {got}"
+        );
+    }
     // The interactions were recorded with their outcomes.
     let metrics = http_get(&gw.http_addr, "/metrics").await.1;
     let count = |kind, outcome| {
@@ -989,8 +1042,8 @@ async fn the_python_sdk_client_uses_the_endpoint_in_both_eras() {
         )
         .unwrap_or(0.0)
     };
-    assert_eq!(count("approval", "approve"), 1.0, "{metrics}");
-    assert!(count("form", "accept") >= 2.0);
+    assert_eq!(count("approval", "approve"), 2.0, "{metrics}");
+    assert!(count("form", "accept") >= 4.0);
     gw.stop().await;
 }
 
@@ -1159,5 +1212,221 @@ async fn cancellation_and_closed_streams_reach_the_server() {
         },
     )
     .await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn modern_clients_answer_questions_through_input_required() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, base) = gateway().await;
+    let elicits = json!({"elicitation": {}});
+    let form = json!({"contact_name": "Ada Lovelace", "email": "ada@example.com", "delivery_date": "2026-12-24",
+        "quantity": 2, "shipping_speed": "express", "carrier": "ups", "notify_via": ["sms"]});
+    let rejections = |metrics: &str, reason| {
+        sample(
+            metrics,
+            "switchyard_control_plane_mcp_request_state_rejections_total",
+            &[("reason", reason)],
+        )
+        .unwrap_or(0.0)
+    };
+    // A 2025-11-25 server's elicitation and a 2026-07-28 server's
+    // input_required reach the client the same way.
+    for tool in [
+        "shop__confirm_order_form",
+        "shop-modern__confirm_order_form",
+    ] {
+        let first = modern_call(&base, "/mcp", tool, json!({}), elicits.clone(), None).await;
+        let (key, question) = one_question(&first);
+        assert_eq!(
+            question["requestedSchema"]["properties"]["contact_name"]["type"], "string",
+            "{tool}: {first}"
+        );
+        let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+        assert!(state.starts_with("rs2."), "{state}");
+        let responses = json!({key.clone(): {"action": "accept", "content": form}});
+        // Tampered, or presented with other arguments or on another URL:
+        // refused, and nothing is answered or spent.
+        let mut tampered = state.clone().into_bytes();
+        let at = tampered.len() - 3;
+        tampered[at] = if tampered[at] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(tampered).unwrap();
+        for (path, args, st) in [
+            ("/mcp", json!({}), tampered.as_str()),
+            ("/mcp", json!({"extra": 1}), state.as_str()),
+            ("/mcp/servers/shop", json!({}), state.as_str()),
+            ("/mcp", json!({}), "rs2.bm90.aGVsbG8.d29ybGQ"),
+        ] {
+            let path_tool = if path == "/mcp" {
+                tool
+            } else {
+                "confirm_order_form"
+            };
+            let r = modern_call(
+                &base,
+                path,
+                path_tool,
+                args.clone(),
+                elicits.clone(),
+                Some((responses.clone(), st)),
+            )
+            .await;
+            assert_eq!(code(&r), -32602, "{tool} {path} {args}: {r}");
+            assert!(
+                r["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("requestState rejected"),
+                "{r}"
+            );
+            assert_eq!(r["id"], 7, "{r}");
+        }
+        // The real retry resumes the same call, on its answer.
+        let done = modern_call(
+            &base,
+            "/mcp",
+            tool,
+            json!({}),
+            elicits.clone(),
+            Some((responses.clone(), &state)),
+        )
+        .await;
+        let result = &done["result"];
+        assert_eq!(result["resultType"], "complete", "{tool}: {done}");
+        assert_eq!(result["structuredContent"]["action"], "accept", "{done}");
+        assert_eq!(
+            result["structuredContent"]["content"]["carrier"], "ups",
+            "{done}"
+        );
+        // Used once.
+        let again = modern_call(
+            &base,
+            "/mcp",
+            tool,
+            json!({}),
+            elicits.clone(),
+            Some((responses, &state)),
+        )
+        .await;
+        assert_eq!(code(&again), -32602, "{again}");
+    }
+    let metrics = http_get(&gw.http_addr, "/metrics").await.1;
+    assert_eq!(rejections(&metrics, "integrity"), 6.0, "{metrics}");
+    assert_eq!(rejections(&metrics, "unknown_key"), 2.0, "{metrics}");
+    assert_eq!(rejections(&metrics, "replayed"), 2.0, "{metrics}");
+
+    // A form answer that does not fit is asked again, with a new state.
+    let first = modern_call(
+        &base,
+        "/mcp",
+        "shop__confirm_order_form",
+        json!({}),
+        elicits.clone(),
+        None,
+    )
+    .await;
+    let (key, _) = one_question(&first);
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    let mut wrong = form.clone();
+    wrong["quantity"] = json!("many");
+    let again = modern_call(
+        &base,
+        "/mcp",
+        "shop__confirm_order_form",
+        json!({}),
+        elicits.clone(),
+        Some((
+            json!({key.clone(): {"action": "accept", "content": wrong}}),
+            &state,
+        )),
+    )
+    .await;
+    let (key2, _) = one_question(&again);
+    assert_eq!(key2, key, "the same question: {again}");
+    let state2 = again["result"]["requestState"].as_str().unwrap().to_owned();
+    assert_ne!(state2, state);
+    let declined = modern_call(
+        &base,
+        "/mcp",
+        "shop__confirm_order_form",
+        json!({}),
+        elicits.clone(),
+        Some((json!({key: {"action": "decline"}}), &state2)),
+    )
+    .await;
+    assert_eq!(
+        declined["result"]["structuredContent"]["action"], "decline",
+        "{declined}"
+    );
+
+    // An approval of a `confirm` tool is a question with no fields.
+    ok_stdout(
+        &gw.cli(&["policy", "set", "orders-legacy", "get_order", "confirm"])
+            .await,
+        "policy set",
+    );
+    let args = json!({"order_id": "O-1002"});
+    let first = modern_call(
+        &base,
+        "/mcp",
+        "orders-legacy__get_order",
+        args.clone(),
+        elicits.clone(),
+        None,
+    )
+    .await;
+    let (key, question) = one_question(&first);
+    assert_eq!(
+        question["requestedSchema"]["properties"],
+        json!({}),
+        "{first}"
+    );
+    assert!(
+        question["message"].as_str().unwrap().contains("get_order"),
+        "{first}"
+    );
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    let done = modern_call(
+        &base,
+        "/mcp",
+        "orders-legacy__get_order",
+        args,
+        elicits.clone(),
+        Some((json!({key: {"action": "accept"}}), &state)),
+    )
+    .await;
+    assert_eq!(
+        done["result"]["structuredContent"]["id"], "O-1002",
+        "{done}"
+    );
+    // An expired state is refused; the question stays open meanwhile
+    // (it has its own timeout).
+    let first = modern_call(
+        &base,
+        "/mcp",
+        "shop__confirm_order_form",
+        json!({}),
+        elicits.clone(),
+        None,
+    )
+    .await;
+    let (key, _) = one_question(&first);
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_secs(STATE_TTL_SECS + 1)).await;
+    let late = modern_call(
+        &base,
+        "/mcp",
+        "shop__confirm_order_form",
+        json!({}),
+        elicits.clone(),
+        Some((json!({key: {"action": "accept", "content": form}}), &state)),
+    )
+    .await;
+    assert_eq!(code(&late), -32602, "{late}");
+    let metrics = http_get(&gw.http_addr, "/metrics").await.1;
+    assert_eq!(rejections(&metrics, "expired"), 1.0, "{metrics}");
+    // The calls ran in one engine session of this caller on this URL.
+    let sessions = ok_stdout(&gw.cli(&["sessions", "list", "--json"]).await, "sessions");
+    assert_eq!(sessions.matches("\"mcp-").count(), 1, "{sessions}");
     gw.stop().await;
 }

@@ -1,0 +1,586 @@
+//! Multi round-trip requests, server side: how a 2026-07-28 client answers
+//! the questions of its `tools/call`, `resources/read` or `prompts/get`
+//! (basic/patterns/mrtr). Whatever asks (a server's elicitation in either
+//! of its eras, an approval of a `confirm` tool) is an interaction of the
+//! request's engine session and run (`crate::interactions`); this module
+//! puts the open ones to the client as `input_required` and takes its
+//! `inputResponses` on the retry.
+//!
+//! One round ([`serve`]):
+//!
+//! 1. a request without `requestState` gets an engine session (the URL's,
+//!    or one per caller and URL, [`session_for`]) and a fresh run, and its
+//!    call starts, detached from the HTTP request ([`start`]);
+//! 2. a retry's `requestState` is opened ([`open`]: integrity, binding,
+//!    expiry) and spent (once, in the store), and its `inputResponses`
+//!    answer the run's open interactions they name;
+//! 3. then it waits for the first of: an open interaction of the run that
+//!    the client may be asked (its declared `elicitation`, with `url` for
+//!    URL elicitations), answered as `input_required` with every such
+//!    question keyed by interaction id and a new `requestState`; or the
+//!    call's outcome, the result (or error) of the request.
+//!
+//! The call outlives the round that asked: it keeps running on the replica
+//! that started it, and its outcome is stored (`mcp-outcomes/<run>`,
+//! leased) once nobody there waits for it, so a retry on any replica finds
+//! it. A client that goes away before the first question cancels the call,
+//! as for a request that asks nothing; after a question, the call ends
+//! with the question's own timeout (`limits.interactionTimeoutSec`).
+//!
+//! The `requestState` is sealed with rmcp's `RequestStateCodec`
+//! (HMAC-SHA256, `rs2` with key ids; keys in the store, shared by every
+//! replica, rotated daily: [`ROTATE_AFTER`]). It carries the engine
+//! session, the run and a nonce; it is bound (associated data, never in
+//! the token) to the caller, the URL, the method and a digest of the
+//! params (less `_meta`, `inputResponses` and `requestState`), expires
+//! after `mcp.request_state_ttl_sec`, and is spent on use. Every refusal
+//! is one JSON-RPC error (-32602, "requestState rejected"), counted by
+//! reason in `switchyard_control_plane_mcp_request_state_rejections_total`;
+//! nothing else happens.
+
+use super::ingress::Message;
+use super::interactions::{self, Refused};
+use super::respond::{self, McpError};
+use super::{Ctx, Endpoint};
+use crate::auth::Caller;
+use crate::model::mcp_session::Scope;
+use crate::model::mrtr::{OutcomeRecord, StateKeyRing};
+use crate::model::{PermissionMode, SessionRecord, now_ms};
+use crate::state::Change;
+use axum::http::HeaderMap;
+use rmcp::model::{RequestStateCodec, RequestStateError, SealOptions};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use switchyard_mcp::era::Era;
+use switchyard_mcp::meta;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// How old the active key gets before a new one seals.
+pub const ROTATE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// The params a retry adds, left out of the digest.
+const ROUND_KEYS: &[&str] = &["_meta", "inputResponses", "requestState"];
+
+/// What a sealed `requestState` carries.
+#[derive(Debug, Serialize, Deserialize)]
+struct Pending {
+    /// The engine session the call runs in.
+    s: String,
+    /// Its run.
+    r: String,
+    /// Random: the state's identity, spent once.
+    n: String,
+}
+
+/// How a call ended, for the client.
+type Outcome = Result<Value, McpError>;
+
+/// Whether `msg` (a 2026-07-28 request) goes through this module: the
+/// methods that may ask (mrtr "Supported Requests").
+pub fn asks(msg: &Message) -> bool {
+    super::interactions::ASKING.contains(&msg.method.as_str())
+}
+
+/// The client's declared capabilities (`_meta`).
+fn capabilities(msg: &Message) -> Value {
+    msg.meta()
+        .and_then(|m| m.get(meta::CLIENT_CAPABILITIES))
+        .cloned()
+        .unwrap_or_else(|| json!({}))
+}
+
+/// One round of request `msg` (module docs): its result, an
+/// `input_required`, or its error.
+pub async fn serve(
+    ep: &Arc<Endpoint>,
+    scope: &Scope,
+    caller: Option<&Caller>,
+    h: &HeaderMap,
+    msg: &Message,
+) -> Result<Value, McpError> {
+    let caps = capabilities(msg);
+    // Subscribed before anything starts or is answered: nothing is missed.
+    let mut changes = ep.cp.state.subscribe();
+    let (session, run, mut local, answered) = match msg.params.get("requestState") {
+        None => {
+            let session = session_for(ep, scope, caller).await?;
+            let run = switchyard_common::ids::new_id();
+            let local = start(ep, scope, caller, h, msg, &session, &run);
+            (session, run, Some(local), Vec::new())
+        }
+        Some(state) => {
+            let state = state.as_str().ok_or_else(|| rejected(ep, "malformed"))?;
+            let p = open(ep, scope, caller, msg, state).await?;
+            let answered = take_responses(ep, &p, msg).await?;
+            (p.s, p.r, None, answered)
+        }
+    };
+    let limit = tokio::time::Instant::now()
+        + ep.cp.call_timeout
+        + Duration::from_secs(ep.cp.interactions.timeout().as_secs());
+    loop {
+        let questions: Map<String, Value> = interactions::open_of(ep, &session, &run)
+            .iter()
+            // Answered just now (the read model may not show it yet).
+            .filter(|rec| !answered.contains(&rec.id))
+            .filter_map(|rec| {
+                let params = interactions::question(rec, &caps)?;
+                Some((
+                    rec.id.clone(),
+                    json!({"method": switchyard_mcp::methods::ELICIT, "params": params}),
+                ))
+            })
+            .collect();
+        if !questions.is_empty() {
+            // The call goes on without this request; if it ended a moment
+            // ago, that is the answer instead.
+            if let Some(l) = local.take()
+                && let Some(outcome) = l.detach()
+            {
+                return outcome;
+            }
+            let state = seal(ep, scope, caller, msg, &session, &run).await?;
+            return Ok(json!({
+                "resultType": meta::result_type::INPUT_REQUIRED,
+                "inputRequests": questions,
+                "requestState": state,
+            }));
+        }
+        if local.is_none()
+            && let Some(rec) = ep.cp.registry.get_mcp_outcome(&run).await.map_err(store)?
+        {
+            return stored(rec);
+        }
+        tokio::select! {
+            outcome = async { local.as_mut().expect("guarded").done().await }, if local.is_some() => {
+                return outcome;
+            }
+            c = changes.recv() => match c {
+                Ok(Change::Interaction(_) | Change::McpOutcome { .. }) => {}
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    return Err(McpError::rpc(respond::INTERNAL_ERROR, "the replica is stopping"));
+                }
+            },
+            _ = tokio::time::sleep_until(limit) => {
+                return Err(McpError::rpc(
+                    respond::INTERNAL_ERROR,
+                    "the request's call did not end in time (its replica may have stopped); send the request again",
+                ));
+            }
+        }
+    }
+}
+
+/// A call running for this round, not yet detached.
+struct Local {
+    /// Where its outcome goes while someone here waits: taken (`None`)
+    /// when the round detaches, after which the call stores its outcome.
+    slot: Arc<Mutex<Option<oneshot::Sender<Outcome>>>>,
+    rx: oneshot::Receiver<Outcome>,
+    /// Cancels the call when this round goes away before detaching.
+    cancel: Option<tokio_util::sync::DropGuard>,
+}
+
+impl Local {
+    /// The call's outcome.
+    async fn done(&mut self) -> Outcome {
+        (&mut self.rx).await.unwrap_or_else(|_| {
+            Err(McpError::rpc(
+                respond::INTERNAL_ERROR,
+                "the request's call ended without an outcome",
+            ))
+        })
+    }
+
+    /// Lets the call go on alone; `Some`: it had ended already, with this.
+    fn detach(mut self) -> Option<Outcome> {
+        let sender = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(c) = self.cancel.take() {
+            c.disarm();
+        }
+        match sender {
+            Some(_) => None,
+            None => self.rx.try_recv().ok(),
+        }
+    }
+}
+
+/// Starts request `msg`'s call in `session` with `run`, detached from the
+/// HTTP request (module docs).
+fn start(
+    ep: &Arc<Endpoint>,
+    scope: &Scope,
+    caller: Option<&Caller>,
+    h: &HeaderMap,
+    msg: &Message,
+    session: &str,
+    run: &str,
+) -> Local {
+    let (tx, rx) = oneshot::channel();
+    let slot = Arc::new(Mutex::new(Some(tx)));
+    let token = CancellationToken::new();
+    let (ep, scope, caller, h, msg) = (
+        ep.clone(),
+        scope.clone(),
+        caller.cloned(),
+        h.clone(),
+        msg.clone(),
+    );
+    let (session, run, task_slot, stop) = (
+        session.to_owned(),
+        run.to_owned(),
+        slot.clone(),
+        token.clone(),
+    );
+    tokio::spawn(async move {
+        let ctx = Ctx {
+            ep: &ep,
+            scope: &scope,
+            caller: caller.as_ref(),
+            era: Era::Modern,
+            session_id: session,
+            run_id: run.clone(),
+        };
+        let outcome = tokio::select! {
+            r = super::answer(&ctx, &h, &msg) => r,
+            // The client went away before anything was asked.
+            _ = stop.cancelled() => return,
+        };
+        let waiting = task_slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match waiting {
+            Some(tx) => {
+                let _ = tx.send(outcome);
+            }
+            None => {
+                let rec = OutcomeRecord {
+                    run: run.clone(),
+                    result: outcome.as_ref().ok().cloned(),
+                    error: outcome.as_ref().err().map(|e| e.body()["error"].clone()),
+                };
+                let ttl = ep.cp.interactions.timeout() + Duration::from_secs(60);
+                if let Err(e) = ep.cp.registry.put_mcp_outcome(&rec, ttl).await {
+                    tracing::warn!(%run, error = %e, "could not store the outcome of an MCP request that asked its client");
+                }
+            }
+        }
+    });
+    Local {
+        slot,
+        rx,
+        cancel: Some(token.drop_guard()),
+    }
+}
+
+/// The answer of a stored outcome.
+fn stored(rec: OutcomeRecord) -> Outcome {
+    match (rec.result, rec.error) {
+        (Some(r), _) => Ok(r),
+        (None, Some(e)) => {
+            let code = e["code"].as_i64().unwrap_or(respond::INTERNAL_ERROR);
+            let message = e["message"].as_str().unwrap_or("the call failed");
+            let err = McpError::rpc(code, message);
+            Err(match e.get("data") {
+                Some(d) => err.with_data(d.clone()),
+                None => err,
+            })
+        }
+        (None, None) => Err(McpError::rpc(
+            respond::INTERNAL_ERROR,
+            "the call's stored outcome is empty",
+        )),
+    }
+}
+
+fn store(e: crate::registry::RegistryError) -> McpError {
+    McpError::rpc(
+        respond::INTERNAL_ERROR,
+        format!("the store: {}", switchyard_common::error_chain(&e)),
+    )
+}
+
+/// The engine session request of a 2026-07-28 client runs in: the URL's
+/// (`/mcp/sessions/ID`), else one per caller and URL
+/// (`mcp-<digest>`, created on first use, the caller's, with the URL's
+/// servers and mode `auto`), where its interactions live.
+pub async fn session_for(
+    ep: &Endpoint,
+    scope: &Scope,
+    caller: Option<&Caller>,
+) -> Result<String, McpError> {
+    if let Scope::Session(id) = scope {
+        return Ok(id.clone());
+    }
+    let owner = caller.map(|c| c.name.clone()).unwrap_or_default();
+    let digest = Sha256::digest(json!([owner, scope.path()]).to_string().as_bytes());
+    let id = format!("mcp-{}", hex(&digest[..16]));
+    if ep.cp.state.snapshot().sessions.contains_key(&id)
+        || ep
+            .cp
+            .registry
+            .get_session(&id)
+            .await
+            .map_err(store)?
+            .is_some()
+    {
+        return Ok(id);
+    }
+    let now = now_ms();
+    let rec = SessionRecord {
+        id: id.clone(),
+        enabled_servers: match scope {
+            Scope::Server(name) => vec![name.clone()],
+            _ => Vec::new(),
+        },
+        permission_mode: PermissionMode::Auto,
+        roots: Vec::new(),
+        created_at_ms: now,
+        updated_at_ms: now,
+        owner,
+    };
+    let rev = ep.cp.registry.put_session(&rec).await.map_err(store)?;
+    ep.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+    Ok(id)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `value` with every object's keys sorted, as JSON text: the same params
+/// give the same digest whatever order a client writes them in.
+fn canonical(value: &Value) -> String {
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), sorted(&m[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(value).to_string()
+}
+
+/// What a state is bound to: the caller, the URL, the method and a digest
+/// of the params less [`ROUND_KEYS`].
+fn binding(scope: &Scope, caller: Option<&Caller>, msg: &Message) -> Vec<u8> {
+    let mut params = msg.params.clone();
+    for k in ROUND_KEYS {
+        params.remove(*k);
+    }
+    let digest = Sha256::digest(canonical(&Value::Object(params)).as_bytes());
+    let who = caller.map(|c| c.name.as_str()).unwrap_or("");
+    json!([who, scope.path(), msg.method, hex(&digest)])
+        .to_string()
+        .into_bytes()
+}
+
+/// The codec of the stored key ring; `fresh`: read from the store (and
+/// rotated when due), not from the read model.
+async fn codec(ep: &Endpoint, fresh: bool) -> Result<RequestStateCodec, McpError> {
+    let young = |r: &StateKeyRing| {
+        r.keys.first().is_some_and(|k| {
+            k.kid == r.active && now_ms() - k.created_at_ms < ROTATE_AFTER.as_millis() as i64
+        })
+    };
+    let known = ep.cp.state.snapshot().mcp_state_keys.clone();
+    let ring = match known {
+        Some(r) if !fresh && young(&r) => r,
+        _ => {
+            let keep = ROTATE_AFTER + Duration::from_secs(ep.config.request_state_ttl_sec);
+            let (ring, rev) = ep
+                .cp
+                .registry
+                .rotate_state_keys(ROTATE_AFTER, keep)
+                .await
+                .map_err(store)?;
+            ep.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+            Arc::new(ring)
+        }
+    };
+    use base64::Engine as _;
+    let keys = ring.keys.iter().filter_map(|k| {
+        let key = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&k.key)
+            .ok()?;
+        Some((k.kid.clone(), key))
+    });
+    RequestStateCodec::new_with_keyring(ring.active.clone(), keys).map_err(|e| {
+        // The message names no key.
+        McpError::rpc(
+            respond::INTERNAL_ERROR,
+            format!("the requestState keys in the store are not usable: {e}"),
+        )
+    })
+}
+
+/// A new state for another round of the call of `session` and `run`.
+async fn seal(
+    ep: &Endpoint,
+    scope: &Scope,
+    caller: Option<&Caller>,
+    msg: &Message,
+    session: &str,
+    run: &str,
+) -> Result<String, McpError> {
+    let codec = codec(ep, false).await?;
+    let pending = Pending {
+        s: session.to_owned(),
+        r: run.to_owned(),
+        n: switchyard_common::ids::new_id(),
+    };
+    let ad = binding(scope, caller, msg);
+    let options = SealOptions::new()
+        .associated_data(&ad)
+        .ttl(Duration::from_secs(ep.config.request_state_ttl_sec));
+    codec.seal_json_with(&pending, &options).map_err(|e| {
+        McpError::rpc(
+            respond::INTERNAL_ERROR,
+            format!("could not seal a requestState: {e}"),
+        )
+    })
+}
+
+/// Counts a refusal by `reason` and makes its one client-facing error
+/// (rmcp: every opening failure is the same error to the client).
+fn rejected(ep: &Endpoint, reason: &'static str) -> McpError {
+    ep.cp.metrics.mcp_state_rejected(reason);
+    tracing::info!(reason, "requestState rejected");
+    McpError::invalid_params(
+        "requestState rejected: it is not one this endpoint issued for this request and caller, it expired, or it was used already; send the request again without requestState and inputResponses",
+    )
+}
+
+/// Opens and spends `state` for request `msg` (module docs). Errors:
+/// [`rejected`], the store.
+async fn open(
+    ep: &Endpoint,
+    scope: &Scope,
+    caller: Option<&Caller>,
+    msg: &Message,
+    state: &str,
+) -> Result<Pending, McpError> {
+    let ad = binding(scope, caller, msg);
+    let mut result = codec(ep, false)
+        .await?
+        .open_json_with::<Pending>(state, &ad);
+    // Sealed with a key this replica has not seen yet.
+    if matches!(result, Err(RequestStateError::UnknownKeyId)) {
+        result = codec(ep, true).await?.open_json_with::<Pending>(state, &ad);
+    }
+    let pending = result.map_err(|e| {
+        rejected(
+            ep,
+            match e {
+                RequestStateError::Expired => "expired",
+                RequestStateError::IntegrityCheckFailed => "integrity",
+                RequestStateError::UnknownKeyId => "unknown_key",
+                _ => "malformed",
+            },
+        )
+    })?;
+    crate::model::check_id("requestState nonce", &pending.n)
+        .map_err(|_| rejected(ep, "malformed"))?;
+    let ttl = Duration::from_secs(ep.config.request_state_ttl_sec + 60);
+    if !ep
+        .cp
+        .registry
+        .spend_request_state(&pending.n, ttl)
+        .await
+        .map_err(store)?
+    {
+        return Err(rejected(ep, "replayed"));
+    }
+    Ok(pending)
+}
+
+/// Answers the run's open interactions that `msg`'s `inputResponses`
+/// name, and returns the ids answered; other keys are ignored (mrtr
+/// "Error Handling"). An answer that does not fit its question leaves it
+/// open, to be asked again. Errors: -32602 for `inputResponses` that is
+/// not an object.
+async fn take_responses(
+    ep: &Endpoint,
+    p: &Pending,
+    msg: &Message,
+) -> Result<Vec<String>, McpError> {
+    let mut answered = Vec::new();
+    let responses = match msg.params.get("inputResponses") {
+        None | Some(Value::Null) => return Ok(answered),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(McpError::invalid_params(
+                "params.inputResponses: must be an object keyed by the inputRequests keys",
+            ));
+        }
+    };
+    let open: Vec<String> = interactions::open_of(ep, &p.s, &p.r)
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    for (key, response) in responses {
+        if !open.contains(key) {
+            continue;
+        }
+        match interactions::answer(ep, &p.s, key, Some(response)).await {
+            Ok(()) => answered.push(key.clone()),
+            Err(Refused::Invalid(why)) => {
+                tracing::info!(interaction = %key, %why, "an MCP client's answer does not fit its question; asking again");
+            }
+            Err(Refused::Other(e)) => {
+                tracing::info!(interaction = %key, error = %e, "an MCP client's answer was not taken");
+            }
+        }
+    }
+    Ok(answered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_ignore_key_order_and_the_round_keys() {
+        let a = json!({"name": "t", "arguments": {"a": 1, "b": [1, {"y": 2, "x": 1}]}});
+        let b = json!({"arguments": {"b": [1, {"x": 1, "y": 2}], "a": 1}, "name": "t"});
+        assert_eq!(canonical(&a), canonical(&b));
+        let msg = |params: Value| Message {
+            kind: switchyard_mcp::jsonrpc::Kind::Request,
+            id: Some(json!(1)),
+            method: "tools/call".into(),
+            params: params.as_object().unwrap().clone(),
+            raw: Value::Null,
+        };
+        let mut retry = b.clone();
+        retry["inputResponses"] = json!({"k": {}});
+        retry["requestState"] = json!("rs2...");
+        retry["_meta"] = json!({"progressToken": 1});
+        let all = Scope::All;
+        assert_eq!(
+            binding(&all, None, &msg(a.clone())),
+            binding(&all, None, &msg(retry))
+        );
+        let mut other = a.clone();
+        other["arguments"]["a"] = json!(2);
+        assert_ne!(
+            binding(&all, None, &msg(a.clone())),
+            binding(&all, None, &msg(other))
+        );
+        assert_ne!(
+            binding(&all, None, &msg(a.clone())),
+            binding(&Scope::Server("s".into()), None, &msg(a))
+        );
+    }
+}
