@@ -112,7 +112,7 @@ args = ["--interactions", "--era", "2026-07-28"]
     (gw, base)
 }
 
-fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     // reqwest is built without a TLS provider of its own; plain HTTP here.
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
@@ -123,7 +123,7 @@ fn client() -> reqwest::Client {
 
 /// POSTs `body` to `base` + `path` with `headers`; the status, the
 /// response headers and the body (JSON, or `{"text": ...}`).
-async fn post(
+pub(crate) async fn post(
     base: &str,
     path: &str,
     headers: &[(&str, &str)],
@@ -141,7 +141,7 @@ async fn post(
     (status, h, v)
 }
 
-const JSON_HEADERS: [(&str, &str); 2] = [
+pub(crate) const JSON_HEADERS: [(&str, &str); 2] = [
     ("content-type", "application/json"),
     ("accept", "application/json, text/event-stream"),
 ];
@@ -169,7 +169,7 @@ async fn modern(
 /// A 2026-07-28 `tools/call` of `tool` with `arguments`, as a client
 /// declaring `caps`; `round`: a retry's `inputResponses` and
 /// `requestState`.
-async fn modern_call(
+pub(crate) async fn modern_call(
     base: &str,
     path: &str,
     tool: &str,
@@ -196,7 +196,7 @@ async fn modern_call(
 }
 
 /// The one question of an `input_required` answer: its key and params.
-fn one_question(r: &Value) -> (String, Value) {
+pub(crate) fn one_question(r: &Value) -> (String, Value) {
     assert_eq!(r["result"]["resultType"], "input_required", "{r}");
     let asked = r["result"]["inputRequests"]
         .as_object()

@@ -8,6 +8,12 @@
 //! keeps succeeding, the registration A held expires within the lease TTL,
 //! and sessions created through A are still there. SIGTERM then stops B
 //! promptly although a sidecar's report stream is open.
+//!
+//! MCP clients too are served by any replica: a 2026-07-28 client's retry
+//! with `inputResponses` resumes, through the other replica, the call that
+//! asked through the first; a 2025-11-25 client's session opened on one
+//! replica is served by the other, and its answer to a question on its
+//! stream, POSTed to the other replica, reaches the call.
 
 use crate::common::*;
 use std::path::Path;
@@ -46,12 +52,32 @@ async fn replica(name: &str, dir: &Path, config: &Path) -> (Proc, String) {
 /// Starts a sidecar for `orders` (reference server, stdio, 2026-07-28)
 /// registering with `control_plane`.
 async fn sidecar(name: &str, dir: &Path, control_plane: &str) -> Proc {
+    sidecar_for(
+        name,
+        dir,
+        control_plane,
+        "orders",
+        "\"--era\", \"2026-07-28\"",
+    )
+    .await
+}
+
+/// Starts a sidecar for `server`, the reference server with `args` (TOML
+/// array items), registering with `control_plane`.
+async fn sidecar_for(
+    name: &str,
+    dir: &Path,
+    control_plane: &str,
+    server: &str,
+    args: &str,
+) -> Proc {
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(
         &config,
         format!(
-            "[server]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"--era\", \"2026-07-28\"]\n\n\
+            "[server]\nname = {}\ntransport = \"stdio\"\ncommand = {}\nargs = [{args}]\n\n\
              [sidecar]\ncontrol_plane = {}\nsidecar_id = {}\ngrace_secs = 2\n",
+            toml_str(server),
             toml_str(reference_server_bin().to_string_lossy()),
             toml_str(control_plane),
             toml_str(name),
@@ -64,7 +90,7 @@ async fn sidecar(name: &str, dir: &Path, control_plane: &str) -> Proc {
         name,
         cmd,
         dir.join(format!("{name}.log")),
-        "switchyard-sidecar: server orders, calls on",
+        &format!("switchyard-sidecar: server {server}, calls on"),
     )
     .await
     .0
@@ -73,10 +99,16 @@ async fn sidecar(name: &str, dir: &Path, control_plane: &str) -> Proc {
 /// The sidecar ids registered for `orders`, seen through `endpoint`, once
 /// all of them report a connected upstream.
 async fn orders_sidecars(endpoint: &str) -> Result<Vec<String>, String> {
+    server_sidecars(endpoint, "orders").await
+}
+
+/// The sidecar ids registered for `server`, seen through `endpoint`, once
+/// all of them report a connected upstream.
+async fn server_sidecars(endpoint: &str, server: &str) -> Result<Vec<String>, String> {
     let s = admin(endpoint)
         .await?
         .get_server_status(pb::GetServerStatusRequest {
-            name: "orders".into(),
+            name: server.into(),
         })
         .await
         .map_err(|e| e.to_string())?
@@ -338,4 +370,178 @@ async fn replicas_share_sessions_and_sidecars_and_survive_one_dying() {
             sidecar.log()
         );
     }
+}
+
+/// An SSE response's JSON-RPC messages, read as they come.
+struct Sse {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: String,
+}
+
+impl Sse {
+    /// The next message (bounded by [`LIMIT`]).
+    async fn next(&mut self) -> serde_json::Value {
+        use futures::StreamExt;
+        tokio::time::timeout(LIMIT, async {
+            loop {
+                if let Some(end) = self.buf.find("\n\n") {
+                    let event: String = self.buf.drain(..end + 2).collect();
+                    let data: String = event
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .map(str::trim_start)
+                        .collect();
+                    if !data.is_empty() {
+                        return serde_json::from_str(&data).expect("a JSON-RPC message");
+                    }
+                    continue;
+                }
+                let chunk = self
+                    .body
+                    .next()
+                    .await
+                    .expect("the stream goes on")
+                    .expect("bytes");
+                self.buf.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        })
+        .await
+        .expect("a message within the limit")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_clients_are_served_by_any_replica() {
+    use crate::e2e_mcp_endpoint::{JSON_HEADERS, client, modern_call, one_question, post};
+    use serde_json::json;
+    let etcd = start_etcd().await;
+    let dir = tempfile::Builder::new()
+        .prefix("switchyard-e2e-replicas-mcp-")
+        .tempdir()
+        .expect("temp dir");
+    let shop_args = "\"--interactions\", \"--era\", \"2025-11-25\"";
+    let servers = format!(
+        "\n[[servers]]\nname = \"shop\"\ntransport = \"stdio\"\ncommand = {}\nargs = [{shop_args}]\n",
+        toml_str(reference_server_bin().to_string_lossy())
+    );
+    let store = StoreKind::Etcd(etcd.url.clone());
+    let mut configs = Vec::new();
+    let mut bases = Vec::new();
+    for name in ["a", "b"] {
+        let (text, _, _) = config_text(dir.path(), &store, TTL_SECS, &servers);
+        let port = switchyard_test_support::free_port();
+        let path = dir.path().join(format!("replica-{name}.toml"));
+        std::fs::write(
+            &path,
+            format!("{text}\n[mcp]\nlisten = \"127.0.0.1:{port}\"\n"),
+        )
+        .expect("write the config");
+        configs.push(path);
+        bases.push(format!("http://127.0.0.1:{port}"));
+    }
+    let (_replica_a, a) = replica("replica-a", dir.path(), &configs[0]).await;
+    let (_replica_b, b) = replica("replica-b", dir.path(), &configs[1]).await;
+    // The server's one sidecar registers with A; B routes to it.
+    let _shop = sidecar_for("shop-via-a", dir.path(), &a, "shop", shop_args).await;
+    for endpoint in [&a, &b] {
+        let endpoint = endpoint.clone();
+        eventually("the shop sidecar through both replicas", LIMIT, || {
+            let endpoint = endpoint.clone();
+            async move {
+                match server_sidecars(&endpoint, "shop").await?.as_slice() {
+                    [one] if one == "shop-via-a" => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        })
+        .await;
+    }
+    let form = json!({"contact_name": "Ada Lovelace", "email": "ada@example.com", "delivery_date": "2026-12-24",
+        "quantity": 2, "shipping_speed": "express", "carrier": "ups", "notify_via": ["sms"]});
+    let elicits = json!({"elicitation": {}});
+
+    // 2026-07-28: asked through one replica, answered through the other.
+    for (first_base, retry_base) in [(&bases[0], &bases[1]), (&bases[1], &bases[0])] {
+        let tool = "shop__confirm_order_form";
+        let first = eventually("an MCP call through the replica", LIMIT, || {
+            let (base, caps) = (first_base.clone(), elicits.clone());
+            async move {
+                let r = modern_call(&base, "/mcp", tool, json!({}), caps, None).await;
+                match r["result"]["resultType"].as_str() {
+                    Some("input_required") => Ok(r),
+                    _ => Err(r.to_string()),
+                }
+            }
+        })
+        .await;
+        let (key, _) = one_question(&first);
+        let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+        let done = modern_call(
+            retry_base,
+            "/mcp",
+            tool,
+            json!({}),
+            elicits.clone(),
+            Some((json!({key: {"action": "accept", "content": form}}), &state)),
+        )
+        .await;
+        assert_eq!(done["result"]["resultType"], "complete", "{done}");
+        assert_eq!(
+            done["result"]["structuredContent"]["content"]["carrier"], "ups",
+            "{done}"
+        );
+    }
+
+    // 2025-11-25: the session opened on A is served by B, and its answer
+    // POSTed to B reaches the call streaming on A.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let (status, h, _) = post(&bases[0], "/mcp", &JSON_HEADERS, init.to_string()).await;
+    assert_eq!(status, 200);
+    let sid = h["mcp-session-id"].to_str().unwrap().to_owned();
+    let mut in_session: Vec<(&str, &str)> = JSON_HEADERS.to_vec();
+    in_session.push(("mcp-session-id", &sid));
+    in_session.push(("mcp-protocol-version", "2025-11-25"));
+    let listed = eventually("the session through B", LIMIT, || {
+        let (base, headers) = (bases[1].clone(), in_session.clone());
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+            match post(&base, "/mcp", &headers, body.to_string()).await {
+                (200, _, r) if r["result"]["tools"].is_array() => Ok(r),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    assert!(
+        listed.to_string().contains("shop__confirm_order_form"),
+        "{listed}"
+    );
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "shop__confirm_order_form", "arguments": {}}});
+    let mut request = client()
+        .post(format!("{}/mcp", bases[0]))
+        .body(call.to_string());
+    for (k, v) in &in_session {
+        request = request.header(*k, *v);
+    }
+    let resp = request.send().await.expect("the call's stream");
+    assert_eq!(resp.status(), 200);
+    let mut stream = Sse {
+        body: Box::pin(resp.bytes_stream()),
+        buf: String::new(),
+    };
+    let question = stream.next().await;
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+        "result": {"action": "accept", "content": form}});
+    let (status, _, r) = post(&bases[1], "/mcp", &in_session, answer.to_string()).await;
+    assert_eq!(status, 202, "{r}");
+    let result = stream.next().await;
+    assert_eq!(result["id"], 2, "{result}");
+    assert_eq!(
+        result["result"]["structuredContent"]["content"]["carrier"], "ups",
+        "{result}"
+    );
 }
