@@ -29,6 +29,17 @@ pub struct Metrics {
     mcp_requests: IntCounterVec,
     mcp_sessions: IntGauge,
     mcp_state_rejections: IntCounterVec,
+    mcp_listen_streams: IntGauge,
+}
+
+/// One open stream counted in a gauge while it lives.
+#[derive(Debug)]
+pub struct OpenGuard(IntGauge);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl Metrics {
@@ -194,8 +205,14 @@ impl Metrics {
             &["reason"],
         )
         .expect("valid metric");
+        let mcp_listen_streams = IntGauge::new(
+            "switchyard_control_plane_mcp_listen_streams",
+            "Open change-notification streams of the MCP endpoint on this replica (2026-07-28 subscriptions/listen and 2025-11-25 GET streams).",
+        )
+        .expect("valid");
         for c in [
             Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(mcp_listen_streams.clone()),
             Box::new(mcp_requests.clone()),
             Box::new(mcp_state_rejections.clone()),
             Box::new(mcp_sessions.clone()),
@@ -236,7 +253,15 @@ impl Metrics {
             mcp_requests,
             mcp_sessions,
             mcp_state_rejections,
+            mcp_listen_streams,
         }
+    }
+
+    /// Counts an open change-notification stream of the MCP endpoint until
+    /// the guard is dropped.
+    pub fn mcp_listen_stream(&self) -> OpenGuard {
+        self.mcp_listen_streams.inc();
+        OpenGuard(self.mcp_listen_streams.clone())
     }
 
     /// Counts a `requestState` the MCP endpoint refused, by `reason` (a

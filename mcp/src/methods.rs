@@ -32,6 +32,10 @@ pub const COMPLETE: &str = "completion/complete";
 /// Client request (2026-07-28): a stream the server sends the opted-in
 /// notifications on (basic/utilities/subscriptions).
 pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+/// Server notification (2026-07-28): the first message of a
+/// `subscriptions/listen` stream, with the notifications it honours
+/// (basic/patterns/subscriptions "Acknowledgment").
+pub const SUBSCRIPTIONS_ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 /// Server notification: the tool list changed.
 pub const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
 /// Server notification: the resource list (and so the templates) changed.

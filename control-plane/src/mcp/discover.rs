@@ -4,10 +4,10 @@
 //!
 //! The capabilities are those of every URL, whatever servers are behind
 //! it: `tools`, `resources`, `prompts` and `completions`, each answered
-//! (with empty lists when no server offers any). Not declared:
-//! `listChanged` (no `subscriptions/listen` or GET stream yet),
-//! `resources.subscribe` (stage E does not build it), `logging`, and
-//! never `sampling` (refused by design). The supported versions are the
+//! (with empty lists when no server offers any), with `listChanged` on
+//! the three lists (`subscriptions/listen`, the 2025-11-25 GET stream).
+//! Not declared: `resources.subscribe` (stage E does not build it),
+//! `logging`, and never `sampling` (refused by design). The supported versions are the
 //! 2026-07-28 one and the 2025 ones `initialize` answers.
 
 use crate::model::mcp_session::Scope;
@@ -31,7 +31,12 @@ pub fn server_info() -> Value {
 
 /// The server capabilities of every URL.
 pub fn capabilities() -> Value {
-    json!({"tools": {}, "resources": {}, "prompts": {}, "completions": {}})
+    json!({
+        "tools": {"listChanged": true},
+        "resources": {"listChanged": true},
+        "prompts": {"listChanged": true},
+        "completions": {},
+    })
 }
 
 /// The versions this endpoint speaks, newest first.

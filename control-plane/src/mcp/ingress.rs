@@ -104,7 +104,7 @@ pub fn check_host_and_origin(
 
 /// Whether the media range list `accept` takes `media` (`type/subtype`),
 /// by name or by a wildcard.
-fn accepts(accept: &str, media: &str) -> bool {
+pub fn accepts(accept: &str, media: &str) -> bool {
     let (ty, _) = media.split_once('/').unwrap_or((media, ""));
     accept.split(',').any(|range| {
         let range = range.split(';').next().unwrap_or("").trim();

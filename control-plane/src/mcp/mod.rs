@@ -25,13 +25,16 @@
 //! URLs: `/mcp` (every server, names namespaced: [`names`]),
 //! `/mcp/sessions/ID` (an engine session's servers, mode and roots),
 //! `/mcp/servers/NAME` (one server, names unchanged). GET and DELETE: 405
-//! for 2026-07-28 (stateless); DELETE ends a 2025-11-25 session. Answers
-//! are JSON, or SSE for a 2025-11-25 call that may ask its client.
+//! for 2026-07-28 (stateless); for a 2025-11-25 session GET opens its
+//! stream of change notifications ([`listen`]) and DELETE ends it. Answers
+//! are JSON, or SSE for a 2025-11-25 call that may ask its client and for
+//! `subscriptions/listen` ([`listen`]).
 
 pub mod discover;
 pub mod ingress;
 pub mod interactions;
 pub mod legacy;
+pub mod listen;
 pub mod lists;
 pub mod modern;
 pub mod mrtr;
@@ -269,7 +272,14 @@ async fn handled(
     ingress::check_host_and_origin(h, &ep.config, ep.loopback)?;
     let caller = authenticate(ep, h)?;
     check_scope(ep, scope, caller.as_ref()).await?;
-    // GET and DELETE: no streams yet; DELETE ends a 2025-11-25 session.
+    // GET opens a 2025-11-25 session's stream; DELETE ends the session.
+    if method == Method::GET && h.contains_key(headers::SESSION_ID) {
+        served.era = era_label(Era::Legacy);
+        let rec = legacy::session(ep, scope, caller.as_ref(), h, None).await?;
+        let r = listen::legacy(ep, scope, caller.as_ref(), h, &rec.engine_session)?;
+        served.outcome = "ok";
+        return Ok(r);
+    }
     if method == Method::DELETE && h.contains_key(headers::SESSION_ID) {
         served.era = era_label(Era::Legacy);
         let rec = legacy::session(ep, scope, caller.as_ref(), h, None).await?;
@@ -285,7 +295,7 @@ async fn handled(
         )
         .into_response();
         r.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+            .insert(header::ALLOW, HeaderValue::from_static("POST, GET, DELETE"));
         return Ok(r);
     }
     // 2. The one message.
@@ -346,6 +356,12 @@ async fn handled(
     }
     if era == Era::Modern {
         modern::validate(h, &msg)?;
+    }
+    // A 2026-07-28 client's change notifications: a stream.
+    if era == Era::Modern && msg.method == methods::SUBSCRIPTIONS_LISTEN {
+        let r = listen::modern(ep, scope, caller.as_ref(), accepts.sse, &msg)?;
+        served.outcome = "ok";
+        return Ok(r);
     }
     // A 2026-07-28 request that may ask its client: multi round-trip.
     if era == Era::Modern && mrtr::asks(&msg) {

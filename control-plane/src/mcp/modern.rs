@@ -37,6 +37,7 @@ pub const SERVED: &[&str] = &[
     methods::PROMPTS_LIST,
     methods::PROMPTS_GET,
     methods::COMPLETE,
+    methods::SUBSCRIPTIONS_LISTEN,
 ];
 
 /// What a valid 2026-07-28 request declared about itself.

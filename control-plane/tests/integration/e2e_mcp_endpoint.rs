@@ -18,6 +18,7 @@ use std::time::Duration;
 
 const CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
 const VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// How long the endpoint's requestStates live in these tests, seconds.
 const STATE_TTL_SECS: u64 = 10;
@@ -205,6 +206,52 @@ pub(crate) fn one_question(r: &Value) -> (String, Value) {
     let (key, request) = asked.iter().next().unwrap();
     assert_eq!(request["method"], "elicitation/create", "{r}");
     (key.clone(), request["params"].clone())
+}
+
+/// An SSE response's JSON-RPC messages, read as they come.
+pub(crate) struct Sse {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: String,
+}
+
+impl Sse {
+    /// The messages of `resp`, an SSE response.
+    pub(crate) fn of(resp: reqwest::Response) -> Self {
+        Sse {
+            body: Box::pin(resp.bytes_stream()),
+            buf: String::new(),
+        }
+    }
+
+    /// The next message (bounded by [`LIMIT`]).
+    pub(crate) async fn next(&mut self) -> serde_json::Value {
+        use futures::StreamExt;
+        tokio::time::timeout(LIMIT, async {
+            loop {
+                if let Some(end) = self.buf.find("\n\n") {
+                    let event: String = self.buf.drain(..end + 2).collect();
+                    let data: String = event
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .map(str::trim_start)
+                        .collect();
+                    if !data.is_empty() {
+                        return serde_json::from_str(&data).expect("a JSON-RPC message");
+                    }
+                    continue;
+                }
+                let chunk = self
+                    .body
+                    .next()
+                    .await
+                    .expect("the stream goes on")
+                    .expect("bytes");
+                self.buf.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        })
+        .await
+        .expect("a message within the limit")
+    }
 }
 
 /// The error code of an answer.
@@ -1429,4 +1476,142 @@ async fn modern_clients_answer_questions_through_input_required() {
     let sessions = ok_stdout(&gw.cli(&["sessions", "list", "--json"]).await, "sessions");
     assert_eq!(sessions.matches("\"mcp-").count(), 1, "{sessions}");
     gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_are_told_of_real_list_changes_in_their_era() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, base) = gateway().await;
+    // 2026-07-28: subscriptions/listen, tools and resources only.
+    let listen = json!({"jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen", "params": {
+        "notifications": {"toolsListChanged": true, "resourcesListChanged": true,
+            "resourceSubscriptions": ["orders://policies/returns.md"]},
+        "_meta": {VERSION: "2026-07-28", CAPS: {}}}});
+    let mut request = client()
+        .post(format!("{base}/mcp"))
+        .body(listen.to_string());
+    for (k, v) in JSON_HEADERS.iter().copied().chain([
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "subscriptions/listen"),
+    ]) {
+        request = request.header(k, v);
+    }
+    let resp = request.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut modern_stream = Sse::of(resp);
+    let ack = modern_stream.next().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(ack["params"]["_meta"][SUBSCRIPTION], 7, "{ack}");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true, "resourcesListChanged": true}),
+        "resource updates are not relayed: {ack}"
+    );
+    // 2025-11-25: the session's GET stream, every list.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let (_, h, r) = post(&base, "/mcp", &JSON_HEADERS, init.to_string()).await;
+    assert_eq!(
+        r["result"]["capabilities"]["tools"]["listChanged"], true,
+        "{r}"
+    );
+    let sid = h["mcp-session-id"].to_str().unwrap().to_owned();
+    let no_sse = client()
+        .get(format!("{base}/mcp"))
+        .header("mcp-session-id", &sid)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_sse.status(), 406);
+    let resp = client()
+        .get(format!("{base}/mcp"))
+        .header("mcp-session-id", &sid)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut legacy_stream = Sse::of(resp);
+    // Both streams are open (counted) before anything changes.
+    eventually("two listen streams", LIMIT, || {
+        let addr = gw.http_addr.clone();
+        async move {
+            let m = http_get(&addr, "/metrics").await.1;
+            match sample(&m, "switchyard_control_plane_mcp_listen_streams", &[]) {
+                Some(2.0) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+
+    // A policy that hides a tool changes what the clients see.
+    ok_stdout(
+        &gw.cli(&["policy", "set", "orders", "get_order", "disabled"])
+            .await,
+        "policy set",
+    );
+    let tools = modern_stream.next().await;
+    assert_eq!(
+        tools["method"], "notifications/tools/list_changed",
+        "{tools}"
+    );
+    assert_eq!(tools["params"]["_meta"][SUBSCRIPTION], 7, "{tools}");
+    let tools = legacy_stream.next().await;
+    assert_eq!(
+        tools["method"], "notifications/tools/list_changed",
+        "{tools}"
+    );
+    assert!(tools["params"].get("_meta").is_none(), "{tools}");
+    // The same policy again changes nothing, and says nothing; a resource
+    // the server adds is told (with the prompt, to the 2025-11-25 client,
+    // which follows every list).
+    ok_stdout(
+        &gw.cli(&["policy", "set", "orders", "get_order", "disabled"])
+            .await,
+        "policy set",
+    );
+    let added = modern_call(
+        &base,
+        "/mcp",
+        "orders-legacy__add_resource",
+        json!({}),
+        json!({}),
+        None,
+    )
+    .await;
+    assert_eq!(added["result"]["resultType"], "complete", "{added}");
+    let next = modern_stream.next().await;
+    assert_eq!(
+        next["method"], "notifications/resources/list_changed",
+        "{next}"
+    );
+    let mut legacy_seen = Vec::new();
+    for _ in 0..2 {
+        legacy_seen.push(
+            legacy_stream.next().await["method"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    legacy_seen.sort();
+    assert_eq!(
+        legacy_seen,
+        [
+            "notifications/prompts/list_changed",
+            "notifications/resources/list_changed"
+        ]
+    );
+    // A replica that stops ends the listen request with its result.
+    gw.stop().await;
+    let end = modern_stream.next().await;
+    assert_eq!(end["id"], 7, "{end}");
+    assert_eq!(end["result"]["resultType"], "complete", "{end}");
+    assert_eq!(end["result"]["_meta"][SUBSCRIPTION], 7, "{end}");
 }

@@ -372,47 +372,9 @@ async fn replicas_share_sessions_and_sidecars_and_survive_one_dying() {
     }
 }
 
-/// An SSE response's JSON-RPC messages, read as they come.
-struct Sse {
-    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    buf: String,
-}
-
-impl Sse {
-    /// The next message (bounded by [`LIMIT`]).
-    async fn next(&mut self) -> serde_json::Value {
-        use futures::StreamExt;
-        tokio::time::timeout(LIMIT, async {
-            loop {
-                if let Some(end) = self.buf.find("\n\n") {
-                    let event: String = self.buf.drain(..end + 2).collect();
-                    let data: String = event
-                        .lines()
-                        .filter_map(|l| l.strip_prefix("data:"))
-                        .map(str::trim_start)
-                        .collect();
-                    if !data.is_empty() {
-                        return serde_json::from_str(&data).expect("a JSON-RPC message");
-                    }
-                    continue;
-                }
-                let chunk = self
-                    .body
-                    .next()
-                    .await
-                    .expect("the stream goes on")
-                    .expect("bytes");
-                self.buf.push_str(&String::from_utf8_lossy(&chunk));
-            }
-        })
-        .await
-        .expect("a message within the limit")
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_clients_are_served_by_any_replica() {
-    use crate::e2e_mcp_endpoint::{JSON_HEADERS, client, modern_call, one_question, post};
+    use crate::e2e_mcp_endpoint::{JSON_HEADERS, Sse, client, modern_call, one_question, post};
     use serde_json::json;
     let etcd = start_etcd().await;
     let dir = tempfile::Builder::new()
@@ -528,10 +490,7 @@ async fn mcp_clients_are_served_by_any_replica() {
     }
     let resp = request.send().await.expect("the call's stream");
     assert_eq!(resp.status(), 200);
-    let mut stream = Sse {
-        body: Box::pin(resp.bytes_stream()),
-        buf: String::new(),
-    };
+    let mut stream = Sse::of(resp);
     let question = stream.next().await;
     assert_eq!(question["method"], "elicitation/create", "{question}");
     let answer = json!({"jsonrpc": "2.0", "id": question["id"],
