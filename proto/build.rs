@@ -11,9 +11,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }
+    // The descriptors, for gRPC server reflection (`FILE_DESCRIPTOR_SET`).
+    let descriptors =
+        std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("switchyard_descriptor.bin");
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        .file_descriptor_set_path(descriptors)
         .compile_protos(&protos, &["."])?;
     Ok(())
 }

@@ -313,6 +313,15 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             .max_encoding_message_size(MAX_MESSAGE),
         auth.guard(Service::SidecarRegistry),
     );
+    // gRPC server reflection (grpc.reflection.v1): the contracts, for
+    // grpcurl and other tools; behind the engine API's guard.
+    let reflection = InterceptedService::new(
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(switchyard_proto::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .expect("the compiled descriptors are valid"),
+        auth.guard(Service::Engine),
+    );
     let stop = shutdown.clone();
     let grpc = tokio::spawn(async move {
         // `Server::tcp_nodelay` only applies to sockets tonic accepts itself,
@@ -328,6 +337,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             .add_service(engine)
             .add_service(admin)
             .add_service(sidecars)
+            .add_service(reflection)
             .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
             .await;
         if let Err(e) = result {

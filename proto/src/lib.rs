@@ -10,6 +10,11 @@
 pub mod calls;
 pub mod status;
 
+/// The encoded `FileDescriptorSet` of `switchyard.v1`, for gRPC server
+/// reflection (`grpc.reflection.v1`), so that tools such as `grpcurl`
+/// list and call the services without the proto files.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("switchyard_descriptor");
+
 /// Package `switchyard.v1`.
 pub mod v1 {
     #![allow(
