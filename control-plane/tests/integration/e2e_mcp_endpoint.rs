@@ -5,8 +5,8 @@
 //! `server/discover`, the lists across servers with namespaced names and
 //! URIs and every page reachable, calls and reads through the call path,
 //! 2025-11-25 sessions (initialize, `Mcp-Session-Id`, DELETE, bound to
-//! their URL), the per-server URL with names unchanged, and a real client
-//! from another project (the official Python SDK's) in both eras,
+//! their URL), the per-server URL with names unchanged, and real clients
+//! from other projects (the official Python SDK's, and rmcp's) in both eras,
 //! answering elicitations of servers of both eras and approvals on its
 //! 2025-11-25 stream, and as a 2026-07-28 client through `input_required`
 //! and the endpoint's sealed `requestState` (bound, expiring, used once).
@@ -1614,4 +1614,125 @@ async fn clients_are_told_of_real_list_changes_in_their_era() {
     assert_eq!(end["id"], 7, "{end}");
     assert_eq!(end["result"]["resultType"], "complete", "{end}");
     assert_eq!(end["result"]["_meta"][SUBSCRIPTION], 7, "{end}");
+}
+
+/// rmcp's client handler for the tests: declares `elicitation` and
+/// answers every question with `accept` and `form`, keeping the questions.
+#[derive(Clone)]
+struct RmcpAnswering {
+    info: rmcp::model::ClientConfig,
+    form: Value,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl rmcp::ClientHandler for RmcpAnswering {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        self.info.clone()
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(&request).unwrap());
+        Ok(
+            rmcp::model::ElicitResult::new(rmcp::model::ElicitationAction::Accept)
+                .with_content(self.form.clone()),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rmcp_client_uses_the_endpoint_in_both_eras() {
+    use rmcp::model::{
+        CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
+        ReadResourceRequestParams,
+    };
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    let _heavy = HEAVY.lock().await;
+    let (gw, base) = gateway().await;
+    let form = json!({"contact_name": "Ada Lovelace", "email": "ada@example.com", "delivery_date": "2026-12-24",
+        "quantity": 2, "shipping_speed": "express", "carrier": "ups", "notify_via": ["sms"]});
+    for (era, lifecycle) in [
+        ("2025-11-25", ClientLifecycleMode::Initialize),
+        (
+            "2026-07-28",
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        ),
+    ] {
+        let capabilities: ClientCapabilities =
+            serde_json::from_value(json!({"elicitation": {}})).unwrap();
+        let mut info = ClientConfig::new(capabilities, Implementation::new("switchyard-test", "1"));
+        if era == "2025-11-25" {
+            info.protocol_version = ProtocolVersion::V_2025_11_25;
+        }
+        let handler = RmcpAnswering {
+            info,
+            form: form.clone(),
+            asked: Default::default(),
+        };
+        let transport = StreamableHttpClientTransport::from_uri(format!("{base}/mcp"));
+        let client = handler
+            .clone()
+            .serve_with_lifecycle(transport, lifecycle)
+            .await
+            .unwrap_or_else(|e| panic!("{era}: rmcp connects: {e}"));
+        let negotiated = client
+            .peer_info()
+            .map(|i| i.protocol_version.to_string())
+            .unwrap_or_default();
+        assert_eq!(negotiated, era);
+        let tools = client.list_all_tools().await.expect("tools/list");
+        assert!(
+            tools.iter().any(|t| t.name == "orders__get_order"),
+            "{era}: {tools:?}"
+        );
+        let args = json!({"order_id": "O-1001"}).as_object().unwrap().clone();
+        let called = client
+            .call_tool(CallToolRequestParams::new("orders__get_order").with_arguments(args))
+            .await
+            .unwrap_or_else(|e| panic!("{era}: tools/call: {e}"));
+        assert_eq!(
+            called.structured_content.as_ref().unwrap()["id"],
+            "O-1001",
+            "{era}: {called:?}"
+        );
+        let read = client
+            .read_resource(ReadResourceRequestParams::new(
+                "switchyard://orders/orders://policies/returns.md",
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{era}: resources/read: {e}"));
+        let text = serde_json::to_value(&read.contents).unwrap();
+        assert!(
+            text.to_string().to_lowercase().contains("return"),
+            "{era}: {text}"
+        );
+        // A question of a server of either era, answered in this client's.
+        for tool in [
+            "shop__confirm_order_form",
+            "shop-modern__confirm_order_form",
+        ] {
+            let asked = client
+                .call_tool(CallToolRequestParams::new(tool))
+                .await
+                .unwrap_or_else(|e| panic!("{era} {tool}: {e}"));
+            let content = asked.structured_content.clone().unwrap_or_default();
+            assert_eq!(content["action"], "accept", "{era} {tool}: {asked:?}");
+            assert_eq!(
+                content["content"]["carrier"], "ups",
+                "{era} {tool}: {asked:?}"
+            );
+        }
+        assert_eq!(handler.asked.lock().unwrap().len(), 2, "{era}");
+        client.cancel().await.expect("close");
+    }
+    gw.stop().await;
 }
