@@ -17,7 +17,10 @@
 //! share (`switchyard_proto::calls::Mux`), calling `orders__echo`. The
 //! baseline is rmcp's client on its own reference server process (one
 //! connection, `ClientLifecycleMode::Discover`, so it speaks 2026-07-28
-//! too). More clients tell the hops apart: `unary` is the same gateway
+//! too). `mcp` is an MCP client on the MCP endpoint instead of the engine
+//! API: rmcp's Streamable HTTP client (2026-07-28, reqwest's pooled
+//! connections) calling `orders__echo` on `/mcp`, through the same control
+//! plane, sidecar and server. More clients tell the hops apart: `unary` is the same gateway
 //! path with one `CallTool` RPC per call, `sidecar` calls the sidecar's
 //! `SidecarCalls.CallTool` directly (engine-side gRPC -> sidecar -> server,
 //! no control plane), and `cp-only` calls the control plane's
@@ -34,7 +37,8 @@
 //! the sidecar and the server processes.
 //!
 //! Goals (gateway ÷ direct): calls/s at concurrency 64 >= 0.6, p50 at
-//! concurrency 1 <= 1.5.
+//! concurrency 1 <= 1.5; (mcp ÷ direct): calls/s at 64 >= 0.6, p50 at 1
+//! <= 3.0.
 //!
 //! Options (or environment variables):
 //! * `--quick` (`SWITCHYARD_BENCH_QUICK=1`): short smoke run. Also the default
@@ -58,8 +62,9 @@
 mod common;
 
 use common::{ERA, start_direct};
-use rmcp::model::{CallToolRequestParams, JsonObject};
-use rmcp::{Peer, RoleClient};
+use rmcp::model::{CallToolRequestParams, ClientConfig, JsonObject};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ClientServiceExt, Peer, RoleClient};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -82,6 +87,10 @@ const TOOL: &str = "orders__echo";
 const THROUGHPUT_GOAL: f64 = 0.6;
 /// Gateway ÷ direct p50 at concurrency 1: at most this.
 const P50_GOAL: f64 = 1.5;
+/// The goals of the MCP endpoint (mcp ÷ direct).
+const MCP_THROUGHPUT_GOAL: f64 = 0.6;
+const MCP_P50_GOAL: f64 = 3.0;
+
 /// Upper bound on start-up waits.
 const START_LIMIT: Duration = Duration::from_secs(60);
 
@@ -307,6 +316,8 @@ fn toml_str(s: &str) -> String {
 
 struct Gateway {
     control_plane: Proc,
+    /// The MCP endpoint's base URL, `http://ADDR`.
+    mcp: String,
     sidecar: Proc,
     engine: EngineServiceClient<Channel>,
     /// The sidecar's `SidecarCalls`, for the hop breakdown.
@@ -338,7 +349,8 @@ async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
             "[control_plane]\nlisten = \"127.0.0.1:0\"\nhttp_listen = \"127.0.0.1:0\"\n\n\
              [store]\npath = \"store.redb\"\n\n\
              [[servers]]\nname = \"{SERVER}\"\ntransport = \"stdio\"\ncommand = {server}\n\
-             args = [\"--era\", \"{ERA}\"]\nera = \"{ERA}\"\n{runtime}"
+             args = [\"--era\", \"{ERA}\"]\nera = \"{ERA}\"\n\n\
+             [mcp]\nlisten = \"127.0.0.1:0\"\n{runtime}"
         ),
     )
     .expect("write the control plane's config");
@@ -355,6 +367,7 @@ async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
     )
     .await;
     let grpc = field(&control_plane.line, "grpc on").to_owned();
+    let mcp = format!("http://{}", field(&control_plane.line, "mcp on"));
 
     let sidecar_config = dir.path().join("sidecar.toml");
     std::fs::write(
@@ -404,6 +417,7 @@ async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
         .and_then(|pid| children(pid).into_iter().next());
     Gateway {
         control_plane,
+        mcp,
         sidecar,
         engine,
         calls,
@@ -443,6 +457,8 @@ enum Client {
     Sidecar(SidecarCallsClient<Channel>),
     /// rmcp -> its own server.
     Direct(Peer<RoleClient>),
+    /// rmcp over Streamable HTTP -> the MCP endpoint -> sidecar -> server.
+    Mcp(Peer<RoleClient>),
     /// Engine -> control plane and back: `ListSessions`, no sidecar.
     CpOnly(EngineServiceClient<Channel>),
 }
@@ -454,6 +470,7 @@ impl Client {
             Client::Unary(_) => "unary",
             Client::Sidecar(_) => "sidecar",
             Client::Direct(_) => "direct",
+            Client::Mcp(_) => "mcp",
             Client::CpOnly(_) => "cp-only",
         }
     }
@@ -521,10 +538,14 @@ impl Client {
                 // Nothing to echo: count it as checked.
                 Ok(check.then(|| MESSAGE.to_owned()))
             }
-            Client::Direct(peer) => {
+            Client::Direct(peer) | Client::Mcp(peer) => {
                 let mut arguments = JsonObject::new();
                 arguments.insert("message".into(), MESSAGE.into());
-                let params = CallToolRequestParams::new("echo").with_arguments(arguments);
+                let name = match self {
+                    Client::Mcp(_) => TOOL,
+                    _ => "echo",
+                };
+                let params = CallToolRequestParams::new(name).with_arguments(arguments);
                 let result = peer.call_tool(params).await.map_err(|e| e.to_string())?;
                 if result.is_error == Some(true) {
                     return Err(format!("tool error: {result:?}"));
@@ -774,9 +795,19 @@ async fn bench(settings: Settings, bins: Binaries) {
         )
         .await
         .expect("CallToolStream");
+    // reqwest is built without a TLS provider of its own (plain HTTP here).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mcp = ClientConfig::default()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_uri(format!("{}/mcp", gateway.mcp)),
+            common::discover(),
+        )
+        .await
+        .expect("rmcp connects to the MCP endpoint");
     let mut clients = vec![
         (Client::Gateway(mux), gateway_pids),
         (Client::Direct(direct.peer().clone()), direct_pids),
+        (Client::Mcp(mcp.peer().clone()), gateway_pids),
     ];
     if settings.hops {
         clients.push((Client::Unary(gateway.engine.clone()), gateway_pids));
@@ -813,6 +844,7 @@ async fn bench(settings: Settings, bins: Binaries) {
         "calls"
     );
     let mut goals = Vec::new();
+    let mut mcp_goals = Vec::new();
     for &concurrency in &CONCURRENCY {
         if settings.concurrency.is_some_and(|c| c != concurrency) {
             continue;
@@ -881,6 +913,28 @@ async fn bench(settings: Settings, bins: Binaries) {
         if concurrency == 1 {
             goals.push(("p50 at 1", p50, p50 <= P50_GOAL, "<=", P50_GOAL));
         }
+        let mcp = &summaries[2].median;
+        let tput = mcp.throughput() / direct.throughput();
+        let p50 = mcp.percentile_us(50.0) / direct.percentile_us(50.0);
+        let p99 = mcp.percentile_us(99.0) / direct.percentile_us(99.0);
+        let cpu_total = mcp.cpu_per_call_us().iter().sum::<f64>()
+            / direct.cpu_per_call_us().iter().sum::<f64>();
+        println!(
+            "{:>5}  {:<8} {:>9.2} {:>9.2} {:>9.2}  {:>7} {:>7} {:>7} {:>7} {:>7.2}  (mcp / direct)",
+            concurrency, "ratio", tput, p50, p99, "", "", "", "", cpu_total,
+        );
+        if concurrency == 64 {
+            mcp_goals.push((
+                "calls/s at 64",
+                tput,
+                tput >= MCP_THROUGHPUT_GOAL,
+                ">=",
+                MCP_THROUGHPUT_GOAL,
+            ));
+        }
+        if concurrency == 1 {
+            mcp_goals.push(("p50 at 1", p50, p50 <= MCP_P50_GOAL, "<=", MCP_P50_GOAL));
+        }
     }
     println!();
     println!(
@@ -896,6 +950,13 @@ async fn bench(settings: Settings, bins: Binaries) {
             if met { "met" } else { "NOT met" }
         );
     }
+    for (what, ratio, met, op, goal) in mcp_goals {
+        println!(
+            "goal: mcp / direct {what} {op} {goal}: {ratio:.2}, {}",
+            if met { "met" } else { "NOT met" }
+        );
+    }
+    let _ = mcp.cancel().await;
 
     let _ = direct.cancel().await;
     gateway.sidecar.stop().await;

@@ -71,8 +71,13 @@ fn main() -> std::process::ExitCode {
         let mut interrupt =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
                 .expect("signal handler");
+        // The MCP endpoint's address last, when it is served.
+        let mcp = running
+            .mcp_addr
+            .map(|a| format!(", mcp on {a}"))
+            .unwrap_or_default();
         println!(
-            "switchyard-control-plane: grpc on {}, http on {}",
+            "switchyard-control-plane: grpc on {}, http on {}{mcp}",
             running.grpc_addr, running.http_addr
         );
         tokio::select! {
