@@ -119,12 +119,17 @@ pub async fn serve(
             (p.s, p.r, None, answered)
         }
     };
+    let mut look = true;
     let limit = tokio::time::Instant::now()
         + ep.cp.call_timeout
         + Duration::from_secs(ep.cp.interactions.timeout().as_secs());
+    // A client that did not declare elicitation is never asked: the
+    // questions stay for the session's other subscribers.
+    let elicits = caps.get("elicitation").is_some_and(Value::is_object);
     loop {
         let questions: Map<String, Value> = interactions::open_of(ep, &session, &run)
             .iter()
+            .filter(|_| elicits)
             // Answered just now (the read model may not show it yet).
             .filter(|rec| !answered.contains(&rec.id))
             .filter_map(|rec| {
@@ -150,19 +155,23 @@ pub async fn serve(
                 "requestState": state,
             }));
         }
+        // The stored outcome: looked up first, then when it is written
+        // (or the watch lagged and may have missed it).
         if local.is_none()
+            && look
             && let Some(rec) = ep.cp.registry.get_mcp_outcome(&run).await.map_err(store)?
         {
             return stored(rec);
         }
+        look = false;
         tokio::select! {
             outcome = async { local.as_mut().expect("guarded").done().await }, if local.is_some() => {
                 return outcome;
             }
             c = changes.recv() => match c {
-                Ok(Change::Interaction(_) | Change::McpOutcome { .. }) => {}
+                Ok(Change::McpOutcome { run: r }) => look = r == run,
                 Ok(_) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => look = true,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => {
                     return Err(McpError::rpc(respond::INTERNAL_ERROR, "the replica is stopping"));
                 }

@@ -1446,6 +1446,57 @@ async fn modern_clients_answer_questions_through_input_required() {
         done["result"]["structuredContent"]["id"], "O-1002",
         "{done}"
     );
+    // A client that did not declare elicitation is never asked: the
+    // question waits in its engine session for another subscriber (here
+    // the CLI), and the call ends with that answer.
+    let silent = {
+        let base = base.clone();
+        tokio::spawn(async move {
+            modern_call(
+                &base,
+                "/mcp",
+                "shop__confirm_order_form",
+                json!({}),
+                json!({}),
+                None,
+            )
+            .await
+        })
+    };
+    let sessions = ok_json(&gw.cli(&["sessions", "list", "--json"]).await, "sessions");
+    let session = sessions.to_string();
+    let session = session
+        .split('"')
+        .find(|s| s.starts_with("mcp-"))
+        .unwrap_or_else(|| panic!("no mcp- session in {sessions}"))
+        .to_owned();
+    let open = eventually("the question in the session", LIMIT, || {
+        let (gw, session) = (&gw, session.clone());
+        async move {
+            let listed = ok_json(
+                &gw.cli(&["interactions", "--session", &session, "--json"])
+                    .await,
+                "interactions",
+            );
+            match listed["interactions"].as_array().map(Vec::as_slice) {
+                Some([one]) => Ok(one["id"].as_str().unwrap().to_owned()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    ok_stdout(
+        &gw.cli(&["answer", "--session", &session, &open, "--decline"])
+            .await,
+        "answer",
+    );
+    let r = silent.await.unwrap();
+    assert_eq!(
+        r["result"]["resultType"], "complete",
+        "never input_required: {r}"
+    );
+    assert_eq!(r["result"]["structuredContent"]["action"], "decline", "{r}");
+
     // An expired state is refused; the question stays open meanwhile
     // (it has its own timeout).
     let first = modern_call(
