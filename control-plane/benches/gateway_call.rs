@@ -18,8 +18,8 @@
 //! baseline is rmcp's client on its own reference server process (one
 //! connection, `ClientLifecycleMode::Discover`, so it speaks 2026-07-28
 //! too). `mcp` is an MCP client on the MCP endpoint instead of the engine
-//! API: rmcp's Streamable HTTP client (2026-07-28, reqwest's pooled
-//! connections) calling `orders__echo` on `/mcp`, through the same control
+//! API: rmcp's Streamable HTTP client (2026-07-28) on a reqwest client
+//! that keeps connections alive (rmcp's default opens one per request) calling `orders__echo` on `/mcp`, through the same control
 //! plane, sidecar and server. More clients tell the hops apart: `unary` is the same gateway
 //! path with one `CallTool` RPC per call, `sidecar` calls the sidecar's
 //! `SidecarCalls.CallTool` directly (engine-side gRPC -> sidecar -> server,
@@ -797,11 +797,19 @@ async fn bench(settings: Settings, bins: Binaries) {
         .expect("CallToolStream");
     // reqwest is built without a TLS provider of its own (plain HTTP here).
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // Pooled connections (rmcp's default client opens one per request).
+    let http = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .build()
+        .expect("HTTP client");
+    let transport = StreamableHttpClientTransport::with_client(
+        http,
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            format!("{}/mcp", gateway.mcp),
+        ),
+    );
     let mcp = ClientConfig::default()
-        .serve_with_lifecycle(
-            StreamableHttpClientTransport::from_uri(format!("{}/mcp", gateway.mcp)),
-            common::discover(),
-        )
+        .serve_with_lifecycle(transport, common::discover())
         .await
         .expect("rmcp connects to the MCP endpoint");
     let mut clients = vec![

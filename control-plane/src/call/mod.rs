@@ -121,8 +121,18 @@ pub async fn run(
         };
         let answer = match plan {
             Next::Route(plan) => route(cp, &snap, server, plan).await,
+            // Boxed: rare, and its future would otherwise grow every
+            // call's (moved with it).
             Next::Gateway(tool, args) => {
-                request::gateway(cp, &snap, tool, &args, session.as_ref(), &r).await
+                Box::pin(request::gateway(
+                    cp,
+                    &snap,
+                    tool,
+                    &args,
+                    session.as_ref(),
+                    &r,
+                ))
+                .await
             }
         };
         (approval, answer)

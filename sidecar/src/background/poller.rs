@@ -176,11 +176,8 @@ impl Tasks {
             (status::COMPLETED | status::FAILED | status::INPUT_REQUIRED, Era::Legacy) => {
                 // Blocks until terminal; while input_required the server
                 // asks on it (related-task).
-                let fetch = upstream.request_in(
-                    "tasks/result",
-                    task_params(era, &state.task_id, None),
-                    context,
-                );
+                let params = task_params(era, &state.task_id, None);
+                let fetch = upstream.request_in("tasks/result", &params, context);
                 let result = match deadline {
                     Some(d) if state.status == status::INPUT_REQUIRED => {
                         match tokio::time::timeout_at(d, fetch).await {

@@ -90,7 +90,7 @@ impl Requests {
             .await?
             .map_err(|_| CallError::internal("the read slots are closed"))?;
         tracing::debug!(%server, %uri, session = %request.context.session_id, "resources/read");
-        let sent = upstream.request_in(method, request.params, &request.context);
+        let sent = upstream.request_in(method, &request.params, &request.context);
         let result = within(deadline, server, method, &about, sent)
             .await?
             .map_err(|e| match e {
@@ -144,7 +144,7 @@ impl Requests {
             .await?
             .map_err(|_| CallError::internal("the read slots are closed"))?;
         tracing::debug!(%server, prompt = %name, session = %request.context.session_id, "prompts/get");
-        let sent = upstream.request_in(method, request.params, &request.context);
+        let sent = upstream.request_in(method, &request.params, &request.context);
         let result = within(deadline, server, method, &about, sent)
             .await?
             .map_err(|e| refused(server, method, &about, e))?;
@@ -183,7 +183,7 @@ impl Requests {
         let upstream = lease.upstream();
         let server = upstream.name();
         tracing::debug!(%server, reference = %about, session = %request.context.session_id, "completion/complete");
-        let sent = upstream.request_in(method, request.params, &request.context);
+        let sent = upstream.request_in(method, &request.params, &request.context);
         let result = within(request.deadline, server, method, &about, sent)
             .await?
             .map_err(|e| match e {

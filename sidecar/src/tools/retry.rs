@@ -58,14 +58,16 @@ impl RetrySafe {
         params: Value,
         context: &CallContext,
     ) -> Result<Value, UpstreamError> {
+        // Borrowed, not copied per call: the params are kept for the one
+        // retry at no cost.
         if !self.0 {
-            return upstream.call_tool_in(params, context).await;
+            return upstream.call_tool_in(&params, context).await;
         }
-        match upstream.call_tool_in(params.clone(), context).await {
+        match upstream.call_tool_in(&params, context).await {
             Err(e) if self.retries(&e) => {
                 upstream.metrics().retry();
                 tracing::info!(server = %upstream.name(), tool = %context.tool, error = %e, "network error on a retry-safe call; reconnecting and retrying once");
-                upstream.call_tool_in(params, context).await
+                upstream.call_tool_in(&params, context).await
             }
             other => other,
         }

@@ -406,18 +406,20 @@ impl Upstream {
     /// Calls a tool outside any session: [`Upstream::call_tool_in`] with an
     /// empty context.
     pub async fn call_tool(&self, params: Value) -> Result<Value, UpstreamError> {
-        self.call_tool_in(params, &CallContext::default()).await
+        self.call_tool_in(&params, &CallContext::default()).await
     }
 
     /// Calls a tool for the call in `context`. `params` is the whole
     /// `tools/call` params object (`name`, `arguments`, `_meta`, anything
-    /// else), forwarded as given; the result is the raw `CallToolResult`.
+    /// else), forwarded as given (borrowed: a caller that may send the call
+    /// again keeps it without a copy); the result is the raw
+    /// `CallToolResult`.
     /// An `isError` result is a successful call here. Interactions as in
     /// [`Upstream::request_in`]. Counted in the call metrics by tool and
     /// outcome.
     pub async fn call_tool_in(
         &self,
-        params: Value,
+        params: &Value,
         context: &CallContext,
     ) -> Result<Value, UpstreamError> {
         let tool = params
@@ -451,7 +453,7 @@ impl Upstream {
     pub async fn request_in(
         &self,
         method: &str,
-        params: Value,
+        params: &Value,
         context: &CallContext,
     ) -> Result<Value, UpstreamError> {
         let mut context = context.clone();
@@ -473,7 +475,7 @@ impl Upstream {
         let relay = &self.inner.relay;
         async {
             let _in_flight = relay.enter(context.clone());
-            let result = self.rounds(method, &params, &context).await;
+            let result = self.rounds(method, params, &context).await;
             if let Err(UpstreamError::Rpc {
                 code: jsonrpc::URL_ELICITATION_REQUIRED,
                 data,
@@ -483,7 +485,7 @@ impl Upstream {
                 && Box::pin(relay.url_elicitations_required(&context, data.as_ref())).await
             {
                 tracing::info!(%method, tool = %context.tool, "URL elicitations accepted; retrying the request once");
-                return self.rounds(method, &params, &context).await;
+                return self.rounds(method, params, &context).await;
             }
             result
         }

@@ -230,7 +230,7 @@ fn ctx(session: &str) -> CallContext {
 }
 
 async fn call(up: &Upstream, tool: &str, arguments: Value, context: &CallContext) -> Value {
-    within(up.call_tool_in(json!({"name": tool, "arguments": arguments}), context))
+    within(up.call_tool_in(&json!({"name": tool, "arguments": arguments}), context))
         .await
         .unwrap_or_else(|e| panic!("{tool}: {e}"))
 }
@@ -481,7 +481,7 @@ async fn mrtr_rounds_echo_state_exactly_and_keep_the_params() {
     );
 
     // prompts/get and resources/read take part too.
-    let prompt = within(up.request_in("prompts/get", json!({"name": "confirm"}), &context))
+    let prompt = within(up.request_in("prompts/get", &json!({"name": "confirm"}), &context))
         .await
         .unwrap();
     let answer: Value =
@@ -491,7 +491,7 @@ async fn mrtr_rounds_echo_state_exactly_and_keep_the_params() {
         user.asked().last().unwrap().context.tool,
         "prompts/get confirm"
     );
-    let read = within(up.request_in("resources/read", json!({"uri": "stub://roots"}), &context))
+    let read = within(up.request_in("resources/read", &json!({"uri": "stub://roots"}), &context))
         .await
         .unwrap();
     let roots: Value = serde_json::from_str(read["contents"][0]["text"].as_str().unwrap()).unwrap();
@@ -509,14 +509,14 @@ async fn mrtr_refuses_sampling_and_enforces_the_round_limit() {
     let mut config = mrtr_stub();
     config.max_input_rounds = 3;
     let up = session(config, &user);
-    let e = within(up.call_tool_in(json!({"name": "sampling", "arguments": {}}), &ctx("s1")))
+    let e = within(up.call_tool_in(&json!({"name": "sampling", "arguments": {}}), &ctx("s1")))
         .await
         .unwrap_err();
     assert!(
         matches!(&e, UpstreamError::Protocol { .. }) && e.to_string().contains("sampling"),
         "{e}"
     );
-    let e = within(up.call_tool_in(json!({"name": "forever", "arguments": {}}), &ctx("s1")))
+    let e = within(up.call_tool_in(&json!({"name": "forever", "arguments": {}}), &ctx("s1")))
         .await
         .unwrap_err();
     assert!(
@@ -529,7 +529,7 @@ async fn mrtr_refuses_sampling_and_enforces_the_round_limit() {
     // Without a handler nothing is declared, and a question is an error.
     support::init_tracing();
     let bare = Upstream::new(mrtr_stub(), &UpstreamMetrics::unregistered()).unwrap();
-    let e = within(bare.call_tool_in(json!({"name": "reask", "arguments": {}}), &ctx("s1")))
+    let e = within(bare.call_tool_in(&json!({"name": "reask", "arguments": {}}), &ctx("s1")))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("did not declare"), "{e}");
@@ -574,7 +574,7 @@ async fn approve_refund_two_rounds_with_request_state() {
     config.max_input_rounds = 1;
     let up = session(config, &user);
     let e = within(up.call_tool_in(
-        json!({"name": "approve_refund", "arguments": {"order_id": "O-1002"}}),
+        &json!({"name": "approve_refund", "arguments": {"order_id": "O-1002"}}),
         &ctx("s1"),
     ))
     .await
@@ -656,7 +656,7 @@ async fn url_elicitation_required_accepted_is_retried_declined_is_returned() {
     let user = User::new(action("decline"));
     let up = session(reference(LEGACY), &user);
     let e = within(up.call_tool_in(
-        json!({"name": "link_account_required", "arguments": {"account": "initech"}}),
+        &json!({"name": "link_account_required", "arguments": {"account": "initech"}}),
         &ctx("s1"),
     ))
     .await
@@ -759,7 +759,7 @@ async fn server_everything_form_url_and_error_path() {
     let user = User::new(action("decline"));
     let up = session(everything(), &user);
     let e = within(up.call_tool_in(
-        json!({"name": "trigger-url-elicitation", "arguments": {"url": "https://example.com/c", "errorPath": true}}),
+        &json!({"name": "trigger-url-elicitation", "arguments": {"url": "https://example.com/c", "errorPath": true}}),
         &context,
     ))
     .await
@@ -795,7 +795,7 @@ async fn shared_stdio_process_declines_with_two_sessions_in_flight() {
             let mut c = ctx("A");
             c.run_id = "run-A".into();
             up.call_tool_in(
-                json!({"name": "trigger-long-running-operation", "arguments": {"duration": 3, "steps": 3}}),
+                &json!({"name": "trigger-long-running-operation", "arguments": {"duration": 3, "steps": 3}}),
                 &c,
             )
             .await

@@ -190,7 +190,7 @@ fn name_of(tool: &Value) -> &str {
 
 async fn call(upstream: &Upstream, name: &str, arguments: Value) -> Result<Value> {
     upstream
-        .call_tool_in(json!({"name": name, "arguments": arguments}), &context())
+        .call_tool_in(&json!({"name": name, "arguments": arguments}), &context())
         .await
         .map_err(|e| e.to_string())
 }
