@@ -25,14 +25,12 @@ use super::{Ctx, Endpoint};
 use crate::auth::Caller;
 use crate::model::interaction::{InteractionRecord, Kind, Status};
 use crate::model::mcp_session::{McpSessionRecord, Scope};
-use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
 use switchyard_mcp::era::Era;
-use switchyard_mcp::sse::{self, Event};
 use switchyard_mcp::{jsonrpc, methods};
 
 /// The prefix of the ids of the requests this endpoint sends a client.
@@ -69,12 +67,9 @@ pub(super) fn question(rec: &InteractionRecord, capabilities: &Value) -> Option<
     }
 }
 
-/// One SSE event carrying `message`.
+/// One SSE event carrying `message`, for the stream's channel.
 fn event(message: &Value) -> Result<bytes::Bytes, std::convert::Infallible> {
-    Ok(bytes::Bytes::from(sse::encode(&Event {
-        data: message.to_string(),
-        ..Event::default()
-    })))
+    Ok(respond::sse_event(message))
 }
 
 /// Answers request `msg` of session `session` as an SSE stream (module
@@ -138,16 +133,7 @@ pub fn stream(
         };
         let _ = tx.send(event(&message)).await;
     });
-    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
-    let mut r = (StatusCode::OK, body).into_response();
-    let headers = r.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    r
+    respond::sse_response(rx)
 }
 
 /// The open interactions of `session` and `run`, oldest first.

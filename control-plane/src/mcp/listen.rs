@@ -30,15 +30,13 @@ use super::{Ctx, Endpoint};
 use crate::auth::Caller;
 use crate::model::mcp_session::Scope;
 use crate::state::{Change, Snapshot};
-use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
 use serde_json::{Value, json};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_mcp::era::Era;
-use switchyard_mcp::sse::{self, Event};
 use switchyard_mcp::{meta, methods};
 
 /// How often an idle stream gets a comment line.
@@ -196,7 +194,7 @@ impl Listener {
             params["_meta"][SUBSCRIPTION_ID] = id.clone();
         }
         let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
-        event(&msg)
+        super::respond::sse_event(&msg)
     }
 
     /// Feeds `tx` until the client goes away, the session ends or the
@@ -246,7 +244,7 @@ impl Listener {
                         let end = json!({"jsonrpc": "2.0", "id": id, "result": {
                             "resultType": meta::result_type::COMPLETE,
                             "_meta": {SUBSCRIPTION_ID: id}}});
-                        let _ = tx.send(Ok(event(&end))).await;
+                        let _ = tx.send(Ok(super::respond::sse_event(&end))).await;
                     }
                     return;
                 }
@@ -277,28 +275,11 @@ impl Listener {
     }
 }
 
-/// One SSE event carrying `message`.
-fn event(message: &Value) -> bytes::Bytes {
-    bytes::Bytes::from(sse::encode(&Event {
-        data: message.to_string(),
-        ..Event::default()
-    }))
-}
-
 /// The SSE response fed by `listener`.
 fn stream(listener: Listener) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(listener.run(tx));
-    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
-    let mut r = (StatusCode::OK, body).into_response();
-    let headers = r.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    r
+    super::respond::sse_response(rx)
 }
 
 /// `subscriptions/listen` of a 2026-07-28 client (validated already).

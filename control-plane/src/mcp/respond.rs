@@ -183,6 +183,31 @@ pub fn result(id: &Value, result: Value) -> Response {
     json_response(StatusCode::OK, &jsonrpc::result_response(id, result))
 }
 
+/// One SSE event carrying JSON-RPC `message`.
+pub fn sse_event(message: &Value) -> bytes::Bytes {
+    bytes::Bytes::from(switchyard_mcp::sse::encode(&switchyard_mcp::sse::Event {
+        data: message.to_string(),
+        ..switchyard_mcp::sse::Event::default()
+    }))
+}
+
+/// A 200 `text/event-stream` answer whose events come from `rx`, ending
+/// when its sender is dropped (no caching, no proxy buffering).
+pub fn sse_response(
+    rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::convert::Infallible>>,
+) -> Response {
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let mut r = (StatusCode::OK, body).into_response();
+    let headers = r.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
+}
+
 /// 202 Accepted, no body: a notification (or a client's response) taken.
 pub fn accepted() -> Response {
     StatusCode::ACCEPTED.into_response()
