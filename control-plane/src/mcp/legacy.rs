@@ -57,18 +57,7 @@ pub async fn initialize(
     let engine_session = match scope {
         Scope::Session(s) => s.clone(),
         Scope::All | Scope::Server(_) => {
-            let rec = SessionRecord {
-                id: id.clone(),
-                enabled_servers: match scope {
-                    Scope::Server(name) => vec![name.clone()],
-                    _ => Vec::new(),
-                },
-                permission_mode: PermissionMode::Auto,
-                roots: Vec::new(),
-                created_at_ms: now,
-                updated_at_ms: now,
-                owner: owner.clone(),
-            };
+            let rec = engine_session_for(scope, &id, &owner);
             ep.cp
                 .registry
                 .put_session(&rec)
@@ -114,6 +103,26 @@ pub async fn initialize(
         HeaderValue::from_str(&id).expect("hex ids are header values"),
     );
     Ok(response)
+}
+
+/// The engine session the endpoint creates for MCP clients of `scope`
+/// (`/mcp`: every server; `/mcp/servers/NAME`: that one), mode `auto`, no
+/// roots, owned by `owner`: a 2025-11-25 session's, and a 2026-07-28
+/// caller's ([`super::mrtr::session_for`]).
+pub fn engine_session_for(scope: &Scope, id: &str, owner: &str) -> SessionRecord {
+    let now = now_ms();
+    SessionRecord {
+        id: id.to_owned(),
+        enabled_servers: match scope {
+            Scope::Server(name) => vec![name.clone()],
+            _ => Vec::new(),
+        },
+        permission_mode: PermissionMode::Auto,
+        roots: Vec::new(),
+        created_at_ms: now,
+        updated_at_ms: now,
+        owner: owner.to_owned(),
+    }
 }
 
 fn store_error(e: crate::registry::RegistryError, id: &Value) -> McpError {

@@ -45,7 +45,7 @@ use super::{Ctx, Endpoint};
 use crate::auth::Caller;
 use crate::model::mcp_session::Scope;
 use crate::model::mrtr::{OutcomeRecord, StateKeyRing};
-use crate::model::{PermissionMode, SessionRecord, now_ms};
+use crate::model::now_ms;
 use crate::state::Change;
 use axum::http::HeaderMap;
 use rmcp::model::{RequestStateCodec, RequestStateError, SealOptions};
@@ -339,19 +339,7 @@ pub async fn session_for(
     {
         return Ok(id);
     }
-    let now = now_ms();
-    let rec = SessionRecord {
-        id: id.clone(),
-        enabled_servers: match scope {
-            Scope::Server(name) => vec![name.clone()],
-            _ => Vec::new(),
-        },
-        permission_mode: PermissionMode::Auto,
-        roots: Vec::new(),
-        created_at_ms: now,
-        updated_at_ms: now,
-        owner,
-    };
+    let rec = super::legacy::engine_session_for(scope, &id, &owner);
     let rev = ep.cp.registry.put_session(&rec).await.map_err(store)?;
     ep.cp.state.wait_for(rev, Duration::from_secs(2)).await;
     Ok(id)
