@@ -358,7 +358,7 @@ fn relay_tonic(next: &str) {
                 request.into_inner(),
                 1024,
                 CancellationToken::new(),
-                move |call, _cancelled| {
+                move |call, _cancelled, _notifier| {
                     let relay = relay.clone();
                     async move { relay.forward(call).await }
                 },

@@ -15,6 +15,12 @@
 //!   caller closes its side, the calls in flight finish and then the
 //!   outcome stream ends; when the stream breaks, they are cancelled.
 //!
+//! Before its outcome, a call may get notifications (a server's
+//! `notifications/progress`, say): the handler sends them with its
+//! [`Notifier`], and [`Mux::call_observed`] hands them to the caller's
+//! channel. They are best effort: dropped, never waited for, when the
+//! outcome queue is full or nobody observes the call.
+//!
 //! Both are generic over [`Frames`], which maps a service's message types.
 
 use futures::FutureExt;
@@ -48,10 +54,25 @@ pub trait Frames: Send + Sync + 'static {
     fn open_frame(frame: Self::Frame) -> (u64, Result<Option<Self::Call>, Status>);
     /// The outcome frame of call `id`.
     fn outcome(id: u64, result: Result<Self::Response, Status>) -> Self::Outcome;
-    /// An outcome frame's id and result. An outcome with neither field is
+    /// The notification frame of call `id`: `json` is a whole JSON-RPC
+    /// notification, JSON text.
+    fn notification(id: u64, json: String) -> Self::Outcome;
+    /// An outcome frame's id and content. An outcome with no field set is
     /// an INTERNAL error naming the id.
-    fn open_outcome(outcome: Self::Outcome) -> (u64, Result<Self::Response, Status>);
+    fn open_outcome(outcome: Self::Outcome) -> (u64, Opened<Self::Response>);
 }
+
+/// What an outcome frame holds.
+#[derive(Debug)]
+pub enum Opened<R> {
+    /// The call's one outcome.
+    Done(Result<R, Status>),
+    /// A notification about the running call (JSON text).
+    Notification(String),
+}
+
+/// Where a call's notifications go ([`Mux::call_observed`]).
+pub type Observer = mpsc::UnboundedSender<String>;
 
 /// A call on a [`Mux`] failed.
 #[derive(Debug, Clone)]
@@ -75,8 +96,18 @@ impl CallError {
 
 type Waiter<R> = oneshot::Sender<Result<R, CallError>>;
 
+impl<R> Pending<R> {
+    /// Forgets call `id`: its waiter (returned) and its observer.
+    fn forget(&mut self, id: u64) -> Option<Waiter<R>> {
+        self.observers.remove(&id);
+        self.waiting.remove(&id)
+    }
+}
+
 struct Pending<R> {
     waiting: HashMap<u64, Waiter<R>>,
+    /// The observed calls' notification channels.
+    observers: HashMap<u64, Observer>,
     /// Set once the stream has ended; later calls fail with it.
     closed: Option<Status>,
 }
@@ -116,6 +147,7 @@ impl<F: Frames> Mux<F> {
             frames,
             pending: Arc::new(Mutex::new(Pending {
                 waiting: HashMap::new(),
+                observers: HashMap::new(),
                 closed: None,
             })),
             next: AtomicU64::new(1),
@@ -137,6 +169,16 @@ impl<F: Frames> Mux<F> {
     /// Sends `call` and waits for its outcome. Dropping the future before
     /// the outcome arrives sends a cancel frame. Errors: [`CallError`].
     pub async fn call(&self, call: F::Call) -> Result<F::Response, CallError> {
+        self.call_observed(call, None).await
+    }
+
+    /// [`Mux::call`], with the call's notifications sent to `observer`
+    /// (when given) until its outcome comes.
+    pub async fn call_observed(
+        &self,
+        call: F::Call,
+        observer: Option<Observer>,
+    ) -> Result<F::Response, CallError> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         {
@@ -145,6 +187,9 @@ impl<F: Frames> Mux<F> {
                 return Err(CallError::Stream(status.clone()));
             }
             p.waiting.insert(id, tx);
+            if let Some(o) = observer {
+                p.observers.insert(id, o);
+            }
         }
         let mut guard = CancelOnDrop { mux: self, id };
         let frame = F::call_frame(id, call);
@@ -152,14 +197,14 @@ impl<F: Frames> Mux<F> {
         if len > MAX_MESSAGE_BYTES {
             // Sending it would end the stream for every call on it.
             guard.disarm();
-            self.pending.lock().unwrap().waiting.remove(&id);
+            self.pending.lock().unwrap().forget(id);
             return Err(CallError::Call(Status::resource_exhausted(format!(
                 "the call is {len} bytes, over the {MAX_MESSAGE_BYTES}-byte message limit"
             ))));
         }
         if self.frames.send(frame).is_err() {
             guard.disarm();
-            self.pending.lock().unwrap().waiting.remove(&id);
+            self.pending.lock().unwrap().forget(id);
             return Err(CallError::Stream(Status::unavailable("stream ended")));
         }
         let outcome = rx
@@ -187,7 +232,7 @@ impl<F: Frames> Drop for CancelOnDrop<'_, F> {
         if self.id == 0 {
             return;
         }
-        let waiting = self.mux.pending.lock().unwrap().waiting.remove(&self.id);
+        let waiting = self.mux.pending.lock().unwrap().forget(self.id);
         if waiting.is_some() {
             let _ = self.mux.frames.send(F::cancel_frame(self.id));
         }
@@ -202,13 +247,19 @@ async fn deliver<F: Frames>(
 ) {
     let end = loop {
         match outcomes.message().await {
-            Ok(Some(outcome)) => {
-                let (id, result) = F::open_outcome(outcome);
-                let waiter = pending.lock().unwrap().waiting.remove(&id);
-                if let Some(w) = waiter {
-                    let _ = w.send(result.map_err(CallError::Call));
+            Ok(Some(outcome)) => match F::open_outcome(outcome) {
+                (id, Opened::Done(result)) => {
+                    let waiter = pending.lock().unwrap().forget(id);
+                    if let Some(w) = waiter {
+                        let _ = w.send(result.map_err(CallError::Call));
+                    }
                 }
-            }
+                (id, Opened::Notification(json)) => {
+                    if let Some(o) = pending.lock().unwrap().observers.get(&id) {
+                        let _ = o.send(json);
+                    }
+                }
+            },
             Ok(None) => break Status::unavailable("stream ended"),
             Err(status) => break status,
         }
@@ -216,6 +267,7 @@ async fn deliver<F: Frames>(
     let waiting = {
         let mut p = pending.lock().unwrap();
         p.closed = Some(end.clone());
+        p.observers.clear();
         std::mem::take(&mut p.waiting)
     };
     for (_, w) in waiting {
@@ -234,8 +286,42 @@ pub const OUTCOMES_QUEUED: usize = 256;
 /// message limit both binaries set).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
-/// Serves a stream of calls: runs `handle(call, token)` in its own task for
-/// each call frame and sends its outcome back as soon as it is done. A
+/// Sends notifications about one call served by [`serve`], before its
+/// outcome. Cheap to clone.
+pub struct Notifier<F: Frames> {
+    id: u64,
+    tx: mpsc::Sender<Result<F::Outcome, Status>>,
+}
+
+impl<F: Frames> Clone for Notifier<F> {
+    fn clone(&self) -> Self {
+        Notifier {
+            id: self.id,
+            tx: self.tx.clone(),
+        }
+    }
+}
+
+impl<F: Frames> std::fmt::Debug for Notifier<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier").field("id", &self.id).finish()
+    }
+}
+
+impl<F: Frames> Notifier<F> {
+    /// Sends `json` (a whole JSON-RPC notification) as a notification frame
+    /// of the call, unless the outcome queue is full or the notification
+    /// is over the message limit: best effort, never waits.
+    pub fn notify(&self, json: String) {
+        if json.len() < MAX_MESSAGE_BYTES - 64 {
+            let _ = self.tx.try_send(Ok(F::notification(self.id, json)));
+        }
+    }
+}
+
+/// Serves a stream of calls: runs `handle(call, token, notifier)` in its
+/// own task for each call frame and sends its outcome back as soon as it
+/// is done; the handler may send notifications first ([`Notifier`]). A
 /// cancel frame cancels that call's token; a call frame whose id is in
 /// flight gets ALREADY_EXISTS (an outcome with that id, besides the running
 /// call's own); one beyond `max_in_flight` calls in flight gets
@@ -256,7 +342,7 @@ pub fn serve<F, H, Fut>(
 ) -> Outcomes<F::Outcome>
 where
     F: Frames,
-    H: Fn(F::Call, CancellationToken) -> Fut + Send + Sync + 'static,
+    H: Fn(F::Call, CancellationToken, Notifier<F>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<F::Response, Status>> + Send + 'static,
 {
     let (tx, rx) = mpsc::channel::<Result<F::Outcome, Status>>(OUTCOMES_QUEUED);
@@ -328,7 +414,8 @@ where
                         }
                     };
                     if refused.is_none() {
-                        let call = handle(call, token);
+                        let notifier = Notifier { id, tx: tx.clone() };
+                        let call = handle(call, token, notifier);
                         let done = Done {
                             id,
                             running: running.clone(),
@@ -464,15 +551,24 @@ macro_rules! frames {
                 }
             }
 
-            fn open_outcome(outcome: Self::Outcome) -> (u64, Result<Self::Response, Status>) {
+            fn notification(id: u64, json: String) -> Self::Outcome {
+                use crate::v1::$outcome_oneof::Outcome;
+                crate::v1::$outcome {
+                    id,
+                    outcome: Some(Outcome::NotificationJson(json)),
+                }
+            }
+
+            fn open_outcome(outcome: Self::Outcome) -> (u64, Opened<Self::Response>) {
                 use crate::v1::$outcome_oneof::Outcome;
                 let id = outcome.id;
                 (
                     id,
                     match outcome.outcome {
-                        Some(Outcome::Response(r)) => Ok(r),
-                        Some(Outcome::Error(e)) => Err(status_of(e)),
-                        None => Err(no_outcome(id)),
+                        Some(Outcome::Response(r)) => Opened::Done(Ok(r)),
+                        Some(Outcome::Error(e)) => Opened::Done(Err(status_of(e))),
+                        Some(Outcome::NotificationJson(j)) => Opened::Notification(j),
+                        None => Opened::Done(Err(no_outcome(id))),
                     },
                 )
             }

@@ -20,7 +20,8 @@
 //!
 //! `CallTool` runs one call; `CallStream` runs many on one stream
 //! ([`switchyard_proto::calls::serve`]), each cancelled by a `cancel`
-//! frame; `CancelBackgroundCall` cancels a background call (stage B). When
+//! frame, and relays a call's progress notifications as notification
+//! frames when it set `relay_progress`; `CancelBackgroundCall` cancels a background call (stage B). When
 //! the gRPC client cancels a call (or its deadline passes), tonic drops the
 //! handler future, which drops the upstream request future, which sends
 //! `notifications/cancelled` upstream. On shutdown, call streams stop
@@ -36,6 +37,7 @@ use crate::resources::{self, Requests};
 use crate::tools::catalogue::Catalogue;
 use crate::tools::respond::Responder;
 use crate::tools::results::ResultLimits;
+use crate::upstream::progress::Sink;
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::Value;
 use switchyard_common::audit::Audit;
@@ -178,8 +180,20 @@ impl CallService {
     /// period ends first ([`CallService::with_abort`]), and its failure
     /// encoded ([`status`]).
     pub async fn call(&self, request: SidecarCallRequest) -> Result<SidecarCallResponse, Status> {
+        self.call_observed(request, None).await
+    }
+
+    /// [`CallService::call`], with the server's progress notifications
+    /// handed to `progress` when the request set `relay_progress`.
+    pub async fn call_observed(
+        &self,
+        request: SidecarCallRequest,
+        progress: Option<Sink>,
+    ) -> Result<SidecarCallResponse, Status> {
         let run = async {
-            let call = decode(request)?;
+            let relay = request.relay_progress;
+            let mut call = decode(request)?;
+            call.progress = progress.filter(|_| relay);
             self.pipeline.run(call).await
         };
         tokio::select! {
@@ -310,6 +324,7 @@ pub fn decode(request: SidecarCallRequest) -> Result<Call, CallError> {
         retry_safe: request.retry_safe,
         started,
         deadline: Deadline::from_timeout_ms(started, request.timeout_ms),
+        progress: None,
     })
 }
 
@@ -335,11 +350,13 @@ impl SidecarCalls for CallService {
             request.into_inner(),
             MAX_STREAM_CALLS,
             self.stop.clone(),
-            move |request, cancelled| {
+            move |request, cancelled, notifier| {
                 let this = this.clone();
+                let progress = Sink::new(move |json| notifier.notify(json));
                 // Boxed: the call's future is large, and the task that runs
                 // it would otherwise copy all of it when it is spawned.
-                let call = Box::pin(async move { this.call(request).await });
+                let call =
+                    Box::pin(async move { this.call_observed(request, Some(progress)).await });
                 async move {
                     // Dropping the call's future cancels the upstream
                     // request, as a dropped CallTool RPC does.

@@ -183,7 +183,7 @@ impl EngineApi {
         caller: Option<&Caller>,
         cancelled: CancellationToken,
     ) -> Result<pb::CallToolResponse, Status> {
-        crate::call::run(&self.cp, r, caller, cancelled)
+        crate::call::run(&self.cp, r, caller, cancelled, None)
             .await
             .map_err(Status::from)
     }
@@ -468,7 +468,8 @@ impl EngineService for EngineApi {
             req.into_inner(),
             MAX_STREAM_CALLS,
             self.cp.shutdown.clone(),
-            move |r, cancelled| {
+            // Engines get no notifications about their calls (yet).
+            move |r, cancelled, _notifier| {
                 let api = api.clone();
                 let caller = caller.clone();
                 // Boxed: the call's future is large, and the task that runs

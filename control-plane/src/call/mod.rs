@@ -41,6 +41,7 @@ use crate::ControlPlane;
 use crate::auth::Caller;
 use crate::tools::policy::Decision;
 use std::time::{Duration, Instant};
+use switchyard_proto::calls::Observer;
 use switchyard_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;
 
@@ -54,14 +55,17 @@ pub const ANSWER_GRACE: Duration = Duration::from_secs(1);
 
 /// Runs one tool call `r` made by `caller`, until it ends or `cancelled`
 /// is (a `CallToolStream` cancel frame, the stream or the unary RPC going
-/// away). Errors: NOT_FOUND, INVALID_ARGUMENT, FAILED_PRECONDITION,
-/// UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, ALREADY_EXISTS (a `call_id`
-/// in use), or what the sidecar answered.
+/// away). `progress`, when given, gets the server's
+/// `notifications/progress` for the call (JSON text, the caller's
+/// `progressToken` in `r.meta_json`). Errors: NOT_FOUND, INVALID_ARGUMENT,
+/// FAILED_PRECONDITION, UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED,
+/// ALREADY_EXISTS (a `call_id` in use), or what the sidecar answered.
 pub async fn run(
     cp: &ControlPlane,
     r: pb::CallToolRequest,
     caller: Option<&Caller>,
     cancelled: CancellationToken,
+    progress: Option<Observer>,
 ) -> Result<pb::CallToolResponse, CallError> {
     let started = Instant::now();
     // Read your writes: an admin write that returned on this replica is in
@@ -120,7 +124,7 @@ pub async fn run(
             None
         };
         let answer = match plan {
-            Next::Route(plan) => route(cp, &snap, server, plan).await,
+            Next::Route(plan) => route(cp, &snap, server, plan, progress).await,
             // Boxed: rare, and its future would otherwise grow every
             // call's (moved with it).
             Next::Gateway(tool, args) => {
@@ -172,18 +176,20 @@ enum Next {
 /// Step 6: the call's one deadline, from its planned timeout, starting now
 /// (after any approval); the sidecar gets the time left as `timeout_ms`
 /// and enforces it, and the router waits [`ANSWER_GRACE`] more for its
-/// answer.
+/// answer. The call's progress goes to `progress`, when given.
 async fn route(
     cp: &ControlPlane,
     snap: &crate::state::Snapshot,
     server: &str,
     plan: plan::Plan,
+    progress: Option<Observer>,
 ) -> Result<pb::SidecarCallResponse, CallError> {
     let deadline = tokio::time::Instant::now() + plan.timeout;
     let mut request = plan.request;
     request.timeout_ms = plan.timeout.as_millis() as u64;
+    request.relay_progress = progress.is_some();
     cp.router
-        .call(snap, server, request, deadline + ANSWER_GRACE)
+        .call(snap, server, request, deadline + ANSWER_GRACE, progress)
         .await
 }
 

@@ -81,6 +81,8 @@ pub fn plan(
             .unwrap_or_default(),
         retry_safe,
         background,
+        // Set at step 6, when the caller observes the call.
+        relay_progress: false,
     };
     Ok(Plan { request, timeout })
 }

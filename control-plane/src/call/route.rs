@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use switchyard_proto::calls::{CallError as MuxError, Mux, SidecarCallFrames};
+use switchyard_proto::calls::{CallError as MuxError, Mux, Observer, SidecarCallFrames};
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{SidecarCallRequest, SidecarCallResponse};
 use tokio::time::Instant;
@@ -136,13 +136,16 @@ impl Router {
     /// stream cannot be opened never saw the call, so the next live one is
     /// tried: the one retry this hop declares. Errors: UNAVAILABLE naming
     /// the server (no live sidecar, all draining, unreachable),
-    /// DEADLINE_EXCEEDED, or what the sidecar answered.
+    /// DEADLINE_EXCEEDED, or what the sidecar answered. `progress` gets
+    /// the call's notifications (the request's `relay_progress`) on a
+    /// sidecar's call stream; a sidecar reached by unary RPC sends none.
     pub async fn call(
         &self,
         snap: &Snapshot,
         server: &str,
         request: SidecarCallRequest,
         deadline: Instant,
+        progress: Option<Observer>,
     ) -> Result<SidecarCallResponse, CallError> {
         let sidecars = candidates(snap, server)?;
         let first = self.next.fetch_add(1, Ordering::Relaxed);
@@ -180,7 +183,7 @@ impl Router {
         // The sidecar enforces `timeout_ms`; this bounds the wait here too.
         // A call that times out (or whose future is dropped: the engine
         // cancelled) is cancelled on the stream.
-        match tokio::time::timeout_at(deadline, mux.call(request)).await {
+        match tokio::time::timeout_at(deadline, mux.call_observed(request, progress)).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(MuxError::Call(status))) => Err(from_sidecar(status)),
             Ok(Err(MuxError::Stream(status))) => {
@@ -566,6 +569,7 @@ mod tests {
                 "files",
                 request(),
                 Instant::now() + Duration::from_secs(30),
+                None,
             )
             .await
             .unwrap_err();
@@ -675,6 +679,7 @@ mod tests {
                     "files",
                     request(),
                     Instant::now() + Duration::from_secs(10),
+                    None,
                 )
                 .await
                 .expect("answered by the sidecar that is up");
@@ -688,6 +693,7 @@ mod tests {
                 "files",
                 request(),
                 Instant::now() + Duration::from_secs(10),
+                None,
             )
             .await
             .unwrap_err();
@@ -720,7 +726,7 @@ mod tests {
                 request.into_inner(),
                 16,
                 CancellationToken::new(),
-                |_, _| async {
+                |_, _, _| async {
                     Ok(SidecarCallResponse {
                         result_json: "{\"ok\":true}".into(),
                         ..Default::default()
@@ -770,6 +776,7 @@ mod tests {
                     "files",
                     request(),
                     Instant::now() + Duration::from_secs(5),
+                    None,
                 )
                 .await
                 .unwrap_err();

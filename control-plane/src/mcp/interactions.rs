@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
 use switchyard_mcp::era::Era;
-use switchyard_mcp::{jsonrpc, methods};
+use switchyard_mcp::methods;
 
 /// The prefix of the ids of the requests this endpoint sends a client.
 pub const ID_PREFIX: &str = "sy-";
@@ -44,7 +44,8 @@ pub(super) const ASKING: &[&str] = &[
 ];
 
 /// Whether request `msg` of 2025-11-25 session `session` is answered as a
-/// stream that carries the call's questions.
+/// stream that carries the call's questions (and its progress, when it
+/// asked for it).
 pub fn asks(session: &McpSessionRecord, accepts: Accepts, msg: &Message) -> bool {
     accepts.sse
         && ASKING.contains(&msg.method.as_str())
@@ -81,8 +82,13 @@ pub fn stream(
     session: McpSessionRecord,
     h: HeaderMap,
     msg: Message,
+    accepts: Accepts,
 ) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::convert::Infallible>>(16);
+    let (progress, mut progressed) = match super::progress_wanted(accepts, &msg) {
+        Some((observer, rx)) => (Some(observer), Some(rx)),
+        None => (None, None),
+    };
     // Subscribed before the request starts: no question is missed.
     let mut changes = ep.cp.state.subscribe();
     tokio::spawn(async move {
@@ -94,6 +100,7 @@ pub fn stream(
             era: Era::Legacy,
             session_id: session.engine_session.clone(),
             run_id: run.clone(),
+            progress,
         };
         let work = super::answer(&ctx, &h, &msg);
         tokio::pin!(work);
@@ -114,6 +121,15 @@ pub fn stream(
             }
             tokio::select! {
                 r = &mut work => break r,
+                // The call's progress, as it comes.
+                n = async { progressed.as_mut().expect("guarded").recv().await }, if progressed.is_some() => match n.and_then(|n| serde_json::from_str::<Value>(&n).ok()) {
+                    Some(n) => {
+                        if tx.send(event(&n)).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => progressed = None,
+                },
                 // Any change (or a lag) may have opened one: look again.
                 c = changes.recv(), if watching => {
                     if matches!(c, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
@@ -124,13 +140,15 @@ pub fn stream(
                 _ = tx.closed() => return,
             }
         };
-        let message = match outcome {
-            Ok(mut result) => {
-                respond::decorate(&msg.method, Era::Legacy, &mut result);
-                jsonrpc::result_response(msg.id.as_ref().unwrap_or(&Value::Null), result)
+        // Progress sent before the outcome goes before the response.
+        while let Some(n) = progressed.as_mut().and_then(|p| p.try_recv().ok()) {
+            if let Ok(n) = serde_json::from_str::<Value>(&n)
+                && tx.send(event(&n)).await.is_err()
+            {
+                return;
             }
-            Err(e) => e.with_id(msg.id.as_ref()).body(),
-        };
+        }
+        let message = respond::message(&msg, Era::Legacy, outcome);
         let _ = tx.send(event(&message)).await;
     });
     respond::sse_response(rx)

@@ -147,6 +147,7 @@ impl Listener {
                 era: self.era,
                 session_id: self.session_id.clone(),
                 run_id: String::new(),
+                progress: None,
             };
             let list = Message {
                 kind: switchyard_mcp::jsonrpc::Kind::Request,

@@ -27,8 +27,10 @@
 //! `/mcp/servers/NAME` (one server, names unchanged). GET and DELETE: 405
 //! for 2026-07-28 (stateless); for a 2025-11-25 session GET opens its
 //! stream of change notifications ([`listen`]) and DELETE ends it. Answers
-//! are JSON, or SSE for a 2025-11-25 call that may ask its client and for
-//! `subscriptions/listen` ([`listen`]).
+//! are JSON, or SSE for a 2025-11-25 call that may ask its client, for a
+//! `tools/call` whose client asked for its progress (`progressToken`:
+//! [`respond::progress_stream`]) and for `subscriptions/listen`
+//! ([`listen`]).
 
 pub mod discover;
 pub mod ingress;
@@ -94,6 +96,10 @@ pub struct Ctx<'a> {
     /// The run its interactions are tagged with ([`interactions`]); empty:
     /// nobody on this request answers them.
     pub run_id: String,
+    /// Where a `tools/call`'s progress notifications go (the request is
+    /// answered as an SSE stream carrying them); `None`: the client sent
+    /// no `progressToken`, or takes JSON only.
+    pub progress: Option<switchyard_proto::calls::Observer>,
 }
 
 impl Ctx<'_> {
@@ -359,6 +365,7 @@ async fn handled(
             s,
             h.clone(),
             msg,
+            accepts,
         ));
     }
     if era == Era::Modern {
@@ -372,7 +379,16 @@ async fn handled(
     }
     // A 2026-07-28 request that may ask its client: multi round-trip.
     if era == Era::Modern && mrtr::asks(&msg) {
-        let mut result = mrtr::serve(ep, scope, caller.as_ref(), h, &msg)
+        // Its progress (first round only) on an SSE stream, when asked.
+        if let Some((observer, progress)) = progress_wanted(accepts, &msg) {
+            let (ep, scope, h) = (ep.clone(), scope.clone(), h.clone());
+            served.outcome = "ok";
+            return Ok(respond::progress_stream(progress, async move {
+                let outcome = mrtr::serve(&ep, &scope, caller.as_ref(), &h, &msg, Some(observer));
+                respond::message(&msg, era, outcome.await)
+            }));
+        }
+        let mut result = mrtr::serve(ep, scope, caller.as_ref(), h, &msg, None)
             .await
             .map_err(|e| e.with_id(msg.id.as_ref()))?;
         respond::decorate(&msg.method, era, &mut result);
@@ -389,7 +405,33 @@ async fn handled(
         era,
         session_id,
         run_id: String::new(),
+        progress: None,
     };
+    // A call whose client wants its progress: an SSE stream carrying it,
+    // then the response.
+    if let Some(observer) = progress_wanted(accepts, &msg) {
+        let (ep, scope, caller, h, msg) = (
+            ep.clone(),
+            scope.clone(),
+            caller.clone(),
+            h.clone(),
+            msg.clone(),
+        );
+        let session_id = ctx.session_id.clone();
+        served.outcome = "ok";
+        return Ok(respond::progress_stream(observer.1, async move {
+            let ctx = Ctx {
+                ep: &ep,
+                scope: &scope,
+                caller: caller.as_ref(),
+                era,
+                session_id,
+                run_id: String::new(),
+                progress: Some(observer.0),
+            };
+            respond::message(&msg, era, answer(&ctx, &h, &msg).await)
+        }));
+    }
     // 5. One arm per method.
     let mut result = answer(&ctx, h, &msg)
         .await
@@ -424,6 +466,21 @@ pub(crate) async fn answer(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Resul
             format!("method not found: {other:?}"),
         )),
     }
+}
+
+/// A channel for the progress of request `msg`, when it is a `tools/call`
+/// with `_meta.progressToken` from a client that takes SSE
+/// (basic/utilities/progress).
+pub(crate) fn progress_wanted(
+    accepts: ingress::Accepts,
+    msg: &Message,
+) -> Option<(
+    switchyard_proto::calls::Observer,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+)> {
+    let token = msg.meta().and_then(|m| m.get("progressToken"));
+    (accepts.sse && msg.method == methods::TOOLS_CALL && token.is_some())
+        .then(tokio::sync::mpsc::unbounded_channel)
 }
 
 /// The era of a request: 2025-11-25 for `initialize` without 2026-07-28

@@ -94,13 +94,16 @@ fn capabilities(msg: &Message) -> Value {
 }
 
 /// One round of request `msg` (module docs): its result, an
-/// `input_required`, or its error.
+/// `input_required`, or its error. A first round's call sends its
+/// progress to `progress`, when given (a retry's call is already running;
+/// its progress is not relayed).
 pub async fn serve(
     ep: &Arc<Endpoint>,
     scope: &Scope,
     caller: Option<&Caller>,
     h: &HeaderMap,
     msg: &Message,
+    progress: Option<switchyard_proto::calls::Observer>,
 ) -> Result<Value, McpError> {
     let caps = capabilities(msg);
     // Subscribed before anything starts or is answered: nothing is missed.
@@ -109,7 +112,7 @@ pub async fn serve(
         None => {
             let session = session_for(ep, scope, caller).await?;
             let run = switchyard_common::ids::new_id();
-            let local = start(ep, scope, caller, h, msg, &session, &run);
+            let local = start(ep, scope, caller, h, msg, (&session, &run), progress);
             (session, run, Some(local), Vec::new())
         }
         Some(state) => {
@@ -220,16 +223,17 @@ impl Local {
     }
 }
 
-/// Starts request `msg`'s call in `session` with `run`, detached from the
-/// HTTP request (module docs).
+/// Starts request `msg`'s call in engine session `session` with `run`,
+/// detached from the HTTP request (module docs); its progress goes to
+/// `progress`, when given.
 fn start(
     ep: &Arc<Endpoint>,
     scope: &Scope,
     caller: Option<&Caller>,
     h: &HeaderMap,
     msg: &Message,
-    session: &str,
-    run: &str,
+    (session, run): (&str, &str),
+    progress: Option<switchyard_proto::calls::Observer>,
 ) -> Local {
     let (tx, rx) = oneshot::channel();
     let slot = Arc::new(Mutex::new(Some(tx)));
@@ -255,6 +259,7 @@ fn start(
             era: Era::Modern,
             session_id: session,
             run_id: run.clone(),
+            progress,
         };
         let outcome = tokio::select! {
             r = super::answer(&ctx, &h, &msg) => r,

@@ -131,16 +131,18 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
     let caller = ctx.caller.cloned();
     let cancelled = CancellationToken::new();
     let _client_gone = cancelled.clone().drop_guard();
-    let resp =
-        tokio::spawn(async move { crate::call::run(&cp, r, caller.as_ref(), cancelled).await })
-            .await
-            .map_err(|e| {
-                McpError::rpc(
-                    super::respond::INTERNAL_ERROR,
-                    format!("the call's task failed: {e}"),
-                )
-            })?
-            .map_err(|e| McpError::from_call(e, ctx.era))?;
+    let progress = ctx.progress.clone();
+    let resp = tokio::spawn(async move {
+        crate::call::run(&cp, r, caller.as_ref(), cancelled, progress).await
+    })
+    .await
+    .map_err(|e| {
+        McpError::rpc(
+            super::respond::INTERNAL_ERROR,
+            format!("the call's task failed: {e}"),
+        )
+    })?
+    .map_err(|e| McpError::from_call(e, ctx.era))?;
     let mut result: Value = serde_json::from_str(&resp.result_json).map_err(|e| {
         McpError::rpc(
             super::respond::INTERNAL_ERROR,

@@ -224,6 +224,69 @@ const CACHEABLE: &[&str] = &[
     switchyard_mcp::methods::SERVER_DISCOVER,
 ];
 
+/// The JSON-RPC response to request `msg` of a client of `era`: its
+/// result decorated ([`decorate`]), or its error; as sent on a stream.
+pub fn message(msg: &super::ingress::Message, era: Era, outcome: Result<Value, McpError>) -> Value {
+    let id = msg.id.as_ref();
+    match outcome {
+        Ok(mut result) => {
+            decorate(&msg.method, era, &mut result);
+            jsonrpc::result_response(id.unwrap_or(&Value::Null), result)
+        }
+        Err(e) => e.with_id(id).body(),
+    }
+}
+
+/// Answers a request as an SSE stream (basic/utilities/progress): each
+/// notification from `progress` (JSON text) as it comes, then the message
+/// `done` ends with (the response), then the end of the stream. The work
+/// runs in its own task; a client that goes away (the stream closes)
+/// drops it, which cancels the request.
+pub fn progress_stream(
+    mut progress: tokio::sync::mpsc::UnboundedReceiver<String>,
+    done: impl std::future::Future<Output = Value> + Send + 'static,
+) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        tokio::pin!(done);
+        let mut open = true;
+        let last = loop {
+            tokio::select! {
+                m = &mut done => break m,
+                n = progress.recv(), if open => match n {
+                    Some(n) => {
+                        if !send_json(&tx, &n).await {
+                            return;
+                        }
+                    }
+                    None => open = false,
+                },
+                _ = tx.closed() => return,
+            }
+        };
+        // Sent before the outcome, so before the response.
+        while let Ok(n) = progress.try_recv() {
+            if !send_json(&tx, &n).await {
+                return;
+            }
+        }
+        let _ = tx.send(Ok(sse_event(&last))).await;
+    });
+    sse_response(rx)
+}
+
+/// Sends JSON text `json` as one event; false when the stream is closed.
+/// Text that is not JSON (never sent by the sidecar) is skipped.
+async fn send_json(
+    tx: &tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>,
+    json: &str,
+) -> bool {
+    match serde_json::from_str::<Value>(json) {
+        Ok(v) => tx.send(Ok(sse_event(&v))).await.is_ok(),
+        Err(_) => true,
+    }
+}
+
 /// Decorates the `result` of `method` for a client of `era`.
 ///
 /// 2026-07-28: `resultType` (`complete` when the server gave none), our

@@ -277,6 +277,7 @@ async fn raw_frames_are_checked_one_by_one() {
         let what = match o.outcome {
             Some(Outcome::Response(r)) => format!("ok {}", r.text),
             Some(Outcome::Error(e)) => format!("{:?} {}", Code::from(e.code), e.message),
+            Some(Outcome::NotificationJson(n)) => format!("notification {n}"),
             None => "nothing".into(),
         };
         seen.entry(o.id).or_insert_with(Vec::new).push(what);

@@ -9,7 +9,9 @@
 //! from other projects (the official Python SDK's, and rmcp's) in both eras,
 //! answering elicitations of servers of both eras and approvals on its
 //! 2025-11-25 stream, and as a 2026-07-28 client through `input_required`
-//! and the endpoint's sealed `requestState` (bound, expiring, used once).
+//! and the endpoint's sealed `requestState` (bound, expiring, used once);
+//! and progress on a call's stream, with the client's own token, in both
+//! eras.
 
 use crate::common::*;
 use reqwest::header::HeaderMap;
@@ -1784,6 +1786,158 @@ async fn the_rmcp_client_uses_the_endpoint_in_both_eras() {
         }
         assert_eq!(handler.asked.lock().unwrap().len(), 2, "{era}");
         client.cancel().await.expect("close");
+    }
+    gw.stop().await;
+}
+
+/// The messages of one request answered as a stream, up to its response:
+/// the notifications before it, and the response.
+async fn streamed(resp: reqwest::Response) -> (Vec<Value>, Value) {
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream",
+        "a call whose client sent a progressToken is answered as a stream"
+    );
+    let mut sse = Sse::of(resp);
+    let mut notes = Vec::new();
+    loop {
+        let m = sse.next().await;
+        if m.get("method").is_some() {
+            notes.push(m);
+        } else {
+            return (notes, m);
+        }
+    }
+}
+
+/// Checks `notes` are server-everything's three progress steps for
+/// `token`, in order, and `response` the call's result (`id`).
+fn three_steps(notes: &[Value], response: &Value, token: &Value, id: &Value) {
+    let steps: Vec<(Value, Value, Value)> = notes
+        .iter()
+        .map(|n| {
+            assert_eq!(n["method"], "notifications/progress", "{n}");
+            let p = &n["params"];
+            (
+                p["progressToken"].clone(),
+                p["progress"].clone(),
+                p["total"].clone(),
+            )
+        })
+        .collect();
+    let want: Vec<(Value, Value, Value)> = (1..=3)
+        .map(|i| (token.clone(), json!(i), json!(3)))
+        .collect();
+    assert_eq!(steps, want, "the progress, with the client's own token");
+    assert_eq!(&response["id"], id, "{response}");
+    let text = response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        text.contains("Long running operation completed"),
+        "{response}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_reaches_the_client_on_its_request_stream_in_both_eras() {
+    let _heavy = HEAVY.lock().await;
+    let servers = format!(
+        "[[servers]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"stdio\"]\n",
+        toml_str(switchyard_test_support::everything_bin().to_string_lossy())
+    );
+    let port = switchyard_test_support::free_port();
+    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\n");
+    let http = start_http_reference_server().await;
+    let gw = Gateway::start_with(
+        StoreKind::Embedded,
+        10,
+        http,
+        &servers,
+        &extra,
+        &[],
+        &["everything"],
+    )
+    .await;
+    let base = format!("http://127.0.0.1:{port}");
+    let tool = "everything__trigger-long-running-operation";
+    eventually("server-everything's tools over MCP", LIMIT, || {
+        let base = base.clone();
+        async move {
+            let (_, _, t) = modern(&base, "/mcp", "tools/list", None, json!({})).await;
+            match t["result"]["tools"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|t| t["name"] == tool))
+            {
+                true => Ok(()),
+                false => Err(t.to_string()),
+            }
+        }
+    })
+    .await;
+    let arguments = json!({"duration": 0.3, "steps": 3});
+
+    // 2026-07-28: the token is the client's, exactly (0 is not "0").
+    let modern_call = |token: Value, id: u64| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": tool, "arguments": arguments,
+            "_meta": {VERSION: "2026-07-28", CAPS: {}, "progressToken": token}}});
+        client()
+            .post(format!("{base}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", tool)
+            .body(body.to_string())
+            .send()
+    };
+    let (notes, response) = streamed(modern_call(json!(0), 1).await.unwrap()).await;
+    three_steps(&notes, &response, &json!(0), &json!(1));
+    assert_eq!(response["result"]["resultType"], "complete", "{response}");
+
+    // Two clients with the same token at once each get their own progress.
+    let (a, b) = tokio::join!(modern_call(json!("same"), 2), modern_call(json!("same"), 3));
+    let ((notes_a, resp_a), (notes_b, resp_b)) =
+        tokio::join!(streamed(a.unwrap()), streamed(b.unwrap()));
+    three_steps(&notes_a, &resp_a, &json!("same"), &json!(2));
+    three_steps(&notes_b, &resp_b, &json!("same"), &json!(3));
+
+    // Without a token: a JSON answer, as before.
+    let (status, h, r) = modern(
+        &base,
+        "/mcp",
+        "tools/call",
+        Some(tool),
+        json!({"name": tool, "arguments": arguments}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(h["content-type"], "application/json", "{r}");
+    assert!(r["result"]["content"][0]["text"].is_string(), "{r}");
+
+    // 2025-11-25, with and without elicitation declared (the stream that
+    // carries the call's questions carries its progress too).
+    for capabilities in [json!({}), json!({"elicitation": {}})] {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t", "version": "1"}}});
+        let (_, h, _) = post(&base, "/mcp", &JSON_HEADERS, init.to_string()).await;
+        let session = h["mcp-session-id"].to_str().unwrap().to_owned();
+        let body = json!({"jsonrpc": "2.0", "id": "call-1", "method": "tools/call", "params": {
+            "name": tool, "arguments": arguments, "_meta": {"progressToken": "tok"}}});
+        let resp = client()
+            .post(format!("{base}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let (notes, response) = streamed(resp).await;
+        three_steps(&notes, &response, &json!("tok"), &json!("call-1"));
+        assert!(response["result"].get("resultType").is_none(), "{response}");
     }
     gw.stop().await;
 }

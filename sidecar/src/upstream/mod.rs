@@ -48,6 +48,7 @@ pub mod inbound;
 
 pub mod metrics;
 pub mod pages;
+pub mod progress;
 pub mod stdio;
 pub mod transport;
 

@@ -870,6 +870,7 @@ fn grpc_call(tool: &str, session: &str) -> SidecarCallRequest {
         roots_json: Value::Array(ctx(session).roots).to_string(),
         retry_safe: false,
         background: None,
+        relay_progress: false,
     }
 }
 

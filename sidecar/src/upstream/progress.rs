@@ -1,0 +1,134 @@
+//! Progress of one request (basic/utilities/progress), relayed to whoever
+//! made it. The caller's `_meta.progressToken` is replaced by a token of
+//! our own ([`retoken`]: callers share the connection, and two of them may
+//! pick the same token), the server's `notifications/progress` carrying
+//! ours are picked from the connection's notifications while the request
+//! runs, and each is handed on with the caller's token restored
+//! ([`relayed`]). Nothing else of the notification changes.
+
+use super::Upstream;
+use serde_json::Value;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use switchyard_mcp::methods;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+
+/// Where a request's progress notifications go: each is a whole JSON-RPC
+/// notification, JSON text. Cheap to clone.
+#[derive(Clone)]
+pub struct Sink(Arc<dyn Fn(String) + Send + Sync>);
+
+impl Sink {
+    /// A sink calling `send` with each notification; `send` must not
+    /// block.
+    pub fn new(send: impl Fn(String) + Send + Sync + 'static) -> Self {
+        Sink(Arc::new(send))
+    }
+
+    fn send(&self, json: String) {
+        (self.0)(json)
+    }
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("progress::Sink")
+    }
+}
+
+/// Sets `params._meta.progressToken` to a token of this process's own
+/// (`sy-progress-N`) and returns it with the caller's; `None` (params
+/// unchanged) when the caller sent no token.
+pub fn retoken(params: &mut Value) -> Option<(Value, Value)> {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let meta = params.get_mut("_meta")?.as_object_mut()?;
+    let theirs = meta.get("progressToken")?.clone();
+    let ours = Value::String(format!(
+        "sy-progress-{}",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    meta.insert("progressToken".into(), ours.clone());
+    Some((ours, theirs))
+}
+
+/// Runs `work` (the request sent with token `ours`) and, meanwhile, hands
+/// `sink` every `notifications/progress` of `upstream` carrying `ours`,
+/// with `theirs` in its place. Subscribes before `work` first runs, so
+/// nothing sent in reply to the request is missed; notifications lost to a
+/// lagging subscription are skipped.
+pub async fn relayed<T>(
+    upstream: &Upstream,
+    ours: Value,
+    theirs: Value,
+    sink: &Sink,
+    work: impl Future<Output = T>,
+) -> T {
+    let mut notifications = upstream.subscribe();
+    let relay = |mut msg: Value| {
+        if is_progress_of(&msg, &ours) {
+            msg["params"]["progressToken"] = theirs.clone();
+            sink.send(msg.to_string());
+        }
+    };
+    tokio::pin!(work);
+    let mut open = true;
+    loop {
+        tokio::select! {
+            r = &mut work => {
+                // The connection dispatches a server's messages in order:
+                // progress sent before the response is queued already.
+                loop {
+                    match notifications.try_recv() {
+                        Ok(msg) => relay(msg),
+                        Err(TryRecvError::Lagged(_)) => {}
+                        Err(_) => break,
+                    }
+                }
+                return r;
+            }
+            n = notifications.recv(), if open => match n {
+                Ok(msg) => relay(msg),
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => open = false,
+            },
+        }
+    }
+}
+
+/// Whether `msg` is a `notifications/progress` for `token`.
+fn is_progress_of(msg: &Value, token: &Value) -> bool {
+    msg.get("method").and_then(Value::as_str) == Some(methods::PROGRESS)
+        && msg.pointer("/params/progressToken") == Some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tokens_are_replaced_and_returned() {
+        let mut params = json!({"name": "t", "_meta": {"progressToken": 0, "k": "v"}});
+        let (ours, theirs) = retoken(&mut params).unwrap();
+        assert_eq!(theirs, json!(0));
+        assert_eq!(params["_meta"]["progressToken"], ours);
+        assert_eq!(params["_meta"]["k"], "v");
+        let (again, _) = retoken(&mut params).unwrap();
+        assert_ne!(again, ours, "each request gets a token of its own");
+        let mut none = json!({"name": "t", "_meta": {"k": 1}});
+        assert!(retoken(&mut none).is_none());
+        assert_eq!(none, json!({"name": "t", "_meta": {"k": 1}}));
+    }
+
+    #[test]
+    fn only_our_progress_is_picked() {
+        let ours = json!("sy-progress-7");
+        let p = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "sy-progress-7", "progress": 1}});
+        assert!(is_progress_of(&p, &ours));
+        let other = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 7, "progress": 1}});
+        assert!(!is_progress_of(&other, &ours));
+        let log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"progressToken": "sy-progress-7"}});
+        assert!(!is_progress_of(&log, &ours));
+    }
+}
