@@ -75,3 +75,15 @@ pub const REMOVED_IN_2026: &[&str] = &[
     RESOURCES_SUBSCRIBE,
     RESOURCES_UNSUBSCRIBE,
 ];
+
+/// Client request (2025-11-25 basic/utilities/tasks; 2026-07-28 SEP-2663
+/// `io.modelcontextprotocol/tasks`): a task's state.
+pub const TASKS_GET: &str = "tasks/get";
+/// Client request (2025-11-25): a task's result, once it is terminal.
+pub const TASKS_RESULT: &str = "tasks/result";
+/// Client request (both eras): cancels a task.
+pub const TASKS_CANCEL: &str = "tasks/cancel";
+/// Client request (2025-11-25): the caller's tasks.
+pub const TASKS_LIST: &str = "tasks/list";
+/// Client request (2026-07-28 SEP-2663): answers a task's `inputRequests`.
+pub const TASKS_UPDATE: &str = "tasks/update";

@@ -53,7 +53,7 @@ pub fn plan(
     let background = (!r.foreground).then(|| {
         cp.background.policy(
             &r.tool,
-            snap.background_always(server, &target.tool),
+            r.background || snap.background_always(server, &target.tool),
             cp.state.background_running(server),
         )
     });

@@ -6,12 +6,14 @@
 //! it: `tools`, `resources`, `prompts` and `completions`, each answered
 //! (with empty lists when no server offers any), with `listChanged` on
 //! the three lists (`subscriptions/listen`, the 2025-11-25 GET stream).
+//! Tasks are declared in each era's way (`super::tasks`).
 //! Not declared: `resources.subscribe` (stage E does not build it),
 //! `logging`, and never `sampling` (refused by design). The supported versions are the
 //! 2026-07-28 one and the 2025 ones `initialize` answers.
 
 use crate::model::mcp_session::Scope;
 use serde_json::{Value, json};
+use switchyard_mcp::era::Era;
 
 /// The versions served the 2026-07-28 way (per-request `_meta`).
 pub const MODERN_VERSIONS: &[&str] = &[switchyard_mcp::era::MODERN_VERSION];
@@ -29,14 +31,26 @@ pub fn server_info() -> Value {
     })
 }
 
-/// The server capabilities of every URL.
-pub fn capabilities() -> Value {
-    json!({
+/// The server capabilities of every URL, for a client of `era`; tasks
+/// (`super::tasks`) as each era declares them: 2025-11-25 `tasks` (list,
+/// cancel, `tools/call`), 2026-07-28 the `io.modelcontextprotocol/tasks`
+/// extension.
+pub fn capabilities(era: Era) -> Value {
+    let mut c = json!({
         "tools": {"listChanged": true},
         "resources": {"listChanged": true},
         "prompts": {"listChanged": true},
         "completions": {},
-    })
+    });
+    match era {
+        Era::Legacy => {
+            c["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+        }
+        Era::Modern => {
+            c["extensions"] = json!({switchyard_mcp::meta::TASKS_EXTENSION: {}});
+        }
+    }
+    c
 }
 
 /// The versions this endpoint speaks, newest first.
@@ -66,7 +80,7 @@ pub fn instructions(scope: &Scope) -> String {
 pub fn discover(scope: &Scope) -> Value {
     json!({
         "supportedVersions": supported_versions(),
-        "capabilities": capabilities(),
+        "capabilities": capabilities(Era::Modern),
         "instructions": instructions(scope),
     })
 }

@@ -12,7 +12,9 @@
 //! approves, decline denies. URL elicitations go only to a client that
 //! declared `elicitation.url`; the others stay for the engine session's
 //! other subscribers (`switchyard interactions`). Then the request's
-//! response ends the stream.
+//! response ends the stream. A 2025-11-25
+//! `tasks/result` is answered the same way, carrying the questions of its
+//! task's call (`super::tasks`).
 //!
 //! The client's answer is a JSON-RPC response POSTed in the same session,
 //! to any replica ([`client_answered`]): it answers the interaction, which
@@ -47,9 +49,22 @@ pub(super) const ASKING: &[&str] = &[
 /// stream that carries the call's questions (and its progress, when it
 /// asked for it).
 pub fn asks(session: &McpSessionRecord, accepts: Accepts, msg: &Message) -> bool {
-    accepts.sse
-        && ASKING.contains(&msg.method.as_str())
-        && session.client_capabilities.get("elicitation").is_some()
+    let asking = ASKING.contains(&msg.method.as_str()) || msg.method == methods::TASKS_RESULT;
+    accepts.sse && asking && session.client_capabilities.get("elicitation").is_some()
+}
+
+/// The run whose questions request `msg` carries: a `tasks/result`
+/// carries those of its task's call (2025-11-25 tasks: "input_required"),
+/// any other request those of a fresh run of its own.
+async fn run_of(ep: &Endpoint, session: &McpSessionRecord, msg: &Message) -> String {
+    if msg.method == methods::TASKS_RESULT
+        && let Some(id) = msg.params.get("taskId").and_then(Value::as_str)
+        && let Ok(Some(rec)) = ep.cp.background.get(id).await
+        && rec.session_id == session.engine_session
+    {
+        return rec.run_id;
+    }
+    switchyard_common::ids::new_id()
 }
 
 /// The `elicitation/create` params for interaction `rec`, if this client
@@ -92,7 +107,7 @@ pub fn stream(
     // Subscribed before the request starts: no question is missed.
     let mut changes = ep.cp.state.subscribe();
     tokio::spawn(async move {
-        let run = switchyard_common::ids::new_id();
+        let run = run_of(&ep, &session, &msg).await;
         let ctx = Ctx {
             ep: &ep,
             scope: &scope,
@@ -101,6 +116,7 @@ pub fn stream(
             session_id: session.engine_session.clone(),
             run_id: run.clone(),
             progress,
+            tasks: super::tasks::declared(Era::Legacy, Some(&session.client_capabilities), &msg),
         };
         let work = super::answer(&ctx, &h, &msg);
         tokio::pin!(work);
@@ -220,6 +236,39 @@ pub(super) enum Refused {
 /// which cancels): `action` is the answer (`accept` with its `content`,
 /// `decline`, `cancel`; for an approval, accept approves and decline
 /// denies).
+/// Answers the open interactions of `session` and `run` that `responses`
+/// (`inputResponses`: interaction id -> `ElicitResult`) name, and returns
+/// the ids answered; other keys are ignored (mrtr "Error Handling"). An
+/// answer that does not fit its question leaves it open, to be asked
+/// again.
+pub(super) async fn answer_open(
+    ep: &Endpoint,
+    session: &str,
+    run: &str,
+    responses: &serde_json::Map<String, Value>,
+) -> Vec<String> {
+    let open: Vec<String> = open_of(ep, session, run)
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let mut answered = Vec::new();
+    for (key, response) in responses {
+        if !open.contains(key) {
+            continue;
+        }
+        match answer(ep, session, key, Some(response)).await {
+            Ok(()) => answered.push(key.clone()),
+            Err(Refused::Invalid(why)) => {
+                tracing::info!(interaction = %key, %why, "an MCP client's answer does not fit its question; asking again");
+            }
+            Err(Refused::Other(e)) => {
+                tracing::info!(interaction = %key, error = %e, "an MCP client's answer was not taken");
+            }
+        }
+    }
+    answered
+}
+
 pub(super) async fn answer(
     ep: &Endpoint,
     engine: &str,

@@ -93,7 +93,7 @@ pub async fn initialize(
     tracing::info!(session = %id, scope = %scope.path(), version, client, "MCP session opened");
     let result = json!({
         "protocolVersion": version,
-        "capabilities": super::discover::capabilities(),
+        "capabilities": super::discover::capabilities(era::Era::Legacy),
         "serverInfo": super::discover::server_info(),
         "instructions": super::discover::instructions(scope),
     });

@@ -148,6 +148,7 @@ impl Listener {
                 session_id: self.session_id.clone(),
                 run_id: String::new(),
                 progress: None,
+                tasks: false,
             };
             let list = Message {
                 kind: switchyard_mcp::jsonrpc::Kind::Request,

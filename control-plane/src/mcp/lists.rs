@@ -62,6 +62,14 @@ pub async fn tools(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
             if !t.description.is_empty() {
                 def["description"] = Value::String(t.description);
             }
+            // A 2025-11-25 client that declared tasks may run any tool as
+            // one (a background call); "required" stays required.
+            if ctx.tasks && ctx.era == switchyard_mcp::era::Era::Legacy {
+                let required = def.pointer("/execution/taskSupport") == Some(&json!("required"));
+                if !required {
+                    def["execution"]["taskSupport"] = json!("optional");
+                }
+            }
             Some((name, def))
         })
         .collect();

@@ -16,7 +16,8 @@
 //!    ([`interactions::client_answered`]); a 2025-11-25 call that may ask
 //!    the client something runs on an SSE stream ([`interactions::stream`]);
 //! 5. one arm per method ([`answer`]): [`discover`], [`lists`],
-//!    [`requests`] (through the call path, [`crate::call`]); a 2026-07-28
+//!    [`requests`] (through the call path, [`crate::call`]), [`tasks`]
+//!    (a client's tasks are background calls); a 2026-07-28
 //!    request that may ask its client runs through [`mrtr`] (its
 //!    questions as `input_required`, the retry resuming the call);
 //! 6. [`respond`]: the result decorated for the era, or the error, in one
@@ -43,6 +44,7 @@ pub mod mrtr;
 pub mod names;
 pub mod requests;
 pub mod respond;
+pub mod tasks;
 
 use crate::ControlPlane;
 use crate::auth::{Authenticator, Caller, Service};
@@ -100,6 +102,9 @@ pub struct Ctx<'a> {
     /// answered as an SSE stream carrying them); `None`: the client sent
     /// no `progressToken`, or takes JSON only.
     pub progress: Option<switchyard_proto::calls::Observer>,
+    /// The client declared tasks ([`tasks::declared`]): its calls may
+    /// become tasks.
+    pub tasks: bool,
 }
 
 impl Ctx<'_> {
@@ -257,6 +262,11 @@ fn method_label(method: &str) -> &'static str {
         methods::COMPLETE,
         methods::SUBSCRIPTIONS_LISTEN,
         methods::CANCELLED,
+        methods::TASKS_GET,
+        methods::TASKS_RESULT,
+        methods::TASKS_CANCEL,
+        methods::TASKS_LIST,
+        methods::TASKS_UPDATE,
     ];
     KNOWN
         .iter()
@@ -333,6 +343,7 @@ async fn handled(
         (None, Scope::Session(id)) => id.clone(),
         (None, _) => String::new(),
     };
+    let client_tasks = tasks::declared(era, session.as_ref().map(|s| &s.client_capabilities), &msg);
     // 4. The client's answers to our questions, and notifications: taken,
     // nothing to answer.
     match (msg.kind.clone(), &session) {
@@ -406,6 +417,7 @@ async fn handled(
         session_id,
         run_id: String::new(),
         progress: None,
+        tasks: client_tasks,
     };
     // A call whose client wants its progress: an SSE stream carrying it,
     // then the response.
@@ -428,6 +440,7 @@ async fn handled(
                 session_id,
                 run_id: String::new(),
                 progress: Some(observer.0),
+                tasks: client_tasks,
             };
             respond::message(&msg, era, answer(&ctx, &h, &msg).await)
         }));
@@ -458,6 +471,13 @@ pub(crate) async fn answer(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Resul
         methods::PROMPTS_LIST => lists::paged(ctx, msg, Listing::Prompts).await,
         methods::PROMPTS_GET => requests::get_prompt(ctx, msg).await,
         methods::COMPLETE => requests::complete(ctx, msg).await,
+        // Tasks (tasks/result and tasks/list are 2025-11-25 only; a
+        // 2026-07-28 request for them is 404 already).
+        methods::TASKS_GET => tasks::get(ctx, msg).await,
+        methods::TASKS_RESULT => tasks::result(ctx, msg).await,
+        methods::TASKS_CANCEL => tasks::cancel(ctx, msg).await,
+        methods::TASKS_LIST => tasks::list(ctx, msg).await,
+        methods::TASKS_UPDATE if ctx.era == Era::Modern => tasks::update(ctx, msg).await,
         // 2025-11-25 only (a 2026-07-28 request for them is 404 already).
         methods::PING => Ok(serde_json::json!({})),
         methods::LOGGING_SET_LEVEL => Ok(serde_json::json!({})),

@@ -38,6 +38,10 @@ pub const SERVED: &[&str] = &[
     methods::PROMPTS_GET,
     methods::COMPLETE,
     methods::SUBSCRIPTIONS_LISTEN,
+    // The tasks extension (SEP-2663).
+    methods::TASKS_GET,
+    methods::TASKS_UPDATE,
+    methods::TASKS_CANCEL,
 ];
 
 /// What a valid 2026-07-28 request declared about itself.
@@ -54,6 +58,8 @@ fn name_param(method: &str) -> Option<&'static str> {
     match method {
         methods::TOOLS_CALL | methods::PROMPTS_GET => Some("name"),
         methods::RESOURCES_READ => Some("uri"),
+        // SEP-2663 "Streamable HTTP: Routing Headers".
+        methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => Some("taskId"),
         _ => None,
     }
 }

@@ -39,7 +39,7 @@
 //! nothing else happens.
 
 use super::ingress::Message;
-use super::interactions::{self, Refused};
+use super::interactions;
 use super::respond::{self, McpError};
 use super::{Ctx, Endpoint};
 use crate::auth::Caller;
@@ -260,6 +260,7 @@ fn start(
             session_id: session,
             run_id: run.clone(),
             progress,
+            tasks: super::tasks::declared(Era::Modern, None, &msg),
         };
         let outcome = tokio::select! {
             r = super::answer(&ctx, &h, &msg) => r,
@@ -528,24 +529,7 @@ async fn take_responses(
             ));
         }
     };
-    let open: Vec<String> = interactions::open_of(ep, &p.s, &p.r)
-        .into_iter()
-        .map(|r| r.id)
-        .collect();
-    for (key, response) in responses {
-        if !open.contains(key) {
-            continue;
-        }
-        match interactions::answer(ep, &p.s, key, Some(response)).await {
-            Ok(()) => answered.push(key.clone()),
-            Err(Refused::Invalid(why)) => {
-                tracing::info!(interaction = %key, %why, "an MCP client's answer does not fit its question; asking again");
-            }
-            Err(Refused::Other(e)) => {
-                tracing::info!(interaction = %key, error = %e, "an MCP client's answer was not taken");
-            }
-        }
-    }
+    answered.extend(interactions::answer_open(ep, &p.s, &p.r, responses).await);
     Ok(answered)
 }
 

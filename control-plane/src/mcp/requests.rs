@@ -123,8 +123,9 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
         arguments_json: arguments.to_string(),
         meta_json: meta_json(&msg.params),
         // Without tasks, a client has no way to learn a background call's
-        // result.
-        foreground: true,
+        // result; with them, its call may become one (`super::tasks`).
+        foreground: !ctx.tasks,
+        background: ctx.tasks && super::tasks::wants_task(ctx.era, msg),
         ..Default::default()
     };
     let cp = ctx.ep.cp.clone();
@@ -143,6 +144,10 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
         )
     })?
     .map_err(|e| McpError::from_call(e, ctx.era))?;
+    // Moved to the background: the client's task.
+    if let Some(bg) = &resp.background {
+        return Ok(super::tasks::created(ctx.era, bg));
+    }
     let mut result: Value = serde_json::from_str(&resp.result_json).map_err(|e| {
         McpError::rpc(
             super::respond::INTERNAL_ERROR,

@@ -10,13 +10,15 @@
 //! answering elicitations of servers of both eras and approvals on its
 //! 2025-11-25 stream, and as a 2026-07-28 client through `input_required`
 //! and the endpoint's sealed `requestState` (bound, expiring, used once);
-//! and progress on a call's stream, with the client's own token, in both
-//! eras.
+//! progress on a call's stream, with the client's own token, in both
+//! eras; and tasks (background calls) for clients that declare them, in
+//! both eras, with a task's question asked and answered.
 
 use crate::common::*;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use std::time::Duration;
+use switchyard_proto::v1 as pb;
 
 const CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
 const VERSION: &str = "io.modelcontextprotocol/protocolVersion";
@@ -1939,5 +1941,381 @@ async fn progress_reaches_the_client_on_its_request_stream_in_both_eras() {
         three_steps(&notes, &response, &json!("tok"), &json!("call-1"));
         assert!(response["result"].get("resultType").is_none(), "{response}");
     }
+    gw.stop().await;
+}
+
+/// A 2026-07-28 request of `method` on `path` with `params` (`name`: the
+/// Mcp-Name header), declaring `caps`.
+async fn modern_with(
+    base: &str,
+    path: &str,
+    method: &str,
+    name: Option<&str>,
+    caps: Value,
+    mut params: Value,
+) -> Value {
+    params["_meta"][VERSION] = json!("2026-07-28");
+    params["_meta"][CAPS] = caps;
+    let mut h: Vec<(&str, &str)> = JSON_HEADERS.to_vec();
+    h.push(("mcp-protocol-version", "2026-07-28"));
+    h.push(("mcp-method", method));
+    if let Some(n) = name {
+        h.push(("mcp-name", n));
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    post(base, path, &h, body.to_string()).await.2
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
+    let _heavy = HEAVY.lock().await;
+    let reference = toml_str(switchyard_test_support::reference_server_bin().to_string_lossy());
+    let servers = format!(
+        "[[servers]]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = {reference}\nargs = [\"--era\", \"2026-07-28\"]\n\n\
+         [[servers]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"stdio\"]\n\n\
+         [[servers]]\nname = \"shop\"\ntransport = \"stdio\"\ncommand = {reference}\nargs = [\"--interactions\", \"--era\", \"2026-07-28\"]\n",
+        toml_str(switchyard_test_support::everything_bin().to_string_lossy())
+    );
+    let port = switchyard_test_support::free_port();
+    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\n");
+    let http = start_http_reference_server().await;
+    let gw = Gateway::start_with(
+        StoreKind::Embedded,
+        10,
+        http,
+        &servers,
+        &extra,
+        &[],
+        &["orders", "everything", "shop"],
+    )
+    .await;
+    let base = format!("http://127.0.0.1:{port}");
+    eventually("both servers' tools over MCP", LIMIT, || {
+        let base = base.clone();
+        async move {
+            let (_, _, t) = modern(&base, "/mcp", "tools/list", None, json!({})).await;
+            let names: Vec<&str> = t["result"]["tools"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect())
+                .unwrap_or_default();
+            match names.contains(&"orders__add") && names.contains(&"everything__echo") {
+                true => Ok(()),
+                false => Err(format!("{names:?}")),
+            }
+        }
+    })
+    .await;
+    // `add` moves to the background at once.
+    gw.admin()
+        .await
+        .set_tool_policy(pb::SetToolPolicyRequest {
+            server: "orders".into(),
+            tool: "add".into(),
+            policy: "default".into(),
+            background: "always".into(),
+        })
+        .await
+        .expect("background: always");
+    let tasks_ext = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let path = "/mcp/servers/orders";
+
+    // 2026-07-28: discover declares the extension.
+    let d = modern_with(&base, path, "server/discover", None, json!({}), json!({})).await;
+    assert!(
+        d["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
+        "{d}"
+    );
+    // A client that declares it gets a task, then its result inline.
+    let add = json!({"name": "add", "arguments": {"a": 1, "b": 2}});
+    let created = modern_with(
+        &base,
+        path,
+        "tools/call",
+        Some("add"),
+        tasks_ext.clone(),
+        add.clone(),
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let task = created["result"]["taskId"]
+        .as_str()
+        .expect("taskId")
+        .to_owned();
+    assert!(created["result"]["pollIntervalMs"].is_u64(), "{created}");
+    let done = eventually("the task completes", LIMIT, || {
+        let (base, task, caps) = (base.clone(), task.clone(), tasks_ext.clone());
+        async move {
+            let g = modern_with(
+                &base,
+                path,
+                "tasks/get",
+                Some(&task),
+                caps,
+                json!({"taskId": task}),
+            )
+            .await;
+            match g["result"]["status"].as_str() {
+                Some("completed") => Ok(g),
+                _ => Err(g.to_string()),
+            }
+        }
+    })
+    .await;
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_eq!(
+        done["result"]["result"]["content"][0]["text"], "3",
+        "{done}"
+    );
+    // Another URL is another engine session: not its task.
+    let other = modern_with(
+        &base,
+        "/mcp",
+        "tasks/get",
+        Some(&task),
+        tasks_ext.clone(),
+        json!({"taskId": task}),
+    )
+    .await;
+    assert_eq!(code(&other), -32602, "{other}");
+    // The Mcp-Name header must name the task.
+    let mismatched = modern_with(
+        &base,
+        path,
+        "tasks/get",
+        Some("x"),
+        tasks_ext.clone(),
+        json!({"taskId": task}),
+    )
+    .await;
+    assert_eq!(code(&mismatched), -32020, "{mismatched}");
+    // Cancelling a finished task changes nothing.
+    let c = modern_with(
+        &base,
+        path,
+        "tasks/cancel",
+        Some(&task),
+        tasks_ext.clone(),
+        json!({"taskId": task}),
+    )
+    .await;
+    assert_eq!(c["result"]["resultType"], "complete", "{c}");
+    // A task's question is asked through tasks/get and answered with
+    // tasks/update.
+    gw.admin()
+        .await
+        .set_tool_policy(pb::SetToolPolicyRequest {
+            server: "shop".into(),
+            tool: "confirm_order_form".into(),
+            policy: "default".into(),
+            background: "always".into(),
+        })
+        .await
+        .expect("background: always");
+    let asking = json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let form = json!({"name": "shop__confirm_order_form", "arguments": {}});
+    let created = modern_with(
+        &base,
+        "/mcp",
+        "tools/call",
+        Some("shop__confirm_order_form"),
+        asking.clone(),
+        form,
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let form_task = created["result"]["taskId"]
+        .as_str()
+        .expect("taskId")
+        .to_owned();
+    let waiting = eventually("the task asks", LIMIT, || {
+        let (base, task, caps) = (base.clone(), form_task.clone(), asking.clone());
+        async move {
+            let g = modern_with(
+                &base,
+                "/mcp",
+                "tasks/get",
+                Some(&task),
+                caps,
+                json!({"taskId": task}),
+            )
+            .await;
+            match g["result"]["status"].as_str() {
+                Some("input_required") => Ok(g),
+                _ => Err(g.to_string()),
+            }
+        }
+    })
+    .await;
+    let questions = waiting["result"]["inputRequests"]
+        .as_object()
+        .expect("inputRequests");
+    assert_eq!(questions.len(), 1, "{waiting}");
+    let (key, question) = questions.iter().next().unwrap();
+    assert_eq!(question["method"], "elicitation/create", "{waiting}");
+    assert!(
+        question["params"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Confirm the delivery"),
+        "{waiting}"
+    );
+    let u = modern_with(
+        &base,
+        "/mcp",
+        "tasks/update",
+        Some(&form_task),
+        asking.clone(),
+        json!({"taskId": form_task, "inputResponses": {key.clone(): {"action": "decline"}}}),
+    )
+    .await;
+    assert_eq!(u["result"]["resultType"], "complete", "{u}");
+    let answered = eventually("the answered task completes", LIMIT, || {
+        let (base, task, caps) = (base.clone(), form_task.clone(), asking.clone());
+        async move {
+            let g = modern_with(
+                &base,
+                "/mcp",
+                "tasks/get",
+                Some(&task),
+                caps,
+                json!({"taskId": task}),
+            )
+            .await;
+            match g["result"]["status"].as_str() {
+                Some("completed") => Ok(g),
+                _ => Err(g.to_string()),
+            }
+        }
+    })
+    .await;
+    assert!(
+        answered["result"]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("decline"),
+        "{answered}"
+    );
+    // A client that does not declare tasks never gets one.
+    let plain = modern_with(&base, path, "tools/call", Some("add"), json!({}), add).await;
+    assert_eq!(plain["result"]["content"][0]["text"], "3", "{plain}");
+    assert_eq!(plain["result"]["resultType"], "complete", "{plain}");
+
+    // 2025-11-25: a session that declares tasks.
+    let legacy_session = |caps: Value| {
+        let base = base.clone();
+        async move {
+            let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": {"name": "t", "version": "1"}}});
+            let (_, h, r) = post(&base, "/mcp", &JSON_HEADERS, init.to_string()).await;
+            (h["mcp-session-id"].to_str().unwrap().to_owned(), r)
+        }
+    };
+    let (session, init) =
+        legacy_session(json!({"tasks": {"requests": {"tools": {"call": {}}}}})).await;
+    assert!(
+        init["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"].is_object(),
+        "{init}"
+    );
+    let send = |session: String, id: u64, method: &str, params: Value| {
+        let base = base.clone();
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        async move {
+            let h = [
+                ("content-type", "application/json"),
+                ("accept", "application/json, text/event-stream"),
+                ("mcp-session-id", session.as_str()),
+                ("mcp-protocol-version", "2025-11-25"),
+            ];
+            post(&base, "/mcp", &h, body.to_string()).await.2
+        }
+    };
+    let listed = send(session.clone(), 1, "tools/list", json!({})).await;
+    let echo = listed["result"]["tools"]
+        .as_array()
+        .and_then(|a| a.iter().find(|t| t["name"] == "everything__echo"))
+        .cloned()
+        .expect("everything__echo listed");
+    assert_eq!(echo["execution"]["taskSupport"], "optional", "{echo}");
+    // `task` runs it as a task at once; tasks/result waits for its result.
+    let created = send(
+        session.clone(),
+        2,
+        "tools/call",
+        json!({"name": "everything__echo", "arguments": {"message": "hi"}, "task": {"ttl": 60000}}),
+    )
+    .await;
+    let task = created["result"]["task"]["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    assert!(created["result"].get("content").is_none(), "{created}");
+    let result = send(session.clone(), 3, "tasks/result", json!({"taskId": task})).await;
+    assert!(
+        result["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("hi"),
+        "{result}"
+    );
+    assert_eq!(
+        result["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        json!(task),
+        "{result}"
+    );
+    let got = send(session.clone(), 4, "tasks/get", json!({"taskId": task})).await;
+    assert_eq!(got["result"]["status"], "completed", "{got}");
+    assert!(got["result"].get("resultType").is_none(), "{got}");
+    let again = send(session.clone(), 5, "tasks/cancel", json!({"taskId": task})).await;
+    assert_eq!(
+        code(&again),
+        -32602,
+        "a finished task cannot be cancelled: {again}"
+    );
+    // A running task is cancelled.
+    let long = send(session.clone(), 6, "tools/call", json!({"name": "everything__trigger-long-running-operation", "arguments": {"duration": 30, "steps": 2}, "task": {}})).await;
+    let long = long["result"]["task"]["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    let cancelled = send(session.clone(), 7, "tasks/cancel", json!({"taskId": long})).await;
+    assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled}");
+    let result = send(session.clone(), 8, "tasks/result", json!({"taskId": long})).await;
+    assert!(
+        result["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cancelled"),
+        "{result}"
+    );
+    let all = send(session.clone(), 9, "tasks/list", json!({})).await;
+    let ids: Vec<&str> = all["result"]["tasks"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t["taskId"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, vec![task.as_str(), long.as_str()], "{all}");
+    // Another session does not see them.
+    let (stranger, _) =
+        legacy_session(json!({"tasks": {"requests": {"tools": {"call": {}}}}})).await;
+    let hidden = send(stranger.clone(), 1, "tasks/get", json!({"taskId": task})).await;
+    assert_eq!(code(&hidden), -32602, "{hidden}");
+    // A session that did not declare tasks gets the result, not a task.
+    let (plain, init) = legacy_session(json!({})).await;
+    assert!(
+        init["result"]["capabilities"]["tasks"].is_object(),
+        "{init}"
+    );
+    let r = send(
+        plain,
+        1,
+        "tools/call",
+        json!({"name": "everything__echo", "arguments": {"message": "hi"}, "task": {"ttl": 60000}}),
+    )
+    .await;
+    assert!(
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("hi"),
+        "{r}"
+    );
     gw.stop().await;
 }
