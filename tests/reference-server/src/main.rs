@@ -10,8 +10,10 @@
 //! list_changed tools; with `--tasks`, task-augmented `tools/call` in both
 //! eras (2025-11-25 core tasks and the 2026-07-28 `io.modelcontextprotocol/tasks`
 //! extension, see the `tasks` module); with `--resources`, resources,
-//! resource templates, prompts and completions (stage E). Logs go to
-//! stderr; stdout is the stdio transport.
+//! resource templates, prompts and completions (stage E). With
+//! `--conformance` it serves none of that but the server fixture of the
+//! official MCP conformance suite instead (the `conformance` module). Logs go
+//! to stderr; stdout is the stdio transport.
 //!
 //! This root parses the command line and serves one transport. Its modules,
 //! each using only those listed before it: `orders` (the in-memory store),
@@ -19,8 +21,10 @@
 //! not yet registered, which list changes wait for), `era` (the eras and the
 //! layer holding the server to one), `tasks` (the task engine and its
 //! transport wrappers), `server` (the MCP handler and, below it, the tools
-//! of every stage).
+//! of every stage), `conformance` (the conformance suite's fixture, a handler
+//! of its own).
 
+mod conformance;
 mod era;
 mod listens;
 mod orders;
@@ -34,7 +38,7 @@ use anyhow::Context as _;
 use axum::serve::ListenerExt as _;
 use clap::Parser;
 use rmcp::{
-    RoleServer, ServiceExt,
+    RoleServer, ServerHandler, ServiceExt,
     service::ServerInitializeError,
     transport::{
         StreamableHttpServerConfig, StreamableHttpService, Transport,
@@ -47,14 +51,17 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 use crate::{
+    conformance::ConformanceServer,
     era::{Era, EraGate},
+    listens::PendingListens,
     orders::OrderStore,
     server::{Catalogue, OrderServer},
     tasks::{TaskServer, TaskSessions, TaskStdio},
 };
 
 /// Reference MCP server: a fictional order system, served over stdio or
-/// Streamable HTTP in one protocol era.
+/// Streamable HTTP in one protocol era; or, with `--conformance`, the server
+/// fixture of the official MCP conformance suite.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Cli {
@@ -120,6 +127,19 @@ struct Cli {
     /// --resources: a server of resources and prompts only).
     #[arg(long, conflicts_with_all = ["interactions", "stage_a", "tasks", "tasks_bench"])]
     no_tools: bool,
+
+    /// Serve the server fixture of the official MCP conformance suite
+    /// (`@modelcontextprotocol/conformance`) instead of the order system:
+    /// the test_* tools, test:// resources and template, test_* prompts,
+    /// completions, logging, resource subscriptions, list-change triggers,
+    /// 2026-07-28 input_required tools and SEP-2663 task tools the suite's
+    /// server scenarios call (in both eras with --era dual). Run the suite
+    /// with scripts/conformance-server.sh. See README.md.
+    #[arg(
+        long,
+        conflicts_with_all = ["interactions", "stage_a", "tasks", "tasks_bench", "resources", "no_tools"]
+    )]
+    conformance: bool,
 }
 
 #[tokio::main]
@@ -134,6 +154,23 @@ async fn main() -> anyhow::Result<()> {
             EnvFilter::new(if cli.tasks_bench { "error" } else { "warn" })
         }))
         .init();
+    if cli.conformance {
+        let server = ConformanceServer::new(cli.era);
+        let listens = server.listens();
+        return match cli.http {
+            None => {
+                let (stdin, stdout) = stdio_pipes();
+                let transport = AsyncRwTransport::new_server(stdin, stdout);
+                serve_stdio(server, listens, cli.era, transport).await
+            }
+            Some(addr) => {
+                let sessions = LocalSessionManager::default();
+                let factory = move || server.for_session();
+                let layers = HttpLayers::default();
+                serve_http(factory, listens, cli.era, addr, layers, sessions).await
+            }
+        };
+    }
     let tasks = (cli.tasks || cli.tasks_bench).then(|| TaskServer::new(cli.tasks_bench));
     let with_tasks = tasks.is_some();
     let store = if cli.resources {
@@ -153,30 +190,53 @@ async fn main() -> anyhow::Result<()> {
         catalogue,
         !cli.no_tools,
     );
+    let listens = server.listens();
+    let layers = HttpLayers {
+        interactions: cli.interactions,
+        tasks: with_tasks,
+    };
+    let factory = move || server.clone();
     match (cli.http, with_tasks) {
         (None, false) => {
             let (stdin, stdout) = stdio_pipes();
-            serve_stdio(server, cli.era, AsyncRwTransport::new_server(stdin, stdout)).await
+            let transport = AsyncRwTransport::new_server(stdin, stdout);
+            serve_stdio(factory(), listens, cli.era, transport).await
         }
-        (None, true) => serve_stdio(server, cli.era, TaskStdio::new()).await,
+        (None, true) => serve_stdio(factory(), listens, cli.era, TaskStdio::new()).await,
         (Some(addr), false) => {
             let sessions = LocalSessionManager::default();
-            serve_http(server, cli.era, addr, cli.interactions, sessions, false).await
+            serve_http(factory, listens, cli.era, addr, layers, sessions).await
         }
         (Some(addr), true) => {
             let sessions = TaskSessions::<LocalSessionManager>::default();
-            serve_http(server, cli.era, addr, cli.interactions, sessions, true).await
+            serve_http(factory, listens, cli.era, addr, layers, sessions).await
         }
     }
 }
 
-/// Serves one client over stdin/stdout (`transport`) until it hangs up.
-async fn serve_stdio<T>(server: OrderServer, era: Era, transport: T) -> anyhow::Result<()>
+/// The optional HTTP middleware of a mode.
+#[derive(Clone, Copy, Debug, Default)]
+struct HttpLayers {
+    /// `--interactions`: repair rmcp's URL elicitations ([`era::fix_http_response`]).
+    interactions: bool,
+    /// `--tasks`: rename 2025-11-25 task requests ([`tasks::rewrite_http_request`]).
+    tasks: bool,
+}
+
+/// Serves one client over stdin/stdout (`transport`) until it hangs up;
+/// `listens` counts its listen requests (see [`listens`]).
+async fn serve_stdio<S, T>(
+    server: S,
+    listens: Arc<PendingListens>,
+    era: Era,
+    transport: T,
+) -> anyhow::Result<()>
 where
+    S: ServerHandler,
     T: Transport<RoleServer> + Send + 'static,
     T::Error: Send + Sync + 'static,
 {
-    let transport = EraGate::new(transport, era, server.listens());
+    let transport = EraGate::new(transport, era, listens);
     let running = match server.serve(transport).await {
         Ok(running) => running,
         // The client left before opening a session: nothing to serve.
@@ -187,17 +247,22 @@ where
     Ok(())
 }
 
-/// Serves Streamable HTTP at `http://ADDR/mcp` until Ctrl-C, with legacy
-/// sessions kept by `sessions`; `tasks` renames 2025-11-25 task requests
-/// (see [`tasks::rewrite_http_request`]).
-async fn serve_http<M: SessionManager>(
-    server: OrderServer,
+/// Serves Streamable HTTP at `http://ADDR/mcp` until Ctrl-C, with a handler
+/// from `factory` per legacy session or stateless request, legacy sessions
+/// kept by `sessions`, `listens` counting listen requests and the
+/// middleware `layers`.
+async fn serve_http<S, M>(
+    factory: impl Fn() -> S + Send + Sync + 'static,
+    listens: Arc<PendingListens>,
     era: Era,
     addr: SocketAddr,
-    interactions: bool,
+    layers: HttpLayers,
     sessions: M,
-    tasks: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<()>
+where
+    S: ServerHandler,
+    M: SessionManager,
+{
     let shutdown = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         // 2026-07-28 has no sessions; rmcp serves it statelessly either way.
@@ -207,16 +272,14 @@ async fn serve_http<M: SessionManager>(
         .with_stateless_protocol_metadata_required(era == Era::Modern)
         .with_max_request_body_bytes(era::MAX_BODY_BYTES)
         .with_cancellation_token(shutdown.clone());
-    let listens = server.listens();
-    let service =
-        StreamableHttpService::new(move || Ok(server.clone()), Arc::new(sessions), config);
+    let service = StreamableHttpService::new(move || Ok(factory()), Arc::new(sessions), config);
     let mut router = axum::Router::new().nest_service("/mcp", service).layer(
         axum::middleware::from_fn_with_state(listens, listens::track_http_listens),
     );
-    if interactions {
+    if layers.interactions {
         router = router.layer(axum::middleware::from_fn(era::fix_http_response));
     }
-    if tasks {
+    if layers.tasks {
         router = router.layer(axum::middleware::from_fn(tasks::rewrite_http_request));
     }
     if era != Era::Dual {

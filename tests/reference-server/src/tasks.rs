@@ -597,7 +597,7 @@ fn status_str(status: TaskStatus) -> &'static str {
 }
 
 /// RFC 3339 / ISO 8601 UTC timestamp with milliseconds, e.g. `2026-11-30T08:13:26.123Z`.
-fn rfc3339(time: SystemTime) -> String {
+pub fn rfc3339(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
