@@ -27,4 +27,8 @@ echo "== Helm chart"; scripts/chart-test.sh
 echo "== conformance suite (client side)"
 scripts/conformance.sh
 
+echo "== conformance suite (server side: the fixture, then the fixture behind the gateway)"
+scripts/conformance-server.sh direct
+scripts/conformance-server.sh gateway
+
 echo "== all tests passed in $(( $(date +%s) - start ))s"

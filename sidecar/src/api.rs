@@ -32,12 +32,12 @@ use crate::background::{Tasks, TasksConfig};
 use crate::call::{Call, Pipeline};
 use crate::error::{CallError, Deadline};
 use crate::interactions::CallContext;
+use crate::interactions::ProgressSink as Sink;
 use crate::pool::SessionPool;
 use crate::resources::{self, Requests};
 use crate::tools::catalogue::Catalogue;
 use crate::tools::respond::Responder;
 use crate::tools::results::ResultLimits;
-use crate::upstream::progress::Sink;
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::Value;
 use switchyard_common::audit::Audit;
@@ -193,7 +193,7 @@ impl CallService {
         let run = async {
             let relay = request.relay_progress;
             let mut call = decode(request)?;
-            call.progress = progress.filter(|_| relay);
+            call.context.progress = progress.filter(|_| relay);
             self.pipeline.run(call).await
         };
         tokio::select! {
@@ -285,6 +285,7 @@ pub fn decode_request(
             run_id: request.run_id,
             tool: String::new(),
             roots: decode_roots(&request.roots_json)?,
+            progress: None,
         },
         started,
         deadline: Deadline::from_timeout_ms(started, request.timeout_ms),
@@ -319,12 +320,12 @@ pub fn decode(request: SidecarCallRequest) -> Result<Call, CallError> {
             run_id: request.run_id,
             tool,
             roots,
+            progress: None,
         },
         background: request.background,
         retry_safe: request.retry_safe,
         started,
         deadline: Deadline::from_timeout_ms(started, request.timeout_ms),
-        progress: None,
     })
 }
 

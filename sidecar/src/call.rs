@@ -33,7 +33,6 @@ use crate::interactions::CallContext;
 use crate::pool::{Lease, SessionPool};
 use crate::tools::respond::Responder;
 use crate::tools::retry::RetrySafe;
-use crate::upstream::progress;
 use serde_json::Value;
 use switchyard_mcp::methods::TOOLS_CALL;
 use switchyard_proto::v1::{BackgroundPolicy, SidecarCallResponse};
@@ -58,9 +57,6 @@ pub struct Call {
     pub started: Instant,
     /// When the call must be over; `None`: no limit.
     pub deadline: Option<Deadline>,
-    /// Where the server's progress notifications for the call go (the
-    /// control plane asked for them); `None`: nowhere.
-    pub progress: Option<progress::Sink>,
 }
 
 /// The call pipeline of one upstream server (see the module docs). Cheap
@@ -108,11 +104,10 @@ impl Pipeline {
             params,
             context,
             deadline,
-            progress,
             ..
         } = call;
         let result = self
-            .upstream(&lease, params, &context, deadline, retry, progress)
+            .upstream(&lease, params, &context, deadline, retry)
             .await?;
         // 4. results: processed and validated.
         let server = lease.upstream().name();
@@ -164,35 +159,24 @@ impl Pipeline {
     }
 
     /// Step 3: the `tools/call` upstream, retry-safe, within the call's
-    /// deadline; its progress relayed to `progress` when asked
-    /// ([`progress::relayed`]).
+    /// deadline.
     async fn upstream(
         &self,
         lease: &Lease,
-        mut params: Value,
+        params: Value,
         context: &CallContext,
         deadline: Option<Deadline>,
         retry: RetrySafe,
-        progress: Option<progress::Sink>,
     ) -> Result<Value, CallError> {
         let upstream = lease.upstream();
         let tool = &context.tool;
         tracing::debug!(server = %upstream.name(), %tool, session = %context.session_id, run = %context.run_id, "call");
-        let tokens = progress
-            .as_ref()
-            .and_then(|_| progress::retoken(&mut params));
         let sent = retry.call_tool(upstream, params, context);
-        let sent = within(deadline, upstream.name(), TOOLS_CALL, tool, sent);
-        let outcome = match (progress, tokens) {
-            (Some(sink), Some((ours, theirs))) => {
-                // Boxed: only calls that asked for progress carry it.
-                Box::pin(progress::relayed(upstream, ours, theirs, &sink, sent)).await
-            }
-            _ => sent.await,
-        };
-        outcome?.map_err(|e| {
-            tracing::info!(server = %upstream.name(), %tool, error = %e, "call failed");
-            e.into()
-        })
+        within(deadline, upstream.name(), TOOLS_CALL, tool, sent)
+            .await?
+            .map_err(|e| {
+                tracing::info!(server = %upstream.name(), %tool, error = %e, "call failed");
+                e.into()
+            })
     }
 }

@@ -222,6 +222,7 @@ impl Background {
             foreground_limit_ms: FOREGROUND_LIMIT_MS,
             max_duration_ms: self.config.max_duration_sec.saturating_mul(1000),
             engine_tool: engine_tool.to_owned(),
+            move_when_task: false,
         }
     }
 

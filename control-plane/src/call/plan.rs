@@ -50,8 +50,9 @@ pub fn plan(
     // margin.
     // A `foreground` call has none: it runs until it ends or times out.
     let server = target.server.as_str();
-    let background = (!r.foreground).then(|| {
-        cp.background.policy(
+    let background = (!r.foreground).then(|| pb::BackgroundPolicy {
+        move_when_task: r.move_when_task,
+        ..cp.background.policy(
             &r.tool,
             r.background || snap.background_always(server, &target.tool),
             cp.state.background_running(server),

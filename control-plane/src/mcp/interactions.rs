@@ -53,18 +53,22 @@ pub fn asks(session: &McpSessionRecord, accepts: Accepts, msg: &Message) -> bool
     accepts.sse && asking && session.client_capabilities.get("elicitation").is_some()
 }
 
-/// The run whose questions request `msg` carries: a `tasks/result`
-/// carries those of its task's call (2025-11-25 tasks: "input_required"),
-/// any other request those of a fresh run of its own.
-async fn run_of(ep: &Endpoint, session: &McpSessionRecord, msg: &Message) -> String {
+/// Whose questions request `msg` carries: a `tasks/result`, those of its
+/// task's call (2025-11-25 tasks: "input_required"; `Some` record); any
+/// other request, those of a fresh run of its own (the run).
+async fn asker_of(
+    ep: &Endpoint,
+    session: &McpSessionRecord,
+    msg: &Message,
+) -> (String, Option<crate::model::background::BackgroundRecord>) {
     if msg.method == methods::TASKS_RESULT
         && let Some(id) = msg.params.get("taskId").and_then(Value::as_str)
         && let Ok(Some(rec)) = ep.cp.background.get(id).await
         && rec.session_id == session.engine_session
     {
-        return rec.run_id;
+        return (rec.run_id.clone(), Some(rec));
     }
-    switchyard_common::ids::new_id()
+    (switchyard_common::ids::new_id(), None)
 }
 
 /// The `elicitation/create` params for interaction `rec`, if this client
@@ -107,7 +111,11 @@ pub fn stream(
     // Subscribed before the request starts: no question is missed.
     let mut changes = ep.cp.state.subscribe();
     tokio::spawn(async move {
-        let run = run_of(&ep, &session, &msg).await;
+        let (run, task) = asker_of(&ep, &session, &msg).await;
+        let asked_here = |q: &InteractionRecord| match &task {
+            Some(bg) => of_background_call(bg, q),
+            None => q.run_id == run,
+        };
         let ctx = Ctx {
             ep: &ep,
             scope: &scope,
@@ -116,7 +124,7 @@ pub fn stream(
             session_id: session.engine_session.clone(),
             run_id: run.clone(),
             progress,
-            tasks: super::tasks::declared(Era::Legacy, Some(&session.client_capabilities), &msg),
+            tasks: super::tasks_declared(Era::Legacy, Some(&session.client_capabilities), &msg),
         };
         let work = super::answer(&ctx, &h, &msg);
         tokio::pin!(work);
@@ -125,10 +133,13 @@ pub fn stream(
         let caps = &session.client_capabilities;
         let outcome = loop {
             // Whatever opened meanwhile (also when the watch lagged).
-            for rec in open_of(&ep, &session.engine_session, &run) {
+            for rec in open_where(&ep, &session.engine_session, &asked_here) {
                 if asked.insert(rec.id.clone())
-                    && let Some(params) = question(&rec, caps)
+                    && let Some(mut params) = question(&rec, caps)
                 {
+                    if let Some(bg) = &task {
+                        relate_to(&mut params, &bg.id);
+                    }
                     let request = json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}{}", rec.id), "method": methods::ELICIT, "params": params});
                     if tx.send(event(&request)).await.is_err() {
                         return;
@@ -164,7 +175,7 @@ pub fn stream(
                 return;
             }
         }
-        let message = respond::message(&msg, Era::Legacy, outcome);
+        let message = respond::message(msg.id.as_ref(), &msg.method, Era::Legacy, outcome);
         let _ = tx.send(event(&message)).await;
     });
     respond::sse_response(rx)
@@ -172,19 +183,68 @@ pub fn stream(
 
 /// The open interactions of `session` and `run`, oldest first.
 pub(super) fn open_of(ep: &Endpoint, session: &str, run: &str) -> Vec<InteractionRecord> {
+    open_where(ep, session, &|r| r.run_id == run)
+}
+
+/// The open interactions of `session` that `keep` keeps, oldest first.
+pub(super) fn open_where(
+    ep: &Endpoint,
+    session: &str,
+    keep: &dyn Fn(&InteractionRecord) -> bool,
+) -> Vec<InteractionRecord> {
     let snap = ep.cp.state.snapshot();
     let mut open: Vec<InteractionRecord> = snap
         .interactions
         .get(session)
         .map(|m| {
             m.values()
-                .filter(|r| r.run_id == run && r.status == Status::Open)
+                .filter(|r| r.status == Status::Open && keep(r))
                 .cloned()
                 .collect()
         })
         .unwrap_or_default();
     open.sort_by_key(|r| r.created_at_ms);
     open
+}
+
+/// Points the `_meta[related-task]` of question `params` (set when a
+/// server asks about its own task) at the client's task `id`.
+pub(super) fn relate_to(params: &mut Value, id: &str) {
+    if let Some(related) = params
+        .get_mut("_meta")
+        .and_then(|m| m.get_mut(switchyard_mcp::meta::RELATED_TASK))
+    {
+        *related = json!({"taskId": id});
+    }
+}
+
+/// Whether question `q` is one of background call `bg`'s (a client's
+/// task, `super::tasks`): asked with the call's run while it was in the
+/// foreground, or, once it moved (questions then have no run), asked by
+/// its server about its server task (`_meta[related-task]`), or about its
+/// tool when the server runs no task (wait mode).
+pub(super) fn of_background_call(
+    bg: &crate::model::background::BackgroundRecord,
+    q: &InteractionRecord,
+) -> bool {
+    if !bg.run_id.is_empty() && q.run_id == bg.run_id {
+        return true;
+    }
+    if !q.run_id.is_empty() || q.server != bg.server {
+        return false;
+    }
+    if bg.task_id.is_empty() {
+        return q.tool == bg.tool;
+    }
+    let related = q
+        .params
+        .as_ref()
+        .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+        .and_then(|p| {
+            p.pointer("/_meta/io.modelcontextprotocol~1related-task/taskId")
+                .cloned()
+        });
+    related.as_ref().and_then(Value::as_str) == Some(bg.task_id.as_str())
 }
 
 /// A client's JSON-RPC response `msg` in session `session`: the answer to
@@ -236,7 +296,7 @@ pub(super) enum Refused {
 /// which cancels): `action` is the answer (`accept` with its `content`,
 /// `decline`, `cancel`; for an approval, accept approves and decline
 /// denies).
-/// Answers the open interactions of `session` and `run` that `responses`
+/// Answers the interactions of `session` among `open` that `responses`
 /// (`inputResponses`: interaction id -> `ElicitResult`) name, and returns
 /// the ids answered; other keys are ignored (mrtr "Error Handling"). An
 /// answer that does not fit its question leaves it open, to be asked
@@ -244,16 +304,13 @@ pub(super) enum Refused {
 pub(super) async fn answer_open(
     ep: &Endpoint,
     session: &str,
-    run: &str,
+    open: &[InteractionRecord],
     responses: &serde_json::Map<String, Value>,
 ) -> Vec<String> {
-    let open: Vec<String> = open_of(ep, session, run)
-        .into_iter()
-        .map(|r| r.id)
-        .collect();
+    let open: Vec<&str> = open.iter().map(|r| r.id.as_str()).collect();
     let mut answered = Vec::new();
     for (key, response) in responses {
-        if !open.contains(key) {
+        if !open.contains(&key.as_str()) {
             continue;
         }
         match answer(ep, session, key, Some(response)).await {

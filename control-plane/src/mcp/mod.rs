@@ -102,8 +102,8 @@ pub struct Ctx<'a> {
     /// answered as an SSE stream carrying them); `None`: the client sent
     /// no `progressToken`, or takes JSON only.
     pub progress: Option<switchyard_proto::calls::Observer>,
-    /// The client declared tasks ([`tasks::declared`]): its calls may
-    /// become tasks.
+    /// The client declared tasks ([`tasks_declared`]): its calls may
+    /// become tasks ([`tasks`]).
     pub tasks: bool,
 }
 
@@ -343,7 +343,7 @@ async fn handled(
         (None, Scope::Session(id)) => id.clone(),
         (None, _) => String::new(),
     };
-    let client_tasks = tasks::declared(era, session.as_ref().map(|s| &s.client_capabilities), &msg);
+    let client_tasks = tasks_declared(era, session.as_ref().map(|s| &s.client_capabilities), &msg);
     // 4. The client's answers to our questions, and notifications: taken,
     // nothing to answer.
     match (msg.kind.clone(), &session) {
@@ -396,7 +396,7 @@ async fn handled(
             served.outcome = "ok";
             return Ok(respond::progress_stream(progress, async move {
                 let outcome = mrtr::serve(&ep, &scope, caller.as_ref(), &h, &msg, Some(observer));
-                respond::message(&msg, era, outcome.await)
+                respond::message(msg.id.as_ref(), &msg.method, era, outcome.await)
             }));
         }
         let mut result = mrtr::serve(ep, scope, caller.as_ref(), h, &msg, None)
@@ -442,7 +442,12 @@ async fn handled(
                 progress: Some(observer.0),
                 tasks: client_tasks,
             };
-            respond::message(&msg, era, answer(&ctx, &h, &msg).await)
+            respond::message(
+                msg.id.as_ref(),
+                &msg.method,
+                era,
+                answer(&ctx, &h, &msg).await,
+            )
         }));
     }
     // 5. One arm per method.
@@ -485,6 +490,23 @@ pub(crate) async fn answer(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Resul
             switchyard_mcp::jsonrpc::METHOD_NOT_FOUND,
             format!("method not found: {other:?}"),
         )),
+    }
+}
+
+/// Whether the client declared tasks for `tools/call`: 2025-11-25
+/// `capabilities` of its session (`tasks.requests.tools.call`), 2026-07-28
+/// the request's client capabilities (`extensions[io.modelcontextprotocol/tasks]`).
+pub fn tasks_declared(era: Era, session_capabilities: Option<&Value>, msg: &Message) -> bool {
+    match era {
+        Era::Legacy => session_capabilities
+            .and_then(|c| c.pointer("/tasks/requests/tools/call"))
+            .is_some_and(Value::is_object),
+        Era::Modern => msg
+            .meta()
+            .and_then(|m| m.get(switchyard_mcp::meta::CLIENT_CAPABILITIES))
+            .and_then(|c| c.get("extensions"))
+            .and_then(|e| e.get(switchyard_mcp::meta::TASKS_EXTENSION))
+            .is_some_and(Value::is_object),
     }
 }
 

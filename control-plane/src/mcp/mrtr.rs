@@ -260,7 +260,7 @@ fn start(
             session_id: session,
             run_id: run.clone(),
             progress,
-            tasks: super::tasks::declared(Era::Modern, None, &msg),
+            tasks: super::tasks_declared(Era::Modern, None, &msg),
         };
         let outcome = tokio::select! {
             r = super::answer(&ctx, &h, &msg) => r,
@@ -529,7 +529,8 @@ async fn take_responses(
             ));
         }
     };
-    answered.extend(interactions::answer_open(ep, &p.s, &p.r, responses).await);
+    let open = interactions::open_of(ep, &p.s, &p.r);
+    answered.extend(interactions::answer_open(ep, &p.s, &open, responses).await);
     Ok(answered)
 }
 

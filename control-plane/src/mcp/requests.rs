@@ -126,6 +126,7 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
         // result; with them, its call may become one (`super::tasks`).
         foreground: !ctx.tasks,
         background: ctx.tasks && super::tasks::wants_task(ctx.era, msg),
+        move_when_task: ctx.tasks,
         ..Default::default()
     };
     let cp = ctx.ep.cp.clone();

@@ -139,7 +139,13 @@ impl McpError {
                 .get("message")
                 .and_then(Value::as_str)
                 .unwrap_or(e.message.as_str());
-            let err = McpError::rpc(code, message);
+            let mut err = McpError::rpc(code, message);
+            // 2026-07-28 answers its own protocol errors (a header
+            // mismatch, a missing client capability, an unsupported
+            // version) with HTTP 400, whoever raised them.
+            if era == Era::Modern && jsonrpc::is_modern_error_code(code) {
+                err.status = StatusCode::BAD_REQUEST;
+            }
             return match u.get("data") {
                 Some(d) => err.with_data(d.clone()),
                 None => err,
@@ -224,13 +230,18 @@ const CACHEABLE: &[&str] = &[
     switchyard_mcp::methods::SERVER_DISCOVER,
 ];
 
-/// The JSON-RPC response to request `msg` of a client of `era`: its
-/// result decorated ([`decorate`]), or its error; as sent on a stream.
-pub fn message(msg: &super::ingress::Message, era: Era, outcome: Result<Value, McpError>) -> Value {
-    let id = msg.id.as_ref();
+/// The JSON-RPC response to request `id` of `method` from a client of
+/// `era`: its result decorated ([`decorate`]), or its error; as sent on a
+/// stream.
+pub fn message(
+    id: Option<&Value>,
+    method: &str,
+    era: Era,
+    outcome: Result<Value, McpError>,
+) -> Value {
     match outcome {
         Ok(mut result) => {
-            decorate(&msg.method, era, &mut result);
+            decorate(method, era, &mut result);
             jsonrpc::result_response(id.unwrap_or(&Value::Null), result)
         }
         Err(e) => e.with_id(id).body(),

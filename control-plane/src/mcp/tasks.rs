@@ -4,7 +4,7 @@
 //! the background call's id: a task outlives its request, the replica and
 //! the sidecar that run it, and any replica answers for it.
 //!
-//! - **When.** A client that declared tasks ([`declared`]: 2025-11-25
+//! - **When.** A client that declared tasks ([`super::tasks_declared`]: 2025-11-25
 //!   `capabilities.tasks.requests.tools.call`, 2026-07-28 the extension in
 //!   the request's client capabilities) gets a task when its call moves to
 //!   the background: at once for a 2025-11-25 `tools/call` with `task`
@@ -47,23 +47,6 @@ pub const POLL_INTERVAL_MS: u64 = 2000;
 
 /// Tasks per `tasks/list` page.
 pub const PAGE: u32 = 100;
-
-/// Whether the client declared tasks for `tools/call`: 2025-11-25
-/// `capabilities` of its session (`tasks.requests.tools.call`), 2026-07-28
-/// the request's client capabilities (`extensions[io.modelcontextprotocol/tasks]`).
-pub fn declared(era: Era, session_capabilities: Option<&Value>, msg: &Message) -> bool {
-    match era {
-        Era::Legacy => session_capabilities
-            .and_then(|c| c.pointer("/tasks/requests/tools/call"))
-            .is_some_and(Value::is_object),
-        Era::Modern => msg
-            .meta()
-            .and_then(|m| m.get(meta::CLIENT_CAPABILITIES))
-            .and_then(|c| c.get("extensions"))
-            .and_then(|e| e.get(meta::TASKS_EXTENSION))
-            .is_some_and(Value::is_object),
-    }
-}
 
 /// Whether a 2025-11-25 `tools/call` asks to run as a task (`params.task`).
 pub fn wants_task(era: Era, msg: &Message) -> bool {
@@ -157,8 +140,22 @@ async fn session_of(ctx: &Ctx<'_>) -> Result<String, McpError> {
     super::mrtr::session_for(ctx.ep, ctx.scope, ctx.caller).await
 }
 
-/// `params.taskId`. Errors: -32602.
-fn task_id(msg: &Message) -> Result<&str, McpError> {
+/// `params.taskId` of a `tasks/*` request of `ctx`. Errors: a 2026-07-28
+/// request that does not declare the extension, 400 with -32021 naming it
+/// in `data.requiredCapabilities` (SEP-2663); no `taskId`, -32602.
+fn task_id<'m>(ctx: &Ctx<'_>, msg: &'m Message) -> Result<&'m str, McpError> {
+    if ctx.era == Era::Modern && !ctx.tasks {
+        return Err(McpError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            switchyard_mcp::jsonrpc::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            format!(
+                "{}: the request does not declare the {} extension",
+                msg.method,
+                meta::TASKS_EXTENSION
+            ),
+        )
+        .with_data(json!({"requiredCapabilities": {"extensions": {meta::TASKS_EXTENSION: {}}}})));
+    }
     msg.params
         .get("taskId")
         .and_then(Value::as_str)
@@ -189,13 +186,25 @@ async fn task_of(ctx: &Ctx<'_>, session: &str, id: &str) -> Result<BackgroundRec
         .ok_or_else(|| not_found(id))
 }
 
+/// The open questions of the call of `rec`.
+fn asked_of(
+    ctx: &Ctx<'_>,
+    rec: &BackgroundRecord,
+) -> Vec<crate::model::interaction::InteractionRecord> {
+    super::interactions::open_where(ctx.ep, &rec.session_id, &|q| {
+        super::interactions::of_background_call(rec, q)
+    })
+}
+
 /// The questions the call of `rec` waits on, keyed by interaction id, as
 /// `inputRequests` (for a client that may be asked them).
 fn questions(ctx: &Ctx<'_>, rec: &BackgroundRecord, caps: &Value) -> Map<String, Value> {
-    super::interactions::open_of(ctx.ep, &rec.session_id, &rec.run_id)
+    asked_of(ctx, rec)
         .iter()
         .filter_map(|q| {
-            let params = super::interactions::question(q, caps)?;
+            let mut params = super::interactions::question(q, caps)?;
+            // The task the client knows is ours, not the server's.
+            super::interactions::relate_to(&mut params, &rec.id);
             Some((
                 q.id.clone(),
                 json!({"method": switchyard_mcp::methods::ELICIT, "params": params}),
@@ -206,7 +215,7 @@ fn questions(ctx: &Ctx<'_>, rec: &BackgroundRecord, caps: &Value) -> Map<String,
 
 /// `tasks/get`.
 pub async fn get(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
-    let id = task_id(msg)?;
+    let id = task_id(ctx, msg)?;
     let session = session_of(ctx).await?;
     let rec = task_of(ctx, &session, id).await?;
     let caps = msg
@@ -218,9 +227,12 @@ pub async fn get(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
         true => Map::new(),
         false => questions(ctx, &rec, &caps),
     };
-    let status = match asked.is_empty() {
-        true => rec.status.as_str(),
-        false => "input_required",
+    // `input_required` only with a question this client can answer (the
+    // server's status may come before its question is relayed).
+    let status = match (asked.is_empty(), rec.status.as_str()) {
+        (false, _) => "input_required",
+        (true, "input_required") => "working",
+        (true, s) => s,
     };
     let mut task = Shown::of_record(&rec).task(ctx.era, status);
     if ctx.era == Era::Modern {
@@ -264,7 +276,7 @@ fn error_of(rec: &BackgroundRecord) -> Value {
 /// terminal (at most until its deadline), then its result with
 /// `_meta[related-task]`, or its error.
 pub async fn result(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
-    let id = task_id(msg)?;
+    let id = task_id(ctx, msg)?;
     let session = session_of(ctx).await?;
     // Subscribed before the first read: no update is missed.
     let mut changes = ctx.ep.cp.state.subscribe();
@@ -323,7 +335,7 @@ fn finished(rec: &BackgroundRecord) -> Result<Value, McpError> {
 /// (2026-07-28). A terminal task: -32602 (2025-11-25); unchanged and
 /// answered as usual (2026-07-28).
 pub async fn cancel(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
-    let id = task_id(msg)?;
+    let id = task_id(ctx, msg)?;
     let session = session_of(ctx).await?;
     let rec = task_of(ctx, &session, id).await?;
     let cp = &ctx.ep.cp;
@@ -375,7 +387,7 @@ pub async fn list(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
 /// `tasks/update` (2026-07-28): `params.inputResponses` answer the task's
 /// open questions; keys that name none are ignored.
 pub async fn update(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
-    let id = task_id(msg)?;
+    let id = task_id(ctx, msg)?;
     let session = session_of(ctx).await?;
     let rec = task_of(ctx, &session, id).await?;
     let responses = match msg.params.get("inputResponses") {
@@ -386,7 +398,8 @@ pub async fn update(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
             ));
         }
     };
-    super::interactions::answer_open(ctx.ep, &rec.session_id, &rec.run_id, responses).await;
+    let open = asked_of(ctx, &rec);
+    super::interactions::answer_open(ctx.ep, &rec.session_id, &open, responses).await;
     Ok(json!({}))
 }
 
@@ -407,6 +420,7 @@ mod tests {
 
     #[test]
     fn tasks_are_declared_per_era() {
+        let declared = super::super::tasks_declared;
         let legacy = json!({"tasks": {"requests": {"tools": {"call": {}}}}});
         assert!(declared(Era::Legacy, Some(&legacy), &msg(json!({}))));
         assert!(!declared(

@@ -1966,6 +1966,27 @@ async fn modern_with(
     post(base, path, &h, body.to_string()).await.2
 }
 
+/// Polls 2026-07-28 `tasks/get` of `task` on `path` (declaring `caps`)
+/// until its status is `status`; the last answer.
+async fn task_reaches(base: &str, path: &str, task: &str, caps: &Value, status: &str) -> Value {
+    eventually(&format!("task {task} is {status}"), LIMIT, || async move {
+        let g = modern_with(
+            base,
+            path,
+            "tasks/get",
+            Some(task),
+            caps.clone(),
+            json!({"taskId": task}),
+        )
+        .await;
+        match g["result"]["status"].as_str() {
+            Some(s) if s == status => Ok(g),
+            _ => Err(g.to_string()),
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
     let _heavy = HEAVY.lock().await;
@@ -1973,7 +1994,7 @@ async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
     let servers = format!(
         "[[servers]]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = {reference}\nargs = [\"--era\", \"2026-07-28\"]\n\n\
          [[servers]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"stdio\"]\n\n\
-         [[servers]]\nname = \"shop\"\ntransport = \"stdio\"\ncommand = {reference}\nargs = [\"--interactions\", \"--era\", \"2026-07-28\"]\n",
+         [[servers]]\nname = \"jobs\"\ntransport = \"stdio\"\ncommand = {reference}\nargs = [\"--tasks\", \"--era\", \"2026-07-28\"]\n",
         toml_str(switchyard_test_support::everything_bin().to_string_lossy())
     );
     let port = switchyard_test_support::free_port();
@@ -1986,7 +2007,7 @@ async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
         &servers,
         &extra,
         &[],
-        &["orders", "everything", "shop"],
+        &["orders", "everything", "jobs"],
     )
     .await;
     let base = format!("http://127.0.0.1:{port}");
@@ -2042,29 +2063,26 @@ async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
         .expect("taskId")
         .to_owned();
     assert!(created["result"]["pollIntervalMs"].is_u64(), "{created}");
-    let done = eventually("the task completes", LIMIT, || {
-        let (base, task, caps) = (base.clone(), task.clone(), tasks_ext.clone());
-        async move {
-            let g = modern_with(
-                &base,
-                path,
-                "tasks/get",
-                Some(&task),
-                caps,
-                json!({"taskId": task}),
-            )
-            .await;
-            match g["result"]["status"].as_str() {
-                Some("completed") => Ok(g),
-                _ => Err(g.to_string()),
-            }
-        }
-    })
-    .await;
+    let done = task_reaches(&base, path, &task, &tasks_ext, "completed").await;
     assert_eq!(done["result"]["resultType"], "complete", "{done}");
     assert_eq!(
         done["result"]["result"]["content"][0]["text"], "3",
         "{done}"
+    );
+    // tasks/* from a request that does not declare the extension: -32021.
+    let undeclared = modern_with(
+        &base,
+        path,
+        "tasks/get",
+        Some(&task),
+        json!({}),
+        json!({"taskId": task}),
+    )
+    .await;
+    assert_eq!(code(&undeclared), -32021, "{undeclared}");
+    assert!(
+        undeclared["error"]["data"]["requiredCapabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
+        "{undeclared}"
     );
     // Another URL is another engine session: not its task.
     let other = modern_with(
@@ -2100,26 +2118,16 @@ async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
     .await;
     assert_eq!(c["result"]["resultType"], "complete", "{c}");
     // A task's question is asked through tasks/get and answered with
-    // tasks/update.
-    gw.admin()
-        .await
-        .set_tool_policy(pb::SetToolPolicyRequest {
-            server: "shop".into(),
-            tool: "confirm_order_form".into(),
-            policy: "default".into(),
-            background: "always".into(),
-        })
-        .await
-        .expect("background: always");
+    // tasks/update (the server's task asks once it runs).
     let asking = json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
-    let form = json!({"name": "shop__confirm_order_form", "arguments": {}});
+    let ask = json!({"name": "jobs__task_ask", "arguments": {"ms": 300}});
     let created = modern_with(
         &base,
         "/mcp",
         "tools/call",
-        Some("shop__confirm_order_form"),
+        Some("jobs__task_ask"),
         asking.clone(),
-        form,
+        ask,
     )
     .await;
     assert_eq!(created["result"]["resultType"], "task", "{created}");
@@ -2127,25 +2135,7 @@ async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
         .as_str()
         .expect("taskId")
         .to_owned();
-    let waiting = eventually("the task asks", LIMIT, || {
-        let (base, task, caps) = (base.clone(), form_task.clone(), asking.clone());
-        async move {
-            let g = modern_with(
-                &base,
-                "/mcp",
-                "tasks/get",
-                Some(&task),
-                caps,
-                json!({"taskId": task}),
-            )
-            .await;
-            match g["result"]["status"].as_str() {
-                Some("input_required") => Ok(g),
-                _ => Err(g.to_string()),
-            }
-        }
-    })
-    .await;
+    let waiting = task_reaches(&base, "/mcp", &form_task, &asking, "input_required").await;
     let questions = waiting["result"]["inputRequests"]
         .as_object()
         .expect("inputRequests");
@@ -2156,7 +2146,13 @@ async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
         question["params"]["message"]
             .as_str()
             .unwrap_or("")
-            .contains("Confirm the delivery"),
+            .contains("Name for the task"),
+        "{waiting}"
+    );
+    // The related task is the client's task, not the server's.
+    assert_eq!(
+        question["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        json!(form_task),
         "{waiting}"
     );
     let u = modern_with(
@@ -2165,36 +2161,55 @@ async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
         "tasks/update",
         Some(&form_task),
         asking.clone(),
-        json!({"taskId": form_task, "inputResponses": {key.clone(): {"action": "decline"}}}),
+        json!({"taskId": form_task, "inputResponses": {key.clone(): {"action": "accept", "content": {"name": "Ada"}}}}),
     )
     .await;
     assert_eq!(u["result"]["resultType"], "complete", "{u}");
-    let answered = eventually("the answered task completes", LIMIT, || {
-        let (base, task, caps) = (base.clone(), form_task.clone(), asking.clone());
-        async move {
-            let g = modern_with(
-                &base,
-                "/mcp",
-                "tasks/get",
-                Some(&task),
-                caps,
-                json!({"taskId": task}),
-            )
-            .await;
-            match g["result"]["status"].as_str() {
-                Some("completed") => Ok(g),
-                _ => Err(g.to_string()),
-            }
-        }
-    })
-    .await;
+    let answered = task_reaches(&base, "/mcp", &form_task, &asking, "completed").await;
     assert!(
         answered["result"]["result"]["content"][0]["text"]
             .as_str()
             .unwrap_or("")
-            .contains("decline"),
+            .contains("hello Ada"),
         "{answered}"
     );
+    // A server's own task reaches a client that takes tasks at once (no
+    // background policy: without the client's tasks it would run in the
+    // foreground), and its result through tasks/get.
+    let sleep = json!({"name": "jobs__task_sleep", "arguments": {"ms": 1500, "text": "z"}});
+    let created = modern_with(
+        &base,
+        "/mcp",
+        "tools/call",
+        Some("jobs__task_sleep"),
+        tasks_ext.clone(),
+        sleep.clone(),
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let job = created["result"]["taskId"]
+        .as_str()
+        .expect("taskId")
+        .to_owned();
+    let done = task_reaches(&base, "/mcp", &job, &tasks_ext, "completed").await;
+    assert!(
+        done["result"]["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("slept 1500 ms"),
+        "{done}"
+    );
+    // Without tasks, the same call is answered in the foreground.
+    let r = modern_with(
+        &base,
+        "/mcp",
+        "tools/call",
+        Some("jobs__task_sleep"),
+        json!({}),
+        sleep,
+    )
+    .await;
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
     // A client that does not declare tasks never gets one.
     let plain = modern_with(&base, path, "tools/call", Some("add"), json!({}), add).await;
     assert_eq!(plain["result"]["content"][0]["text"], "3", "{plain}");

@@ -160,6 +160,12 @@ impl Tasks {
             context,
             answered: HashSet::new(),
         };
+        // A caller that takes tasks gets this one now: the foreground
+        // window ends at its creation.
+        let deadline = match policy.as_ref() {
+            Some(p) if p.move_when_task && movable => Some(Instant::now()),
+            _ => deadline,
+        };
         // Foreground polling.
         loop {
             match self.look(&mut task, deadline).await {

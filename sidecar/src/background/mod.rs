@@ -570,6 +570,7 @@ impl Tasks {
                 run_id: String::new(),
                 tool: call.tool.clone(),
                 roots: Vec::new(),
+                progress: None,
             };
             self.initiators().set(&call.task_id, context.clone());
             let state = TaskState {

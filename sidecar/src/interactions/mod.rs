@@ -82,6 +82,41 @@ pub struct CallContext {
     pub tool: String,
     /// The session's roots (MCP `Root` objects), answered to `roots/list`.
     pub roots: Vec<Value>,
+    /// Where the server's progress notifications for the call go (the
+    /// control plane asked for them; `crate::upstream::progress`);
+    /// `None`: nowhere.
+    pub progress: Option<ProgressSink>,
+}
+
+/// Where a call's progress notifications go: each is a whole JSON-RPC
+/// notification, JSON text. Cheap to clone; equal when it is the same
+/// sink.
+#[derive(Clone)]
+pub struct ProgressSink(std::sync::Arc<dyn Fn(String) + Send + Sync>);
+
+impl ProgressSink {
+    /// A sink calling `send` with each notification; `send` must not
+    /// block.
+    pub fn new(send: impl Fn(String) + Send + Sync + 'static) -> Self {
+        ProgressSink(std::sync::Arc::new(send))
+    }
+
+    /// Hands on one notification.
+    pub fn send(&self, json: String) {
+        (self.0)(json)
+    }
+}
+
+impl std::fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressSink")
+    }
+}
+
+impl PartialEq for ProgressSink {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// Asks users. The sidecar's implementation asks the control plane

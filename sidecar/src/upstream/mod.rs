@@ -473,8 +473,18 @@ impl Upstream {
                 };
             }
         }
+        // Progress asked for: the server sees a token of ours
+        // ([`progress`]); the params are copied only then.
+        let retokened = context.progress.as_ref().and_then(|_| {
+            let mut p = params.clone();
+            progress::retoken(&mut p).map(|tokens| (p, tokens))
+        });
+        let (params, tokens) = match &retokened {
+            Some((p, tokens)) => (p, Some(tokens.clone())),
+            None => (params, None),
+        };
         let relay = &self.inner.relay;
-        async {
+        let work = async {
             let _in_flight = relay.enter(context.clone());
             let result = self.rounds(method, params, &context).await;
             if let Err(UpstreamError::Rpc {
@@ -489,9 +499,16 @@ impl Upstream {
                 return self.rounds(method, params, &context).await;
             }
             result
+        };
+        match (context.progress.as_ref(), tokens) {
+            (Some(sink), Some((ours, theirs))) => {
+                // Boxed: only requests whose progress is relayed carry it.
+                Box::pin(progress::relayed(self, ours, theirs, sink, work))
+                    .instrument(self.inner.span.clone())
+                    .await
+            }
+            _ => work.instrument(self.inner.span.clone()).await,
         }
-        .instrument(self.inner.span.clone())
-        .await
     }
 
     /// The multi round-trip loop ([`mrtr::rounds`]) of one request.

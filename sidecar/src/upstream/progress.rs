@@ -7,35 +7,12 @@
 //! ([`relayed`]). Nothing else of the notification changes.
 
 use super::Upstream;
+use crate::interactions::ProgressSink as Sink;
 use serde_json::Value;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use switchyard_mcp::methods;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-
-/// Where a request's progress notifications go: each is a whole JSON-RPC
-/// notification, JSON text. Cheap to clone.
-#[derive(Clone)]
-pub struct Sink(Arc<dyn Fn(String) + Send + Sync>);
-
-impl Sink {
-    /// A sink calling `send` with each notification; `send` must not
-    /// block.
-    pub fn new(send: impl Fn(String) + Send + Sync + 'static) -> Self {
-        Sink(Arc::new(send))
-    }
-
-    fn send(&self, json: String) {
-        (self.0)(json)
-    }
-}
-
-impl std::fmt::Debug for Sink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("progress::Sink")
-    }
-}
 
 /// Sets `params._meta.progressToken` to a token of this process's own
 /// (`sy-progress-N`) and returns it with the caller's; `None` (params

@@ -226,6 +226,7 @@ fn ctx(session: &str) -> CallContext {
             json!({"uri": format!("file:///work/{session}"), "name": format!("{session} workspace")}),
             json!({"uri": "file:///shared"}),
         ],
+        progress: None,
     }
 }
 

@@ -139,6 +139,7 @@ pub fn policy(server: &str, id: &str, auto_after_ms: u64) -> BackgroundPolicy {
         foreground_limit_ms: 600_000,
         max_duration_ms: 3_600_000,
         engine_tool: format!("{server}__{id}"),
+        move_when_task: false,
     }
 }
 
