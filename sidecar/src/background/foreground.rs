@@ -160,14 +160,18 @@ impl Tasks {
             context,
             answered: HashSet::new(),
         };
-        // A caller that takes tasks gets this one now: the foreground
-        // window ends at its creation.
-        let deadline = match policy.as_ref() {
-            Some(p) if p.move_when_task && movable => Some(Instant::now()),
-            _ => deadline,
-        };
+        // A caller that takes tasks gets this one now: no foreground
+        // polling (the task's questions are then asked from the
+        // background, where no window cuts them short), unless it is over
+        // already.
+        let moves_now = policy.as_ref().is_some_and(|p| p.move_when_task)
+            && movable
+            && !status::is_terminal(&task.state.status);
         // Foreground polling.
         loop {
+            if moves_now {
+                break;
+            }
             match self.look(&mut task, deadline).await {
                 Ok(Look::Done(finish)) => {
                     guard.disarm();
