@@ -296,15 +296,7 @@ fn start(
 fn stored(rec: OutcomeRecord) -> Outcome {
     match (rec.result, rec.error) {
         (Some(r), _) => Ok(r),
-        (None, Some(e)) => {
-            let code = e["code"].as_i64().unwrap_or(respond::INTERNAL_ERROR);
-            let message = e["message"].as_str().unwrap_or("the call failed");
-            let err = McpError::rpc(code, message);
-            Err(match e.get("data") {
-                Some(d) => err.with_data(d.clone()),
-                None => err,
-            })
-        }
+        (None, Some(e)) => Err(McpError::from_object(&e, "the call failed")),
         (None, None) => Err(McpError::rpc(
             respond::INTERNAL_ERROR,
             "the call's stored outcome is empty",

@@ -113,6 +113,18 @@ impl McpError {
         json!({"jsonrpc": "2.0", "id": self.id, "error": error})
     }
 
+    /// The error a JSON-RPC error object `e` (`{code, message, data?}`, as
+    /// stored) describes; -32603 and `fallback` where a field is missing.
+    pub fn from_object(e: &Value, fallback: &str) -> Self {
+        let code = e["code"].as_i64().unwrap_or(INTERNAL_ERROR);
+        let message = e["message"].as_str().unwrap_or(fallback);
+        let err = McpError::rpc(code, message);
+        match e.get("data") {
+            Some(d) => err.with_data(d.clone()),
+            None => err,
+        }
+    }
+
     /// The error for a request of `era` that the call path refused with
     /// `e`. A JSON-RPC error the server answered (the status details)
     /// passes through as it came, except that a missing resource gets the

@@ -318,16 +318,7 @@ fn finished(rec: &BackgroundRecord) -> Result<Value, McpError> {
             respond::INTERNAL_ERROR,
             format!("task {} was cancelled", rec.id),
         )),
-        _ => {
-            let e = error_of(rec);
-            let code = e["code"].as_i64().unwrap_or(respond::INTERNAL_ERROR);
-            let message = e["message"].as_str().unwrap_or("the task failed");
-            let err = McpError::rpc(code, message);
-            Err(match e.get("data") {
-                Some(d) => err.with_data(d.clone()),
-                None => err,
-            })
-        }
+        _ => Err(McpError::from_object(&error_of(rec), "the task failed")),
     }
 }
 
