@@ -240,12 +240,26 @@ fn decode_roots(roots_json: &str) -> Result<Vec<Value>, CallError> {
     }
 }
 
+/// `client_capabilities_json`: empty (`None`), or a JSON object.
+fn decode_client(json: &str) -> Result<Option<Value>, CallError> {
+    match json.trim() {
+        "" => Ok(None),
+        text => match serde_json::from_str::<Value>(text) {
+            Ok(v @ Value::Object(_)) => Ok(Some(v)),
+            _ => Err(CallError::invalid(
+                "client_capabilities_json",
+                "must be a JSON object (MCP ClientCapabilities)",
+            )),
+        },
+    }
+}
+
 /// Decodes a stage E request of `method` (`resources/read`,
 /// `prompts/get`, `completion/complete`): its deadline starts now.
 /// Errors (`InvalidArgument`, naming the field): `params_json` is not a
 /// JSON object, or lacks the method's key (`uri` or `name` a string,
 /// `ref` and `argument` objects); `roots_json` is neither empty nor a
-/// JSON array.
+/// JSON array; `client_capabilities_json` neither empty nor an object.
 pub fn decode_request(
     method: &'static str,
     request: SidecarRequest,
@@ -286,6 +300,7 @@ pub fn decode_request(
             tool: String::new(),
             roots: decode_roots(&request.roots_json)?,
             progress: None,
+            client: decode_client(&request.client_capabilities_json)?,
         },
         started,
         deadline: Deadline::from_timeout_ms(started, request.timeout_ms),
@@ -296,7 +311,8 @@ pub fn decode_request(
 
 /// Decodes a call request into a [`Call`]: its deadline starts now.
 /// Errors: `params_json` is not JSON or not an object; `roots_json` is
-/// neither empty nor a JSON array (`InvalidArgument`, naming the field).
+/// neither empty nor a JSON array; `client_capabilities_json` is neither
+/// empty nor an object (`InvalidArgument`, naming the field).
 pub fn decode(request: SidecarCallRequest) -> Result<Call, CallError> {
     let started = tokio::time::Instant::now();
     let params: Value = serde_json::from_str(&request.params_json)
@@ -321,6 +337,7 @@ pub fn decode(request: SidecarCallRequest) -> Result<Call, CallError> {
             tool,
             roots,
             progress: None,
+            client: decode_client(&request.client_capabilities_json)?,
         },
         background: request.background,
         retry_safe: request.retry_safe,
@@ -552,6 +569,18 @@ mod tests {
             ..Default::default()
         };
         let call = decode(request(r#"{"name": "t", "_meta": {"k": 1}}"#, "", 300)).unwrap();
+        assert!(call.context.client.is_none() && !call.context.asks_roots());
+        let client = SidecarCallRequest {
+            client_capabilities_json: r#"{"roots": {}}"#.into(),
+            ..request("{}", "", 0)
+        };
+        assert!(decode(client).unwrap().context.asks_roots());
+        let not_object = SidecarCallRequest {
+            client_capabilities_json: "[]".into(),
+            ..request("{}", "", 0)
+        };
+        let e = decode(not_object).unwrap_err().to_string();
+        assert!(e.contains("client_capabilities_json"), "{e}");
         assert_eq!(call.params, json!({"name": "t", "_meta": {"k": 1}}));
         assert_eq!(
             (call.context.tool.as_str(), call.context.session_id.as_str()),
@@ -623,6 +652,7 @@ mod tests {
             roots_json: r#"[{"uri": "file:///w"}]"#.into(),
             attach: true,
             raw: false,
+            client_capabilities_json: String::new(),
         };
         // The URI is kept byte-exact, `_meta` and unknown fields too.
         let params = r#"{"uri": "demo://a/../b%20c?q=é", "_meta": {"k": 1}, "x": 1.50}"#;

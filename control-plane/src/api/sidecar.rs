@@ -153,6 +153,7 @@ impl SidecarRegistry for SidecarApi {
             tool: r.tool,
             kind: r.kind,
             params_json: r.params_json,
+            key: r.key,
         };
         let result = self.cp.interactions.interact(&request).await?;
         Ok(Response::new(pb::InteractResponse {

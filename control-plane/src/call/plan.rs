@@ -27,7 +27,8 @@ pub struct Plan {
 /// Plans the call of `target` for request `r` (a `foreground` request
 /// gets no background policy). `retry_safe`: the tool's
 /// effective hints allow the stage-A retry. Errors: INVALID_ARGUMENT
-/// naming the field (`arguments_json`, `meta_json`, `timeout_ms`).
+/// naming the field (`arguments_json`, `meta_json`, `timeout_ms`,
+/// `client_capabilities_json`).
 pub fn plan(
     cp: &ControlPlane,
     snap: &Snapshot,
@@ -37,6 +38,9 @@ pub fn plan(
     retry_safe: bool,
 ) -> Result<Plan, CallError> {
     let params_json = params_json(&target.tool, &r.arguments_json, &r.meta_json)?;
+    if !r.client_capabilities_json.is_empty() {
+        raw_object("client_capabilities_json", &r.client_capabilities_json)?;
+    }
     let max_ms = switchyard_common::server_spec::MAX_TIMEOUT_SEC * 1000;
     if r.timeout_ms > max_ms {
         return Err(CallError::invalid_argument(format!(
@@ -84,6 +88,7 @@ pub fn plan(
         background,
         // Set at step 6, when the caller observes the call.
         relay_progress: false,
+        client_capabilities_json: r.client_capabilities_json.clone(),
     };
     Ok(Plan { request, timeout })
 }

@@ -202,8 +202,10 @@ pub enum Forward {
     Attached,
     /// The MCP endpoint: the client's own params object (its `_meta` and
     /// unknown fields kept; `uri`, `name` or `ref` already the server's),
-    /// and the answer exactly as the server sent it (`result_json`).
-    Raw(Map<String, Value>),
+    /// and the answer exactly as the server sent it (`result_json`); with
+    /// the capabilities its client answers for
+    /// (`SidecarRequest.client_capabilities_json`, empty: Switchyard's).
+    Raw(Map<String, Value>, String),
 }
 
 /// What a stage E request sends to the sidecar: the params with the
@@ -221,7 +223,7 @@ fn plan(
     meta_json: &str,
     timeout_ms: u64,
 ) -> Result<Planned, CallError> {
-    if let Forward::Raw(given) = forward {
+    if let Forward::Raw(given, _) = forward {
         params = given.clone();
     }
     if !meta_json.trim().is_empty() {
@@ -257,7 +259,11 @@ fn plan(
                 .map(|s| serde_json::to_string(&s.roots).expect("roots serialise"))
                 .unwrap_or_default(),
             attach: *forward == Forward::Attached,
-            raw: matches!(forward, Forward::Raw(_)),
+            raw: matches!(forward, Forward::Raw(..)),
+            client_capabilities_json: match forward {
+                Forward::Raw(_, caps) => caps.clone(),
+                _ => String::new(),
+            },
         },
         timeout,
     })

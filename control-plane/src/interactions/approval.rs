@@ -88,6 +88,7 @@ impl Interactions {
             url: String::new(),
             url_domain: String::new(),
             elicitation_id: String::new(),
+            key: String::new(),
             status: Status::Open,
             outcome: None,
             reason: String::new(),

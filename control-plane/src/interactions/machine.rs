@@ -36,12 +36,46 @@ pub enum AnswerError {
     /// The form content does not match `requestedSchema`.
     #[error("content_json: the answer does not match requestedSchema: {0}")]
     Form(form::FormErrors),
+    /// A roots answer that is not a list of MCP Root objects.
+    #[error("content_json: {0}")]
+    Roots(String),
+}
+
+/// The most roots a client's answer may carry.
+pub const MAX_ROOTS: usize = 1000;
+
+/// A client's answer to a roots question (`content`: the Root objects, or
+/// a whole `ListRootsResult`), checked: an array of at most [`MAX_ROOTS`]
+/// objects, each with a string `uri` that has a scheme (client/roots,
+/// "Root"); each object is kept as sent (`name`, `_meta`).
+pub fn roots_answer(content: &Value) -> Result<Value, String> {
+    let roots = match content {
+        Value::Object(o) if o.contains_key("roots") => &o["roots"],
+        other => other,
+    };
+    let Some(list) = roots.as_array() else {
+        return Err("the answer to a roots question must be an array of Root objects".into());
+    };
+    if list.len() > MAX_ROOTS {
+        return Err(format!(
+            "{} roots is more than the {MAX_ROOTS} allowed",
+            list.len()
+        ));
+    }
+    for (i, r) in list.iter().enumerate() {
+        let uri = r.get("uri").and_then(Value::as_str).unwrap_or("");
+        if !uri.contains(':') {
+            return Err(format!("roots[{i}].uri: {uri:?} is not a URI"));
+        }
+    }
+    Ok(roots.clone())
 }
 
 /// The record after an answer, or why the answer is refused. `content` is
 /// the parsed `content_json` (`Null` when absent); it is only looked at for
 /// `accept` of a form, where a `Null` content counts as `{}` and the answer
-/// is re-validated against `requestedSchema`.
+/// is re-validated against `requestedSchema`, and of a roots question
+/// ([`roots_answer`]).
 pub fn apply_answer(
     rec: &InteractionRecord,
     action: Action,
@@ -85,6 +119,11 @@ pub fn apply_answer(
             next.resolved_at_ms = now;
         }
         (Kind::Url, Action::Accept) => next.status = Status::Accepted,
+        (Kind::Roots, Action::Accept) => {
+            next.content = Some(roots_answer(content).map_err(AnswerError::Roots)?);
+            next.status = Status::Resolved;
+            next.resolved_at_ms = now;
+        }
         _ => {
             next.status = Status::Resolved;
             next.resolved_at_ms = now;

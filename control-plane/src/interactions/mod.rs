@@ -121,7 +121,9 @@ pub enum InteractionError {
 impl From<AnswerError> for InteractionError {
     fn from(e: AnswerError) -> Self {
         match e {
-            AnswerError::Form(_) => InteractionError::Invalid(e.to_string()),
+            AnswerError::Form(_) | AnswerError::Roots(_) => {
+                InteractionError::Invalid(e.to_string())
+            }
             _ => InteractionError::Precondition(e.to_string()),
         }
     }

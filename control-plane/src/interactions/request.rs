@@ -31,10 +31,13 @@ pub struct InteractRequest {
     pub run_id: String,
     /// Tool (optional).
     pub tool: String,
-    /// `form` or `url`.
+    /// `form`, `url` or `roots`.
     pub kind: String,
-    /// The `elicitation/create` params, JSON text.
+    /// The `elicitation/create` (or `roots/list`) params, JSON text.
     pub params_json: String,
+    /// The server's own key for the question (2026-07-28 `inputRequests`);
+    /// may be empty.
+    pub key: String,
 }
 
 /// A new record from a sidecar's request (validated: kind, params, URL),
@@ -52,9 +55,11 @@ pub fn record_from_request(
     check_text("server", &r.server)?;
     check_text("run_id", &r.run_id)?;
     check_text("tool", &r.tool)?;
+    check_text("key", &r.key)?;
     let kind = match r.kind.as_str() {
         "form" => Kind::Form,
         "url" => Kind::Url,
+        "roots" => Kind::Roots,
         "approval" => {
             return Err(InteractionError::Invalid(
                 "kind: approvals are raised by the control plane, not by servers".into(),
@@ -62,7 +67,7 @@ pub fn record_from_request(
         }
         other => {
             return Err(InteractionError::Invalid(format!(
-                "kind: {other:?} is not \"form\" or \"url\""
+                "kind: {other:?} is not \"form\", \"url\" or \"roots\""
             )));
         }
     };
@@ -99,7 +104,7 @@ pub fn record_from_request(
             ));
         }
     };
-    if mode != kind.as_str() {
+    if kind != Kind::Roots && mode != kind.as_str() {
         return Err(InteractionError::Invalid(format!(
             "params_json.mode: {mode:?} does not match kind {:?}",
             kind.as_str()
@@ -117,6 +122,7 @@ pub fn record_from_request(
         url: String::new(),
         url_domain: String::new(),
         elicitation_id: String::new(),
+        key: r.key.clone(),
         status: Status::Open,
         outcome: None,
         reason: String::new(),
@@ -161,6 +167,7 @@ pub fn record_from_request(
                 })?
                 .to_owned();
         }
+        Kind::Roots => {}
         Kind::Approval => unreachable!("rejected above"),
     }
     Ok(rec)

@@ -12,6 +12,7 @@ fn form_request(id: &str) -> InteractRequest {
         tool: "create_order".into(),
         kind: "form".into(),
         params_json: r#"{"mode":"form","message":"Where to?","requestedSchema":{"type":"object","properties":{"city":{"type":"string","minLength":2,"x-ui":"wide"},"count":{"type":"integer","minimum":1}},"required":["city"]},"_meta":{"k":1}}"#.into(),
+        key: String::new(),
     }
 }
 
@@ -343,4 +344,38 @@ async fn state_follows_interactions() {
     };
     assert!(c.after.is_none());
     assert!(!state.snapshot().interactions.contains_key("s1"));
+}
+
+#[test]
+fn roots_questions_take_root_objects_only() {
+    let req = InteractRequest {
+        kind: "roots".into(),
+        params_json: "{}".into(),
+        key: "client_roots".into(),
+        ..form_request("r-1")
+    };
+    let rec = record_from_request(&req, 1_000, T).unwrap();
+    assert_eq!((rec.kind, rec.key.as_str()), (Kind::Roots, "client_roots"));
+    assert!(Action::Accept.fits(Kind::Roots) && !Action::Approve.fits(Kind::Roots));
+    for bad in [
+        json!({"uri": "file:///a"}),
+        json!([{"uri": "no scheme"}]),
+        json!([1]),
+    ] {
+        assert!(
+            matches!(
+                apply_answer(&rec, Action::Accept, &bad, 2_000),
+                Err(AnswerError::Roots(_))
+            ),
+            "{bad}"
+        );
+    }
+    // A bare list or a whole ListRootsResult; each Root kept as sent.
+    let roots = json!([{"uri": "file:///a", "name": "A", "_meta": {"k": 1}}]);
+    for answer in [roots.clone(), json!({"roots": roots})] {
+        let done = apply_answer(&rec, Action::Accept, &answer, 2_000).unwrap();
+        assert_eq!(done.elicit_result(), json!({"roots": roots}));
+    }
+    let declined = apply_answer(&rec, Action::Decline, &Value::Null, 2_000).unwrap();
+    assert_eq!(declined.elicit_result(), json!({"action": "decline"}));
 }

@@ -47,10 +47,12 @@ pub(super) const ASKING: &[&str] = &[
 
 /// Whether request `msg` of 2025-11-25 session `session` is answered as a
 /// stream that carries the call's questions (and its progress, when it
-/// asked for it).
+/// asked for it): the client takes SSE and declared `elicitation` or
+/// `roots`.
 pub fn asks(session: &McpSessionRecord, accepts: Accepts, msg: &Message) -> bool {
     let asking = ASKING.contains(&msg.method.as_str()) || msg.method == methods::TASKS_RESULT;
-    accepts.sse && asking && session.client_capabilities.get("elicitation").is_some()
+    let caps = &session.client_capabilities;
+    accepts.sse && asking && (caps.get("elicitation").is_some() || caps.get("roots").is_some())
 }
 
 /// Whose questions request `msg` carries: a `tasks/result`, those of its
@@ -71,20 +73,76 @@ async fn asker_of(
     (switchyard_common::ids::new_id(), None)
 }
 
-/// The `elicitation/create` params for interaction `rec`, if this client
-/// may get it: the server's own params for a form or URL (as sent), a
-/// field-less form for an approval. `None`: a URL for a client without
-/// `elicitation.url`, or a record without params.
-pub(super) fn question(rec: &InteractionRecord, capabilities: &Value) -> Option<Value> {
+/// Interaction `rec` as a request to a client with `capabilities`, if
+/// that client may get it: the method and its params. An approval is a
+/// field-less form (`elicitation/create`), a form or URL the server's own
+/// `elicitation/create` params (as sent), a roots question the server's
+/// `roots/list` params. `None`: a question the client did not declare
+/// (`elicitation`, `elicitation.url`, `roots`), or a record without params.
+pub(super) fn question(
+    rec: &InteractionRecord,
+    capabilities: &Value,
+) -> Option<(&'static str, Value)> {
+    let elicits = capabilities
+        .get("elicitation")
+        .is_some_and(Value::is_object);
     match rec.kind {
-        Kind::Approval => Some(json!({
-            "mode": "form",
-            "message": format!("{} (accept to approve, decline to deny)", rec.message),
-            "requestedSchema": {"type": "object", "properties": {}},
-        })),
+        Kind::Roots if capabilities.get("roots").is_none() => None,
+        Kind::Roots => Some((
+            methods::LIST_ROOTS,
+            rec.params
+                .as_ref()
+                .and_then(|p| serde_json::from_str(p.get()).ok())
+                .unwrap_or_else(|| json!({})),
+        )),
+        _ if !elicits => None,
+        Kind::Approval => Some((
+            methods::ELICIT,
+            json!({
+                "mode": "form",
+                "message": format!("{} (accept to approve, decline to deny)", rec.message),
+                "requestedSchema": {"type": "object", "properties": {}},
+            }),
+        )),
         Kind::Url if capabilities["elicitation"].get("url").is_none() => None,
-        Kind::Form | Kind::Url => serde_json::from_str(rec.params.as_ref()?.get()).ok(),
+        Kind::Form | Kind::Url => Some((
+            methods::ELICIT,
+            serde_json::from_str(rec.params.as_ref()?.get()).ok()?,
+        )),
     }
+}
+
+/// The key question `rec` is shown under, among the open questions
+/// `open`, in `inputRequests`: the server's own key (a 2026-07-28 server's
+/// `inputRequests` key, so a client sees the server's names) when no
+/// other open question has it, else the interaction id.
+pub(super) fn key_of(rec: &InteractionRecord, open: &[InteractionRecord]) -> String {
+    let shared = |k: &str| open.iter().filter(|o| o.key == k).count() > 1;
+    if rec.key.is_empty() || shared(&rec.key) {
+        rec.id.clone()
+    } else {
+        rec.key.clone()
+    }
+}
+
+/// The `inputRequests` of the open questions `open` that a client with
+/// `capabilities` may get ([`question`]), under their keys ([`key_of`]),
+/// each params passed through `adjust` first.
+pub(super) fn input_requests(
+    open: &[InteractionRecord],
+    capabilities: &Value,
+    adjust: impl Fn(&mut Value),
+) -> serde_json::Map<String, Value> {
+    open.iter()
+        .filter_map(|rec| {
+            let (method, mut params) = question(rec, capabilities)?;
+            adjust(&mut params);
+            Some((
+                key_of(rec, open),
+                json!({"method": method, "params": params}),
+            ))
+        })
+        .collect()
 }
 
 /// One SSE event carrying `message`, for the stream's channel.
@@ -125,6 +183,7 @@ pub fn stream(
             run_id: run.clone(),
             progress,
             tasks: super::tasks_declared(Era::Legacy, Some(&session.client_capabilities), &msg),
+            client: super::client_capabilities(&scope, Some(&session.client_capabilities), true),
         };
         let work = super::answer(&ctx, &h, &msg);
         tokio::pin!(work);
@@ -135,12 +194,12 @@ pub fn stream(
             // Whatever opened meanwhile (also when the watch lagged).
             for rec in open_where(&ep, &session.engine_session, &asked_here) {
                 if asked.insert(rec.id.clone())
-                    && let Some(mut params) = question(&rec, caps)
+                    && let Some((method, mut params)) = question(&rec, caps)
                 {
                     if let Some(bg) = &task {
                         relate_to(&mut params, &bg.id);
                     }
-                    let request = json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}{}", rec.id), "method": methods::ELICIT, "params": params});
+                    let request = json!({"jsonrpc": "2.0", "id": format!("{ID_PREFIX}{}", rec.id), "method": method, "params": params});
                     if tx.send(event(&request)).await.is_err() {
                         return;
                     }
@@ -291,28 +350,25 @@ pub(super) enum Refused {
     Other(crate::interactions::InteractionError),
 }
 
-/// Answers interaction `id` of engine session `engine` with a client's
-/// `ElicitResult` `result` (`None`: the client answered with an error,
-/// which cancels): `action` is the answer (`accept` with its `content`,
-/// `decline`, `cancel`; for an approval, accept approves and decline
-/// denies).
 /// Answers the interactions of `session` among `open` that `responses`
-/// (`inputResponses`: interaction id -> `ElicitResult`) name, and returns
-/// the ids answered; other keys are ignored (mrtr "Error Handling"). An
-/// answer that does not fit its question leaves it open, to be asked
-/// again.
+/// (`inputResponses`: key -> `ElicitResult` or `ListRootsResult`) name,
+/// by the key each is shown under ([`key_of`]) or its interaction id, and
+/// returns the ids answered; other keys are ignored (mrtr "Error
+/// Handling"). An answer that does not fit its question leaves it open,
+/// to be asked again.
 pub(super) async fn answer_open(
     ep: &Endpoint,
     session: &str,
     open: &[InteractionRecord],
     responses: &serde_json::Map<String, Value>,
 ) -> Vec<String> {
-    let open: Vec<&str> = open.iter().map(|r| r.id.as_str()).collect();
     let mut answered = Vec::new();
-    for (key, response) in responses {
-        if !open.contains(&key.as_str()) {
+    for rec in open {
+        let key = key_of(rec, open);
+        let Some(response) = responses.get(&key).or_else(|| responses.get(&rec.id)) else {
             continue;
-        }
+        };
+        let key = &rec.id;
         match answer(ep, session, key, Some(response)).await {
             Ok(()) => answered.push(key.clone()),
             Err(Refused::Invalid(why)) => {
@@ -326,6 +382,12 @@ pub(super) async fn answer_open(
     answered
 }
 
+/// Answers interaction `id` of engine session `engine` with a client's
+/// `ElicitResult` `result` (`None`: the client answered with an error,
+/// which cancels): `action` is the answer (`accept` with its `content`,
+/// `decline`, `cancel`; for an approval, accept approves and decline
+/// denies). A roots question's answer is a `ListRootsResult`, taken as
+/// `accept` with its roots.
 pub(super) async fn answer(
     ep: &Endpoint,
     engine: &str,
@@ -344,15 +406,20 @@ pub(super) async fn answer(
         .and_then(|r| r.get("action"))
         .and_then(Value::as_str)
         .unwrap_or("cancel");
+    let roots = result.filter(|_| kind == Some(Kind::Roots));
     let action = match (kind, action) {
+        (Some(Kind::Roots), _) if roots.is_some() => "accept",
         (Some(Kind::Approval), "accept") => "approve",
         (Some(Kind::Approval), "decline") => "deny",
         (_, a) => a,
     };
-    let content = result
-        .and_then(|r| r.get("content"))
-        .map(Value::to_string)
-        .unwrap_or_default();
+    let content = match roots {
+        Some(r) => r.to_string(),
+        None => result
+            .and_then(|r| r.get("content"))
+            .map(Value::to_string)
+            .unwrap_or_default(),
+    };
     match ep
         .cp
         .interactions
@@ -362,5 +429,62 @@ pub(super) async fn answer(
         Ok(_) => Ok(()),
         Err(crate::interactions::InteractionError::Invalid(why)) => Err(Refused::Invalid(why)),
         Err(e) => Err(Refused::Other(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: &str, kind: Kind, key: &str, params: &str) -> InteractionRecord {
+        InteractionRecord {
+            id: id.into(),
+            session_id: "s".into(),
+            run_id: "r".into(),
+            kind,
+            server: "srv".into(),
+            tool: "t".into(),
+            message: "Approve?".into(),
+            params: serde_json::value::RawValue::from_string(params.into()).ok(),
+            url: String::new(),
+            url_domain: String::new(),
+            elicitation_id: String::new(),
+            key: key.into(),
+            status: Status::Open,
+            outcome: None,
+            reason: String::new(),
+            content: None,
+            created_at_ms: 0,
+            expires_at_ms: 1,
+            resolved_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn questions_keep_the_servers_keys_and_ask_only_what_is_declared() {
+        let form = r#"{"message":"Name?","requestedSchema":{"type":"object","properties":{}}}"#;
+        let open = vec![
+            rec("i1", Kind::Form, "user_name", form),
+            rec("i2", Kind::Roots, "client_roots", "{}"),
+            rec("i3", Kind::Approval, "", "{}"),
+            // Two open questions with one key: shown by id.
+            rec("i4", Kind::Form, "twice", form),
+            rec("i5", Kind::Form, "twice", form),
+        ];
+        let both = input_requests(&open, &json!({"elicitation": {}, "roots": {}}), |_| {});
+        let keys: Vec<&str> = both.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["user_name", "client_roots", "i3", "i4", "i5"]);
+        assert_eq!(both["client_roots"]["method"], methods::LIST_ROOTS);
+        assert_eq!(both["user_name"]["method"], methods::ELICIT);
+        assert_eq!(
+            both["i3"]["params"]["requestedSchema"]["properties"],
+            json!({})
+        );
+        // No roots declared: no roots question; no elicitation: no form
+        // and no approval.
+        let elicits = input_requests(&open, &json!({"elicitation": {}}), |_| {});
+        assert!(!elicits.contains_key("client_roots"), "{elicits:?}");
+        let roots = input_requests(&open, &json!({"roots": {}}), |_| {});
+        assert_eq!(roots.keys().collect::<Vec<_>>(), ["client_roots"]);
     }
 }

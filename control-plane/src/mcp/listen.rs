@@ -149,6 +149,7 @@ impl Listener {
                 run_id: String::new(),
                 progress: None,
                 tasks: false,
+                client: String::new(),
             };
             let list = Message {
                 kind: switchyard_mcp::jsonrpc::Kind::Request,

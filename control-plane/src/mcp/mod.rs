@@ -105,6 +105,10 @@ pub struct Ctx<'a> {
     /// The client declared tasks ([`tasks_declared`]): its calls may
     /// become tasks ([`tasks`]).
     pub tasks: bool,
+    /// What the server is told the client answers
+    /// (`CallToolRequest.client_capabilities_json`,
+    /// [`client_capabilities`]); empty: Switchyard's own.
+    pub client: String,
 }
 
 impl Ctx<'_> {
@@ -344,6 +348,13 @@ async fn handled(
         (None, _) => String::new(),
     };
     let client_tasks = tasks_declared(era, session.as_ref().map(|s| &s.client_capabilities), &msg);
+    // A client not asked on this request (it gets JSON, or the method
+    // asks nothing).
+    let client = client_capabilities(
+        scope,
+        session.as_ref().map(|s| &s.client_capabilities),
+        false,
+    );
     // 4. The client's answers to our questions, and notifications: taken,
     // nothing to answer.
     match (msg.kind.clone(), &session) {
@@ -418,6 +429,7 @@ async fn handled(
         run_id: String::new(),
         progress: None,
         tasks: client_tasks,
+        client: client.clone(),
     };
     // A call whose client wants its progress: an SSE stream carrying it,
     // then the response.
@@ -441,6 +453,7 @@ async fn handled(
                 run_id: String::new(),
                 progress: Some(observer.0),
                 tasks: client_tasks,
+                client,
             };
             respond::message(
                 msg.id.as_ref(),
@@ -490,6 +503,34 @@ pub(crate) async fn answer(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Resul
             switchyard_mcp::jsonrpc::METHOD_NOT_FOUND,
             format!("method not found: {other:?}"),
         )),
+    }
+}
+
+/// What the server of a request is told its client answers, as
+/// `CallToolRequest.client_capabilities_json` (empty: Switchyard's own),
+/// for a client that declared `declared` and that can (`asked`) or cannot
+/// be asked on this request (a 2025-11-25 stream, a 2026-07-28 multi
+/// round-trip; else its questions go to the session's other subscribers).
+/// On `/mcp/servers/NAME`, which shows one server as if the client were
+/// its own, the client's capabilities, less `roots` when it cannot be
+/// asked. Elsewhere Switchyard's own (the session's subscribers and roots
+/// answer for the client), with the server's `roots/list` asked of a
+/// client that declared `roots` and can be asked.
+pub fn client_capabilities(scope: &Scope, declared: Option<&Value>, asked: bool) -> String {
+    let roots = asked && declared.is_some_and(|c| c.get("roots").is_some());
+    match (scope, declared) {
+        (Scope::Server(_), Some(Value::Object(c))) => {
+            let mut c = c.clone();
+            if !asked {
+                c.remove("roots");
+            }
+            Value::Object(c).to_string()
+        }
+        (Scope::Server(_), _) => "{}".into(),
+        _ if roots => {
+            serde_json::json!({"elicitation": {"form": {}, "url": {}}, "roots": {}}).to_string()
+        }
+        _ => String::new(),
     }
 }
 

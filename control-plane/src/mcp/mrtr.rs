@@ -13,12 +13,15 @@
 //!    call starts, detached from the HTTP request ([`start`]);
 //! 2. a retry's `requestState` is opened ([`open`]: integrity, binding,
 //!    expiry) and spent (once, in the store), and its `inputResponses`
-//!    answer the run's open interactions they name;
+//!    answer the run's open interactions they name; a first request's own
+//!    `inputResponses` answer the questions that open, by key, each once;
 //! 3. then it waits for the first of: an open interaction of the run that
 //!    the client may be asked (its declared `elicitation`, with `url` for
-//!    URL elicitations), answered as `input_required` with every such
-//!    question keyed by interaction id and a new `requestState`; or the
-//!    call's outcome, the result (or error) of the request.
+//!    URL elicitations, or `roots` for a server's `roots/list`), answered
+//!    as `input_required` with every such question under the server's own
+//!    key (else its interaction id: `super::interactions::key_of`) and a
+//!    new `requestState`; or the call's outcome, the result (or error) of
+//!    the request.
 //!
 //! The call outlives the round that asked: it keeps running on the replica
 //! that started it, and its outcome is stored (`mcp-outcomes/<run>`,
@@ -108,7 +111,7 @@ pub async fn serve(
     let caps = capabilities(msg);
     // Subscribed before anything starts or is answered: nothing is missed.
     let mut changes = ep.cp.state.subscribe();
-    let (session, run, mut local, answered) = match msg.params.get("requestState") {
+    let (session, run, mut local, mut answered) = match msg.params.get("requestState") {
         None => {
             let session = session_for(ep, scope, caller).await?;
             let run = switchyard_common::ids::new_id();
@@ -126,23 +129,39 @@ pub async fn serve(
     let limit = tokio::time::Instant::now()
         + ep.cp.call_timeout
         + Duration::from_secs(ep.cp.interactions.timeout().as_secs());
-    // A client that did not declare elicitation is never asked: the
-    // questions stay for the session's other subscribers.
-    let elicits = caps.get("elicitation").is_some_and(Value::is_object);
+    // A first request may carry answers already (under the server's keys);
+    // they answer the questions that open, each tried once. Keys that name
+    // none are ignored (mrtr "Error Handling").
+    let early = match (
+        msg.params.get("requestState"),
+        msg.params.get("inputResponses"),
+    ) {
+        (None, Some(Value::Object(r))) if !r.is_empty() => Some(r),
+        _ => None,
+    };
+    let mut tried: Vec<String> = Vec::new();
     loop {
-        let questions: Map<String, Value> = interactions::open_of(ep, &session, &run)
-            .iter()
-            .filter(|_| elicits)
-            // Answered just now (the read model may not show it yet).
+        // Answered just now (the read model may not show it yet).
+        let mut open: Vec<_> = interactions::open_of(ep, &session, &run)
+            .into_iter()
             .filter(|rec| !answered.contains(&rec.id))
-            .filter_map(|rec| {
-                let params = interactions::question(rec, &caps)?;
-                Some((
-                    rec.id.clone(),
-                    json!({"method": switchyard_mcp::methods::ELICIT, "params": params}),
-                ))
-            })
             .collect();
+        if let Some(responses) = early {
+            let fresh: Vec<_> = open
+                .iter()
+                .filter(|r| !tried.contains(&r.id))
+                .cloned()
+                .collect();
+            if !fresh.is_empty() {
+                tried.extend(fresh.iter().map(|r| r.id.clone()));
+                let took = interactions::answer_open(ep, &session, &fresh, responses).await;
+                open.retain(|r| !took.contains(&r.id));
+                answered.extend(took);
+            }
+        }
+        // A client is asked only what it declared (`interactions::question`):
+        // the rest stay for the session's other subscribers.
+        let questions: Map<String, Value> = interactions::input_requests(&open, &caps, |_| {});
         if !questions.is_empty() {
             // The call goes on without this request; if it ended a moment
             // ago, that is the answer instead.
@@ -261,6 +280,7 @@ fn start(
             run_id: run.clone(),
             progress,
             tasks: super::tasks_declared(Era::Modern, None, &msg),
+            client: super::client_capabilities(&scope, Some(&capabilities(&msg)), true),
         };
         let outcome = tokio::select! {
             r = super::answer(&ctx, &h, &msg) => r,

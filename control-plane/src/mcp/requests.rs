@@ -127,6 +127,7 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
         foreground: !ctx.tasks,
         background: ctx.tasks && super::tasks::wants_task(ctx.era, msg),
         move_when_task: ctx.tasks,
+        client_capabilities_json: ctx.client.clone(),
         ..Default::default()
     };
     let cp = ctx.ep.cp.clone();
@@ -194,9 +195,14 @@ pub async fn read_resource(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpErr
         uri: upstream_uri,
         ..Default::default()
     };
-    let resp = request::read_resource(&ctx.ep.cp, &r, ctx.caller, Forward::Raw(params))
-        .await
-        .map_err(|e| McpError::from_call(e, ctx.era))?;
+    let resp = request::read_resource(
+        &ctx.ep.cp,
+        &r,
+        ctx.caller,
+        Forward::Raw(params, ctx.client.clone()),
+    )
+    .await
+    .map_err(|e| McpError::from_call(e, ctx.era))?;
     let mut result = raw(&resp.result_json, &server, "resources/read")?;
     if ctx.multiplexed()
         && let Some(contents) = result.get_mut("contents").and_then(Value::as_array_mut)
@@ -236,9 +242,14 @@ pub async fn get_prompt(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError>
         name: prompt,
         ..Default::default()
     };
-    let resp = request::get_prompt(&ctx.ep.cp, &r, ctx.caller, Forward::Raw(params))
-        .await
-        .map_err(|e| McpError::from_call(e, ctx.era))?;
+    let resp = request::get_prompt(
+        &ctx.ep.cp,
+        &r,
+        ctx.caller,
+        Forward::Raw(params, ctx.client.clone()),
+    )
+    .await
+    .map_err(|e| McpError::from_call(e, ctx.era))?;
     let mut result = raw(&resp.result_json, &server, "prompts/get")?;
     if ctx.multiplexed()
         && let Some(messages) = result.get_mut("messages").and_then(Value::as_array_mut)
@@ -303,9 +314,14 @@ pub async fn complete(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
         value: text(argument.get("value")),
         context_arguments,
     };
-    let resp = request::complete(&ctx.ep.cp, &r, ctx.caller, Forward::Raw(params))
-        .await
-        .map_err(|e| McpError::from_call(e, ctx.era))?;
+    let resp = request::complete(
+        &ctx.ep.cp,
+        &r,
+        ctx.caller,
+        Forward::Raw(params, ctx.client.clone()),
+    )
+    .await
+    .map_err(|e| McpError::from_call(e, ctx.era))?;
     raw(&resp.result_json, &server, "completion/complete")
 }
 

@@ -14,7 +14,8 @@
 //! - **`tasks/get`**: the task ([`get`]). 2025-11-25: the `Task`.
 //!   2026-07-28: the `DetailedTask`, with `result` (completed) or `error`
 //!   (failed) inline, and, while the call waits for an answer, status
-//!   `input_required` with `inputRequests` keyed by interaction id.
+//!   `input_required` with `inputRequests` keyed as on any request
+//!   (`super::interactions::key_of`).
 //! - **`tasks/update`** (2026-07-28): `inputResponses` answer those
 //!   questions ([`update`]).
 //! - **`tasks/result`** (2025-11-25): waits until the task is terminal,
@@ -196,21 +197,13 @@ fn asked_of(
     })
 }
 
-/// The questions the call of `rec` waits on, keyed by interaction id, as
-/// `inputRequests` (for a client that may be asked them).
+/// The questions the call of `rec` waits on, as `inputRequests` (for a
+/// client that may be asked them; `super::interactions::input_requests`).
 fn questions(ctx: &Ctx<'_>, rec: &BackgroundRecord, caps: &Value) -> Map<String, Value> {
-    asked_of(ctx, rec)
-        .iter()
-        .filter_map(|q| {
-            let mut params = super::interactions::question(q, caps)?;
-            // The task the client knows is ours, not the server's.
-            super::interactions::relate_to(&mut params, &rec.id);
-            Some((
-                q.id.clone(),
-                json!({"method": switchyard_mcp::methods::ELICIT, "params": params}),
-            ))
-        })
-        .collect()
+    // The task the client knows is ours, not the server's.
+    super::interactions::input_requests(&asked_of(ctx, rec), caps, |params| {
+        super::interactions::relate_to(params, &rec.id)
+    })
 }
 
 /// `tasks/get`.

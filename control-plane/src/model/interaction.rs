@@ -28,6 +28,9 @@ pub enum Kind {
     Url,
     /// An approval before a `confirm` tool runs.
     Approval,
+    /// A server's `roots/list`, asked of the MCP client that made the call
+    /// (it declared `roots`); answered with accept and the Root objects.
+    Roots,
 }
 
 impl Kind {
@@ -37,6 +40,7 @@ impl Kind {
             Kind::Form => "form",
             Kind::Url => "url",
             Kind::Approval => "approval",
+            Kind::Roots => "roots",
         }
     }
 }
@@ -97,11 +101,12 @@ impl Action {
         self.outcome().as_str()
     }
 
-    /// Whether the action answers an interaction of `kind`: form and url
-    /// take accept, decline, cancel; approval takes approve, deny, cancel.
+    /// Whether the action answers an interaction of `kind`: form, url and
+    /// roots take accept, decline, cancel; approval takes approve, deny,
+    /// cancel.
     pub fn fits(self, kind: Kind) -> bool {
         match kind {
-            Kind::Form | Kind::Url => {
+            Kind::Form | Kind::Url | Kind::Roots => {
                 matches!(self, Action::Accept | Action::Decline | Action::Cancel)
             }
             Kind::Approval => matches!(self, Action::Approve | Action::Deny | Action::Cancel),
@@ -123,7 +128,7 @@ impl Action {
 /// The actions that fit `kind`, for messages.
 pub fn actions_for(kind: Kind) -> &'static str {
     match kind {
-        Kind::Form | Kind::Url => "accept, decline or cancel",
+        Kind::Form | Kind::Url | Kind::Roots => "accept, decline or cancel",
         Kind::Approval => "approve, deny or cancel",
     }
 }
@@ -211,6 +216,10 @@ pub struct InteractionRecord {
     /// url: the `elicitationId`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub elicitation_id: String,
+    /// The server's own key for the question (a 2026-07-28 server's
+    /// `inputRequests` key); empty for a 2025-11-25 server's request.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
     /// Status.
     pub status: Status,
     /// The outcome once answered (also set for an `accepted` URL).
@@ -219,7 +228,8 @@ pub struct InteractionRecord {
     /// Why (see [`reason`]).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
-    /// form, accept: the validated content forwarded to the server.
+    /// form, accept: the validated content forwarded to the server; roots,
+    /// accept: the client's Root objects (an array).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Value>,
     /// Created, ms since the epoch.
@@ -244,6 +254,7 @@ impl PartialEq for InteractionRecord {
             && self.url == o.url
             && self.url_domain == o.url_domain
             && self.elicitation_id == o.elicitation_id
+            && self.key == o.key
             && self.status == o.status
             && self.outcome == o.outcome
             && self.reason == o.reason
@@ -285,9 +296,14 @@ impl InteractionRecord {
     /// The MCP `ElicitResult` for the server, once the record left `open`:
     /// an accepted URL or any accept is `accept` (form: with the content),
     /// decline is `decline`, everything else (cancel, timeout) `cancel`.
+    /// An accepted roots question is the `ListRootsResult` instead,
+    /// `{"roots": [...]}`.
     pub fn elicit_result(&self) -> Value {
         match (self.status, self.outcome) {
             (Status::Open, _) => json!({"action": "cancel"}),
+            (_, Some(Outcome::Accept)) if self.kind == Kind::Roots => {
+                json!({"roots": self.content.clone().unwrap_or_else(|| json!([]))})
+            }
             (_, Some(Outcome::Accept | Outcome::Approve)) => match &self.content {
                 Some(c) if self.kind == Kind::Form => json!({"action": "accept", "content": c}),
                 _ => json!({"action": "accept"}),

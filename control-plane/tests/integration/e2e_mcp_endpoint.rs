@@ -2334,3 +2334,139 @@ async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
     );
     gw.stop().await;
 }
+
+/// The one `roots/list` question of an `input_required` answer: its key.
+fn roots_question(r: &Value) -> String {
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    let asked = r["result"]["inputRequests"]
+        .as_object()
+        .expect("inputRequests");
+    assert_eq!(asked.len(), 1, "{r}");
+    let (key, request) = asked.iter().next().unwrap();
+    assert_eq!(request["method"], "roots/list", "{r}");
+    key.clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_that_declare_roots_are_asked_for_them_in_both_eras() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, base) = gateway().await;
+    let roots_caps = json!({"roots": {}});
+    let ours = json!({"roots": [{"uri": "file:///work/ada", "name": "Ada's workspace"}]});
+    // 2026-07-28 client, servers of both eras: the server's roots/list is
+    // an inputRequests entry, under the server's own key when the server
+    // has one (2026-07-28: "roots"), else the question's id.
+    for (tool, server_key) in [
+        ("shop-modern__workspace_roots", Some("roots")),
+        ("shop__workspace_roots", None),
+    ] {
+        let first = modern_call(&base, "/mcp", tool, json!({}), roots_caps.clone(), None).await;
+        let key = roots_question(&first);
+        match server_key {
+            Some(k) => assert_eq!(key, k, "{first}"),
+            None => assert_eq!(key.len(), 32, "an interaction id: {first}"),
+        }
+        let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+        // Not Root objects: refused, and the question is asked again.
+        let bad = modern_call(
+            &base,
+            "/mcp",
+            tool,
+            json!({}),
+            roots_caps.clone(),
+            Some((
+                json!({key.clone(): {"roots": [{"uri": "no scheme"}]}}),
+                &state,
+            )),
+        )
+        .await;
+        assert_eq!(roots_question(&bad), key, "{bad}");
+        let state = bad["result"]["requestState"].as_str().unwrap().to_owned();
+        let done = modern_call(
+            &base,
+            "/mcp",
+            tool,
+            json!({}),
+            roots_caps.clone(),
+            Some((json!({key: ours}), &state)),
+        )
+        .await;
+        assert_eq!(
+            done["result"]["structuredContent"]["roots"], ours["roots"],
+            "{tool}: {done}"
+        );
+    }
+    // A client that did not declare roots is never asked: on /mcp the
+    // engine session's roots answer (none here)...
+    let none = modern_call(
+        &base,
+        "/mcp",
+        "shop-modern__workspace_roots",
+        json!({}),
+        json!({"elicitation": {}}),
+        None,
+    )
+    .await;
+    assert_eq!(
+        none["result"]["structuredContent"]["roots"],
+        json!([]),
+        "{none}"
+    );
+    // ... and on the server's own URL the server is told the client's
+    // capabilities, so it knows it cannot ask (-32021 naming roots).
+    let mut h: Vec<(&str, &str)> = JSON_HEADERS.to_vec();
+    h.extend([
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "workspace_roots"),
+    ]);
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "workspace_roots", "arguments": {},
+        "_meta": {VERSION: "2026-07-28", CAPS: {"elicitation": {}, "sampling": {}}}}});
+    let (status, _, r) = post(&base, "/mcp/servers/shop-modern", &h, body.to_string()).await;
+    assert_eq!((status, code(&r)), (400, -32021), "{r}");
+    assert!(r.to_string().contains("roots"), "{r}");
+
+    // 2025-11-25 client that declared roots: a `roots/list` request on the
+    // call's stream, whichever era the server speaks; its answer, POSTed
+    // in the session, goes to the server.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"roots": {"listChanged": true}},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let (status, h, _) = post(&base, "/mcp", &JSON_HEADERS, init.to_string()).await;
+    assert_eq!(status, 200);
+    let sid = h["mcp-session-id"].to_str().unwrap().to_owned();
+    let mut in_session: Vec<(&str, &str)> = JSON_HEADERS.to_vec();
+    in_session.push(("mcp-session-id", &sid));
+    in_session.push(("mcp-protocol-version", "2025-11-25"));
+    for (id, tool) in [
+        (2, "shop__workspace_roots"),
+        (3, "shop-modern__workspace_roots"),
+    ] {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": {}}});
+        let mut request = client().post(format!("{base}/mcp")).body(call.to_string());
+        for (k, v) in &in_session {
+            request = request.header(*k, *v);
+        }
+        let resp = request.send().await.expect("the call's stream");
+        assert_eq!(resp.status(), 200);
+        let mut stream = Sse::of(resp);
+        let question = stream.next().await;
+        assert_eq!(question["method"], "roots/list", "{question}");
+        assert!(
+            question["id"].as_str().unwrap().starts_with("sy-"),
+            "{question}"
+        );
+        let answer = json!({"jsonrpc": "2.0", "id": question["id"], "result": ours});
+        let (status, _, r) = post(&base, "/mcp", &in_session, answer.to_string()).await;
+        assert_eq!(status, 202, "{r}");
+        let result = stream.next().await;
+        assert_eq!(result["id"], id, "{result}");
+        assert_eq!(
+            result["result"]["structuredContent"]["roots"], ours["roots"],
+            "{tool}: {result}"
+        );
+    }
+    gw.stop().await;
+}

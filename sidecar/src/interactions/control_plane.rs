@@ -61,6 +61,7 @@ impl InteractionHandler for ControlPlaneInteractions {
                 tool: interaction.context.tool.clone(),
                 kind: interaction.kind.as_str().into(),
                 params_json: interaction.params.to_string(),
+                key: interaction.key.clone(),
             };
             let mut backoff = MIN_BACKOFF;
             loop {

@@ -14,14 +14,17 @@ pub enum InteractionKind {
     Form,
     /// Out-of-band URL (`mode` `"url"`).
     Url,
+    /// A `roots/list` asked of the call's client ([`super::roots`]).
+    Roots,
 }
 
 impl InteractionKind {
-    /// `form` or `url`.
+    /// `form`, `url` or `roots`.
     pub fn as_str(self) -> &'static str {
         match self {
             InteractionKind::Form => "form",
             InteractionKind::Url => "url",
+            InteractionKind::Roots => "roots",
         }
     }
 
@@ -44,13 +47,16 @@ pub struct Interaction {
     pub id: String,
     /// The server asking.
     pub server: String,
-    /// Form or URL.
+    /// Form, URL or roots.
     pub kind: InteractionKind,
     /// The call (and so the session) it belongs to.
     pub context: CallContext,
-    /// The `elicitation/create` params exactly as the server sent them
-    /// (for -32042: one entry of `data.elicitations`).
+    /// The `elicitation/create` (or `roots/list`) params exactly as the
+    /// server sent them (for -32042: one entry of `data.elicitations`).
     pub params: Value,
+    /// The server's own key for the question (a 2026-07-28 `inputRequests`
+    /// key); empty for a 2025-11-25 server request.
+    pub key: String,
 }
 
 /// A fresh random interaction id (128 bits, hex).
@@ -69,16 +75,17 @@ pub(super) fn cancel() -> Value {
 }
 
 /// Asks the user of `context`'s session `params` (an `elicitation/create`
-/// params object, or one entry of a -32042 error's `data.elicitations`) as
-/// an interaction of `kind` on behalf of `server`, through
+/// params object, one entry of a -32042 error's `data.elicitations`, or
+/// `roots/list` params) as an interaction of `kind` on behalf of `server`,
+/// under the server's `key` (may be empty), through
 /// `interactions.handler`; `{"action": "cancel"}` when
 /// `interactions.timeout` passes first.
 pub(super) async fn ask(
     interactions: &Interactions,
     server: &str,
     context: &CallContext,
-    kind: InteractionKind,
-    params: Value,
+    (kind, params): (InteractionKind, Value),
+    key: &str,
 ) -> Value {
     let interaction = Interaction {
         id: new_interaction_id(),
@@ -86,6 +93,7 @@ pub(super) async fn ask(
         kind,
         context: context.clone(),
         params,
+        key: key.to_owned(),
     };
     let id = interaction.id.clone();
     tracing::info!(%server, interaction = %id, kind = kind.as_str(), session = %context.session_id, tool = %context.tool, "asking the user");

@@ -30,7 +30,9 @@
 //!   this connection relayed ([`Relay::notification`]). A call without a
 //!   session is never asked about: its elicitations are declined and
 //!   audited.
-//! - **Roots** ([`roots`]): answered from the call's own session.
+//! - **Roots** ([`roots`]): asked of the call's client when it answers
+//!   for itself and declared `roots` (an interaction of kind `roots`),
+//!   else answered from the call's own session.
 //! - **2026-07-28 multi round-trip requests** ([`mrtr`]): the client loop.
 //!   An `input_required` result's `inputRequests` are answered from the
 //!   call's own context ([`mrtr::answer_inputs`]; sampling is a protocol
@@ -86,6 +88,21 @@ pub struct CallContext {
     /// control plane asked for them; `crate::upstream::progress`);
     /// `None`: nowhere.
     pub progress: Option<ProgressSink>,
+    /// The capabilities of the client the call is made for, when it
+    /// answers for itself (`SidecarCallRequest.client_capabilities_json`):
+    /// with `roots`, the server's `roots/list` is asked of it
+    /// ([`roots`]); a 2026-07-28 server is told ours narrowed to them.
+    /// `None`: ours, and the session's roots answer.
+    pub client: Option<Value>,
+}
+
+impl CallContext {
+    /// Whether the server's `roots/list` goes to the call's client.
+    pub fn asks_roots(&self) -> bool {
+        self.client
+            .as_ref()
+            .is_some_and(|c| c.get("roots").is_some())
+    }
 }
 
 /// Where a call's progress notifications go: each is a whole JSON-RPC

@@ -124,9 +124,9 @@ pub async fn answer_inputs(
             ELICIT => {
                 let kind = InteractionKind::of(&params)
                     .map_err(|e| protocol(format!("inputRequests[{key:?}]: {e}")))?;
-                asks.push((key.clone(), Some((kind, params))));
+                asks.push((key.clone(), kind, params));
             }
-            LIST_ROOTS => asks.push((key.clone(), None)),
+            LIST_ROOTS => asks.push((key.clone(), InteractionKind::Roots, params)),
             other => {
                 return Err(protocol(format!(
                     "inputRequests[{key:?}] has unknown method {other:?}"
@@ -134,13 +134,14 @@ pub async fn answer_inputs(
             }
         }
     }
-    let answers = futures::future::join_all(asks.into_iter().map(|(key, ask)| async move {
-        let answer = match ask {
-            Some((kind, params)) => relay.elicit(context, kind, params, ELICIT).await,
-            None => roots::list(context),
-        };
-        (key, answer)
-    }))
-    .await;
+    let answers =
+        futures::future::join_all(asks.into_iter().map(|(key, kind, params)| async move {
+            let answer = match kind {
+                InteractionKind::Roots => roots::list(relay, context, params, &key).await,
+                kind => relay.elicit(context, kind, params, (ELICIT, &key)).await,
+            };
+            (key, answer)
+        }))
+        .await;
     Ok(Value::Object(answers.into_iter().collect::<Map<_, _>>()))
 }

@@ -218,7 +218,7 @@ impl Relay {
                     Err(e) => return Some(Err((-32602, e))),
                 };
                 Some(Ok(match self.attribute(&params) {
-                    Ok(context) => self.elicit(&context, kind, params, ELICIT).await,
+                    Ok(context) => self.elicit(&context, kind, params, (ELICIT, "")).await,
                     Err(declined) => {
                         self.audit_declined(ELICIT, &declined);
                         elicitation::decline()
@@ -226,7 +226,7 @@ impl Relay {
                 }))
             }
             LIST_ROOTS => Some(match self.attribute(&params) {
-                Ok(context) => Ok(roots::list(&context)),
+                Ok(context) => Ok(roots::list(self, &context, params, "").await),
                 Err(declined) => {
                     self.audit_declined(LIST_ROOTS, &declined);
                     Err((
@@ -287,7 +287,7 @@ impl Relay {
         context: &CallContext,
         kind: InteractionKind,
         params: Value,
-        method: &str,
+        (method, key): (&str, &str),
     ) -> Value {
         let Some(interactions) = &self.interactions else {
             return elicitation::decline();
@@ -319,7 +319,7 @@ impl Relay {
                 }
             }
         }
-        elicitation::ask(interactions, &self.server, context, kind, params).await
+        elicitation::ask(interactions, &self.server, context, (kind, params), key).await
     }
 
     /// A call failed with -32042: asks for each of `data.elicitations` as a
@@ -352,7 +352,7 @@ impl Relay {
                 context,
                 InteractionKind::Url,
                 e.clone(),
-                "URLElicitationRequiredError",
+                ("URLElicitationRequiredError", ""),
             )
         }))
         .await;

@@ -111,7 +111,10 @@ impl Connection {
     fn decorate(&self, method: &str, params: Option<Value>) -> (Option<Value>, ExtraHeaders) {
         match self.negotiated.era {
             Era::Legacy => (
-                params,
+                params.map(|mut p| {
+                    era::strip_own(&mut p);
+                    p
+                }),
                 era::legacy_headers(&self.negotiated.protocol_version),
             ),
             Era::Modern => {

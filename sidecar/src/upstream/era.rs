@@ -118,16 +118,85 @@ pub fn apply_modern_meta(meta: &mut Map<String, Value>, config: &UpstreamConfig)
     apply_meta(meta, &modern_meta(config));
 }
 
+/// A request `_meta` key of this process's own, never sent: the
+/// capabilities of the client the request is made for
+/// (`SidecarCallRequest.client_capabilities_json`), set by
+/// [`narrow_to`]. [`apply_meta`] removes it and tells a 2026-07-28 server
+/// ours narrowed to them ([`narrowed`]); [`strip_own`] removes it for a
+/// 2025-11-25 server, which learnt ours at `initialize`.
+pub const NARROW_TO: &str = "switchyard/clientCapabilities";
+
+/// Marks request `params` as made for a client with `capabilities`
+/// ([`NARROW_TO`]); params that are not an object are left alone.
+pub fn narrow_to(params: &mut Value, capabilities: &Value) {
+    if let Some(p) = params.as_object_mut()
+        && let Value::Object(m) = p
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()))
+    {
+        m.insert(NARROW_TO.into(), capabilities.clone());
+    }
+}
+
+/// Removes [`NARROW_TO`] from request `params`, if there.
+pub fn strip_own(params: &mut Value) {
+    if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut)
+        && meta.remove(NARROW_TO).is_some()
+        && meta.is_empty()
+        && let Some(p) = params.as_object_mut()
+    {
+        p.remove("_meta");
+    }
+}
+
+/// Our client capabilities `ours` narrowed to a client's `theirs`: each
+/// capability of ours that they declared too (elicitation with the modes
+/// both declared, a bare `elicitation: {}` being form). Their extensions
+/// are not taken: a request declares the extensions this sidecar handles
+/// for it (the tasks stage). Sampling is never in ours, so never in the
+/// result.
+pub fn narrowed(ours: &Value, theirs: &Value) -> Value {
+    let mut out = Map::new();
+    for (k, v) in ours.as_object().into_iter().flatten() {
+        let Some(t) = theirs.get(k) else { continue };
+        if k == "elicitation" {
+            let mut modes = Map::new();
+            let bare = t
+                .as_object()
+                .is_some_and(|o| o.get("form").is_none() && o.get("url").is_none());
+            for mode in ["form", "url"] {
+                if v.get(mode).is_some() && (t.get(mode).is_some() || (bare && mode == "form")) {
+                    modes.insert(mode.into(), json!({}));
+                }
+            }
+            if !modes.is_empty() {
+                out.insert(k.clone(), Value::Object(modes));
+            }
+        } else {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
 /// [`apply_modern_meta`] with the entries already built by
-/// [`modern_meta`] (a connection builds them once).
+/// [`modern_meta`] (a connection builds them once). A request marked with
+/// [`NARROW_TO`] tells the server ours narrowed to that client's
+/// ([`narrowed`]).
 pub fn apply_meta(meta: &mut Map<String, Value>, modern: &Map<String, Value>) {
     let extensions = meta
         .get(meta::CLIENT_CAPABILITIES)
         .and_then(|c| c.get("extensions"))
         .and_then(Value::as_object)
         .cloned();
+    let client = meta.remove(NARROW_TO);
     for (k, v) in modern {
         meta.insert(k.clone(), v.clone());
+    }
+    if let Some(client) = client
+        && let Some(ours) = meta.get_mut(meta::CLIENT_CAPABILITIES)
+    {
+        *ours = narrowed(ours, &client);
     }
     if let Some(extensions) = extensions
         && let Some(Value::Object(caps)) = meta.get_mut(meta::CLIENT_CAPABILITIES)
@@ -345,4 +414,54 @@ async fn initialize(
 /// transports, "Protocol Version Header").
 pub fn legacy_headers(version: &str) -> Vec<(String, String)> {
     vec![("mcp-protocol-version".to_owned(), version.to_owned())]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_is_told_ours_narrowed_to_the_clients() {
+        let ours = crate::interactions::capabilities();
+        let told = |theirs: Value| {
+            let mut meta = Map::new();
+            meta.insert(NARROW_TO.into(), theirs);
+            meta.insert(
+                meta::CLIENT_CAPABILITIES.into(),
+                json!({"extensions": {meta::TASKS_EXTENSION: {}}}),
+            );
+            let mut modern = Map::new();
+            modern.insert(meta::CLIENT_CAPABILITIES.into(), ours.clone());
+            apply_meta(&mut meta, &modern);
+            assert!(meta.get(NARROW_TO).is_none(), "never sent: {meta:?}");
+            meta[meta::CLIENT_CAPABILITIES].clone()
+        };
+        // Sampling is never told; a bare elicitation is form; the
+        // request's own extensions stay, the client's do not come in.
+        assert_eq!(
+            told(json!({"sampling": {}, "elicitation": {}, "extensions": {"x/y": {}}})),
+            json!({"elicitation": {"form": {}}, "extensions": {meta::TASKS_EXTENSION: {}}})
+        );
+        assert_eq!(
+            told(json!({"elicitation": {"url": {}}, "roots": {"listChanged": true}})),
+            json!({"elicitation": {"url": {}}, "roots": {}, "extensions": {meta::TASKS_EXTENSION: {}}})
+        );
+        assert_eq!(
+            told(json!({})),
+            json!({"extensions": {meta::TASKS_EXTENSION: {}}})
+        );
+    }
+
+    #[test]
+    fn the_own_key_is_stripped_for_a_legacy_server() {
+        let mut p = json!({"name": "t"});
+        narrow_to(&mut p, &json!({"roots": {}}));
+        assert_eq!(p["_meta"][NARROW_TO], json!({"roots": {}}));
+        strip_own(&mut p);
+        assert_eq!(p, json!({"name": "t"}));
+        let mut kept = json!({"name": "t", "_meta": {"progressToken": 1}});
+        narrow_to(&mut kept, &json!({}));
+        strip_own(&mut kept);
+        assert_eq!(kept, json!({"name": "t", "_meta": {"progressToken": 1}}));
+    }
 }

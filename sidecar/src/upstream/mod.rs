@@ -474,13 +474,22 @@ impl Upstream {
             }
         }
         // Progress asked for: the server sees a token of ours
-        // ([`progress`]); the params are copied only then.
-        let retokened = context.progress.as_ref().and_then(|_| {
+        // ([`progress`]); a call for a client that answers for itself: the
+        // server is told that client's capabilities ([`era::narrow_to`]).
+        // The params are copied only then.
+        let own = (context.progress.is_some() || context.client.is_some()).then(|| {
             let mut p = params.clone();
-            progress::retoken(&mut p).map(|tokens| (p, tokens))
+            let tokens = context
+                .progress
+                .as_ref()
+                .and_then(|_| progress::retoken(&mut p));
+            if let Some(client) = &context.client {
+                era::narrow_to(&mut p, client);
+            }
+            (p, tokens)
         });
-        let (params, tokens) = match &retokened {
-            Some((p, tokens)) => (p, Some(tokens.clone())),
+        let (params, tokens) = match &own {
+            Some((p, tokens)) => (p, tokens.clone()),
             None => (params, None),
         };
         let relay = &self.inner.relay;

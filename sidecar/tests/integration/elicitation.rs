@@ -227,6 +227,7 @@ fn ctx(session: &str) -> CallContext {
             json!({"uri": "file:///shared"}),
         ],
         progress: None,
+        client: None,
     }
 }
 
@@ -411,6 +412,52 @@ async fn roots_come_from_the_call_context_both_eras() {
             );
         }
         assert!(user.asked().is_empty());
+        up.shutdown(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+async fn roots_are_asked_of_a_client_that_declared_them_both_eras() {
+    let theirs = json!([{"uri": "file:///client", "name": "client's"}]);
+    for era in [LEGACY, MODERN] {
+        let answer = theirs.clone();
+        let user = User::new(move |i: &Interaction| match i.kind {
+            InteractionKind::Roots => Some(json!({"roots": answer})),
+            _ => None,
+        });
+        let up = session(reference(era), &user);
+        let asking = CallContext {
+            client: Some(json!({"roots": {}})),
+            ..ctx("a")
+        };
+        let result = call(&up, "workspace_roots", json!({}), &asking).await;
+        assert_eq!(
+            result["structuredContent"],
+            json!({"roots": theirs}),
+            "{era}"
+        );
+        let asked = user.asked();
+        assert_eq!(asked.len(), 1, "{era}");
+        assert_eq!(asked[0].kind, InteractionKind::Roots);
+        // The server's own key (2026-07-28 inputRequests), none in 2025.
+        let key = if era == MODERN { "roots" } else { "" };
+        assert_eq!(asked[0].key, key, "{era}");
+        up.shutdown(Duration::from_millis(500)).await;
+    }
+    // A client that does not answer: the session's roots.
+    for era in [LEGACY, MODERN] {
+        let user = User::new(action("cancel"));
+        let up = session(reference(era), &user);
+        let asking = CallContext {
+            client: Some(json!({"roots": {}})),
+            ..ctx("b")
+        };
+        let result = call(&up, "workspace_roots", json!({}), &asking).await;
+        assert_eq!(
+            result["structuredContent"],
+            json!({"roots": ctx("b").roots}),
+            "{era}"
+        );
         up.shutdown(Duration::from_millis(500)).await;
     }
 }
@@ -698,6 +745,7 @@ async fn server_everything_form_url_and_error_path() {
                 json!({"action": "accept", "content": {"name": "Ada Lovelace", "check": true, "integer": 7}})
             }
             InteractionKind::Url => json!({"action": "accept"}),
+            InteractionKind::Roots => json!({"roots": []}),
         })
     });
     let up = session(everything(), &user);
@@ -872,6 +920,7 @@ fn grpc_call(tool: &str, session: &str) -> SidecarCallRequest {
         retry_safe: false,
         background: None,
         relay_progress: false,
+        client_capabilities_json: String::new(),
     }
 }
 

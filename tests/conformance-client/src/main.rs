@@ -31,6 +31,8 @@ impl InteractionHandler for DefaultsUser {
     fn interact(&self, interaction: Interaction) -> futures::future::BoxFuture<'static, Value> {
         let answer = match interaction.kind {
             InteractionKind::Url => json!({"action": "accept"}),
+            // Never raised here: this client answers roots itself (none).
+            InteractionKind::Roots => json!({"roots": []}),
             InteractionKind::Form => {
                 let mut content = Map::new();
                 let properties = &interaction.params["requestedSchema"]["properties"];
