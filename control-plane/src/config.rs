@@ -99,11 +99,16 @@ pub struct StoreConfig {
     /// `/switchyard/v1/`).
     #[serde(default = "default_root")]
     pub root: String,
-    /// A file holding the 32-byte key that will encrypt OAuth tokens at
-    /// rest (stage D): 32 raw bytes, or their base64 (standard alphabet,
-    /// padding optional). Checked at start-up; not used yet.
+    /// A file holding the 32-byte key that encrypts secrets at rest
+    /// (stage D, `crate::oauth::keyring`): 32 raw bytes, or their base64
+    /// (standard alphabet, padding optional). Checked at start-up.
     #[serde(default)]
     pub token_encryption_key_file: Option<PathBuf>,
+    /// Files of older keys (same format) that still open what they sealed,
+    /// so the key is rotated without re-authorizing: values sealed under
+    /// one are sealed again under the active key when next written.
+    #[serde(default)]
+    pub token_encryption_previous_key_files: Vec<PathBuf>,
 }
 
 impl Default for StoreConfig {
@@ -113,6 +118,7 @@ impl Default for StoreConfig {
             etcd_endpoints: Vec::new(),
             root: default_root(),
             token_encryption_key_file: None,
+            token_encryption_previous_key_files: Vec::new(),
         }
     }
 }
@@ -442,7 +448,11 @@ impl Config {
             &mut config.tls.sidecar_ca_file,
             &mut config.store.token_encryption_key_file,
         ];
-        for p in files.into_iter().flatten() {
+        for p in files
+            .into_iter()
+            .flatten()
+            .chain(&mut config.store.token_encryption_previous_key_files)
+        {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -470,6 +480,9 @@ impl Config {
         crate::auth::Authenticator::load(&self.auth, None)?;
         if let Some(file) = &self.store.token_encryption_key_file {
             load_encryption_key(file)?;
+        }
+        for file in &self.store.token_encryption_previous_key_files {
+            load_key_file("store.token_encryption_previous_key_files", file)?;
         }
         Ok(())
     }
@@ -735,6 +748,14 @@ impl Config {
         {
             return err("store.token_encryption_key_file", "must not be empty");
         }
+        if !self.store.token_encryption_previous_key_files.is_empty()
+            && self.store.token_encryption_key_file.is_none()
+        {
+            return err(
+                "store.token_encryption_previous_key_files",
+                "needs store.token_encryption_key_file (the active key)",
+            );
+        }
         Ok(())
     }
 }
@@ -745,11 +766,20 @@ impl Config {
 pub fn load_encryption_key(
     file: &Path,
 ) -> Result<[u8; 32], switchyard_common::tls::CredentialError> {
+    load_key_file("store.token_encryption_key_file", file)
+}
+
+/// [`load_encryption_key`] for the configuration key `key` (named in
+/// errors).
+pub fn load_key_file(
+    key: &str,
+    file: &Path,
+) -> Result<[u8; 32], switchyard_common::tls::CredentialError> {
     use base64::Engine as _;
-    const KEY: &str = "store.token_encryption_key_file";
+    let key_name = key;
     let bytes =
         std::fs::read(file).map_err(|source| switchyard_common::tls::CredentialError::Read {
-            key: KEY.into(),
+            key: key_name.into(),
             file: file.to_owned(),
             source,
         })?;
@@ -763,7 +793,7 @@ pub fn load_encryption_key(
     match decoded.as_deref().map(<[u8; 32]>::try_from) {
         Some(Ok(key)) => Ok(key),
         _ => Err(switchyard_common::tls::CredentialError::Key {
-            key: KEY.into(),
+            key: key_name.into(),
             file: file.to_owned(),
             problem: format!(
                 "must hold a 32-byte key: 32 raw bytes, or their base64 (it holds {} bytes{})",
@@ -780,6 +810,18 @@ pub fn load_encryption_key(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn previous_key_files_need_an_active_key() {
+        let e = Config::parse("[store]\ntoken_encryption_previous_key_files = [\"old.key\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("store.token_encryption_previous_key_files")
+                && e.contains("token_encryption_key_file"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn defaults_and_servers() {

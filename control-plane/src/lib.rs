@@ -28,6 +28,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod oauth;
 pub mod registry;
 pub mod resources;
 pub mod server;

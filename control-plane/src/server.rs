@@ -177,9 +177,9 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     // reported before anything else is touched.
     let tls = crate::tls::TlsMaterial::load(&config.tls)?;
     let auth = Arc::new(Authenticator::load(&config.auth, Some(&metrics))?);
-    if let Some(file) = &config.store.token_encryption_key_file {
-        crate::config::load_encryption_key(file)?;
-    }
+    // The key ring of secrets at rest (stage D): its files are checked
+    // now; the OAuth records that use it come with issue #16.
+    crate::oauth::KeyRing::load(&config.store)?;
     let mut builder = tonic::transport::Server::builder();
     if let Some(server_tls) = tls.server() {
         builder = builder.tls_config(server_tls).map_err(StartError::Tls)?;
