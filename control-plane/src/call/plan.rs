@@ -84,6 +84,7 @@ pub fn plan(
         background,
         // Set at step 6, when the caller observes the call.
         relay_progress: false,
+        log_level: String::new(),
     };
     Ok(Plan { request, timeout })
 }

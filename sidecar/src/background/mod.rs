@@ -571,6 +571,7 @@ impl Tasks {
                 tool: call.tool.clone(),
                 roots: Vec::new(),
                 progress: None,
+                log_level: None,
             };
             self.initiators().set(&call.task_id, context.clone());
             let state = TaskState {

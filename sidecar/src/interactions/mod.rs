@@ -83,9 +83,13 @@ pub struct CallContext {
     /// The session's roots (MCP `Root` objects), answered to `roots/list`.
     pub roots: Vec<Value>,
     /// Where the server's progress notifications for the call go (the
-    /// control plane asked for them; `crate::upstream::progress`);
-    /// `None`: nowhere.
+    /// control plane asked for them; `crate::upstream::progress`), and its
+    /// log messages when `log_level` is set; `None`: nowhere.
     pub progress: Option<ProgressSink>,
+    /// The server's log messages for the call at this level or more
+    /// severe go to `progress` (`crate::upstream::logging`: only those
+    /// sent on the call's own response stream); `None`: none.
+    pub log_level: Option<switchyard_mcp::logging::Level>,
 }
 
 /// Where a call's progress notifications go: each is a whole JSON-RPC

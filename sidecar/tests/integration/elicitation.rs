@@ -227,6 +227,7 @@ fn ctx(session: &str) -> CallContext {
             json!({"uri": "file:///shared"}),
         ],
         progress: None,
+        log_level: None,
     }
 }
 
@@ -872,6 +873,7 @@ fn grpc_call(tool: &str, session: &str) -> SidecarCallRequest {
         retry_safe: false,
         background: None,
         relay_progress: false,
+        log_level: String::new(),
     }
 }
 
