@@ -482,6 +482,37 @@ impl Registry {
             .await?)
     }
 
+    /// Changes MCP endpoint session `id` with `change`, as a
+    /// compare-and-swap of its record, so that what another replica
+    /// changed meanwhile (another field) is kept. Returns the record as
+    /// written and the write's revision; `None` when there is no such
+    /// session (it ended). Errors: the store's, or contention.
+    pub async fn update_mcp_session(
+        &self,
+        id: &str,
+        change: impl Fn(&mut crate::model::mcp_session::McpSessionRecord) + Send + Sync,
+    ) -> Result<Option<(crate::model::mcp_session::McpSessionRecord, Revision)>, RegistryError>
+    {
+        let key = crate::model::mcp_session::key(id);
+        let change = &change;
+        let updated = cas::update(&self.store, &key, |old| async move {
+            let current = old.and_then(|kv| {
+                serde_json::from_slice::<crate::model::mcp_session::McpSessionRecord>(&kv.value)
+                    .ok()
+            });
+            Ok::<_, RegistryError>(match current {
+                None => Decision::Keep(None),
+                Some(mut rec) => {
+                    change(&mut rec);
+                    Decision::Write(Write::put(encode(&rec)), Some(rec))
+                }
+            })
+        })
+        .await
+        .map_err(|e| e.into_error(|| RegistryError::Contention(key.clone())))?;
+        Ok(updated.value.map(|rec| (rec, updated.revision)))
+    }
+
     /// Reads an MCP endpoint session straight from the store (for a
     /// replica whose read model has not seen it yet).
     pub async fn get_mcp_session(

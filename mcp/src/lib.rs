@@ -9,6 +9,7 @@
 //!   versions, and the era a server is configured to speak.
 //! - [`meta`]: `_meta` keys, extension ids and `resultType` values;
 //!   [`methods`]: method names.
+//! - [`logging`]: log levels (RFC 5424 severities) and log messages.
 //! - [`headers`]: request metadata mirrored into HTTP headers (2026-07-28).
 //! - [`framing`]: newline-delimited stdio framing with bounded memory.
 //! - [`sse`]: Server-Sent Events, decoded with bounded memory and encoded.
@@ -20,6 +21,7 @@ pub mod era;
 pub mod framing;
 pub mod headers;
 pub mod jsonrpc;
+pub mod logging;
 pub mod meta;
 pub mod methods;
 pub mod sse;

@@ -63,6 +63,8 @@ pub const SERVER_DISCOVER: &str = "server/discover";
 pub const CANCELLED: &str = "notifications/cancelled";
 /// Either side: progress of a request (basic/utilities/progress).
 pub const PROGRESS: &str = "notifications/progress";
+/// Server notification: a log message (server/utilities/logging).
+pub const LOG_MESSAGE: &str = "notifications/message";
 /// Client notification (2025-11-25): the client's roots changed.
 pub const ROOTS_LIST_CHANGED: &str = "notifications/roots/list_changed";
 

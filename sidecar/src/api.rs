@@ -21,10 +21,11 @@
 //! `CallTool` runs one call; `CallStream` runs many on one stream
 //! ([`switchyard_proto::calls::serve`]), each cancelled by a `cancel`
 //! frame, and relays a call's progress notifications as notification
-//! frames when it set `relay_progress`; `CancelBackgroundCall` cancels a background call (stage B). When
-//! the gRPC client cancels a call (or its deadline passes), tonic drops the
-//! handler future, which drops the upstream request future, which sends
-//! `notifications/cancelled` upstream. On shutdown, call streams stop
+//! frames when it set `relay_progress`, and its log messages when it set
+//! `log_level`; `CancelBackgroundCall` cancels a background call (stage
+//! B). When the gRPC client cancels a call (or its deadline passes), tonic
+//! drops the handler future, which drops the upstream request future,
+//! which sends `notifications/cancelled` upstream. On shutdown, call streams stop
 //! taking calls ([`CallService::with_stop`]) and, once the grace period is
 //! over, the calls still running are cancelled ([`CallService::with_abort`]).
 
@@ -41,6 +42,7 @@ use crate::tools::results::ResultLimits;
 use crate::upstream::{Upstream, UpstreamError};
 use serde_json::Value;
 use switchyard_common::audit::Audit;
+use switchyard_mcp::logging::{self, Level};
 use switchyard_mcp::methods;
 use switchyard_proto::calls::{self, SidecarCallFrames};
 use switchyard_proto::v1::sidecar_calls_server::{SidecarCalls, SidecarCallsServer};
@@ -184,14 +186,15 @@ impl CallService {
     }
 
     /// [`CallService::call`], with the server's progress notifications
-    /// handed to `progress` when the request set `relay_progress`.
+    /// handed to `progress` when the request set `relay_progress`, and its
+    /// log messages when it set `log_level`.
     pub async fn call_observed(
         &self,
         request: SidecarCallRequest,
         progress: Option<Sink>,
     ) -> Result<SidecarCallResponse, Status> {
         let run = async {
-            let relay = request.relay_progress;
+            let relay = request.relay_progress || !request.log_level.is_empty();
             let mut call = decode(request)?;
             call.context.progress = progress.filter(|_| relay);
             self.pipeline.run(call).await
@@ -301,6 +304,7 @@ pub fn decode_request(
             roots: decode_roots(&request.roots_json)?,
             progress: None,
             client: decode_client(&request.client_capabilities_json)?,
+            log_level: None,
         },
         started,
         deadline: Deadline::from_timeout_ms(started, request.timeout_ms),
@@ -312,7 +316,8 @@ pub fn decode_request(
 /// Decodes a call request into a [`Call`]: its deadline starts now.
 /// Errors: `params_json` is not JSON or not an object; `roots_json` is
 /// neither empty nor a JSON array; `client_capabilities_json` is neither
-/// empty nor an object (`InvalidArgument`, naming the field).
+/// empty nor an object; `log_level` is neither empty nor an MCP log level
+/// (`InvalidArgument`, naming the field).
 pub fn decode(request: SidecarCallRequest) -> Result<Call, CallError> {
     let started = tokio::time::Instant::now();
     let params: Value = serde_json::from_str(&request.params_json)
@@ -329,6 +334,15 @@ pub fn decode(request: SidecarCallRequest) -> Result<Call, CallError> {
         .unwrap_or("")
         .to_owned();
     let roots = decode_roots(&request.roots_json)?;
+    let log_level = match request.log_level.as_str() {
+        "" => None,
+        name => Some(Level::parse(name).ok_or_else(|| {
+            CallError::invalid(
+                "log_level",
+                format!("{name:?} is not a log level (one of {})", logging::names()),
+            )
+        })?),
+    };
     Ok(Call {
         params,
         context: CallContext {
@@ -338,6 +352,7 @@ pub fn decode(request: SidecarCallRequest) -> Result<Call, CallError> {
             roots,
             progress: None,
             client: decode_client(&request.client_capabilities_json)?,
+            log_level,
         },
         background: request.background,
         retry_safe: request.retry_safe,

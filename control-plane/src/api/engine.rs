@@ -183,7 +183,7 @@ impl EngineApi {
         caller: Option<&Caller>,
         cancelled: CancellationToken,
     ) -> Result<pb::CallToolResponse, Status> {
-        crate::call::run(&self.cp, r, caller, cancelled, None)
+        crate::call::run(&self.cp, r, caller, cancelled, None, None)
             .await
             .map_err(Status::from)
     }

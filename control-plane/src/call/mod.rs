@@ -41,6 +41,7 @@ use crate::ControlPlane;
 use crate::auth::Caller;
 use crate::tools::policy::Decision;
 use std::time::{Duration, Instant};
+use switchyard_mcp::logging::Level;
 use switchyard_proto::calls::Observer;
 use switchyard_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;
@@ -57,7 +58,9 @@ pub const ANSWER_GRACE: Duration = Duration::from_secs(1);
 /// is (a `CallToolStream` cancel frame, the stream or the unary RPC going
 /// away). `progress`, when given, gets the server's
 /// `notifications/progress` for the call (JSON text, the caller's
-/// `progressToken` in `r.meta_json`). Errors: NOT_FOUND, INVALID_ARGUMENT,
+/// `progressToken` in `r.meta_json`), and with `log_level` its
+/// `notifications/message` at that level or more severe (those the server
+/// sent on the call's own response stream). Errors: NOT_FOUND, INVALID_ARGUMENT,
 /// FAILED_PRECONDITION, UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED,
 /// ALREADY_EXISTS (a `call_id` in use), or what the sidecar answered.
 pub async fn run(
@@ -66,6 +69,7 @@ pub async fn run(
     caller: Option<&Caller>,
     cancelled: CancellationToken,
     progress: Option<Observer>,
+    log_level: Option<Level>,
 ) -> Result<pb::CallToolResponse, CallError> {
     let started = Instant::now();
     // Read your writes: an admin write that returned on this replica is in
@@ -124,7 +128,7 @@ pub async fn run(
             None
         };
         let answer = match plan {
-            Next::Route(plan) => route(cp, &snap, server, plan, progress).await,
+            Next::Route(plan) => route(cp, &snap, server, plan, progress, log_level).await,
             // Boxed: rare, and its future would otherwise grow every
             // call's (moved with it).
             Next::Gateway(tool, args) => {
@@ -176,18 +180,24 @@ enum Next {
 /// Step 6: the call's one deadline, from its planned timeout, starting now
 /// (after any approval); the sidecar gets the time left as `timeout_ms`
 /// and enforces it, and the router waits [`ANSWER_GRACE`] more for its
-/// answer. The call's progress goes to `progress`, when given.
+/// answer. The call's progress goes to `progress`, when given, and its log
+/// messages at `log_level` too.
 async fn route(
     cp: &ControlPlane,
     snap: &crate::state::Snapshot,
     server: &str,
     plan: plan::Plan,
     progress: Option<Observer>,
+    log_level: Option<Level>,
 ) -> Result<pb::SidecarCallResponse, CallError> {
     let deadline = tokio::time::Instant::now() + plan.timeout;
     let mut request = plan.request;
     request.timeout_ms = plan.timeout.as_millis() as u64;
     request.relay_progress = progress.is_some();
+    request.log_level = match (&progress, log_level) {
+        (Some(_), Some(level)) => level.as_str().to_owned(),
+        _ => String::new(),
+    };
     cp.router
         .call(snap, server, request, deadline + ANSWER_GRACE, progress)
         .await

@@ -89,6 +89,7 @@ pub fn plan(
         // Set at step 6, when the caller observes the call.
         relay_progress: false,
         client_capabilities_json: r.client_capabilities_json.clone(),
+        log_level: String::new(),
     };
     Ok(Plan { request, timeout })
 }

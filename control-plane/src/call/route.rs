@@ -137,8 +137,9 @@ impl Router {
     /// tried: the one retry this hop declares. Errors: UNAVAILABLE naming
     /// the server (no live sidecar, all draining, unreachable),
     /// DEADLINE_EXCEEDED, or what the sidecar answered. `progress` gets
-    /// the call's notifications (the request's `relay_progress`) on a
-    /// sidecar's call stream; a sidecar reached by unary RPC sends none.
+    /// the call's notifications (the request's `relay_progress` and
+    /// `log_level`) on a sidecar's call stream; a sidecar reached by unary
+    /// RPC sends none.
     pub async fn call(
         &self,
         snap: &Snapshot,

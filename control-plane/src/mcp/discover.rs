@@ -5,10 +5,11 @@
 //! The capabilities are those of every URL, whatever servers are behind
 //! it: `tools`, `resources`, `prompts` and `completions`, each answered
 //! (with empty lists when no server offers any), with `listChanged` on
-//! the three lists (`subscriptions/listen`, the 2025-11-25 GET stream).
+//! the three lists (`subscriptions/listen`, the 2025-11-25 GET stream),
+//! and `logging` (servers' log messages are relayed: `super::logging`).
 //! Tasks are declared in each era's way (`super::tasks`).
-//! Not declared: `resources.subscribe` (stage E does not build it),
-//! `logging`, and never `sampling` (refused by design). The supported versions are the
+//! Not declared: `resources.subscribe` (stage E does not build it), and
+//! never `sampling` (refused by design). The supported versions are the
 //! 2026-07-28 one and the 2025 ones `initialize` answers.
 
 use crate::model::mcp_session::Scope;
@@ -41,6 +42,7 @@ pub fn capabilities(era: Era) -> Value {
         "resources": {"listChanged": true},
         "prompts": {"listChanged": true},
         "completions": {},
+        "logging": {},
     });
     match era {
         Era::Legacy => {

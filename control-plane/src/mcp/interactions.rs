@@ -46,9 +46,9 @@ pub(super) const ASKING: &[&str] = &[
 ];
 
 /// Whether request `msg` of 2025-11-25 session `session` is answered as a
-/// stream that carries the call's questions (and its progress, when it
-/// asked for it): the client takes SSE and declared `elicitation` or
-/// `roots`.
+/// stream that carries the call's questions (and its progress and log
+/// messages, when it asked for them): the client takes SSE and declared
+/// `elicitation` or `roots`.
 pub fn asks(session: &McpSessionRecord, accepts: Accepts, msg: &Message) -> bool {
     let asking = ASKING.contains(&msg.method.as_str()) || msg.method == methods::TASKS_RESULT;
     let caps = &session.client_capabilities;
@@ -162,7 +162,8 @@ pub fn stream(
     accepts: Accepts,
 ) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::convert::Infallible>>(16);
-    let (progress, mut progressed) = match super::progress_wanted(accepts, &msg) {
+    let log_level = super::logging::level(Era::Legacy, Some(&session), &msg).unwrap_or_default();
+    let (progress, mut progressed) = match super::notifications_wanted(accepts, &msg, log_level) {
         Some((observer, rx)) => (Some(observer), Some(rx)),
         None => (None, None),
     };
@@ -182,6 +183,7 @@ pub fn stream(
             session_id: session.engine_session.clone(),
             run_id: run.clone(),
             progress,
+            log_level,
             tasks: super::tasks_declared(Era::Legacy, Some(&session.client_capabilities), &msg),
             client: super::client_capabilities(&scope, Some(&session.client_capabilities), true),
         };

@@ -76,6 +76,7 @@ pub async fn initialize(
         client_info: msg.params.get("clientInfo").cloned().unwrap_or(json!({})),
         created_at_ms: now,
         used_at_ms: now,
+        log_level: None,
     };
     let rev = ep
         .cp
@@ -125,7 +126,8 @@ pub fn engine_session_for(scope: &Scope, id: &str, owner: &str) -> SessionRecord
     }
 }
 
-fn store_error(e: crate::registry::RegistryError, id: &Value) -> McpError {
+/// 503 with the store's failure, answering request `id`.
+pub(super) fn store_error(e: crate::registry::RegistryError, id: &Value) -> McpError {
     McpError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         respond::INTERNAL_ERROR,
@@ -186,10 +188,15 @@ pub async fn session(
         return Err(not_found());
     }
     if now_ms() - rec.used_at_ms > TOUCH_EVERY.as_millis() as i64 {
-        let mut touched = rec.clone();
-        touched.used_at_ms = now_ms();
-        // Best effort: a lost write only shortens the idle time left.
-        if let Err(e) = ep.cp.registry.put_mcp_session(&touched).await {
+        // Best effort: a lost write only shortens the idle time left. Only
+        // `usedAtMs` changes: what another request set meanwhile (its log
+        // level) is kept.
+        let touched = ep
+            .cp
+            .registry
+            .update_mcp_session(&rec.id, |r| r.used_at_ms = now_ms())
+            .await;
+        if let Err(e) = touched {
             tracing::warn!(session = %rec.id, error = %e, "could not refresh an MCP session's last use");
         }
     }

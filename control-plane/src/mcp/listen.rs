@@ -148,6 +148,7 @@ impl Listener {
                 session_id: self.session_id.clone(),
                 run_id: String::new(),
                 progress: None,
+                log_level: None,
                 tasks: false,
                 client: String::new(),
             };

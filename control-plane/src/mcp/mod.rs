@@ -13,8 +13,10 @@
 //!    2025-11-25 ([`legacy`]: the session, 400 and 404); anything else is
 //!    2026-07-28, checked in the specified order ([`modern`]);
 //! 4. a 2025-11-25 client's answers to the endpoint's questions
-//!    ([`interactions::client_answered`]); a 2025-11-25 call that may ask
-//!    the client something runs on an SSE stream ([`interactions::stream`]);
+//!    ([`interactions::client_answered`]) and its log level
+//!    ([`logging::set_level`]); a 2025-11-25 call that may ask the client
+//!    something runs on an SSE stream ([`interactions::stream`]); the
+//!    client's log level ([`logging::level`], a 2026-07-28 one checked);
 //! 5. one arm per method ([`answer`]): [`discover`], [`lists`],
 //!    [`requests`] (through the call path, [`crate::call`]), [`tasks`]
 //!    (a client's tasks are background calls); a 2026-07-28
@@ -29,7 +31,8 @@
 //! for 2026-07-28 (stateless); for a 2025-11-25 session GET opens its
 //! stream of change notifications ([`listen`]) and DELETE ends it. Answers
 //! are JSON, or SSE for a 2025-11-25 call that may ask its client, for a
-//! `tools/call` whose client asked for its progress (`progressToken`:
+//! `tools/call` whose client asked for its progress (`progressToken`) or
+//! its server's log messages (a level: [`logging`];
 //! [`respond::progress_stream`]) and for `subscriptions/listen`
 //! ([`listen`]).
 
@@ -39,6 +42,7 @@ pub mod interactions;
 pub mod legacy;
 pub mod listen;
 pub mod lists;
+pub mod logging;
 pub mod modern;
 pub mod mrtr;
 pub mod names;
@@ -98,10 +102,15 @@ pub struct Ctx<'a> {
     /// The run its interactions are tagged with ([`interactions`]); empty:
     /// nobody on this request answers them.
     pub run_id: String,
-    /// Where a `tools/call`'s progress notifications go (the request is
-    /// answered as an SSE stream carrying them); `None`: the client sent
-    /// no `progressToken`, or takes JSON only.
+    /// Where a `tools/call`'s notifications go (the request is answered
+    /// as an SSE stream carrying them): its progress, and its server's log
+    /// messages at `log_level`; `None`: the client wants neither
+    /// ([`notifications_wanted`]), or takes JSON only.
     pub progress: Option<switchyard_proto::calls::Observer>,
+    /// The client's log level ([`logging::level`]): with `progress`, a
+    /// `tools/call` relays its server's log messages at this level or more
+    /// severe; `None`: none.
+    pub log_level: Option<switchyard_mcp::logging::Level>,
     /// The client declared tasks ([`tasks_declared`]): its calls may
     /// become tasks ([`tasks`]).
     pub tasks: bool,
@@ -377,14 +386,29 @@ async fn handled(
             return Ok(respond::accepted());
         }
     }
+    // A 2025-11-25 client's log level, kept in its session, set here: the
+    // servers' connections are shared, so it is not forwarded.
+    if let (Some(s), methods::LOGGING_SET_LEVEL) = (&session, msg.method.as_str()) {
+        let result = logging::set_level(ep, s, &msg)
+            .await
+            .map_err(|e| e.with_id(msg.id.as_ref()))?;
+        served.outcome = "ok";
+        return Ok(respond::result(
+            msg.id.as_ref().unwrap_or(&Value::Null),
+            result,
+        ));
+    }
     // A 2025-11-25 call that may ask the client something: a stream.
-    if let Some(s) = session.filter(|s| interactions::asks(s, accepts, &msg)) {
+    if let Some(s) = session
+        .as_ref()
+        .filter(|s| interactions::asks(s, accepts, &msg))
+    {
         served.outcome = "ok";
         return Ok(interactions::stream(
             ep.clone(),
             scope.clone(),
             caller,
-            s,
+            s.clone(),
             h.clone(),
             msg,
             accepts,
@@ -393,6 +417,8 @@ async fn handled(
     if era == Era::Modern {
         modern::validate(h, &msg)?;
     }
+    let log_level =
+        logging::level(era, session.as_ref(), &msg).map_err(|e| e.with_id(msg.id.as_ref()))?;
     // A 2026-07-28 client's change notifications: a stream.
     if era == Era::Modern && msg.method == methods::SUBSCRIPTIONS_LISTEN {
         let r = listen::modern(ep, scope, caller.as_ref(), accepts.sse, &msg)?;
@@ -401,8 +427,9 @@ async fn handled(
     }
     // A 2026-07-28 request that may ask its client: multi round-trip.
     if era == Era::Modern && mrtr::asks(&msg) {
-        // Its progress (first round only) on an SSE stream, when asked.
-        if let Some((observer, progress)) = progress_wanted(accepts, &msg) {
+        // Its progress and log messages (first round only) on an SSE
+        // stream, when asked.
+        if let Some((observer, progress)) = notifications_wanted(accepts, &msg, log_level) {
             let (ep, scope, h) = (ep.clone(), scope.clone(), h.clone());
             served.outcome = "ok";
             return Ok(respond::progress_stream(progress, async move {
@@ -428,12 +455,13 @@ async fn handled(
         session_id,
         run_id: String::new(),
         progress: None,
+        log_level,
         tasks: client_tasks,
         client: client.clone(),
     };
-    // A call whose client wants its progress: an SSE stream carrying it,
-    // then the response.
-    if let Some(observer) = progress_wanted(accepts, &msg) {
+    // A call whose client wants its progress or log messages: an SSE
+    // stream carrying them, then the response.
+    if let Some(observer) = notifications_wanted(accepts, &msg, log_level) {
         let (ep, scope, caller, h, msg) = (
             ep.clone(),
             scope.clone(),
@@ -452,6 +480,7 @@ async fn handled(
                 session_id,
                 run_id: String::new(),
                 progress: Some(observer.0),
+                log_level,
                 tasks: client_tasks,
                 client,
             };
@@ -496,9 +525,9 @@ pub(crate) async fn answer(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Resul
         methods::TASKS_CANCEL => tasks::cancel(ctx, msg).await,
         methods::TASKS_LIST => tasks::list(ctx, msg).await,
         methods::TASKS_UPDATE if ctx.era == Era::Modern => tasks::update(ctx, msg).await,
-        // 2025-11-25 only (a 2026-07-28 request for them is 404 already).
+        // 2025-11-25 only (a 2026-07-28 request for them is 404 already;
+        // `logging/setLevel` is answered before: [`logging::set_level`]).
         methods::PING => Ok(serde_json::json!({})),
-        methods::LOGGING_SET_LEVEL => Ok(serde_json::json!({})),
         other => Err(McpError::rpc(
             switchyard_mcp::jsonrpc::METHOD_NOT_FOUND,
             format!("method not found: {other:?}"),
@@ -551,18 +580,21 @@ pub fn tasks_declared(era: Era, session_capabilities: Option<&Value>, msg: &Mess
     }
 }
 
-/// A channel for the progress of request `msg`, when it is a `tools/call`
-/// with `_meta.progressToken` from a client that takes SSE
-/// (basic/utilities/progress).
-pub(crate) fn progress_wanted(
+/// A channel for the notifications of request `msg`, when it is a
+/// `tools/call` from a client that takes SSE and wants some: its progress
+/// (`_meta.progressToken`, basic/utilities/progress) or, at `log_level`,
+/// its server's log messages ([`logging`]).
+pub(crate) fn notifications_wanted(
     accepts: ingress::Accepts,
     msg: &Message,
+    log_level: Option<switchyard_mcp::logging::Level>,
 ) -> Option<(
     switchyard_proto::calls::Observer,
     tokio::sync::mpsc::UnboundedReceiver<String>,
 )> {
     let token = msg.meta().and_then(|m| m.get("progressToken"));
-    (accepts.sse && msg.method == methods::TOOLS_CALL && token.is_some())
+    let wanted = token.is_some() || log_level.is_some();
+    (accepts.sse && msg.method == methods::TOOLS_CALL && wanted)
         .then(tokio::sync::mpsc::unbounded_channel)
 }
 

@@ -279,6 +279,7 @@ fn start(
             session_id: session,
             run_id: run.clone(),
             progress,
+            log_level: super::logging::level(Era::Modern, None, &msg).unwrap_or_default(),
             tasks: super::tasks_declared(Era::Modern, None, &msg),
             client: super::client_capabilities(&scope, Some(&capabilities(&msg)), true),
         };

@@ -134,9 +134,9 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
     let caller = ctx.caller.cloned();
     let cancelled = CancellationToken::new();
     let _client_gone = cancelled.clone().drop_guard();
-    let progress = ctx.progress.clone();
+    let (progress, log_level) = (ctx.progress.clone(), ctx.log_level);
     let resp = tokio::spawn(async move {
-        crate::call::run(&cp, r, caller.as_ref(), cancelled, progress).await
+        crate::call::run(&cp, r, caller.as_ref(), cancelled, progress, log_level).await
     })
     .await
     .map_err(|e| {

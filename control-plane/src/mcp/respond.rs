@@ -260,8 +260,9 @@ pub fn message(
     }
 }
 
-/// Answers a request as an SSE stream (basic/utilities/progress): each
-/// notification from `progress` (JSON text) as it comes, then the message
+/// Answers a request as an SSE stream (basic/utilities/progress,
+/// server/utilities/logging): each notification from `progress` (JSON
+/// text: progress, log messages) as it comes, then the message
 /// `done` ends with (the response), then the end of the stream. The work
 /// runs in its own task; a client that goes away (the stream closes)
 /// drops it, which cancels the request.

@@ -66,4 +66,10 @@ pub struct McpSessionRecord {
     pub created_at_ms: i64,
     /// Last used (refreshed at most once a minute), ms since the epoch.
     pub used_at_ms: i64,
+    /// The level the client set with `logging/setLevel` (an MCP
+    /// `LoggingLevel`, e.g. `"info"`): its calls get the servers' log
+    /// messages at that level or more severe; absent: it never set one,
+    /// and gets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<String>,
 }

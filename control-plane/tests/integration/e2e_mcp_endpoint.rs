@@ -11,8 +11,11 @@
 //! 2025-11-25 stream, and as a 2026-07-28 client through `input_required`
 //! and the endpoint's sealed `requestState` (bound, expiring, used once);
 //! progress on a call's stream, with the client's own token, in both
-//! eras; and tasks (background calls) for clients that declare them, in
-//! both eras, with a task's question asked and answered.
+//! eras; a server's log messages on a call's stream, at the client's
+//! level (2025-11-25 `logging/setLevel`, 2026-07-28 `_meta`), only to the
+//! client whose call caused them, never a stdio server's; and tasks
+//! (background calls) for clients that declare them, in both eras, with a
+//! task's question asked and answered.
 
 use crate::common::*;
 use reqwest::header::HeaderMap;
@@ -1799,7 +1802,7 @@ async fn streamed(resp: reqwest::Response) -> (Vec<Value>, Value) {
     assert_eq!(
         resp.headers()["content-type"].to_str().unwrap(),
         "text/event-stream",
-        "a call whose client sent a progressToken is answered as a stream"
+        "a call whose client wants its notifications is answered as a stream"
     );
     let mut sse = Sse::of(resp);
     let mut notes = Vec::new();
@@ -2469,4 +2472,233 @@ async fn clients_that_declare_roots_are_asked_for_them_in_both_eras() {
         );
     }
     gw.stop().await;
+}
+
+/// The conformance fixture's three log messages, in order.
+const FIXTURE_LOGS: [&str; 3] = [
+    "Tool execution started",
+    "Tool processing data",
+    "Tool execution completed",
+];
+
+/// Checks `notes` are the fixture's three log messages, as it sent them,
+/// and `response` the call's result (`id`).
+fn three_logs(notes: &[Value], response: &Value, id: &Value) {
+    for n in notes {
+        assert_eq!(n["method"], "notifications/message", "{n}");
+        assert_eq!(n["params"]["level"], "info", "{n}");
+        assert_eq!(n["params"]["logger"], "conformance-fixture", "{n}");
+    }
+    let data: Vec<&Value> = notes.iter().map(|n| &n["params"]["data"]).collect();
+    assert_eq!(
+        data,
+        FIXTURE_LOGS.map(|d| json!(d)).iter().collect::<Vec<_>>()
+    );
+    tool_answered(response, id);
+}
+
+/// Checks `response` is the fixture's logging tool's result (`id`).
+fn tool_answered(response: &Value, id: &Value) {
+    assert_eq!(&response["id"], id, "{response}");
+    assert_eq!(
+        response["result"]["content"][0]["text"], "Tool with logging executed successfully",
+        "{response}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn log_messages_reach_only_the_client_whose_call_caused_them() {
+    let _heavy = HEAVY.lock().await;
+    // The suite's fixture over Streamable HTTP (in 2026-07-28, which the
+    // sidecar speaks with it, its log messages come on the request's own
+    // POST stream) and over stdio (never relayed).
+    let reference = switchyard_test_support::reference_server_bin();
+    let mut cmd = tokio::process::Command::new(&reference);
+    cmd.args(["--conformance", "--era", "dual", "--http", "127.0.0.1:0"]);
+    let fixture = switchyard_test_support::start_http_server(cmd, "/mcp").await;
+    let servers = format!(
+        "[[servers]]\nname = \"fixture\"\ntransport = \"http\"\nurl = {}\n\n\
+         [[servers]]\nname = \"fixture-stdio\"\ntransport = \"stdio\"\ncommand = {}\n\
+         args = [\"--conformance\", \"--era\", \"dual\"]\n",
+        toml_str(&fixture.url),
+        toml_str(reference.to_string_lossy()),
+    );
+    let port = switchyard_test_support::free_port();
+    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\n");
+    let gw = Gateway::start_with(
+        StoreKind::Embedded,
+        10,
+        fixture,
+        &servers,
+        &extra,
+        &[],
+        &["fixture", "fixture-stdio"],
+    )
+    .await;
+    let base = format!("http://127.0.0.1:{port}");
+    let tool = "test_tool_with_logging";
+    for path in ["/mcp/servers/fixture", "/mcp/servers/fixture-stdio"] {
+        eventually("the fixture's tools over MCP", LIMIT, || {
+            let base = base.clone();
+            async move {
+                let (_, _, t) = modern(&base, path, "tools/list", None, json!({})).await;
+                match t["result"]["tools"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|t| t["name"] == tool))
+                {
+                    true => Ok(()),
+                    false => Err(t.to_string()),
+                }
+            }
+        })
+        .await;
+    }
+    let path = "/mcp/servers/fixture";
+    // The endpoint declares that it sends log messages.
+    let (_, _, d) = modern(&base, path, "server/discover", None, json!({})).await;
+    assert!(d["result"]["capabilities"]["logging"].is_object(), "{d}");
+
+    // 2025-11-25 sessions; `level`: what logging/setLevel sets.
+    let session = |capabilities: Value, level: Option<&'static str>, path: &'static str| {
+        let base = base.clone();
+        async move {
+            let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t", "version": "1"}}});
+            let (_, h, r) = post(&base, path, &JSON_HEADERS, init.to_string()).await;
+            assert!(r["result"]["capabilities"]["logging"].is_object(), "{r}");
+            let session = h["mcp-session-id"].to_str().unwrap().to_owned();
+            if let Some(level) = level {
+                let set = json!({"jsonrpc": "2.0", "id": "lvl", "method": "logging/setLevel", "params": {"level": level}});
+                let (status, _, r) =
+                    post(&base, path, &legacy_headers(&session), set.to_string()).await;
+                assert_eq!((status, &r["result"]), (200, &json!({})), "{r}");
+            }
+            session
+        }
+    };
+    let call = |session: String, id: &'static str, path: &'static str| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": {}}});
+        let mut req = client()
+            .post(format!("{base}{path}"))
+            .body(body.to_string());
+        for (k, v) in legacy_headers(&session) {
+            req = req.header(k, v);
+        }
+        req.send()
+    };
+
+    // A client that set `info` gets the three messages on its call's
+    // stream, before the response; with elicitation declared too (the
+    // stream that carries the call's questions).
+    for capabilities in [json!({}), json!({"elicitation": {}})] {
+        let s = session(capabilities, Some("info"), path).await;
+        let (notes, response) = streamed(call(s, "c1", path).await.unwrap()).await;
+        three_logs(&notes, &response, &json!("c1"));
+    }
+    // `error`: none (the messages are `info`).
+    let s = session(json!({}), Some("error"), path).await;
+    let (notes, response) = streamed(call(s, "c2", path).await.unwrap()).await;
+    assert_eq!(notes, Vec::<Value>::new());
+    tool_answered(&response, &json!("c2"));
+    // Never set: none, and a JSON answer.
+    let s = session(json!({}), None, path).await;
+    let resp = call(s.clone(), "c3", path).await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let r: Value = resp.json().await.unwrap();
+    tool_answered(&r, &json!("c3"));
+    // A level that is not one: -32602 naming it; nothing changes.
+    for params in [
+        json!({"level": "verbose"}),
+        json!({"level": "INFO"}),
+        json!({}),
+    ] {
+        let set =
+            json!({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel", "params": params});
+        let (status, _, r) = post(&base, path, &legacy_headers(&s), set.to_string()).await;
+        assert_eq!((status, code(&r)), (200, -32602), "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("params.level"),
+            "{r}"
+        );
+    }
+
+    // Three clients call at once on the one upstream connection: each
+    // gets its own call's messages and no other's.
+    let (a, b, c) = tokio::join!(
+        session(json!({}), Some("info"), path),
+        session(json!({}), Some("debug"), path),
+        session(json!({}), Some("warning"), path),
+    );
+    let (ra, rb, rc) = tokio::join!(call(a, "a", path), call(b, "b", path), call(c, "c", path));
+    let ((na, ra), (nb, rb), (nc, rc)) = tokio::join!(
+        streamed(ra.unwrap()),
+        streamed(rb.unwrap()),
+        streamed(rc.unwrap())
+    );
+    three_logs(&na, &ra, &json!("a"));
+    three_logs(&nb, &rb, &json!("b"));
+    assert_eq!(nc, Vec::<Value>::new());
+    tool_answered(&rc, &json!("c"));
+
+    // 2026-07-28: the request's own `_meta` level.
+    let modern_call = |level: Value, id: u64| {
+        let mut meta = json!({VERSION: "2026-07-28", CAPS: {}});
+        if !level.is_null() {
+            meta["io.modelcontextprotocol/logLevel"] = level;
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": {}, "_meta": meta}});
+        client()
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", tool)
+            .body(body.to_string())
+            .send()
+    };
+    let (notes, response) = streamed(modern_call(json!("debug"), 1).await.unwrap()).await;
+    three_logs(&notes, &response, &json!(1));
+    assert_eq!(response["result"]["resultType"], "complete", "{response}");
+    let (notes, response) = streamed(modern_call(json!("critical"), 2).await.unwrap()).await;
+    assert_eq!(notes, Vec::<Value>::new());
+    tool_answered(&response, &json!(2));
+    let resp = modern_call(Value::Null, 3).await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    tool_answered(&resp.json().await.unwrap(), &json!(3));
+    let r: Value = modern_call(json!("loud"), 4)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(code(&r), -32602, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("io.modelcontextprotocol/logLevel"),
+        "{r}"
+    );
+
+    // A stdio server's log messages are not relayed: they cannot be told
+    // apart from another caller's.
+    let s = session(json!({}), Some("debug"), "/mcp/servers/fixture-stdio").await;
+    let (notes, response) =
+        streamed(call(s, "s1", "/mcp/servers/fixture-stdio").await.unwrap()).await;
+    assert_eq!(notes, Vec::<Value>::new());
+    tool_answered(&response, &json!("s1"));
+    gw.stop().await;
+}
+
+/// The headers of a request in 2025-11-25 session `session`.
+fn legacy_headers(session: &str) -> Vec<(&'static str, &str)> {
+    let mut h = JSON_HEADERS.to_vec();
+    h.push(("mcp-session-id", session));
+    h.push(("mcp-protocol-version", "2025-11-25"));
+    h
 }

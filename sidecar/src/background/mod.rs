@@ -572,6 +572,7 @@ impl Tasks {
                 roots: Vec::new(),
                 progress: None,
                 client: None,
+                log_level: None,
             };
             self.initiators().set(&call.task_id, context.clone());
             let state = TaskState {

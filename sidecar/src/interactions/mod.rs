@@ -85,8 +85,8 @@ pub struct CallContext {
     /// The session's roots (MCP `Root` objects), answered to `roots/list`.
     pub roots: Vec<Value>,
     /// Where the server's progress notifications for the call go (the
-    /// control plane asked for them; `crate::upstream::progress`);
-    /// `None`: nowhere.
+    /// control plane asked for them; `crate::upstream::progress`), and its
+    /// log messages when `log_level` is set; `None`: nowhere.
     pub progress: Option<ProgressSink>,
     /// The capabilities of the client the call is made for, when it
     /// answers for itself (`SidecarCallRequest.client_capabilities_json`):
@@ -94,6 +94,10 @@ pub struct CallContext {
     /// ([`roots`]); a 2026-07-28 server is told ours narrowed to them.
     /// `None`: ours, and the session's roots answer.
     pub client: Option<Value>,
+    /// The server's log messages for the call at this level or more
+    /// severe go to `progress` (`crate::upstream::logging`: only those
+    /// sent on the call's own response stream); `None`: none.
+    pub log_level: Option<switchyard_mcp::logging::Level>,
 }
 
 impl CallContext {

@@ -1,16 +1,17 @@
 //! One live connection to a server: a [`Transport`] plus what negotiation
 //! ([`super::era`]) established. It decorates each request for its era
 //! (modern `_meta` and HTTP request-metadata headers, or the legacy
-//! `MCP-Protocol-Version` header) and gives it the per-request timeout; the
-//! transport turns JSON-RPC errors into [`UpstreamError::Rpc`] without
-//! losing `data`. Its four paginated lists go through the one page walker,
-//! [`super::pages::walk`].
+//! `MCP-Protocol-Version` header, without a 2026-07-28 `logLevel`) and
+//! gives it the per-request timeout; the transport turns JSON-RPC errors
+//! into [`UpstreamError::Rpc`] without losing `data`. Its four paginated
+//! lists go through the one page walker, [`super::pages::walk`].
 
 use super::config::UpstreamConfig;
 use super::era::{self, Era, Negotiated};
 use super::error::UpstreamError;
-use super::http::ExtraHeaders;
+use super::http::{ExtraHeaders, OnStream};
 use super::inbound::Inbound;
+use super::logging;
 use super::metrics::ServerMetrics;
 use super::pages::{self, ListMethod, Walked};
 use super::transport::Transport;
@@ -86,13 +87,28 @@ impl Connection {
 
     /// Sends a request decorated for the era and returns its `result`.
     /// `params` is forwarded as given (unknown fields and `_meta` kept); in
-    /// the modern era the protocol's own `_meta` keys are set in it.
+    /// the modern era the protocol's own `_meta` keys are set in it, in the
+    /// legacy era a 2026-07-28 `logLevel` is dropped from it.
     pub async fn request(
         &self,
         method: &str,
         params: Option<Value>,
     ) -> Result<Value, UpstreamError> {
-        self.request_within(method, params, self.config.request_timeout)
+        self.request_observed(method, params, None).await
+    }
+
+    /// [`Connection::request`], the notifications on the request's own
+    /// stream also handed to `on_stream` ([`OnStream`]).
+    pub async fn request_observed(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        on_stream: Option<OnStream<'_>>,
+    ) -> Result<Value, UpstreamError> {
+        let (params, headers) = self.decorate(method, params);
+        let limit = self.config.request_timeout;
+        self.transport
+            .call(method, params, &headers, limit, on_stream)
             .await
     }
 
@@ -105,7 +121,9 @@ impl Connection {
         limit: Duration,
     ) -> Result<Value, UpstreamError> {
         let (params, headers) = self.decorate(method, params);
-        self.transport.call(method, params, &headers, limit).await
+        self.transport
+            .call(method, params, &headers, limit, None)
+            .await
     }
 
     fn decorate(&self, method: &str, params: Option<Value>) -> (Option<Value>, ExtraHeaders) {
@@ -113,6 +131,8 @@ impl Connection {
             Era::Legacy => (
                 params.map(|mut p| {
                     era::strip_own(&mut p);
+                    // 2025-11-25 has no per-request log level.
+                    logging::unask(&mut p);
                     p
                 }),
                 era::legacy_headers(&self.negotiated.protocol_version),

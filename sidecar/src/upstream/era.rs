@@ -259,6 +259,7 @@ async fn discover(transport: &Transport, config: &UpstreamConfig) -> Result<Prob
                 Some(params),
                 &headers,
                 config.discover_timeout,
+                None,
             )
             .await;
         return match reply {
@@ -362,6 +363,7 @@ async fn initialize(
             Some(params),
             &Vec::new(),
             config.request_timeout.min(HANDSHAKE_TIMEOUT),
+            None,
         )
         .await?;
     let version = result

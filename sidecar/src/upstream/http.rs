@@ -13,6 +13,10 @@
 //! `max_message_bytes`. A 2025-11-25 session that handles interactions
 //! also listens on the standalone GET stream ([`HttpConnection::listen`]),
 //! where a server sends requests and notifications not tied to one of ours.
+//! Every notification is fanned out ([`Inbound`]); those read on a
+//! request's own answer (its SSE stream, resumed or not, or its JSON body)
+//! are also handed to that request ([`OnStream`]: how a call gets its log
+//! messages, `super::logging`), never those of the GET stream.
 
 use super::error::UpstreamError;
 use super::inbound::Inbound;
@@ -79,6 +83,15 @@ impl std::fmt::Debug for HttpConnection {
 
 /// Extra headers for one request, as (name, value) pairs already encoded.
 pub type ExtraHeaders = Vec<(String, String)>;
+
+/// Where the notifications a server sends on one request's own response
+/// stream go, besides the connection's fan-out ([`Inbound`]): over
+/// Streamable HTTP, those of the POST's SSE stream (resumed or not) and of
+/// a JSON body holding several messages, each as it is read, before the
+/// request's response is returned. Never those of the standalone GET
+/// stream; stdio has no stream per request, so nothing is ever handed to
+/// it there. It must not block.
+pub type OnStream<'a> = &'a (dyn Fn(&Value) + Send + Sync);
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<sse::Event, SseError>> + Send>>;
 
@@ -188,8 +201,11 @@ impl HttpConnection {
     }
 
     /// Sends request `msg` (id `id`, method `method`) and returns its
-    /// response message. Dropping the future closes the response stream,
-    /// which is the 2026-07-28 cancellation signal; in 2025-11-25 a
+    /// response message. The notifications of its answer (its SSE stream,
+    /// resumed or not, or its JSON body) are fanned out and, when given,
+    /// handed to `on_stream` too, in the order read, before this returns.
+    /// Dropping the future closes the response stream, which is the
+    /// 2026-07-28 cancellation signal; in 2025-11-25 a
     /// `notifications/cancelled` is also posted.
     pub async fn request(
         self: &Arc<Self>,
@@ -197,6 +213,7 @@ impl HttpConnection {
         method: &str,
         msg: &Value,
         extra: &ExtraHeaders,
+        on_stream: Option<OnStream<'_>>,
     ) -> Result<Value, UpstreamError> {
         let mut guard = CancelOnDrop {
             conn: self.clone(),
@@ -204,7 +221,7 @@ impl HttpConnection {
             extra: extra.clone(),
             armed: true,
         };
-        let result = self.exchange(id, method, msg, extra).await;
+        let result = self.exchange(id, method, msg, extra, on_stream).await;
         guard.armed = false;
         result
     }
@@ -215,6 +232,7 @@ impl HttpConnection {
         method: &str,
         msg: &Value,
         extra: &ExtraHeaders,
+        on_stream: Option<OnStream<'_>>,
     ) -> Result<Value, UpstreamError> {
         let had_session = self.session_id().is_some();
         let body = serde_json::to_vec(msg).expect("a Value always serialises");
@@ -237,7 +255,7 @@ impl HttpConnection {
         match media_type(resp.headers()).as_deref() {
             Some("text/event-stream") => {
                 let events = self.events(resp);
-                self.read_stream(&id_value, method, events).await
+                self.read_stream(&id_value, method, events, on_stream).await
             }
             Some("application/json") => {
                 let body = self.read_body(method, resp).await?;
@@ -261,7 +279,7 @@ impl HttpConnection {
                 };
                 let mut response = None;
                 for m in messages {
-                    if let Some(r) = self.dispatch(&id_value, m, extra) {
+                    if let Some(r) = self.dispatch(&id_value, m, extra, on_stream) {
                         response = Some(r);
                     }
                 }
@@ -412,12 +430,14 @@ impl HttpConnection {
     }
 
     /// Reads an SSE stream until the response to `id` arrives, resuming a
-    /// 2025-11-25 stream that ends early.
+    /// 2025-11-25 stream that ends early; its notifications also go to
+    /// `on_stream`.
     async fn read_stream(
         self: &Arc<Self>,
         id: &Value,
         method: &str,
         mut events: EventStream,
+        on_stream: Option<OnStream<'_>>,
     ) -> Result<Value, UpstreamError> {
         let mut last_event_id = String::new();
         let mut retry = DEFAULT_RETRY;
@@ -455,7 +475,7 @@ impl HttpConnection {
                     tracing::warn!(data = %jsonrpc::preview(ev.data.as_bytes(), 200), "skipping an SSE event that is not JSON");
                     continue;
                 };
-                if let Some(response) = self.dispatch(id, msg, &Vec::new()) {
+                if let Some(response) = self.dispatch(id, msg, &Vec::new(), on_stream) {
                     return Ok(response);
                 }
             }
@@ -613,7 +633,8 @@ impl HttpConnection {
                             conn.metrics.skipped("not_json");
                             continue;
                         };
-                        if conn.dispatch(&Value::Null, msg, &headers).is_some() {
+                        // Tied to no request of ours: fanned out only.
+                        if conn.dispatch(&Value::Null, msg, &headers, None).is_some() {
                             tracing::debug!("dropping a response on the standalone event stream");
                         }
                     }
@@ -633,8 +654,16 @@ impl HttpConnection {
         );
     }
 
-    /// Routes one incoming message; returns it if it is the response to `id`.
-    fn dispatch(self: &Arc<Self>, id: &Value, msg: Value, extra: &ExtraHeaders) -> Option<Value> {
+    /// Routes one incoming message; returns it if it is the response to
+    /// `id`. A notification is fanned out, and handed to `on_stream` first
+    /// (the stream it came on is request `id`'s).
+    fn dispatch(
+        self: &Arc<Self>,
+        id: &Value,
+        msg: Value,
+        extra: &ExtraHeaders,
+        on_stream: Option<OnStream<'_>>,
+    ) -> Option<Value> {
         match jsonrpc::classify(&msg) {
             Some(Kind::Response) if &msg["id"] == id => Some(msg),
             Some(Kind::Response) => {
@@ -643,6 +672,9 @@ impl HttpConnection {
                 None
             }
             Some(Kind::Notification) => {
+                if let Some(on_stream) = on_stream {
+                    on_stream(&msg);
+                }
                 self.inbound.notification(msg);
                 None
             }

@@ -19,7 +19,10 @@
 //! ([`crate::interactions`], which this session calls into): the server's
 //! questions are attributed to the call's session, a 2026-07-28
 //! `input_required` result is answered and the request retried, and a
-//! -32042 error becomes URL interactions and one retry.
+//! -32042 error becomes URL interactions and one retry. When the call's
+//! context asks for them, the server's progress ([`progress`]) and its log
+//! messages ([`logging`]: only those sent on the request's own response
+//! stream, so never a stdio server's) are relayed to the call.
 //!
 //! **Retries the protocol mandates.** Each is declared in one place; they
 //! nest in this order, the outermost first (a request of
@@ -45,6 +48,7 @@ pub mod error;
 
 pub mod http;
 pub mod inbound;
+pub mod logging;
 
 pub mod metrics;
 pub mod pages;
@@ -63,6 +67,7 @@ use crate::interactions::{CallContext, Interactions, Relay, mrtr};
 use connection::Connection;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
+use http::OnStream;
 use inbound::Inbound;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -319,6 +324,17 @@ impl Upstream {
         method: &str,
         params: Option<Value>,
     ) -> Result<Value, UpstreamError> {
+        self.request_observed(method, params, None).await
+    }
+
+    /// [`Upstream::request`], the notifications on the request's own
+    /// response stream also handed to `on_stream` ([`OnStream`]).
+    async fn request_observed(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        on_stream: Option<OnStream<'_>>,
+    ) -> Result<Value, UpstreamError> {
         async {
             // The live connection, or (rarely; boxed, its future is large)
             // a new one.
@@ -328,12 +344,12 @@ impl Upstream {
             };
             // Boxed: the futures above this one stay small, so moving them
             // (each `.await` on the way does) copies little.
-            match Box::pin(conn.request(method, params.clone())).await {
+            match Box::pin(conn.request_observed(method, params.clone(), on_stream)).await {
                 Err(UpstreamError::SessionExpired { .. }) => {
                     tracing::info!(%method, "session expired; re-negotiating and retrying once");
                     Box::pin(self.connection())
                         .await?
-                        .request(method, params)
+                        .request_observed(method, params, on_stream)
                         .await
                 }
                 other => other,
@@ -450,7 +466,12 @@ impl Upstream {
     ///   received, while the server asks, up to `max_input_rounds` retries;
     /// - a -32042 error's URL elicitations are asked in the context's
     ///   session; if all are accepted the request is retried once,
-    ///   otherwise the error is returned as is (`data` intact).
+    ///   otherwise the error is returned as is (`data` intact);
+    /// - with a sink in `context.progress`, the server's progress for the
+    ///   request is relayed to it ([`progress`]), and with
+    ///   `context.log_level` its log messages at that level or more
+    ///   severe, those sent on the request's own response stream
+    ///   ([`logging`]).
     pub async fn request_in(
         &self,
         method: &str,
@@ -474,28 +495,39 @@ impl Upstream {
             }
         }
         // Progress asked for: the server sees a token of ours
-        // ([`progress`]); a call for a client that answers for itself: the
-        // server is told that client's capabilities ([`era::narrow_to`]).
-        // The params are copied only then.
-        let own = (context.progress.is_some() || context.client.is_some()).then(|| {
-            let mut p = params.clone();
-            let tokens = context
-                .progress
-                .as_ref()
-                .and_then(|_| progress::retoken(&mut p));
-            if let Some(client) = &context.client {
-                era::narrow_to(&mut p, client);
-            }
-            (p, tokens)
-        });
-        let (params, tokens) = match &own {
+        // ([`progress`]); logs asked for: a 2026-07-28 server is asked for
+        // them ([`logging::ask`]); a call for a client that answers for
+        // itself: the server is told that client's capabilities
+        // ([`era::narrow_to`]). The params are copied only then.
+        let logs = context.progress.clone().zip(context.log_level);
+        let changed = (context.progress.is_some() || context.client.is_some())
+            .then(|| {
+                let mut p = params.clone();
+                let tokens = context
+                    .progress
+                    .as_ref()
+                    .and_then(|_| progress::retoken(&mut p));
+                if let Some((_, level)) = &logs {
+                    logging::ask(&mut p, *level);
+                }
+                if let Some(client) = &context.client {
+                    era::narrow_to(&mut p, client);
+                }
+                (tokens.is_some() || logs.is_some() || context.client.is_some())
+                    .then_some((p, tokens))
+            })
+            .flatten();
+        let (params, tokens) = match &changed {
             Some((p, tokens)) => (p, tokens.clone()),
             None => (params, None),
         };
+        // The log messages on the request's own stream go to the call.
+        let relay_logs = logs.map(|(sink, level)| logging::relayer(sink, level));
+        let on_stream = relay_logs.as_ref().map(|f| f as OnStream<'_>);
         let relay = &self.inner.relay;
         let work = async {
             let _in_flight = relay.enter(context.clone());
-            let result = self.rounds(method, params, &context).await;
+            let result = self.rounds(method, params, &context, on_stream).await;
             if let Err(UpstreamError::Rpc {
                 code: jsonrpc::URL_ELICITATION_REQUIRED,
                 data,
@@ -505,7 +537,7 @@ impl Upstream {
                 && Box::pin(relay.url_elicitations_required(&context, data.as_ref())).await
             {
                 tracing::info!(%method, tool = %context.tool, "URL elicitations accepted; retrying the request once");
-                return self.rounds(method, params, &context).await;
+                return self.rounds(method, params, &context, on_stream).await;
             }
             result
         };
@@ -520,21 +552,45 @@ impl Upstream {
         }
     }
 
-    /// The multi round-trip loop ([`mrtr::rounds`]) of one request.
+    /// The multi round-trip loop ([`mrtr::rounds`]) of one request; the
+    /// notifications on each round's own stream also go to `on_stream`.
     async fn rounds(
         &self,
         method: &str,
         params: &Value,
         context: &CallContext,
+        on_stream: Option<OnStream<'_>>,
     ) -> Result<Value, UpstreamError> {
         let max_rounds = self.inner.config.max_input_rounds;
-        mrtr::rounds(self, &self.inner.relay, method, params, context, max_rounds).await
+        let relay = &self.inner.relay;
+        match on_stream {
+            Some(on_stream) => {
+                let observed = Observed {
+                    upstream: self,
+                    on_stream,
+                };
+                // Boxed: only requests whose logs are relayed carry it.
+                Box::pin(mrtr::rounds(
+                    &observed, relay, method, params, context, max_rounds,
+                ))
+                .await
+            }
+            None => mrtr::rounds(self, relay, method, params, context, max_rounds).await,
+        }
     }
 
     /// One request; a `tools/call` answered with `HeaderMismatch` is
-    /// retried once after re-listing the tools.
-    async fn send(&self, method: &str, params: &Value) -> Result<Value, UpstreamError> {
-        let result = self.request(method, Some(params.clone())).await;
+    /// retried once after re-listing the tools. The notifications on its
+    /// own stream also go to `on_stream`.
+    async fn send(
+        &self,
+        method: &str,
+        params: &Value,
+        on_stream: Option<OnStream<'_>>,
+    ) -> Result<Value, UpstreamError> {
+        let result = self
+            .request_observed(method, Some(params.clone()), on_stream)
+            .await;
         if method == "tools/call"
             && let Err(UpstreamError::Rpc {
                 code: jsonrpc::HEADER_MISMATCH,
@@ -544,7 +600,9 @@ impl Upstream {
             // The tool's x-mcp-header annotations may have changed: re-list
             // and retry once (streamable-http, "Client Behavior").
             if Box::pin(self.list_tools()).await.is_ok() {
-                return self.request(method, Some(params.clone())).await;
+                return self
+                    .request_observed(method, Some(params.clone()), on_stream)
+                    .await;
             }
         }
         result
@@ -691,7 +749,26 @@ impl mrtr::Sender for Upstream {
         method: &'a str,
         params: &'a Value,
     ) -> impl Future<Output = Result<Value, UpstreamError>> + Send + 'a {
-        Upstream::send(self, method, params)
+        Upstream::send(self, method, params, None)
+    }
+}
+
+/// An upstream whose requests hand the notifications on their own streams
+/// to `on_stream` (a call's log messages, [`logging`]).
+struct Observed<'a> {
+    upstream: &'a Upstream,
+    on_stream: OnStream<'a>,
+}
+
+impl mrtr::Sender for Observed<'_> {
+    type Error = UpstreamError;
+
+    fn send<'a>(
+        &'a self,
+        method: &'a str,
+        params: &'a Value,
+    ) -> impl Future<Output = Result<Value, UpstreamError>> + Send + 'a {
+        self.upstream.send(method, params, Some(self.on_stream))
     }
 }
 

@@ -4,11 +4,13 @@
 //! never repeat across restarts). It sends one request and waits for its
 //! answer within a time limit, turning a JSON-RPC error answer into
 //! [`UpstreamError::Rpc`] without losing `data`; it knows nothing of eras
-//! (the caller passes the headers a request needs).
+//! (the caller passes the headers a request needs). The notifications a
+//! server sends on a request's own response stream (Streamable HTTP only)
+//! may also be handed to that request ([`OnStream`]).
 
 use super::config::{TransportConfig, UpstreamConfig};
 use super::error::UpstreamError;
-use super::http::{ExtraHeaders, HttpConnection};
+use super::http::{ExtraHeaders, HttpConnection, OnStream};
 use super::inbound::Inbound;
 use super::metrics::ServerMetrics;
 use super::stdio::StdioConnection;
@@ -74,12 +76,15 @@ impl Transport {
 
     /// Sends a request and returns its `result`, or the error. `timeout`
     /// bounds the whole exchange; when it elapses the request is cancelled.
+    /// The notifications on the request's own stream are also handed to
+    /// `on_stream`, when given.
     pub async fn call(
         &self,
         method: &str,
         params: Option<Value>,
         headers: &ExtraHeaders,
         timeout: Duration,
+        on_stream: Option<OnStream<'_>>,
     ) -> Result<Value, UpstreamError> {
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
         let msg = jsonrpc::request(id, method, params);
@@ -88,7 +93,7 @@ impl Transport {
                 Kind::Stdio(s) => s.request(id, &msg).await,
                 // Boxed: the HTTP exchange's future is large, and stdio
                 // calls would carry its size (and copy it) otherwise.
-                Kind::Http(h) => Box::pin(h.request(id, method, &msg, headers)).await,
+                Kind::Http(h) => Box::pin(h.request(id, method, &msg, headers, on_stream)).await,
             }
         };
         let response = tokio::time::timeout(timeout, exchange)

@@ -228,6 +228,7 @@ fn ctx(session: &str) -> CallContext {
         ],
         progress: None,
         client: None,
+        log_level: None,
     }
 }
 
@@ -921,6 +922,7 @@ fn grpc_call(tool: &str, session: &str) -> SidecarCallRequest {
         background: None,
         relay_progress: false,
         client_capabilities_json: String::new(),
+        log_level: String::new(),
     }
 }
 

@@ -35,6 +35,7 @@ mod subscriptions;
 mod tasks;
 mod tasks_bad_input;
 mod upstream_http;
+mod upstream_logging;
 mod upstream_peers;
 mod upstream_stdio_framing;
 mod upstream_stdio_lifecycle;
