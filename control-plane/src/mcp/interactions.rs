@@ -356,8 +356,8 @@ pub(super) enum Refused {
 /// (`inputResponses`: key -> `ElicitResult` or `ListRootsResult`) name,
 /// by the key each is shown under ([`key_of`]) or its interaction id, and
 /// returns the ids answered; other keys are ignored (mrtr "Error
-/// Handling"). An answer that does not fit its question leaves it open,
-/// to be asked again.
+/// Handling"). An answer that is not an object, or does not fit its
+/// question, leaves it open, to be asked again.
 pub(super) async fn answer_open(
     ep: &Endpoint,
     session: &str,
@@ -370,6 +370,12 @@ pub(super) async fn answer_open(
         let Some(response) = responses.get(&key).or_else(|| responses.get(&rec.id)) else {
             continue;
         };
+        // Not a result object (an `ElicitResult` or `ListRootsResult`):
+        // not an answer; the question stays open and is asked again.
+        if !response.is_object() {
+            tracing::info!(interaction = %rec.id, "an MCP client's inputResponses entry is not an object; asking again");
+            continue;
+        }
         let key = &rec.id;
         match answer(ep, session, key, Some(response)).await {
             Ok(()) => answered.push(key.clone()),
