@@ -99,7 +99,12 @@ pub fn notification(method: &str, params: Option<Value>) -> Value {
 
 /// A success response echoing `id` exactly.
 pub fn result_response(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+    // Built by hand: `json!` would copy `result` through its serialiser.
+    let mut m = Map::with_capacity(3);
+    m.insert("jsonrpc".into(), "2.0".into());
+    m.insert("id".into(), id.clone());
+    m.insert("result".into(), result);
+    Value::Object(m)
 }
 
 /// An error response echoing `id` exactly.

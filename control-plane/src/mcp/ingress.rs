@@ -29,7 +29,8 @@ pub struct Message {
     pub method: String,
     /// `params` (an absent one is empty).
     pub params: Map<String, Value>,
-    /// The whole message, as sent (a response's `result` or `error`).
+    /// The rest of the message, as sent (a response's `result` or
+    /// `error`): everything but `params`.
     pub raw: Value,
 }
 
@@ -185,7 +186,7 @@ pub async fn read_body(body: Body, limit: u64) -> Result<Bytes, McpError> {
 /// batch, or JSON that is not a JSON-RPC 2.0 request, notification or
 /// response (-32600), naming what is wrong.
 pub fn parse(body: &[u8]) -> Result<Message, McpError> {
-    let raw: Value = serde_json::from_slice(body).map_err(|e| {
+    let mut raw: Value = serde_json::from_slice(body).map_err(|e| {
         McpError::new(
             StatusCode::BAD_REQUEST,
             PARSE_ERROR,
@@ -222,9 +223,10 @@ pub fn parse(body: &[u8]) -> Result<Message, McpError> {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
-    let params = match raw.get("params") {
+    // Moved out of the message, not copied.
+    let params = match raw.as_object_mut().and_then(|m| m.remove("params")) {
         None => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
+        Some(Value::Object(m)) => m,
         Some(_) => {
             return Err(McpError::new(
                 StatusCode::BAD_REQUEST,

@@ -19,7 +19,7 @@ use crate::call::request;
 use crate::model::mcp_session::Scope;
 use crate::names::NameMap;
 use crate::resources::page::{self, Position, Source};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// Entries per page of the paged lists.
 pub const PAGE: usize = 100;
@@ -133,7 +133,10 @@ pub async fn paged(ctx: &Ctx<'_>, msg: &Message, listing: Listing) -> Result<Val
         .into_iter()
         .map(|(server, _, entry)| entry_for(ctx, listing, server, entry, prompt_names.as_ref()))
         .collect();
-    let mut out = json!({listing.key(): items});
+    let mut out = Value::Object(Map::from_iter([(
+        listing.key().to_owned(),
+        Value::Array(items),
+    )]));
     if let Some(next) = next {
         out["nextCursor"] = Value::String(next.encode());
     }

@@ -32,9 +32,9 @@
 //! stream of change notifications ([`listen`]) and DELETE ends it. Answers
 //! are JSON, or SSE for a 2025-11-25 call that may ask its client, for a
 //! `tools/call` whose client asked for its progress (`progressToken`) or
-//! its server's log messages (a level: [`logging`];
-//! [`respond::progress_stream`]) and for `subscriptions/listen`
-//! ([`listen`]).
+//! its server's log messages (a level: [`logging`]) once one of those
+//! comes ([`respond::progress_stream`]; JSON when none does), and for
+//! `subscriptions/listen` ([`listen`]).
 
 pub mod discover;
 pub mod ingress;
@@ -428,16 +428,22 @@ async fn handled(
     // A 2026-07-28 request that may ask its client: multi round-trip.
     if era == Era::Modern && mrtr::asks(&msg) {
         // Its progress and log messages (first round only) on an SSE
-        // stream, when asked.
+        // stream, when asked and once one comes.
         if let Some((observer, progress)) = notifications_wanted(accepts, &msg, log_level) {
+            let reply = respond::Reply {
+                id: msg.id.clone(),
+                method: msg.method.clone(),
+                era,
+            };
             let (ep, scope, h) = (ep.clone(), scope.clone(), h.clone());
+            let r = Box::pin(respond::progress_stream(progress, reply, async move {
+                mrtr::serve(&ep, &scope, caller.as_ref(), &h, &msg, Some(observer)).await
+            }))
+            .await?;
             served.outcome = "ok";
-            return Ok(respond::progress_stream(progress, async move {
-                let outcome = mrtr::serve(&ep, &scope, caller.as_ref(), &h, &msg, Some(observer));
-                respond::message(msg.id.as_ref(), &msg.method, era, outcome.await)
-            }));
+            return Ok(r);
         }
-        let mut result = mrtr::serve(ep, scope, caller.as_ref(), h, &msg, None)
+        let mut result = Box::pin(mrtr::serve(ep, scope, caller.as_ref(), h, &msg, None))
             .await
             .map_err(|e| e.with_id(msg.id.as_ref()))?;
         respond::decorate(&msg.method, era, &mut result);
@@ -460,7 +466,8 @@ async fn handled(
         client: client.clone(),
     };
     // A call whose client wants its progress or log messages: an SSE
-    // stream carrying them, then the response.
+    // stream carrying them, then the response, once one comes (JSON until
+    // then).
     if let Some(observer) = notifications_wanted(accepts, &msg, log_level) {
         let (ep, scope, caller, h, msg) = (
             ep.clone(),
@@ -470,8 +477,12 @@ async fn handled(
             msg.clone(),
         );
         let session_id = ctx.session_id.clone();
-        served.outcome = "ok";
-        return Ok(respond::progress_stream(observer.1, async move {
+        let reply = respond::Reply {
+            id: msg.id.clone(),
+            method: msg.method.clone(),
+            era,
+        };
+        let r = Box::pin(respond::progress_stream(observer.1, reply, async move {
             let ctx = Ctx {
                 ep: &ep,
                 scope: &scope,
@@ -484,16 +495,14 @@ async fn handled(
                 tasks: client_tasks,
                 client,
             };
-            respond::message(
-                msg.id.as_ref(),
-                &msg.method,
-                era,
-                answer(&ctx, &h, &msg).await,
-            )
-        }));
+            answer(&ctx, &h, &msg).await
+        }))
+        .await?;
+        served.outcome = "ok";
+        return Ok(r);
     }
-    // 5. One arm per method.
-    let mut result = answer(&ctx, h, &msg)
+    // 5. One arm per method (boxed: this future stays small).
+    let mut result = Box::pin(answer(&ctx, h, &msg))
         .await
         .map_err(|e| e.with_id(msg.id.as_ref()))?;
     // 6. The result, for the client's era.
@@ -623,7 +632,12 @@ fn era_of(h: &HeaderMap, msg: &Message) -> Era {
 /// The caller, from `Authorization: Bearer` as on the gRPC API (mTLS is
 /// not offered on this listener). Errors: 401 with a challenge, 403.
 fn authenticate(ep: &Endpoint, h: &HeaderMap) -> Result<Option<Caller>, McpError> {
-    let metadata = tonic::metadata::MetadataMap::from_headers(h.clone());
+    // Only `authorization` is read: the rest of the headers are not copied.
+    let mut only = HeaderMap::new();
+    if let Some(v) = h.get(header::AUTHORIZATION) {
+        only.insert(header::AUTHORIZATION, v.clone());
+    }
+    let metadata = tonic::metadata::MetadataMap::from_headers(only);
     ep.auth
         .check(Service::Mcp, &metadata, None)
         .map_err(|status| {

@@ -10,7 +10,8 @@
 //!
 //! 1. a request without `requestState` gets an engine session (the URL's,
 //!    or one per caller and URL, [`session_for`]) and a fresh run, and its
-//!    call starts, detached from the HTTP request ([`start`]);
+//!    call starts ([`start`]), run by the round itself until a question
+//!    opens, when it goes on in a task of its own;
 //! 2. a retry's `requestState` is opened ([`open`]: integrity, binding,
 //!    expiry) and spent (once, in the store), and its `inputResponses`
 //!    answer the run's open interactions they name; a first request's own
@@ -24,9 +25,9 @@
 //!    the request.
 //!
 //! The call outlives the round that asked: it keeps running on the replica
-//! that started it, and its outcome is stored (`mcp-outcomes/<run>`,
-//! leased) once nobody there waits for it, so a retry on any replica finds
-//! it. A client that goes away before the first question cancels the call,
+//! that started it, in a task of its own from the first question on, and
+//! its outcome is stored (`mcp-outcomes/<run>`, leased), so a retry on any
+//! replica finds it. A client that goes away before the first question cancels the call,
 //! as for a request that asks nothing; after a question, the call ends
 //! with the question's own timeout (`limits.interactionTimeoutSec`).
 //!
@@ -51,16 +52,15 @@ use crate::model::mrtr::{OutcomeRecord, StateKeyRing};
 use crate::model::now_ms;
 use crate::state::Change;
 use axum::http::HeaderMap;
+use futures::FutureExt;
 use rmcp::model::{RequestStateCodec, RequestStateError, SealOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use switchyard_mcp::era::Era;
 use switchyard_mcp::meta;
-use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 
 /// How old the active key gets before a new one seals.
 pub const ROTATE_AFTER: Duration = Duration::from_secs(24 * 3600);
@@ -187,7 +187,7 @@ pub async fn serve(
         }
         look = false;
         tokio::select! {
-            outcome = async { local.as_mut().expect("guarded").done().await }, if local.is_some() => {
+            outcome = async { (&mut local.as_mut().expect("guarded").call).await }, if local.is_some() => {
                 return outcome;
             }
             c = changes.recv() => match c {
@@ -208,43 +208,45 @@ pub async fn serve(
     }
 }
 
-/// A call running for this round, not yet detached.
+/// A call running for this round, not yet detached: polled by the round
+/// itself, so a request that asks nothing costs no task of its own.
 struct Local {
-    /// Where its outcome goes while someone here waits: taken (`None`)
-    /// when the round detaches, after which the call stores its outcome.
-    slot: Arc<Mutex<Option<oneshot::Sender<Outcome>>>>,
-    rx: oneshot::Receiver<Outcome>,
-    /// Cancels the call when this round goes away before detaching.
-    cancel: Option<tokio_util::sync::DropGuard>,
+    /// The call (dropping it cancels it, as when the client goes away).
+    call: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>,
+    /// Where its outcome is stored once it runs alone.
+    ep: Arc<Endpoint>,
+    /// Its run.
+    run: String,
 }
 
 impl Local {
-    /// The call's outcome.
-    async fn done(&mut self) -> Outcome {
-        (&mut self.rx).await.unwrap_or_else(|_| {
-            Err(McpError::rpc(
-                respond::INTERNAL_ERROR,
-                "the request's call ended without an outcome",
-            ))
-        })
-    }
-
-    /// Lets the call go on alone; `Some`: it had ended already, with this.
+    /// Lets the call go on alone, in a task of its own that stores its
+    /// outcome (`mcp-outcomes/<run>`) for the retry; `Some`: it had ended
+    /// already, with this.
     fn detach(mut self) -> Option<Outcome> {
-        let sender = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(c) = self.cancel.take() {
-            c.disarm();
+        if let Some(outcome) = (&mut self.call).now_or_never() {
+            return Some(outcome);
         }
-        match sender {
-            Some(_) => None,
-            None => self.rx.try_recv().ok(),
-        }
+        tokio::spawn(async move {
+            let outcome = self.call.await;
+            let rec = OutcomeRecord {
+                run: self.run.clone(),
+                result: outcome.as_ref().ok().cloned(),
+                error: outcome.as_ref().err().map(|e| e.body()["error"].clone()),
+            };
+            let ep = &self.ep;
+            let ttl = ep.cp.interactions.timeout() + Duration::from_secs(60);
+            if let Err(e) = ep.cp.registry.put_mcp_outcome(&rec, ttl).await {
+                tracing::warn!(run = %self.run, error = %e, "could not store the outcome of an MCP request that asked its client");
+            }
+        });
+        None
     }
 }
 
-/// Starts request `msg`'s call in engine session `session` with `run`,
-/// detached from the HTTP request (module docs); its progress goes to
-/// `progress`, when given.
+/// Request `msg`'s call in engine session `session` with `run` (module
+/// docs), not started until polled; its progress goes to `progress`, when
+/// given.
 fn start(
     ep: &Arc<Endpoint>,
     scope: &Scope,
@@ -254,62 +256,33 @@ fn start(
     (session, run): (&str, &str),
     progress: Option<switchyard_proto::calls::Observer>,
 ) -> Local {
-    let (tx, rx) = oneshot::channel();
-    let slot = Arc::new(Mutex::new(Some(tx)));
-    let token = CancellationToken::new();
-    let (ep, scope, caller, h, msg) = (
+    let (ep2, scope, caller, h, msg) = (
         ep.clone(),
         scope.clone(),
         caller.cloned(),
         h.clone(),
         msg.clone(),
     );
-    let (session, run, task_slot, stop) = (
-        session.to_owned(),
-        run.to_owned(),
-        slot.clone(),
-        token.clone(),
-    );
-    tokio::spawn(async move {
+    let (session, run_id) = (session.to_owned(), run.to_owned());
+    let call = Box::pin(async move {
         let ctx = Ctx {
-            ep: &ep,
+            ep: &ep2,
             scope: &scope,
             caller: caller.as_ref(),
             era: Era::Modern,
             session_id: session,
-            run_id: run.clone(),
+            run_id,
             progress,
             log_level: super::logging::level(Era::Modern, None, &msg).unwrap_or_default(),
             tasks: super::tasks_declared(Era::Modern, None, &msg),
             client: super::client_capabilities(&scope, Some(&capabilities(&msg)), true),
         };
-        let outcome = tokio::select! {
-            r = super::answer(&ctx, &h, &msg) => r,
-            // The client went away before anything was asked.
-            _ = stop.cancelled() => return,
-        };
-        let waiting = task_slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-        match waiting {
-            Some(tx) => {
-                let _ = tx.send(outcome);
-            }
-            None => {
-                let rec = OutcomeRecord {
-                    run: run.clone(),
-                    result: outcome.as_ref().ok().cloned(),
-                    error: outcome.as_ref().err().map(|e| e.body()["error"].clone()),
-                };
-                let ttl = ep.cp.interactions.timeout() + Duration::from_secs(60);
-                if let Err(e) = ep.cp.registry.put_mcp_outcome(&rec, ttl).await {
-                    tracing::warn!(%run, error = %e, "could not store the outcome of an MCP request that asked its client");
-                }
-            }
-        }
+        super::answer(&ctx, &h, &msg).await
     });
     Local {
-        slot,
-        rx,
-        cancel: Some(token.drop_guard()),
+        call,
+        ep: ep.clone(),
+        run: run.to_owned(),
     }
 }
 
@@ -365,7 +338,13 @@ pub async fn session_for(
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    s
 }
 
 /// `value` with every object's keys sorted, as JSON text: the same params

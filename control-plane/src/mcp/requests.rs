@@ -48,12 +48,24 @@ fn forwarded(params: &Map<String, Value>) -> Map<String, Value> {
     out
 }
 
-/// The `_meta` forwarded with a tool call, as JSON text (empty: none).
+/// The `_meta` forwarded with a tool call, as JSON text (empty: none):
+/// [`forwarded`]'s, without copying the rest of the params.
 fn meta_json(params: &Map<String, Value>) -> String {
-    forwarded(params)
-        .get("_meta")
-        .map(Value::to_string)
-        .unwrap_or_default()
+    match params.get("_meta") {
+        Some(Value::Object(meta)) => {
+            let kept: Map<String, Value> = meta
+                .iter()
+                .filter(|(k, _)| !k.starts_with("io.modelcontextprotocol/"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            match kept.is_empty() {
+                true => String::new(),
+                false => Value::Object(kept).to_string(),
+            }
+        }
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
 }
 
 /// The `call_id` of the call a 2025-11-25 client made with JSON-RPC id
@@ -86,9 +98,10 @@ pub async fn cancel(ep: &super::Endpoint, session: &str, msg: &Message) {
 /// `tools/call`.
 pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Value, McpError> {
     let name = string(msg, "name")?;
+    let none = Value::Object(Map::new());
     let arguments = match msg.params.get("arguments") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(a @ Value::Object(_)) => a.clone(),
+        None | Some(Value::Null) => &none,
+        Some(a @ Value::Object(_)) => a,
         Some(_) => {
             return Err(McpError::invalid_params(
                 "params.arguments: must be an object",
@@ -108,7 +121,7 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
         && let Ok(target) = crate::call::resolve::resolve(&snap, &tool)
     {
         let schema = target.definition.get("inputSchema").unwrap_or(&Value::Null);
-        modern::check_params(h, schema, &arguments).map_err(|e| e.with_id(msg.id.as_ref()))?;
+        modern::check_params(h, schema, arguments).map_err(|e| e.with_id(msg.id.as_ref()))?;
     }
     // A 2025-11-25 client may cancel it by its request id.
     let call_id = match (ctx.era, &msg.id) {

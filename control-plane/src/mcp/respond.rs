@@ -260,19 +260,79 @@ pub fn message(
     }
 }
 
-/// Answers a request as an SSE stream (basic/utilities/progress,
-/// server/utilities/logging): each notification from `progress` (JSON
-/// text: progress, log messages) as it comes, then the message
-/// `done` ends with (the response), then the end of the stream. The work
-/// runs in its own task; a client that goes away (the stream closes)
-/// drops it, which cancels the request.
-pub fn progress_stream(
+/// How request `id` of `method` from a client of `era` is answered
+/// ([`progress_stream`]).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The request's id.
+    pub id: Option<Value>,
+    /// Its method.
+    pub method: String,
+    /// Its client's era.
+    pub era: Era,
+}
+
+/// The outcome of a request, as its (boxed) future.
+type Work = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, McpError>> + Send>>;
+
+/// Answers a request whose client takes SSE and wants its notifications
+/// (basic/utilities/progress, server/utilities/logging). Until the first
+/// notification comes the answer may still be plain JSON, so a request
+/// that sends none is answered as if it had asked for none: its result as
+/// `application/json` ([`result`], after [`decorate`]), its error as
+/// [`McpError`] (`Err`, so the caller answers it in the one place). Once
+/// one comes, the answer is an SSE stream: each notification from
+/// `progress` (JSON text: progress, log messages) as it comes, then the
+/// response, then the end of the stream; the work goes on in a task of its
+/// own, and a client that goes away (the stream closes) drops it, which
+/// cancels the request. A client that goes away before that drops `done`
+/// with the HTTP request, as for any request.
+pub async fn progress_stream(
     mut progress: tokio::sync::mpsc::UnboundedReceiver<String>,
-    done: impl std::future::Future<Output = Value> + Send + 'static,
+    reply: Reply,
+    done: impl std::future::Future<Output = Result<Value, McpError>> + Send + 'static,
+) -> Result<Response, McpError> {
+    let mut done: Work = Box::pin(done);
+    let first = tokio::select! {
+        biased;
+        n = progress.recv() => n,
+        outcome = &mut done => match progress.try_recv() {
+            // Notified just before the end: they still come first.
+            Ok(n) => {
+                let outcome: Work = Box::pin(std::future::ready(outcome));
+                return Ok(stream(Some(n), progress, reply, outcome));
+            }
+            Err(_) => return json(&reply, outcome),
+        },
+    };
+    match first {
+        Some(n) => Ok(stream(Some(n), progress, reply, done)),
+        // Nothing can notify any more.
+        None => json(&reply, done.await),
+    }
+}
+
+/// `outcome` as a JSON answer to `reply`'s request.
+fn json(reply: &Reply, outcome: Result<Value, McpError>) -> Result<Response, McpError> {
+    let mut r = outcome.map_err(|e| e.with_id(reply.id.as_ref()))?;
+    decorate(&reply.method, reply.era, &mut r);
+    Ok(result(reply.id.as_ref().unwrap_or(&Value::Null), r))
+}
+
+/// The SSE answer of [`progress_stream`], from notification `first` on.
+fn stream(
+    first: Option<String>,
+    mut progress: tokio::sync::mpsc::UnboundedReceiver<String>,
+    reply: Reply,
+    mut done: Work,
 ) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
-        tokio::pin!(done);
+        if let Some(n) = first
+            && !send_json(&tx, &n).await
+        {
+            return;
+        }
         let mut open = true;
         let last = loop {
             tokio::select! {
@@ -294,6 +354,7 @@ pub fn progress_stream(
                 return;
             }
         }
+        let last = message(reply.id.as_ref(), &reply.method, reply.era, last);
         let _ = tx.send(Ok(sse_event(&last))).await;
     });
     sse_response(rx)

@@ -361,7 +361,7 @@ pub async fn list(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
         .iter()
         .map(|r| Value::Object(Shown::of_record(r).task(ctx.era, &r.status)))
         .collect();
-    let mut out = json!({"tasks": tasks});
+    let mut out = Value::Object(Map::from_iter([("tasks".to_owned(), Value::Array(tasks))]));
     if !next.is_empty() {
         out["nextCursor"] = Value::String(next);
     }

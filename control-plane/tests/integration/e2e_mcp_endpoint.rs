@@ -1795,13 +1795,18 @@ async fn the_rmcp_client_uses_the_endpoint_in_both_eras() {
     gw.stop().await;
 }
 
-/// The messages of one request answered as a stream, up to its response:
-/// the notifications before it, and the response.
+/// The messages of one request whose client wants its notifications, up
+/// to its response: the notifications before it, and the response. It is
+/// answered as a stream once a notification comes, and with JSON when
+/// none does (then there are none).
 async fn streamed(resp: reqwest::Response) -> (Vec<Value>, Value) {
     assert_eq!(resp.status(), 200);
+    let kind = resp.headers()["content-type"].to_str().unwrap().to_owned();
+    if kind == "application/json" {
+        return (Vec::new(), resp.json().await.unwrap());
+    }
     assert_eq!(
-        resp.headers()["content-type"].to_str().unwrap(),
-        "text/event-stream",
+        kind, "text/event-stream",
         "a call whose client wants its notifications is answered as a stream"
     );
     let mut sse = Sse::of(resp);
@@ -2595,9 +2600,11 @@ async fn log_messages_reach_only_the_client_whose_call_caused_them() {
         let (notes, response) = streamed(call(s, "c1", path).await.unwrap()).await;
         three_logs(&notes, &response, &json!("c1"));
     }
-    // `error`: none (the messages are `info`).
+    // `error`: none (the messages are `info`), so a JSON answer.
     let s = session(json!({}), Some("error"), path).await;
-    let (notes, response) = streamed(call(s, "c2", path).await.unwrap()).await;
+    let resp = call(s, "c2", path).await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let (notes, response) = streamed(resp).await;
     assert_eq!(notes, Vec::<Value>::new());
     tool_answered(&response, &json!("c2"));
     // Never set: none, and a JSON answer.
