@@ -20,8 +20,72 @@ pub enum TransportKind {
     Http,
 }
 
-/// One upstream MCP server.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// How Switchyard authenticates to an HTTP server (stage D; seed
+/// 16-mcp-support §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthKind {
+    /// Nothing is sent.
+    None,
+    /// Static headers: `headers`, and `header_files` for secret values.
+    Headers,
+}
+
+impl AuthKind {
+    /// The name in the configuration and the APIs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthKind::None => "none",
+            AuthKind::Headers => "headers",
+        }
+    }
+
+    /// Parses [`AuthKind::as_str`]'s names.
+    pub fn parse(s: &str) -> Option<AuthKind> {
+        match s {
+            "none" => Some(AuthKind::None),
+            "headers" => Some(AuthKind::Headers),
+            _ => None,
+        }
+    }
+}
+
+/// What API answers show in place of a secret value.
+pub const REDACTED: &str = "[redacted]";
+
+/// Whether a header or environment variable named `name` likely carries a
+/// secret, so API answers and debug output show [`REDACTED`] instead of
+/// its value: `Authorization`, `Proxy-Authorization`, `Cookie`, and any
+/// name containing `token`, `secret`, `key`, `password` or `credential`
+/// (ASCII case-insensitive). Secrets belong in `header_files`; this keeps
+/// the ones put elsewhere out of answers.
+pub fn is_secret_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    matches!(
+        n.as_str(),
+        "authorization" | "proxy-authorization" | "cookie"
+    ) || ["token", "secret", "key", "password", "credential"]
+        .iter()
+        .any(|w| n.contains(w))
+}
+
+/// `map` with the values of secret names ([`is_secret_name`]) replaced by
+/// [`REDACTED`].
+pub fn redacted<V: AsRef<str>>(map: &BTreeMap<String, V>) -> BTreeMap<String, String> {
+    map.iter()
+        .map(|(k, v)| {
+            let v = match is_secret_name(k) {
+                true => REDACTED.to_owned(),
+                false => v.as_ref().to_owned(),
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+/// One upstream MCP server. Its `Debug` shows secret-looking header and
+/// environment values as [`REDACTED`].
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// Unique name, `[A-Za-z0-9_-]`, 1 to 48 characters.
@@ -43,9 +107,20 @@ pub struct ServerConfig {
     /// http: the MCP endpoint URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// http: static headers.
+    /// http: how Switchyard authenticates to the server; unset: `headers`
+    /// when `headers` or `header_files` has an entry, else `none`
+    /// ([`ServerConfig::auth_kind`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthKind>,
+    /// http: static headers sent with every request.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// http: headers whose values are secrets (a personal access token,
+    /// say), each read from a file by the sidecar when it starts (the
+    /// file's content, surrounding white space removed; [`load_header_value`]).
+    /// Only the paths are stored and shown.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub header_files: BTreeMap<String, PathBuf>,
     /// `auto` (default), `2026-07-28` or `2025-11-25`.
     #[serde(default = "default_era")]
     pub era: String,
@@ -94,7 +169,105 @@ pub fn valid_server_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("name", &self.name)
+            .field("transport", &self.transport)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &redacted(&self.env))
+            .field("cwd", &self.cwd)
+            .field("url", &self.url)
+            .field("auth", &self.auth)
+            .field("headers", &redacted(&self.headers))
+            .field("header_files", &self.header_files)
+            .field("era", &self.era)
+            .field("request_timeout_sec", &self.request_timeout_sec)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .finish()
+    }
+}
+
+/// A problem reading a secret header value from its file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {file}: {problem}")]
+pub struct SecretFileError {
+    /// Dotted key path, e.g. `server.header_files.Authorization`.
+    pub key: String,
+    /// The file, as configured.
+    pub file: String,
+    /// What is wrong (never the content).
+    pub problem: String,
+}
+
+/// Reads the value of a secret header from `file`: its content with
+/// surrounding white space (a trailing newline) removed; it must be UTF-8,
+/// not empty, and a valid header value (visible ASCII, spaces and tabs:
+/// `Bearer <token>`). Errors name `key` and the file, never the content.
+pub fn load_header_value(key: &str, file: &std::path::Path) -> Result<String, SecretFileError> {
+    let problem = |problem: String| SecretFileError {
+        key: key.to_owned(),
+        file: file.display().to_string(),
+        problem,
+    };
+    let bytes = std::fs::read(file).map_err(|e| problem(format!("cannot read it: {e}")))?;
+    let text = String::from_utf8(bytes).map_err(|_| problem("is not UTF-8 text".into()))?;
+    let value = text.trim();
+    if value.is_empty() {
+        return Err(problem("is empty".into()));
+    }
+    if !value
+        .bytes()
+        .all(|b| b.is_ascii_graphic() || b == b' ' || b == b'\t')
+    {
+        return Err(problem(
+            "is not a valid header value (visible ASCII, spaces and tabs, on one line)".into(),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+/// Secret header values read from `header_files`, as `(name, value)`;
+/// `Debug` shows the names only.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SecretHeaders(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for SecretHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, _)| format!("{k}: {REDACTED}")))
+            .finish()
+    }
+}
+
+impl SecretHeaders {
+    /// Reads every `header_files` entry of `spec`; `at` is the spec's key
+    /// path for errors (e.g. `server`).
+    pub fn load(spec: &ServerConfig, at: &str) -> Result<SecretHeaders, SecretFileError> {
+        spec.header_files
+            .iter()
+            .map(|(name, path)| {
+                let value = load_header_value(&format!("{at}.header_files.{name}"), path)?;
+                Ok((name.clone(), value))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(SecretHeaders)
+    }
+}
+
 impl ServerConfig {
+    /// How Switchyard authenticates to the server: `auth` when set, else
+    /// `headers` when `headers` or `header_files` has an entry, else
+    /// `none`.
+    pub fn auth_kind(&self) -> AuthKind {
+        match self.auth {
+            Some(kind) => kind,
+            None if self.headers.is_empty() && self.header_files.is_empty() => AuthKind::None,
+            None => AuthKind::Headers,
+        }
+    }
+
     /// Checks the entry; `at` is its key path for messages (e.g.
     /// `servers[0]`). Errors name the key and the problem.
     pub fn validate(&self, at: &str) -> Result<(), ConfigError> {
@@ -145,6 +318,19 @@ impl ServerConfig {
                 if !self.headers.is_empty() {
                     return Err(err("headers", "are only for transport = \"http\"".into()));
                 }
+                if !self.header_files.is_empty() {
+                    return Err(err(
+                        "header_files",
+                        "are only for transport = \"http\"".into(),
+                    ));
+                }
+                if self.auth.is_some_and(|a| a != AuthKind::None) {
+                    return Err(err(
+                        "auth",
+                        "is only for transport = \"http\" (a stdio server gets its secrets from env)"
+                            .into(),
+                    ));
+                }
             }
             TransportKind::Http => {
                 let Some(url) = &self.url else {
@@ -173,6 +359,50 @@ impl ServerConfig {
                             format!("the value of {k:?} is not a valid header value"),
                         ));
                     }
+                }
+                for (k, path) in &self.header_files {
+                    if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                        return Err(err(
+                            "header_files",
+                            format!("{k:?} is not a valid header name"),
+                        ));
+                    }
+                    if path.as_os_str().is_empty() {
+                        return Err(err(&format!("header_files.{k}"), "must name a file".into()));
+                    }
+                    if let Some(other) = self
+                        .header_files
+                        .keys()
+                        .find(|h| *h != k && h.eq_ignore_ascii_case(k))
+                    {
+                        return Err(err(
+                            &format!("header_files.{k}"),
+                            format!("is the same header as {other:?} (names are case-insensitive)"),
+                        ));
+                    }
+                    if self.headers.keys().any(|h| h.eq_ignore_ascii_case(k)) {
+                        return Err(err(
+                            &format!("header_files.{k}"),
+                            "is also in headers: give each header once".into(),
+                        ));
+                    }
+                }
+                let sends_headers = !self.headers.is_empty() || !self.header_files.is_empty();
+                match self.auth {
+                    Some(AuthKind::None) if sends_headers => {
+                        return Err(err(
+                            "auth",
+                            "is \"none\" but headers or header_files are set: remove them, or set auth = \"headers\"".into(),
+                        ));
+                    }
+                    Some(AuthKind::Headers) if !sends_headers => {
+                        return Err(err(
+                            "auth",
+                            "is \"headers\" but neither headers nor header_files has an entry"
+                                .into(),
+                        ));
+                    }
+                    _ => {}
                 }
             }
         }
@@ -220,5 +450,135 @@ mod tests {
             toml::from_str::<ServerConfig>("name = \"w\"\ntransport = \"stdio\"\ncomand = \"x\"\n")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn auth_kinds_are_inferred_and_checked() {
+        let http = "name = \"w\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        let plain = parse(http);
+        plain.validate("s").unwrap();
+        assert_eq!(plain.auth_kind(), AuthKind::None);
+        let files = parse(&format!(
+            "{http}[header_files]\nAuthorization = \"/run/secrets/t\"\n"
+        ));
+        files.validate("s").unwrap();
+        assert_eq!(files.auth_kind(), AuthKind::Headers);
+        let explicit = parse(&format!(
+            "{http}auth = \"headers\"\n[headers]\nX-Team = \"blue\"\n"
+        ));
+        explicit.validate("s").unwrap();
+        assert_eq!(explicit.auth_kind(), AuthKind::Headers);
+        for (text, key, needle) in [
+            (format!("{http}auth = \"headers\"\n"), "s.auth", "neither"),
+            (
+                format!("{http}auth = \"none\"\n[headers]\nX-Team = \"blue\"\n"),
+                "s.auth",
+                "remove them",
+            ),
+            (
+                format!("{http}[headers]\nauthorization = \"x\"\n[header_files]\nAuthorization = \"/f\"\n"),
+                "s.header_files.Authorization",
+                "also in headers",
+            ),
+            (
+                format!("{http}[header_files]\nAuthorization = \"/f\"\nauthorization = \"/g\"\n"),
+                "s.header_files.Authorization",
+                "case-insensitive",
+            ),
+            (
+                format!("{http}[header_files]\n\"bad name\" = \"/f\"\n"),
+                "s.header_files",
+                "not a valid header name",
+            ),
+            (
+                format!("{http}[header_files]\nAuthorization = \"\"\n"),
+                "s.header_files.Authorization",
+                "must name a file",
+            ),
+            (
+                "name = \"w\"\ntransport = \"stdio\"\ncommand = \"x\"\nauth = \"headers\"\n".into(),
+                "s.auth",
+                "only for transport",
+            ),
+            (
+                "name = \"w\"\ntransport = \"stdio\"\ncommand = \"x\"\n[header_files]\nA = \"/f\"\n".into(),
+                "s.header_files",
+                "only for transport",
+            ),
+        ] {
+            let e = parse(&text).validate("s").unwrap_err();
+            assert_eq!(e.key, key, "{text}");
+            assert!(e.problem.contains(needle), "{text}: {e}");
+        }
+        // Not a kind (yet): the parser names the choices.
+        let e = toml::from_str::<ServerConfig>(&format!("{http}auth = \"basic\"\n")).unwrap_err();
+        assert!(e.to_string().contains("none"), "{e}");
+    }
+
+    #[test]
+    fn secret_names_are_redacted_in_answers_and_debug() {
+        for name in [
+            "Authorization",
+            "cookie",
+            "X-Api-Key",
+            "GITHUB_TOKEN",
+            "db_password",
+            "Client-Secret",
+        ] {
+            assert!(is_secret_name(name), "{name}");
+        }
+        for name in ["X-Team", "Accept", "LANG", "PATH"] {
+            assert!(!is_secret_name(name), "{name}");
+        }
+        let h = parse(
+            "name = \"w\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\n[headers]\nAuthorization = \"Bearer hunter2\"\nX-Team = \"blue\"\n",
+        );
+        let shown = redacted(&h.headers);
+        assert_eq!(shown["Authorization"], REDACTED);
+        assert_eq!(shown["X-Team"], "blue");
+        let debug = format!("{h:?}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("blue"),
+            "{debug}"
+        );
+        let loaded = SecretHeaders(vec![("Authorization".into(), "Bearer hunter2".into())]);
+        assert!(!format!("{loaded:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn header_values_are_read_from_files_and_errors_never_show_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t");
+        std::fs::write(&file, "Bearer hunter2\n").unwrap();
+        assert_eq!(load_header_value("k", &file).unwrap(), "Bearer hunter2");
+        for (content, needle) in [
+            ("  \n", "is empty"),
+            ("Bearer hunter2\nX-Evil: 1\n", "not a valid header value"),
+        ] {
+            std::fs::write(&file, content).unwrap();
+            let e = load_header_value("server.header_files.Authorization", &file).unwrap_err();
+            assert_eq!(e.key, "server.header_files.Authorization");
+            assert!(e.problem.contains(needle), "{e}");
+            assert!(!e.to_string().contains("hunter2"), "{e}");
+        }
+        std::fs::write(&file, [0xff, 0xfe]).unwrap();
+        assert!(
+            load_header_value("k", &file)
+                .unwrap_err()
+                .problem
+                .contains("UTF-8")
+        );
+        let missing = dir.path().join("missing");
+        let e = load_header_value("k", &missing).unwrap_err();
+        assert!(
+            e.to_string().contains("missing") && e.problem.contains("cannot read"),
+            "{e}"
+        );
+        let spec = parse(&format!(
+            "name = \"w\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\n[header_files]\nAuthorization = {:?}\n",
+            missing.display().to_string()
+        ));
+        let e = SecretHeaders::load(&spec, "server").unwrap_err();
+        assert_eq!(e.key, "server.header_files.Authorization");
     }
 }

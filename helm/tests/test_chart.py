@@ -9,10 +9,10 @@ Everything is real and offline:
 - every rendered configuration file is loaded by the binaries' own check:
   `switchyard check-config FILE` (control plane) and `switchyard-sidecar
   check-config --config FILE` (each server's sidecar). The files a
-  configuration names (certificates, tokens, the encryption key) come from
-  Secret volumes in the pod, so the test lays out each container's volume
-  mounts under a temporary root, as the kubelet would, and points the
-  configuration's absolute paths there;
+  configuration names (certificates, tokens, the encryption key, secret
+  header files) come from Secret volumes in the pod, so the test lays out
+  each container's volume mounts under a temporary root, as the kubelet
+  would, and points the configuration's absolute paths there;
 - the Grafana dashboard is valid JSON and uses only metrics that
   docs/metrics.md or the code defines.
 
@@ -51,7 +51,12 @@ KUBE_VERSION = "1.30.0"
 # Every values file is a value set; "defaults" is values.yaml alone, and
 # "tls-inline" is tls.yaml with the PEM text in the values, so the chart
 # creates the TLS Secret itself.
-VALUE_SETS = ["defaults", "embedded", "etcd-bundled", "etcd-external", "servers", "tls", "tls-inline"]
+VALUE_SETS = ["defaults", "embedded", "etcd-bundled", "etcd-external", "header-secrets", "servers", "tls",
+              "tls-inline"]
+
+# Part of every secret header value the test's Secrets hold: it must never
+# appear in a rendered manifest nor in a check's output.
+SENTINEL = "sentinel-3f9c1e7a-never-rendered"
 
 
 def bin_dir() -> pathlib.Path:
@@ -94,10 +99,14 @@ def pki() -> dict[str, dict[str, str]]:
 
 
 def existing_secrets() -> dict[str, dict[str, str]]:
-    """Secrets tls.yaml names but does not create (cert-manager's, say)."""
+    """Secrets the values files name but the chart does not create: tls.yaml's
+    certificates (cert-manager's, say) and header-secrets.yaml's header values."""
     return {
         "switchyard-control-plane-tls": pki()["cp"],
         "switchyard-sidecar-tls": pki()["sidecar"],
+        "github-pat": {"authorization": f"Bearer ghp_{SENTINEL}\n"},
+        "shared-api-keys": {"github.key": f"{SENTINEL}-api-key"},
+        "orders-credentials": {"token": f"  Bearer {SENTINEL}-orders  \n"},
     }
 
 
@@ -328,6 +337,59 @@ class Render(unittest.TestCase):
         tls = one("tls-inline", "Secret", f"{RELEASE}-tls")
         self.assertEqual(tls["type"], "kubernetes.io/tls")
 
+    def test_header_secrets_are_files_from_secrets(self) -> None:
+        deployments = {d["metadata"]["name"]: d for d in find("header-secrets", "Deployment")}
+        expected = {
+            "github": [("Authorization", "github-pat", "authorization"),
+                       ("X-Api-Key", "shared-api-keys", "github.key")],
+            "orders": [("Authorization", "orders-credentials", "token")],
+        }
+        for slug, entries in expected.items():
+            with self.subTest(server=slug):
+                pod = deployments[f"{RELEASE}-{slug}"]["spec"]["template"]["spec"]
+                sidecar = next(c for c in pod["containers"] if c["name"] == "sidecar")
+                self.assertIn({"name": "header-secrets", "mountPath": "/etc/switchyard/header-secrets",
+                               "readOnly": True}, sidecar["volumeMounts"])
+                # Only the sidecar reads them, not the server's container.
+                for c in pod["containers"]:
+                    if c is not sidecar:
+                        self.assertNotIn("header-secrets", [m["name"] for m in c.get("volumeMounts", [])])
+                volumes = {v["name"]: v for v in pod["volumes"]}
+                projected = volumes["header-secrets"]["projected"]
+                self.assertEqual(projected["defaultMode"], 0o400)
+                self.assertEqual(projected["sources"], [
+                    {"secret": {"name": secret, "items": [{"key": key, "path": header}]}}
+                    for header, secret, key in entries])
+                files = ", ".join(f'"{header}" = "/etc/switchyard/header-secrets/{header}"'
+                                  for header, _, _ in entries)
+                # The sidecar reads the files; the control plane keeps the paths only.
+                for config in (sidecar_config("header-secrets", slug), cp_config("header-secrets")):
+                    self.assertIn(f"header_files = {{ {files} }}", config)
+        github = sidecar_config("header-secrets", "github")
+        self.assertIn('auth = "headers"', github)
+        self.assertIn('headers = { "X-Team" = "platform" }', github)
+        self.assertNotIn("auth =", sidecar_config("header-secrets", "orders"))  # inferred: headers
+        public = sidecar_config("header-secrets", "public")
+        self.assertIn('auth = "none"', public)
+        self.assertNotIn("header_files", public)
+        pod = deployments[f"{RELEASE}-public"]["spec"]["template"]["spec"]
+        self.assertNotIn("header-secrets", [v["name"] for v in pod["volumes"]])
+        # The chart creates no Secret for them: it references the given ones.
+        self.assertEqual({s["metadata"]["name"] for s in find("header-secrets", "Secret")},
+                         {f"{RELEASE}-token-encryption"})
+
+    def test_no_secret_value_in_any_configmap(self) -> None:
+        """The Secrets' contents (the sentinel) never reach a rendered
+        object: ConfigMaps carry the paths of the files only."""
+        self.assertIn(SENTINEL, existing_secrets()["github-pat"]["authorization"])  # the sentinel is in use
+        for value_set in VALUE_SETS:
+            with self.subTest(value_set=value_set):
+                for cm in find(value_set, "ConfigMap"):
+                    for key, body in (cm.get("data") or {}).items():
+                        self.assertNotIn(SENTINEL, body, f"{cm['metadata']['name']}: {key}")
+                        self.assertNotIn("Bearer", body, f"{cm['metadata']['name']}: {key}")
+                self.assertNotIn(SENTINEL, "".join(rendered(value_set).values()))
+
     def test_token_encryption_key_is_generated_once(self) -> None:
         s = one("embedded", "Secret", f"{RELEASE}-token-encryption")
         self.assertEqual(s["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
@@ -364,12 +426,41 @@ class Render(unittest.TestCase):
             ({"auth": {"tokens": [{"name": "e", "role": "engine", "value": "t"}]}, "servers": [
                 {"name": "a", "transport": "http", "url": "http://x/mcp", "sidecarToken": "e"}]},
              'servers a: sidecarToken "e" must name an auth.tokens entry with role sidecar'),
+            ({"servers": [{**HTTP, "headerSecrets": {"Authorization": {"secretName": "pat"}}}]},
+             "at '/servers/0/headerSecrets/Authorization': missing property 'key'"),
+            ({"servers": [{**HTTP, "headerSecrets": {"Authorization": {"key": "k"}}}]},
+             "missing property 'secretName'"),
+            ({"servers": [{**HTTP, "headerSecrets": {"Authorization": {"secretName": "pat", "key": ""}}}]},
+             "/servers/0/headerSecrets/Authorization/key"),
+            ({"servers": [{**HTTP, "headerSecrets": {"Bad Header": {"secretName": "pat", "key": "k"}}}]},
+             "invalid propertyName 'Bad Header'"),
+            ({"servers": [{**HTTP, "headerSecrets": {"..data": {"secretName": "pat", "key": "k"}}}]},
+             "invalid propertyName '..data'"),
+            ({"servers": [{"name": "a", "transport": "stdio", "image": {"repository": "x"}, "command": "y",
+                           "headerSecrets": {"Authorization": {"secretName": "pat", "key": "k"}}}]},
+             "'not' failed"),
+            ({"servers": [{"name": "a", "transport": "stdio", "image": {"repository": "x"}, "command": "y",
+                           "auth": "headers"}]}, "'not' failed"),
+            ({"servers": [{**HTTP, "auth": "oauth"}]}, "at '/servers/0/auth': value must be one of"),
+            ({"servers": [{**HTTP, "auth": "none", "headerSecrets": {"A": {"secretName": "s", "key": "k"}}}]},
+             'servers "a": auth is "none" but headers or headerSecrets are set'),
+            ({"servers": [{**HTTP, "auth": "headers"}]},
+             'servers "a": auth is "headers" but neither headers nor headerSecrets has an entry'),
+            ({"servers": [{**HTTP, "headers": {"authorization": "x"},
+                           "headerSecrets": {"Authorization": {"secretName": "s", "key": "k"}}}]},
+             'servers "a": header "authorization" is in both headers and headerSecrets'),
+            ({"servers": [{**HTTP, "headerSecrets": {"X-A": {"secretName": "s", "key": "k"},
+                                                     "x-a": {"secretName": "s", "key": "k"}}}]},
+             'servers "a": headerSecrets "X-A" and "x-a" are the same header'),
         ]
         for values, message in cases:
             with self.subTest(values=values):
                 with self.assertRaises(Exception) as caught:
                     chart_render.render(values, name=RELEASE, namespace=NAMESPACE)
                 self.assertIn(message, str(caught.exception))
+
+
+HTTP = {"name": "a", "transport": "http", "url": "http://x/mcp"}
 
 
 def merge_values(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -402,14 +493,18 @@ def materialise(value_set: str, pod: dict[str, Any], container: dict[str, Any],
         mounts.append(m["mountPath"])
         v = volumes[m["volumeName"] if "volumeName" in m else m["name"]]
         if "configMap" in v:
-            data, items = configmaps[v["configMap"]["name"]], v["configMap"].get("items")
+            sources = [(configmaps[v["configMap"]["name"]], v["configMap"].get("items"))]
         elif "secret" in v:
-            data, items = secrets[v["secret"]["secretName"]], v["secret"].get("items")
+            sources = [(secrets[v["secret"]["secretName"]], v["secret"].get("items"))]
+        elif "projected" in v:
+            sources = [(secrets[s["secret"]["name"]], s["secret"].get("items"))
+                       for s in v["projected"]["sources"]]
         else:
             continue
-        pairs = [(i["key"], i["path"]) for i in items] if items else [(k, k) for k in data]
-        for key, path in pairs:
-            (target / path).write_text(data[key])
+        for data, items in sources:
+            pairs = [(i["key"], i["path"]) for i in items] if items else [(k, k) for k in data]
+            for key, path in pairs:
+                (target / path).write_text(data[key])
     return mounts
 
 
@@ -466,6 +561,27 @@ class BinariesAcceptRenderedConfigs(unittest.TestCase):
                                  [str(bin_dir() / "switchyard-sidecar"), "check-config", "--config"], broken)
         self.assertEqual(r.returncode, 64, r.stdout + r.stderr)
         self.assertIn("tls_cert_file", r.stderr)
+
+    def test_the_check_reads_the_secret_header_files(self) -> None:
+        """The sidecar's check reads the mounted header files: it passes
+        without showing a value, and fails on a bad one naming the key and
+        the file, never the content."""
+        pod = one("header-secrets", "Deployment", f"{RELEASE}-github")["spec"]["template"]["spec"]
+        sidecar = [str(bin_dir() / "switchyard-sidecar"), "check-config", "--config"]
+        r, _, _ = self.check_run("header-secrets", pod, pod["containers"][0], sidecar)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn(SENTINEL, r.stdout + r.stderr)
+        broken = existing_secrets()
+        broken["github-pat"] = {"authorization": f"Bearer {SENTINEL}\nsecond line\n"}
+        r, _, _ = self.check_run("header-secrets", pod, pod["containers"][0], sidecar, broken)
+        self.assertEqual(r.returncode, 64, r.stdout + r.stderr)
+        self.assertIn("server.header_files.Authorization", r.stderr)
+        self.assertIn("/etc/switchyard/header-secrets/Authorization", r.stderr)
+        self.assertNotIn(SENTINEL, r.stdout + r.stderr)
+        # The control plane keeps the paths only: its check reads no header file.
+        cp = one("header-secrets", "Deployment", RELEASE)["spec"]["template"]["spec"]
+        self.assertNotIn("header-secrets", [m["name"] for m in cp["containers"][0]["volumeMounts"]])
+        self.check("header-secrets", cp, cp["containers"][0], [str(bin_dir() / "switchyard"), "check-config"])
 
     def test_every_rendered_config_passes_check_config(self) -> None:
         switchyard = bin_dir() / "switchyard"

@@ -10,7 +10,7 @@ use crate::model::{
 use crate::state::Snapshot;
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_common::server_spec::{ServerConfig, TransportKind};
+use switchyard_common::server_spec::{AuthKind, ServerConfig, TransportKind, redacted};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
@@ -40,6 +40,14 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
             ));
         }
     };
+    let auth = match s.auth.as_str() {
+        "" => None,
+        a => Some(AuthKind::parse(a).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "spec.auth: {a:?} is not one of \"none\", \"headers\""
+            ))
+        })?),
+    };
     let config = ServerConfig {
         name: s.name,
         transport,
@@ -48,7 +56,13 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
         env: s.env.into_iter().collect(),
         cwd: Some(s.cwd).filter(|c| !c.is_empty()).map(Into::into),
         url: Some(s.url).filter(|u| !u.is_empty()),
+        auth,
         headers: s.headers.into_iter().collect(),
+        header_files: s
+            .header_files
+            .into_iter()
+            .map(|(k, v)| (k, v.into()))
+            .collect(),
         era: if s.era.is_empty() {
             "auto".into()
         } else {
@@ -67,7 +81,9 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
     Ok(config)
 }
 
-/// A server config as a proto spec.
+/// A server config as a proto spec, for an answer: the values of secret
+/// looking headers and environment variables are
+/// [`switchyard_common::server_spec::REDACTED`].
 pub fn spec_to_pb(s: &ServerConfig) -> pb::ServerSpec {
     pb::ServerSpec {
         name: s.name.clone(),
@@ -77,16 +93,22 @@ pub fn spec_to_pb(s: &ServerConfig) -> pb::ServerSpec {
         },
         command: s.command.clone().unwrap_or_default(),
         args: s.args.clone(),
-        env: s.env.clone().into_iter().collect(),
+        env: redacted(&s.env).into_iter().collect(),
         cwd: s
             .cwd
             .as_ref()
             .map(|c| c.display().to_string())
             .unwrap_or_default(),
         url: s.url.clone().unwrap_or_default(),
-        headers: s.headers.clone().into_iter().collect(),
+        headers: redacted(&s.headers).into_iter().collect(),
         era: s.era.clone(),
         request_timeout_ms: s.request_timeout_sec.saturating_mul(1000),
+        auth: s.auth_kind().as_str().into(),
+        header_files: s
+            .header_files
+            .iter()
+            .map(|(k, v)| (k.clone(), v.display().to_string()))
+            .collect(),
     }
 }
 
@@ -430,5 +452,51 @@ impl AdminService for AdminApi {
             .get(&name)
             .ok_or_else(|| Status::not_found(format!("server {name:?} is not configured")))?;
         Ok(Response::new(status_of(&snap, rec)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http_spec() -> pb::ServerSpec {
+        pb::ServerSpec {
+            name: "web".into(),
+            transport: pb::Transport::Http as i32,
+            url: "http://127.0.0.1:1/mcp".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn auth_and_header_files_round_trip_and_secrets_are_redacted() {
+        let mut s = http_spec();
+        s.header_files
+            .insert("Authorization".into(), "/run/secrets/pat".into());
+        s.headers.insert("X-Api-Key".into(), "hunter2".into());
+        s.headers.insert("X-Team".into(), "blue".into());
+        let config = spec_from_pb(Some(s)).unwrap();
+        assert_eq!(config.auth, None);
+        assert_eq!(config.auth_kind(), AuthKind::Headers);
+        let shown = spec_to_pb(&config);
+        assert_eq!(shown.auth, "headers");
+        assert_eq!(shown.header_files["Authorization"], "/run/secrets/pat");
+        assert_eq!(shown.headers["X-Api-Key"], "[redacted]");
+        assert_eq!(shown.headers["X-Team"], "blue");
+        assert_eq!(
+            spec_to_pb(&spec_from_pb(Some(http_spec())).unwrap()).auth,
+            "none"
+        );
+    }
+
+    #[test]
+    fn a_bad_auth_names_the_field() {
+        for (auth, needle) in [("oauth2", "spec.auth"), ("headers", "spec.auth")] {
+            let mut s = http_spec();
+            s.auth = auth.into();
+            let e = spec_from_pb(Some(s)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.message().contains(needle), "{auth}: {}", e.message());
+        }
     }
 }

@@ -262,7 +262,7 @@ pub enum ServersCommand {
         json: bool,
     },
     /// Add a server.
-    Add(ServerArgs),
+    Add(Box<ServerArgs>),
     /// Remove a server.
     Remove {
         /// Its name.
@@ -393,9 +393,17 @@ pub struct ServerArgs {
     /// http: endpoint URL.
     #[arg(long)]
     pub url: Option<String>,
-    /// http: 'Name: value' (repeatable).
+    /// http: 'Name: value' (repeatable). Put secrets in --header-file.
     #[arg(long = "header")]
     pub headers: Vec<String>,
+    /// http: 'Name=PATH' (repeatable): a header whose secret value the
+    /// server's sidecar reads from PATH on its machine.
+    #[arg(long = "header-file")]
+    pub header_files: Vec<String>,
+    /// http: none or headers (default: headers when a header is given,
+    /// else none).
+    #[arg(long)]
+    pub auth: Option<String>,
     /// auto, 2026-07-28 or 2025-11-25.
     #[arg(long, default_value = "auto")]
     pub era: String,

@@ -35,6 +35,7 @@ mod e2e_policy;
 mod e2e_replicas;
 mod e2e_resources;
 mod e2e_runtime_servers;
+mod e2e_server_auth;
 mod e2e_sessions;
 mod e2e_shutdown;
 mod e2e_sidecar_crash;

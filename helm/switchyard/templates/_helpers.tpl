@@ -103,6 +103,7 @@ app.kubernetes.io/part-of: switchyard
 {{- define "switchyard.tlsDir" -}}/etc/switchyard/tls{{- end -}}
 {{- define "switchyard.authDir" -}}/etc/switchyard/auth{{- end -}}
 {{- define "switchyard.keyDir" -}}/etc/switchyard/keys{{- end -}}
+{{- define "switchyard.headerSecretsDir" -}}/etc/switchyard/header-secrets{{- end -}}
 {{- define "switchyard.dataDir" -}}/var/lib/switchyard{{- end -}}
 
 {{/* Whether an [auth] table and token files are rendered. */}}
@@ -151,6 +152,16 @@ url = {{ include "switchyard.serverUrl" . | toJson }}
 {{- if .headers }}
 headers = {{ include "switchyard.tomlTable" .headers }}
 {{- end }}
+{{- if .headerSecrets }}
+{{- $files := dict }}
+{{- range $header, $ref := .headerSecrets }}
+{{- $_ := set $files $header (printf "%s/%s" (include "switchyard.headerSecretsDir" $) $header) }}
+{{- end }}
+header_files = {{ include "switchyard.tomlTable" $files }}
+{{- end }}
+{{- end }}
+{{- if .auth }}
+auth = {{ .auth | toJson }}
 {{- end }}
 {{- if .era }}
 era = {{ .era | toJson }}
@@ -244,6 +255,25 @@ max_message_bytes = {{ int64 .maxMessageBytes }}
 {{- end -}}
 {{- if and (eq .transport "http") (not .image) (not .url) -}}
 {{- fail (printf "servers %q: an http server needs image (its container) or url" .name) -}}
+{{- end -}}
+{{- $s := . -}}
+{{- if and (eq (toString .auth) "none") (or .headers .headerSecrets) -}}
+{{- fail (printf "servers %q: auth is \"none\" but headers or headerSecrets are set: remove them, or set auth to \"headers\"" .name) -}}
+{{- end -}}
+{{- if and (eq (toString .auth) "headers") (not .headers) (not .headerSecrets) -}}
+{{- fail (printf "servers %q: auth is \"headers\" but neither headers nor headerSecrets has an entry" .name) -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $header, $ref := .headerSecrets -}}
+{{- if hasKey $seen (lower $header) -}}
+{{- fail (printf "servers %q: headerSecrets %q and %q are the same header (names are case-insensitive)" $s.name (get $seen (lower $header)) $header) -}}
+{{- end -}}
+{{- $_ := set $seen (lower $header) $header -}}
+{{- end -}}
+{{- range $header, $value := .headers -}}
+{{- if hasKey $seen (lower $header) -}}
+{{- fail (printf "servers %q: header %q is in both headers and headerSecrets: give each header once" $s.name $header) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -104,6 +104,10 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
             .map_err(|source| RunError::Metrics { source })?,
     };
     let mut upstream_config = crate::upstream::UpstreamConfig::from_spec(&settings.server);
+    if let crate::upstream::TransportConfig::Http(http) = &mut upstream_config.transport {
+        http.headers
+            .extend(settings.secret_headers.0.iter().cloned());
+    }
     upstream_config.max_input_rounds = settings.max_input_rounds;
     let upstream = Upstream::with_interactions(upstream_config, &metrics, interactions)
         .map_err(|source| RunError::Upstream { source })?;

@@ -33,6 +33,8 @@ pub const MAX_CONCURRENT_READS: u32 = 1024;
 pub struct Settings {
     /// The upstream server.
     pub server: ServerConfig,
+    /// The server's `header_files`, read.
+    pub secret_headers: switchyard_common::server_spec::SecretHeaders,
     /// The control plane's URL.
     pub control_plane: String,
     /// CA certificate(s) for an `https://` control plane.
@@ -184,6 +186,10 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
             (origin, server, SidecarSection::default())
         }
     };
+    // Secret header values, read once: a missing or bad file stops the
+    // start, naming the key and the file (never the content).
+    let secret_headers = switchyard_common::server_spec::SecretHeaders::load(&server, "server")
+        .map_err(|e| config_error(&origin, &e.key, format!("{}: {}", e.file, e.problem)))?;
     // Flags override the file; an error names the flag when the value came
     // from one (or when there is no file), else the file's key.
     let from_file = args.config.is_some();
@@ -459,6 +465,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
 
     Ok(Settings {
         server,
+        secret_headers,
         control_plane,
         control_plane_ca,
         tls_identity,

@@ -50,13 +50,24 @@ impl StdioConfig {
     }
 }
 
-/// A Streamable HTTP server's endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// A Streamable HTTP server's endpoint. `Debug` shows header names only.
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct HttpConfig {
     /// The MCP endpoint URL, e.g. `http://127.0.0.1:3001/mcp`.
     pub url: String,
-    /// Static headers sent with every request (e.g. `Authorization`).
+    /// Static headers sent with every request (e.g. `Authorization`),
+    /// the spec's `headers` and its `header_files` read.
     pub headers: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("HttpConfig")
+            .field("url", &self.url)
+            .field("headers", &names)
+            .finish()
+    }
 }
 
 /// Restart policy for a stdio server that exited: exponential backoff from

@@ -141,3 +141,47 @@ fn the_config_flag_is_required() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
+
+/// `header_files` are read when the file is checked, as at start: a
+/// readable file passes; a missing, empty or multi-line one is exit 64
+/// naming the key and the file, never the value.
+#[test]
+fn secret_header_files_are_read_and_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = write(dir.path(), "pat", "Bearer hunter2\n");
+    let config = |path: &Path| {
+        format!(
+            "[server]\nname = \"web\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:3001/mcp\"\nauth = \"headers\"\n[server.header_files]\nAuthorization = {:?}\n\n[sidecar]\ncontrol_plane = \"http://switchyard:7700\"\n",
+            path.display().to_string()
+        )
+    };
+    let ok = write(dir.path(), "ok.toml", &config(&secret));
+    let out = check(&ok);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("hunter2"));
+    let cases = [
+        ("missing", None, "cannot read"),
+        ("empty", Some(" \n"), "is empty"),
+        (
+            "two-lines",
+            Some("Bearer hunter2\nX-Evil: 1\n"),
+            "not a valid header value",
+        ),
+    ];
+    for (name, content, needle) in cases {
+        let path = dir.path().join(name);
+        if let Some(c) = content {
+            std::fs::write(&path, c).unwrap();
+        }
+        let file = write(dir.path(), &format!("{name}.toml"), &config(&path));
+        let out = check(&file);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{name}: {stderr}");
+        assert!(
+            stderr.contains("server.header_files.Authorization") && stderr.contains(name),
+            "{name}: {stderr}"
+        );
+        assert!(stderr.contains(needle), "{name}: {stderr}");
+        assert!(!stderr.contains("hunter2"), "{name}: {stderr}");
+    }
+}

@@ -47,6 +47,8 @@ Knobs (env):
   STUB_HTTP_NOTIFY_STATUS=202|200|204   status for notifications/responses (202)
   STUB_HTTP_AUTH=401|403       every request gets that status (401 adds
                                `WWW-Authenticate: Bearer realm="stub"`)
+  STUB_HTTP_BEARER=TOKEN       requests without `Authorization: Bearer TOKEN` get 401
+                               (with `WWW-Authenticate: Bearer realm="stub"`)
   STUB_HTTP_STRICT=1           non-initialize POSTs need MCP-Protocol-Version (else
                                400); POSTs need Accept with both types (else 406)
   STUB_HTTP_LOG=1              log requests to stderr
@@ -64,6 +66,7 @@ MODE = os.environ.get("STUB_HTTP_MODE", "json")
 NOTIFY_STATUS = env_int("STUB_HTTP_NOTIFY_STATUS", 202)
 AUTH = env_int("STUB_HTTP_AUTH", 0)
 STRICT = os.environ.get("STUB_HTTP_STRICT") == "1"
+BEARER = os.environ.get("STUB_HTTP_BEARER")
 JSON = "application/json; charset=utf-8"
 
 # `tools` without `listChanged`: its tool list never changes, so a client
@@ -241,6 +244,8 @@ class Handler(BaseHTTPRequestHandler):
         if AUTH in (401, 403):
             auth = [("WWW-Authenticate", 'Bearer realm="stub"')] if AUTH == 401 else []
             self.fail(AUTH, "Unauthorized" if AUTH == 401 else "Forbidden", headers=auth)
+        elif BEARER is not None and headers.get("authorization") != f"Bearer {BEARER}":
+            self.fail(401, "Unauthorized", headers=[("WWW-Authenticate", 'Bearer realm="stub"')])
         elif self.path.split("?")[0] != "/mcp":
             self.fail(404, "Not Found")
         return not self.responded

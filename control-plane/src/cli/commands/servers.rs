@@ -21,7 +21,7 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
             print_list(json, "servers", &resp.servers, status_json, servers_table);
         }
         ServersCommand::Add(a) => {
-            let spec = spec(a)?;
+            let spec = spec(*a)?;
             let status = client
                 .add_server(pb::AddServerRequest { spec: Some(spec) })
                 .await?
@@ -69,7 +69,8 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
 }
 
 /// The server spec of `servers add`'s flags. Errors (exit 64): an unknown
-/// `--transport`, an `--env` without `=`, a `--header` without `:`.
+/// `--transport`, an `--env` without `=`, a `--header` without `:`, a
+/// `--header-file` without `=`.
 fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
     let transport = match a.transport.as_str() {
         "stdio" => pb::Transport::Stdio,
@@ -98,6 +99,16 @@ fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
         })?;
         headers.insert(k.trim().to_owned(), v.trim().to_owned());
     }
+    let mut header_files = HashMap::new();
+    for h in &a.header_files {
+        let (k, v) = h.split_once('=').ok_or_else(|| {
+            Failure::new(
+                EXIT_USAGE,
+                format!("--header-file {h:?}: expected Name=PATH"),
+            )
+        })?;
+        header_files.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
     Ok(pb::ServerSpec {
         name: a.name,
         transport: transport as i32,
@@ -109,5 +120,7 @@ fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
         headers,
         era: a.era,
         request_timeout_ms: 0,
+        auth: a.auth.unwrap_or_default(),
+        header_files,
     })
 }

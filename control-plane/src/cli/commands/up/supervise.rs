@@ -190,7 +190,8 @@ fn spawn_sidecar(spec: &ServerConfig, link: &SidecarLink, workdir: &Path) -> any
     if link.token_for(&spec.name).is_none() && !link.sidecar_tokens.is_empty() {
         tracing::warn!(target: TARGET, server = %spec.name, "no [[auth.tokens]] entry of role sidecar may act for this server; its sidecar starts without a token");
     }
-    std::fs::write(&file, text)?;
+    // Owner-only: the spec may carry header values.
+    write_private(&file, &text)?;
     let child = Command::new(sidecar_binary())
         .arg("run")
         .arg("--config")
@@ -201,6 +202,21 @@ fn spawn_sidecar(spec: &ServerConfig, link: &SidecarLink, workdir: &Path) -> any
         .map_err(|e| anyhow::anyhow!("{}: {e}", sidecar_binary().display()))?;
     tracing::info!(target: TARGET, server = %spec.name, pid = child.id().unwrap_or(0), "sidecar started");
     Ok(child)
+}
+
+/// Writes `text` to `file`, readable and writable by its owner only
+/// (mode 0600, also when the file existed).
+fn write_private(file: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(file)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(text.as_bytes())
 }
 
 /// SIGTERM, wait up to `grace`, then SIGKILL.

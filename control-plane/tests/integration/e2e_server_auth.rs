@@ -1,0 +1,171 @@
+//! Stage D, `auth = "headers"`: an HTTP server that needs a bearer token
+//! gets it from a `header_files` entry (a secret file read by its
+//! sidecar), and the secret shows nowhere: not in the admin API's
+//! answers, the CLI, `up`'s and the sidecars' logs, the metrics, or the
+//! sidecar's generated config file (mode 0600, the path only). Plain
+//! `headers` with secret-looking names are answered `[redacted]`.
+
+use crate::common::*;
+use std::os::unix::fs::PermissionsExt;
+use switchyard_proto::v1 as pb;
+use switchyard_test_support::{start_http_server, stub_script};
+use tokio::process::Command;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
+    let _heavy = HEAVY.lock().await;
+    let secrets = tempfile::tempdir().unwrap();
+    let token = format!("s3cr3t-{}", switchyard_common::ids::new_id());
+    let plain_key = format!("plain-{}", switchyard_common::ids::new_id());
+    let file = secrets.path().join("stub-token");
+    // As a Kubernetes Secret or an operator writes it: a trailing newline.
+    std::fs::write(&file, format!("Bearer {token}\n")).unwrap();
+    // The stub answers 401 to any request without exactly this header.
+    let mut cmd = Command::new("python3");
+    cmd.arg(stub_script("http_stub.py"))
+        .env("STUB_HTTP_BEARER", &token);
+    let stub = start_http_server(cmd, "/mcp").await;
+    let servers = format!(
+        "[[servers]]\nname = \"stub\"\ntransport = \"http\"\nurl = {}\nauth = \"headers\"\n\
+         [servers.headers]\nX-Team = \"blue\"\nX-Api-Key = {}\n\
+         [servers.header_files]\nAuthorization = {}\n",
+        toml_str(&stub.url),
+        toml_str(&plain_key),
+        toml_str(file.to_string_lossy()),
+    );
+    let http = start_http_reference_server().await;
+    let gw = Gateway::start_with(StoreKind::Embedded, 10, http, &servers, "", &[], &["stub"]).await;
+
+    // Up means the stub took our bearer: it refuses everything else.
+    let mut engine = gw.engine().await;
+    let resp = engine
+        .call_tool(call_request("stub__echo", r#"{"message":"hi"}"#, ""))
+        .await
+        .expect("a call to the server that needs the bearer")
+        .into_inner();
+    assert!(!resp.is_error, "{}", resp.result_json);
+
+    // The admin API shows the kind, the path and the plain values, and
+    // neither secret.
+    let list = gw
+        .admin()
+        .await
+        .list_servers(pb::ListServersRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let spec = list
+        .servers
+        .iter()
+        .filter_map(|s| s.spec.as_ref())
+        .find(|s| s.name == "stub")
+        .expect("stub listed");
+    assert_eq!(spec.auth, "headers");
+    assert_eq!(
+        spec.header_files.get("Authorization").map(String::as_str),
+        Some(file.to_str().unwrap())
+    );
+    assert_eq!(spec.headers.get("X-Team").map(String::as_str), Some("blue"));
+    assert_eq!(
+        spec.headers.get("X-Api-Key").map(String::as_str),
+        Some("[redacted]")
+    );
+    // Nowhere to be seen.
+    let cli_list = ok_stdout(
+        &gw.cli(&["servers", "list", "--json"]).await,
+        "servers list",
+    );
+    let cli_status = ok_stdout(
+        &gw.cli(&["servers", "status", "stub"]).await,
+        "servers status",
+    );
+    let (_, metrics) = http_get(&gw.http_addr, "/metrics").await;
+    let sidecar = gw.sidecars_of("stub");
+    assert_eq!(sidecar.len(), 1, "one sidecar for stub");
+    let line = cmdline(sidecar[0]);
+    let generated = line
+        .split(' ')
+        .find(|a| a.ends_with("/stub.toml"))
+        .unwrap_or_else(|| panic!("the sidecar's config file in {line:?}"))
+        .to_owned();
+    let mode = std::fs::metadata(&generated).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{generated}");
+    let generated_text = std::fs::read_to_string(&generated).unwrap();
+    assert!(generated_text.contains("header_files"), "{generated_text}");
+    let places = [
+        ("ListServers", format!("{list:?}")),
+        ("servers list --json", cli_list),
+        ("servers status", cli_status),
+        ("metrics", metrics),
+        ("the sidecar's config file", generated_text),
+        ("up's and the sidecars' logs", gw.log()),
+    ];
+    for (place, text) in &places {
+        assert!(!text.contains(&token), "the secret header value in {place}");
+    }
+    for (place, text) in &places[..4] {
+        assert!(
+            !text.contains(&plain_key),
+            "a secret-looking plain header value in {place}"
+        );
+    }
+    gw.stop().await;
+}
+
+/// A server whose `header_files` entry cannot be read never starts a
+/// sidecar that sends a request without it: the sidecar stops at once,
+/// naming the key and the file (not the content), and the server stays
+/// down.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_secret_file_is_named_and_the_server_stays_down() {
+    let _heavy = HEAVY.lock().await;
+    let secrets = tempfile::tempdir().unwrap();
+    let missing = secrets.path().join("no-such-token");
+    let mut cmd = Command::new("python3");
+    cmd.arg(stub_script("http_stub.py"));
+    let stub = start_http_server(cmd, "/mcp").await;
+    let servers = format!(
+        "[[servers]]\nname = \"stub\"\ntransport = \"http\"\nurl = {}\n\
+         [servers.header_files]\nAuthorization = {}\n",
+        toml_str(&stub.url),
+        toml_str(missing.to_string_lossy()),
+    );
+    let http = start_http_reference_server().await;
+    let gw = Gateway::start_with(StoreKind::Embedded, 10, http, &servers, "", &[], &[]).await;
+    eventually(
+        "the sidecar's error names the key and the file",
+        LIMIT,
+        || {
+            let log = gw.log();
+            async move {
+                match log.contains("server.header_files.Authorization")
+                    && log.contains("no-such-token")
+                {
+                    true => Ok(()),
+                    false => Err(log),
+                }
+            }
+        },
+    )
+    .await;
+    let list = gw
+        .admin()
+        .await
+        .list_servers(pb::ListServersRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let stub_status = list
+        .servers
+        .iter()
+        .find(|s| s.spec.as_ref().is_some_and(|s| s.name == "stub"))
+        .expect("stub listed");
+    assert_eq!(stub_status.state, "down");
+    // The sidecar never reached the server.
+    let mut engine = gw.engine().await;
+    let r = engine
+        .call_tool(call_request("stub__echo", r#"{"message":"hi"}"#, ""))
+        .await;
+    assert!(r.is_err(), "{r:?}");
+    gw.stop().await;
+}
