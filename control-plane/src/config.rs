@@ -403,7 +403,8 @@ pub enum ConfigFileError {
 
 impl Config {
     /// Reads, parses and validates `path`. Relative paths inside (the store
-    /// path, stdio `cwd`) are resolved against the file's directory.
+    /// path, stdio `cwd`, `header_files`) are resolved against the file's
+    /// directory.
     pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
             file: path.to_owned(),
@@ -439,6 +440,11 @@ impl Config {
                 && cwd.is_relative()
             {
                 s.cwd = Some(base.join(cwd));
+            }
+            for p in s.header_files.values_mut() {
+                if p.is_relative() {
+                    *p = base.join(&*p);
+                }
             }
         }
         let files = [

@@ -78,6 +78,14 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
     config
         .validate("spec")
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    // Read by the server's sidecar, wherever it runs: a relative path
+    // would depend on its working directory.
+    if let Some((k, p)) = config.header_files.iter().find(|(_, p)| p.is_relative()) {
+        return Err(Status::invalid_argument(format!(
+            "spec.header_files.{k}: {:?} must be an absolute path (the server's sidecar reads it on its machine)",
+            p.display().to_string()
+        )));
+    }
     Ok(config)
 }
 

@@ -112,10 +112,12 @@ async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
     gw.stop().await;
 }
 
-/// A server whose `header_files` entry cannot be read never starts a
-/// sidecar that sends a request without it: the sidecar stops at once,
-/// naming the key and the file (not the content), and the server stays
-/// down.
+/// A `header_files` entry that cannot be read: `up` refuses the file
+/// before anything starts (its sidecars would run here), naming the key
+/// and the file; a server added at runtime with one never gets a sidecar
+/// that sends a request without it (the sidecar stops, naming the key and
+/// the file, never the content), and a relative path is refused by the
+/// admin API.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_secret_file_is_named_and_the_server_stays_down() {
     let _heavy = HEAVY.lock().await;
@@ -124,14 +126,99 @@ async fn a_missing_secret_file_is_named_and_the_server_stays_down() {
     let mut cmd = Command::new("python3");
     cmd.arg(stub_script("http_stub.py"));
     let stub = start_http_server(cmd, "/mcp").await;
-    let servers = format!(
-        "[[servers]]\nname = \"stub\"\ntransport = \"http\"\nurl = {}\n\
-         [servers.header_files]\nAuthorization = {}\n",
-        toml_str(&stub.url),
-        toml_str(missing.to_string_lossy()),
+
+    // `up` with such a file: exit 64 at once.
+    let config = secrets.path().join("switchyard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[servers]]\nname = \"stub\"\ntransport = \"http\"\nurl = {}\n\
+             [servers.header_files]\nAuthorization = \"no-such-token\"\n",
+            toml_str(&stub.url),
+        ),
+    )
+    .unwrap();
+    let out = tokio::time::timeout(
+        LIMIT,
+        Command::new(switchyard_bin())
+            .args(["up", "--config"])
+            .arg(&config)
+            .output(),
+    )
+    .await
+    .expect("up refuses at once")
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    // The relative path is the config file's folder's.
+    assert!(
+        stderr.contains("servers[0].header_files.Authorization")
+            && stderr.contains(missing.to_str().unwrap()),
+        "{stderr}"
     );
+
+    // Added at runtime.
     let http = start_http_reference_server().await;
-    let gw = Gateway::start_with(StoreKind::Embedded, 10, http, &servers, "", &[], &[]).await;
+    let servers = quickstart_servers(&http.url);
+    let gw = Gateway::start_with(
+        StoreKind::Embedded,
+        10,
+        http,
+        &servers,
+        "",
+        &[],
+        &["orders"],
+    )
+    .await;
+    let relative = gw
+        .cli(&[
+            "servers",
+            "add",
+            "--name",
+            "stub",
+            "--transport",
+            "http",
+            "--url",
+            &stub.url,
+            "--header-file",
+            "Authorization=no-such-token",
+        ])
+        .await;
+    assert!(!relative.status.success());
+    assert!(
+        String::from_utf8_lossy(&relative.stderr).contains("must be an absolute path"),
+        "{relative:?}"
+    );
+    let bad_auth = gw
+        .cli(&[
+            "servers",
+            "add",
+            "--name",
+            "stub",
+            "--transport",
+            "http",
+            "--url",
+            &stub.url,
+            "--auth",
+            "bearer",
+        ])
+        .await;
+    assert_eq!(bad_auth.status.code(), Some(64), "{bad_auth:?}");
+    let added = gw
+        .cli(&[
+            "servers",
+            "add",
+            "--name",
+            "stub",
+            "--transport",
+            "http",
+            "--url",
+            &stub.url,
+            "--header-file",
+            &format!("Authorization={}", missing.display()),
+        ])
+        .await;
+    ok_stdout(&added, "servers add");
     eventually(
         "the sidecar's error names the key and the file",
         LIMIT,
@@ -161,11 +248,5 @@ async fn a_missing_secret_file_is_named_and_the_server_stays_down() {
         .find(|s| s.spec.as_ref().is_some_and(|s| s.name == "stub"))
         .expect("stub listed");
     assert_eq!(stub_status.state, "down");
-    // The sidecar never reached the server.
-    let mut engine = gw.engine().await;
-    let r = engine
-        .call_tool(call_request("stub__echo", r#"{"message":"hi"}"#, ""))
-        .await;
-    assert!(r.is_err(), "{r:?}");
     gw.stop().await;
 }

@@ -60,7 +60,14 @@ pub enum UpstreamError {
         data: Option<Value>,
     },
     /// HTTP 401 or 403 from a Streamable HTTP server (MCP basic/authorization).
-    #[error("server {server}: not authorized (HTTP {status}){}", challenge_hint(.www_authenticate))]
+    #[error(
+        "server {server}: not authorized (HTTP {status}): {}{}",
+        match .sent_authorization {
+            true => "it refused the configured Authorization header (check the server's headers or header_files and what the file holds)",
+            false => "no Authorization header is configured for it (auth = \"none\")",
+        },
+        challenge_hint(.www_authenticate)
+    )]
     Unauthorized {
         /// Server name.
         server: String,
@@ -68,6 +75,8 @@ pub enum UpstreamError {
         status: u16,
         /// The `WWW-Authenticate` challenge, if any.
         www_authenticate: Option<String>,
+        /// Whether the request carried a configured `Authorization` header.
+        sent_authorization: bool,
     },
     /// Any other unexpected HTTP status.
     #[error("server {server}: HTTP {status} to {method}: {body}")]

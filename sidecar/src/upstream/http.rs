@@ -354,6 +354,9 @@ impl HttpConnection {
                 server: self.server.clone(),
                 status,
                 www_authenticate,
+                sent_authorization: self
+                    .static_headers
+                    .contains_key(reqwest::header::AUTHORIZATION),
             };
         }
         if status == 404 && had_session {

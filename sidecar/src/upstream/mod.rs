@@ -108,6 +108,9 @@ struct Inner {
     /// Cancelled when the last handle is dropped, so the exit watcher lets
     /// go of the connection and dropping it stops the server.
     dropped: tokio_util::sync::CancellationToken,
+    /// Cancelled by [`Upstream::shutdown`]: a reconnection attempt still
+    /// waiting out its backoff gives up at once.
+    closing: tokio_util::sync::CancellationToken,
     /// What [`Upstream::link`] reports.
     link: watch::Sender<Link>,
     /// Calls in flight and the answers to the server's questions.
@@ -234,6 +237,7 @@ impl Upstream {
                 span,
                 attempts: AtomicU64::new(0),
                 dropped: tokio_util::sync::CancellationToken::new(),
+                closing: tokio_util::sync::CancellationToken::new(),
                 link: watch::Sender::new(Link::default()),
                 relay,
             }),
@@ -612,6 +616,7 @@ impl Upstream {
     /// `grace` apart; HTTP: DELETE the session) and refuses further
     /// requests.
     pub async fn shutdown(&self, grace: Duration) {
+        self.inner.closing.cancel();
         let previous = std::mem::replace(&mut *self.inner.state.lock().unwrap(), State::Closed);
         self.inner.link.send_modify(|l| l.connected = false);
         let conn = match previous {
@@ -679,7 +684,15 @@ impl Upstream {
         let task = tokio::spawn(async move {
             if !delay.is_zero() {
                 tracing::info!(server = %inner.config.name, delay_ms = delay.as_millis() as u64, "waiting before reconnecting");
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    // Shutting down: no reason to wait, nor to connect.
+                    _ = inner.closing.cancelled() => {
+                        return Err(UpstreamError::Closed {
+                            server: inner.config.name.clone(),
+                        });
+                    }
+                }
             }
             if inner.attempts.fetch_add(1, Ordering::Relaxed) > 0 {
                 inner.metrics.restart();

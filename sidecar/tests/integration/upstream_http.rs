@@ -359,9 +359,16 @@ async fn unauthorized_401_and_403_fail_connect_promptly() {
                 server,
                 status: got,
                 www_authenticate,
+                sent_authorization,
             } => {
                 assert_eq!(server, "stub-auth");
                 assert_eq!(*got, status);
+                assert!(!sent_authorization);
+                assert!(
+                    err.to_string()
+                        .contains("no Authorization header is configured"),
+                    "{err}"
+                );
                 if status == 401 {
                     assert_eq!(www_authenticate.as_deref(), Some("Bearer realm=\"stub\""));
                     assert!(err.to_string().contains("Bearer realm"), "{err}");
@@ -373,6 +380,27 @@ async fn unauthorized_401_and_403_fail_connect_promptly() {
         }
         assert_eq!(err.outcome(), "unauthorized");
     }
+    // A configured bearer that the server refuses: the message says so.
+    let server = http_stub(&[("STUB_HTTP_BEARER", "right")]).await;
+    let headers = vec![("Authorization".to_owned(), "Bearer wrong".to_owned())];
+    let up = upstream(config_with_headers("stub-bearer", &server.url, headers));
+    let err = within("connect", STEP, up.connect()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            UpstreamError::Unauthorized {
+                sent_authorization: true,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("refused the configured Authorization header")
+            && !err.to_string().contains("wrong"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -608,4 +636,37 @@ async fn unreachable_url_fails_connect_promptly() {
     assert!(matches!(err, UpstreamError::Io { .. }), "{err:?}");
     assert!(err.to_string().contains("nobody-home"), "{err}");
     assert!(err.is_connection_failure());
+}
+
+/// A sidecar told to stop while its next connection attempt waits out a
+/// long backoff (a server that keeps answering 401) stops at once: the
+/// waiting attempt gives up (`Closed`) instead of sleeping first.
+#[tokio::test]
+async fn shutdown_does_not_wait_out_a_reconnection_backoff() {
+    let server = http_stub(&[("STUB_HTTP_AUTH", "401")]).await;
+    let mut c = config("stub-backoff", &server.url);
+    c.restart.initial_backoff = Duration::from_secs(60);
+    c.restart.max_backoff = Duration::from_secs(60);
+    let up = upstream(c);
+    let first = within("connect", STEP, up.connect()).await;
+    assert!(
+        matches!(first, Err(UpstreamError::Unauthorized { .. })),
+        "{first:?}"
+    );
+    // The next attempt waits 60 s before it tries.
+    let waiting = {
+        let up = up.clone();
+        tokio::spawn(async move { up.connect().await.map(|_| ()) })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished());
+    let started = Instant::now();
+    within("shutdown", STEP, up.shutdown(Duration::from_secs(1))).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    let r = within("the waiting attempt", STEP, waiting).await.unwrap();
+    assert!(matches!(r, Err(UpstreamError::Closed { .. })), "{r:?}");
 }

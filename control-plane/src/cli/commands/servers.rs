@@ -70,7 +70,7 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
 
 /// The server spec of `servers add`'s flags. Errors (exit 64): an unknown
 /// `--transport`, an `--env` without `=`, a `--header` without `:`, a
-/// `--header-file` without `=`.
+/// `--header-file` without `=`, an unknown `--auth`.
 fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
     let transport = match a.transport.as_str() {
         "stdio" => pb::Transport::Stdio,
@@ -120,7 +120,16 @@ fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
         headers,
         era: a.era,
         request_timeout_ms: 0,
-        auth: a.auth.unwrap_or_default(),
+        auth: match a.auth.as_deref() {
+            None => String::new(),
+            Some(v @ ("none" | "headers")) => v.to_owned(),
+            Some(other) => {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    format!("--auth {other:?}: expected none or headers"),
+                ));
+            }
+        },
         header_files,
     })
 }

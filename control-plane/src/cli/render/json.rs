@@ -45,6 +45,15 @@ pub fn status_json(s: &pb::ServerStatus) -> Value {
             "lastError": c.last_error, "registeredAtMs": c.registered_at_ms,
         })).collect::<Vec<_>>(),
         "nameCollisions": s.name_collisions,
+        // What the server was configured with, as the API answers it
+        // (secret-looking values `[redacted]`; header_files: paths).
+        "url": spec.url,
+        "command": spec.command,
+        "args": spec.args,
+        "era": spec.era,
+        "auth": spec.auth,
+        "headers": spec.headers.iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "headerFiles": spec.header_files.iter().collect::<std::collections::BTreeMap<_, _>>(),
     })
 }
 

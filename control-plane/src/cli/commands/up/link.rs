@@ -21,6 +21,13 @@ pub fn check(config: &Config) -> Result<(), String> {
             "auth.required = true needs an [[auth.tokens]] entry with role \"sidecar\" for the sidecars `switchyard up` starts".into(),
         );
     }
+    // `up`'s sidecars run here: their secret header files must be
+    // readable now, not only when a sidecar starts (and fails, again and
+    // again).
+    for (i, server) in config.servers.iter().enumerate() {
+        switchyard_common::server_spec::SecretHeaders::load(server, &format!("servers[{i}]"))
+            .map_err(|e| e.to_string())?;
+    }
     if config.auth.required {
         let link = SidecarLink::tokens(config);
         for (i, server) in config.servers.iter().enumerate() {
