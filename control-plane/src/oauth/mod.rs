@@ -1,9 +1,13 @@
 //! Stage D (design §4 D): OAuth for upstream servers, authorized once by an
 //! admin and shared by every session. Built so far: the key ring that
-//! encrypts secrets at rest ([`keyring`]). Still to come (issue #16):
-//! the auth types per server, discovery and registration, the callback,
-//! the token records, the single-flight refresh and the push to sidecars.
+//! encrypts secrets at rest ([`keyring`]), and the token records with the
+//! refresh lock they are refreshed under ([`tokens`]). Secret header
+//! values (`auth = "headers"`, `header_files`) are read by the sidecars
+//! and never reach the control plane. Still to come (issue #16):
+//! `auth = "oauth"`, discovery and registration, the callback, the
+//! refresher and the push to sidecars.
 
 pub mod keyring;
+pub mod tokens;
 
 pub use keyring::{KeyRing, SealError};

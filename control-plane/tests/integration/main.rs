@@ -43,4 +43,5 @@ mod e2e_tls;
 mod e2e_up;
 mod interactions;
 mod metrics_catalogue;
+mod oauth_tokens;
 mod store_contract;
