@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import json
 import os
 import pathlib
@@ -51,12 +52,17 @@ KUBE_VERSION = "1.30.0"
 # Every values file is a value set; "defaults" is values.yaml alone, and
 # "tls-inline" is tls.yaml with the PEM text in the values, so the chart
 # creates the TLS Secret itself.
-VALUE_SETS = ["defaults", "embedded", "etcd-bundled", "etcd-external", "header-secrets", "servers", "tls",
-              "tls-inline"]
+VALUE_SETS = ["defaults", "embedded", "etcd-bundled", "etcd-external", "header-secrets", "key-rotation", "servers",
+              "tls", "tls-inline"]
 
 # Part of every secret header value the test's Secrets hold: it must never
 # appear in a rendered manifest nor in a check's output.
 SENTINEL = "sentinel-3f9c1e7a-never-rendered"
+
+# key-rotation.yaml's token-encryption keys, as the Secrets you manage hold
+# them: 32 bytes each, base64 (what `openssl rand -base64 32` writes).
+KEYS = {secret: base64.b64encode(hashlib.sha256(secret.encode()).digest()).decode() + "\n"
+        for secret in ["switchyard-key-2026-09", "switchyard-key-2026-03", "switchyard-token-encryption"]}
 
 
 def bin_dir() -> pathlib.Path:
@@ -100,8 +106,10 @@ def pki() -> dict[str, dict[str, str]]:
 
 def existing_secrets() -> dict[str, dict[str, str]]:
     """Secrets the values files name but the chart does not create: tls.yaml's
-    certificates (cert-manager's, say) and header-secrets.yaml's header values."""
+    certificates (cert-manager's, say), header-secrets.yaml's header values
+    and key-rotation.yaml's token-encryption keys."""
     return {
+        **{secret: {"token-encryption.key": key} for secret, key in KEYS.items()},
         "switchyard-control-plane-tls": pki()["cp"],
         "switchyard-sidecar-tls": pki()["sidecar"],
         "github-pat": {"authorization": f"Bearer ghp_{SENTINEL}\n"},
@@ -390,6 +398,87 @@ class Render(unittest.TestCase):
                         self.assertNotIn("Bearer", body, f"{cm['metadata']['name']}: {key}")
                 self.assertNotIn(SENTINEL, "".join(rendered(value_set).values()))
 
+    def test_previous_keys_are_mounted_in_order(self) -> None:
+        """store.tokenEncryption.previousKeys: each referenced Secret key is a
+        read-only file of the keys volume, beside the active key, and the
+        configuration lists their paths in the values' order."""
+        pod = one("key-rotation", "Deployment", RELEASE)["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        self.assertIn({"name": "token-encryption", "mountPath": "/etc/switchyard/keys", "readOnly": True},
+                      container["volumeMounts"])
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        projected = volumes["token-encryption"]["projected"]
+        self.assertEqual(projected["defaultMode"], 0o440)  # as the active key's
+        self.assertEqual(projected["sources"], [
+            {"secret": {"name": secret, "items": [{"key": "token-encryption.key", "path": path}]}}
+            for secret, path in [("switchyard-key-2026-09", "token-encryption.key"),
+                                 ("switchyard-key-2026-03", "previous-1.key"),
+                                 ("switchyard-token-encryption", "previous-2.key")]])
+        self.assertIn('token_encryption_key_file = "/etc/switchyard/keys/token-encryption.key"\n'
+                      'token_encryption_previous_key_files = ["/etc/switchyard/keys/previous-1.key",'
+                      '"/etc/switchyard/keys/previous-2.key"]\n', cp_config("key-rotation"))
+        # Previous keys are references only: the chart creates no Secret for
+        # them (nor, with existingSecret, for the active key).
+        self.assertEqual(find("key-rotation", "Secret"), [])
+        # Without previous keys, no such line; the active key alone is mounted.
+        self.assertNotIn("token_encryption_previous_key_files", cp_config("defaults"))
+        pod = one("defaults", "Deployment", RELEASE)["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        self.assertEqual(volumes["token-encryption"]["projected"]["sources"], [
+            {"secret": {"name": f"{RELEASE}-token-encryption",
+                        "items": [{"key": "token-encryption.key", "path": "token-encryption.key"}]}}])
+
+    def test_previous_keys_keep_their_order(self) -> None:
+        """The list's order is the files' and the configuration's: reversed
+        values, reversed sources; a numeric-looking key stays a string."""
+        values = values_for("key-rotation")
+        keys = values["store"]["tokenEncryption"]["previousKeys"]
+        keys = [{"secretName": "switchyard-key-2025-09", "key": "2025"}, *reversed(keys)]
+        values = merge_values(values, {"store": {"tokenEncryption": {"previousKeys": keys}}})
+        out = chart_render.render(values, name=RELEASE, namespace=NAMESPACE)
+        docs = [d for path, text in out.items() if not path.endswith("NOTES.txt")
+                for d in yaml.safe_load_all(text) if d]
+        deployment = next(o for o in docs if o["kind"] == "Deployment" and o["metadata"]["name"] == RELEASE)
+        volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+        self.assertEqual([(s["secret"]["name"], s["secret"]["items"]) for s in
+                          volumes["token-encryption"]["projected"]["sources"]], [
+            ("switchyard-key-2026-09", [{"key": "token-encryption.key", "path": "token-encryption.key"}]),
+            ("switchyard-key-2025-09", [{"key": "2025", "path": "previous-1.key"}]),
+            ("switchyard-token-encryption", [{"key": "token-encryption.key", "path": "previous-2.key"}]),
+            ("switchyard-key-2026-03", [{"key": "token-encryption.key", "path": "previous-3.key"}])])
+        config = next(o for o in docs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == f"{RELEASE}-config")
+        self.assertIn('token_encryption_previous_key_files = ["/etc/switchyard/keys/previous-1.key",'
+                      '"/etc/switchyard/keys/previous-2.key","/etc/switchyard/keys/previous-3.key"]\n',
+                      config["data"]["switchyard.toml"])
+
+    def test_no_key_material_in_any_configmap(self) -> None:
+        """Neither the active key (given in the values here, so the chart
+        makes its Secret) nor a previous key reaches a ConfigMap: only their
+        paths do. The chart makes no Secret for a previous key."""
+        active = KEYS["switchyard-key-2026-09"].strip()
+        values = merge_values(values_for("key-rotation"), {"store": {"tokenEncryption": {
+            "existingSecret": "", "key": active,
+            "previousKeys": [{"secretName": "switchyard-key-2026-03", "key": "token-encryption.key"}]}}})
+        out = chart_render.render(values, name=RELEASE, namespace=NAMESPACE)
+        docs = [d for path, text in out.items() if not path.endswith("NOTES.txt")
+                for d in yaml.safe_load_all(text) if d]
+        (secret,) = [o for o in docs if o["kind"] == "Secret"]
+        self.assertEqual(secret["metadata"]["name"], f"{RELEASE}-token-encryption")
+        self.assertIn('token_encryption_previous_key_files = ["/etc/switchyard/keys/previous-1.key"]\n',
+                      next(o for o in docs if o["kind"] == "ConfigMap"
+                           and o["metadata"]["name"] == f"{RELEASE}-config")["data"]["switchyard.toml"])
+        self.assertEqual(base64.b64decode(secret["data"]["token-encryption.key"]).decode(), active)
+        configmaps = [o for o in docs if o["kind"] == "ConfigMap"]
+        configmaps += [cm for value_set in VALUE_SETS for cm in find(value_set, "ConfigMap")]
+        for cm in configmaps:
+            for key, body in (cm.get("data") or {}).items():
+                for material in [*(k.strip() for k in KEYS.values()),
+                                 base64.b64encode(active.encode()).decode()]:
+                    self.assertNotIn(material, body, f"{cm['metadata']['name']}: {key}")
+        for value_set in VALUE_SETS:
+            for material in KEYS.values():
+                self.assertNotIn(material.strip(), "".join(rendered(value_set).values()), value_set)
+
     def test_token_encryption_key_is_generated_once(self) -> None:
         s = one("embedded", "Secret", f"{RELEASE}-token-encryption")
         self.assertEqual(s["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
@@ -449,6 +538,32 @@ class Render(unittest.TestCase):
             ({"servers": [{**HTTP, "headers": {"authorization": "x"},
                            "headerSecrets": {"Authorization": {"secretName": "s", "key": "k"}}}]},
              'servers "a": header "authorization" is in both headers and headerSecrets'),
+            ({"store": {"tokenEncryption": {"previousKeys": [{"secretName": "old-key"}]}}},
+             "at '/store/tokenEncryption/previousKeys/0': missing property 'key'"),
+            ({"store": {"tokenEncryption": {"previousKeys": [{"key": "k"}]}}},
+             "at '/store/tokenEncryption/previousKeys/0': missing property 'secretName'"),
+            ({"store": {"tokenEncryption": {"previousKeys": [{"secretName": "Old_Key", "key": "k"}]}}},
+             "at '/store/tokenEncryption/previousKeys/0/secretName'"),
+            ({"store": {"tokenEncryption": {"previousKeys": [{"secretName": "old-key", "key": "a/b"}]}}},
+             "at '/store/tokenEncryption/previousKeys/0/key'"),
+            ({"store": {"tokenEncryption": {"previousKeys": [{"secretName": "old-key", "key": "k",
+                                                              "value": "c2VjcmV0"}]}}},
+             "additional properties 'value' not allowed"),
+            ({"store": {"tokenEncryption": {"previousKeys": ["old-key"]}}},
+             "at '/store/tokenEncryption/previousKeys/0'"),
+            ({"store": {"tokenEncryption": {"previousKeys": [{"secretName": "old-key", "key": "k"},
+                                                             {"secretName": "old-key", "key": "k"}]}}},
+             "at '/store/tokenEncryption/previousKeys': items at 0 and 1 are equal"),
+            ({"store": {"tokenEncryption": {"enabled": False,
+                                            "previousKeys": [{"secretName": "old-key", "key": "k"}]}}},
+             "store.tokenEncryption.previousKeys needs store.tokenEncryption.enabled"),
+            ({"store": {"tokenEncryption": {"existingSecret": "key-2", "previousKeys": [
+                {"secretName": "old-key", "key": "token-encryption.key"},
+                {"secretName": "key-2", "key": "token-encryption.key"}]}}},
+             'store.tokenEncryption.previousKeys[1] (Secret "key-2", key "token-encryption.key") is the active key'),
+            ({"store": {"tokenEncryption": {"secretKey": "previous-1.key", "previousKeys": [
+                {"secretName": "old-key", "key": "k"}]}}},
+             'store.tokenEncryption.secretKey "previous-1.key" is also the file of previousKeys[0]'),
             ({"servers": [{**HTTP, "headerSecrets": {"X-A": {"secretName": "s", "key": "k"},
                                                      "x-a": {"secretName": "s", "key": "k"}}}]},
              'servers "a": headerSecrets "X-A" and "x-a" are the same header'),
@@ -582,6 +697,22 @@ class BinariesAcceptRenderedConfigs(unittest.TestCase):
         cp = one("header-secrets", "Deployment", RELEASE)["spec"]["template"]["spec"]
         self.assertNotIn("header-secrets", [m["name"] for m in cp["containers"][0]["volumeMounts"]])
         self.check("header-secrets", cp, cp["containers"][0], [str(bin_dir() / "switchyard"), "check-config"])
+
+    def test_the_check_reads_the_previous_key_files(self) -> None:
+        """The control plane's check opens every previous key file mounted
+        from its Secret: a key that is not 32 bytes fails it, naming the
+        configuration key and the file, never the content."""
+        cp = one("key-rotation", "Deployment", RELEASE)["spec"]["template"]["spec"]
+        command = [str(bin_dir() / "switchyard"), "check-config"]
+        self.check("key-rotation", cp, cp["containers"][0], command)
+        broken = existing_secrets()
+        short = base64.b64encode(b"\x01" * 31).decode()
+        broken["switchyard-token-encryption"] = {"token-encryption.key": short + "\n"}
+        r, _, _ = self.check_run("key-rotation", cp, cp["containers"][0], command, broken)
+        self.assertEqual(r.returncode, 64, r.stdout + r.stderr)
+        self.assertIn("store.token_encryption_previous_key_files", r.stderr)
+        self.assertIn("/etc/switchyard/keys/previous-2.key", r.stderr)
+        self.assertNotIn(short, r.stdout + r.stderr)
 
     def test_every_rendered_config_passes_check_config(self) -> None:
         switchyard = bin_dir() / "switchyard"

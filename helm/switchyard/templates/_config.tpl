@@ -21,6 +21,13 @@ etcd_endpoints = {{ include "switchyard.etcdEndpoints" . }}
 {{- end }}
 {{- if .Values.store.tokenEncryption.enabled }}
 token_encryption_key_file = {{ printf "%s/%s" (include "switchyard.keyDir" .) .Values.store.tokenEncryption.secretKey | toJson }}
+{{- with .Values.store.tokenEncryption.previousKeys }}
+{{- $files := list }}
+{{- range $i, $_ := . }}
+{{- $files = append $files (printf "%s/%s" (include "switchyard.keyDir" $) (include "switchyard.previousKeyFile" $i)) }}
+{{- end }}
+token_encryption_previous_key_files = {{ toJson $files }}
+{{- end }}
 {{- end }}
 
 [limits]

@@ -103,6 +103,9 @@ app.kubernetes.io/part-of: switchyard
 {{- define "switchyard.tlsDir" -}}/etc/switchyard/tls{{- end -}}
 {{- define "switchyard.authDir" -}}/etc/switchyard/auth{{- end -}}
 {{- define "switchyard.keyDir" -}}/etc/switchyard/keys{{- end -}}
+{{/* The file, in the keys directory, of store.tokenEncryption.previousKeys
+entry N (from 0): previous-1.key, previous-2.key, ... in the list's order. */}}
+{{- define "switchyard.previousKeyFile" -}}{{ printf "previous-%d.key" (add1 .) }}{{- end -}}
 {{- define "switchyard.headerSecretsDir" -}}/etc/switchyard/header-secrets{{- end -}}
 {{- define "switchyard.dataDir" -}}/var/lib/switchyard{{- end -}}
 
@@ -234,6 +237,20 @@ max_message_bytes = {{ int64 .maxMessageBytes }}
 {{- range .Values.auth.tokens -}}
 {{- if not .value -}}
 {{- fail (printf "auth.tokens %q needs a value, or set auth.existingSecret" .name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.store.tokenEncryption -}}
+{{- if and .previousKeys (not .enabled) -}}
+{{- fail "store.tokenEncryption.previousKeys needs store.tokenEncryption.enabled (the active key)" -}}
+{{- end -}}
+{{- $activeSecret := include "switchyard.keySecret" $ -}}
+{{- range $i, $ref := .previousKeys -}}
+{{- if and (eq $ref.secretName $activeSecret) (eq $ref.key $.Values.store.tokenEncryption.secretKey) -}}
+{{- fail (printf "store.tokenEncryption.previousKeys[%d] (Secret %q, key %q) is the active key: point store.tokenEncryption.existingSecret (and secretKey) at the new key" $i $ref.secretName $ref.key) -}}
+{{- end -}}
+{{- if eq $.Values.store.tokenEncryption.secretKey (include "switchyard.previousKeyFile" $i) -}}
+{{- fail (printf "store.tokenEncryption.secretKey %q is also the file of previousKeys[%d]: rename the active key's Secret key" $.Values.store.tokenEncryption.secretKey $i) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -36,12 +36,18 @@ pub fn render_interaction(i: &pb::Interaction, how: bool) -> Vec<String> {
     lines.push(head);
     let resolved = i.status == "resolved";
     match i.kind.as_str() {
-        "approval" => lines.push(format!(
-            "approve the call to {} on {}? {}",
-            if i.tool.is_empty() { "a tool" } else { &i.tool },
-            i.server,
-            i.message
-        )),
+        "approval" => {
+            lines.push(format!(
+                "approve the call to {} on {}?",
+                if i.tool.is_empty() { "a tool" } else { &i.tool },
+                i.server,
+            ));
+            // The control plane's own wording says the same; a message of
+            // the caller's own is shown.
+            if i.message != format!("Allow the call to {} on {}?", i.tool, i.server) {
+                lines.push(format!("message: {}", i.message));
+            }
+        }
         _ => lines.push(format!("message: {}", i.message)),
     }
     if !resolved {
@@ -246,6 +252,21 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("switchyard answer"), "{text}");
+        // The control plane's default wording is not repeated; a message
+        // of the caller's own is shown.
+        let default = pb::Interaction {
+            message: "Allow the call to create_order on orders?".into(),
+            ..approval.clone()
+        };
+        let text = render_interaction(&default, true).join("\n");
+        assert_eq!(text.matches("create_order on orders?").count(), 1, "{text}");
+        assert!(!text.contains("message:"), "{text}");
+        let own = pb::Interaction {
+            message: "Refunds over $500 need a second pair of eyes".into(),
+            ..approval
+        };
+        let text = render_interaction(&own, true).join("\n");
+        assert!(text.contains("message: Refunds over $500"), "{text}");
         // A read's question names the read, not a tool.
         let read = pb::Interaction {
             tool: "resources/read orders://orders/O-1".into(),
