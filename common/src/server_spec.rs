@@ -189,6 +189,36 @@ impl std::fmt::Debug for ServerConfig {
     }
 }
 
+/// The largest file a secret header value is read from: 16 KiB.
+pub const MAX_HEADER_FILE_BYTES: u64 = 16 * 1024;
+
+/// Headers Switchyard sets itself, or that frame the HTTP message: not
+/// configurable in `headers` or `header_files` (ASCII case-insensitive).
+pub const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "keep-alive",
+    "accept",
+    "last-event-id",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
+];
+
+/// Whether `name` is a header `headers` and `header_files` may set: not
+/// one of [`RESERVED_HEADERS`], nor an `Mcp-Param-*` header.
+fn settable_header(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    !RESERVED_HEADERS.contains(&n.as_str()) && !n.starts_with("mcp-param-")
+}
+
 /// A problem reading a secret header value from its file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {file}: {problem}")]
@@ -211,7 +241,32 @@ pub fn load_header_value(key: &str, file: &std::path::Path) -> Result<String, Se
         file: file.display().to_string(),
         problem,
     };
-    let bytes = std::fs::read(file).map_err(|e| problem(format!("cannot read it: {e}")))?;
+    // A FIFO or a device would block or never end: regular files only,
+    // and small ones (a header value, not a document).
+    let meta = std::fs::metadata(file).map_err(|e| problem(format!("cannot read it: {e}")))?;
+    if !meta.is_file() {
+        return Err(problem("is not a regular file".into()));
+    }
+    if meta.len() > MAX_HEADER_FILE_BYTES {
+        return Err(problem(format!(
+            "is {} bytes, more than {MAX_HEADER_FILE_BYTES}",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(
+            std::fs::File::open(file).map_err(|e| problem(format!("cannot read it: {e}")))?,
+            MAX_HEADER_FILE_BYTES + 1,
+        ),
+        &mut bytes,
+    )
+    .map_err(|e| problem(format!("cannot read it: {e}")))?;
+    if bytes.len() as u64 > MAX_HEADER_FILE_BYTES {
+        return Err(problem(format!(
+            "is more than {MAX_HEADER_FILE_BYTES} bytes"
+        )));
+    }
     let text = String::from_utf8(bytes).map_err(|_| problem("is not UTF-8 text".into()))?;
     let value = text.trim();
     if value.is_empty() {
@@ -353,6 +408,23 @@ impl ServerConfig {
                     if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
                         return Err(err("headers", format!("{k:?} is not a valid header name")));
                     }
+                    if !settable_header(k) {
+                        return Err(err(
+                            &format!("headers.{k}"),
+                            "is set by Switchyard or frames the request: it cannot be configured"
+                                .into(),
+                        ));
+                    }
+                    if let Some(other) = self
+                        .headers
+                        .keys()
+                        .find(|h| *h != k && h.eq_ignore_ascii_case(k))
+                    {
+                        return Err(err(
+                            &format!("headers.{k}"),
+                            format!("is the same header as {other:?} (names are case-insensitive)"),
+                        ));
+                    }
                     if http::HeaderValue::from_str(v).is_err() {
                         return Err(err(
                             "headers",
@@ -365,6 +437,13 @@ impl ServerConfig {
                         return Err(err(
                             "header_files",
                             format!("{k:?} is not a valid header name"),
+                        ));
+                    }
+                    if !settable_header(k) {
+                        return Err(err(
+                            &format!("header_files.{k}"),
+                            "is set by Switchyard or frames the request: it cannot be configured"
+                                .into(),
                         ));
                     }
                     if path.as_os_str().is_empty() {
@@ -510,6 +589,24 @@ mod tests {
             assert_eq!(e.key, key, "{text}");
             assert!(e.problem.contains(needle), "{text}: {e}");
         }
+        for name in [
+            "Content-Length",
+            "host",
+            "Mcp-Session-Id",
+            "Mcp-Param-Region",
+            "Accept",
+        ] {
+            for table in ["headers", "header_files"] {
+                let text = format!("{http}[{table}]\n{name:?} = \"/x\"\n");
+                let e = parse(&text).validate("s").unwrap_err();
+                assert_eq!(e.key, format!("s.{table}.{name}"), "{text}");
+                assert!(e.problem.contains("cannot be configured"), "{e}");
+            }
+        }
+        let e = parse(&format!("{http}[headers]\nX-A = \"1\"\nx-a = \"2\"\n"))
+            .validate("s")
+            .unwrap_err();
+        assert!(e.problem.contains("case-insensitive"), "{e}");
         // Not a kind (yet): the parser names the choices.
         let e = toml::from_str::<ServerConfig>(&format!("{http}auth = \"basic\"\n")).unwrap_err();
         assert!(e.to_string().contains("none"), "{e}");
@@ -561,6 +658,12 @@ mod tests {
             assert!(e.problem.contains(needle), "{e}");
             assert!(!e.to_string().contains("hunter2"), "{e}");
         }
+        // Not a regular file, or too large: refused before reading.
+        let e = load_header_value("k", dir.path()).unwrap_err();
+        assert!(e.problem.contains("not a regular file"), "{e}");
+        std::fs::write(&file, vec![b'a'; 20_000]).unwrap();
+        let e = load_header_value("k", &file).unwrap_err();
+        assert!(e.problem.contains("more than 16384"), "{e}");
         std::fs::write(&file, [0xff, 0xfe]).unwrap();
         assert!(
             load_header_value("k", &file)

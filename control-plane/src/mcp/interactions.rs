@@ -161,7 +161,9 @@ pub fn stream(
     msg: Message,
     accepts: Accepts,
 ) -> Response {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::convert::Infallible>>(16);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::convert::Infallible>>(
+        respond::SSE_BUFFER,
+    );
     let log_level = super::logging::level(Era::Legacy, Some(&session), &msg).unwrap_or_default();
     let (progress, mut progressed) = match super::notifications_wanted(accepts, &msg, log_level) {
         Some((observer, rx)) => (Some(observer), Some(rx)),
@@ -210,9 +212,11 @@ pub fn stream(
             tokio::select! {
                 r = &mut work => break r,
                 // The call's progress, as it comes.
+                // Best effort: dropped when the client is behind (memory
+                // stays bounded; questions and the response never are).
                 n = async { progressed.as_mut().expect("guarded").recv().await }, if progressed.is_some() => match n.and_then(|n| serde_json::from_str::<Value>(&n).ok()) {
                     Some(n) => {
-                        if tx.send(event(&n)).await.is_err() {
+                        if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) = tx.try_send(event(&n)) {
                             return;
                         }
                     }
@@ -231,7 +235,8 @@ pub fn stream(
         // Progress sent before the outcome goes before the response.
         while let Some(n) = progressed.as_mut().and_then(|p| p.try_recv().ok()) {
             if let Ok(n) = serde_json::from_str::<Value>(&n)
-                && tx.send(event(&n)).await.is_err()
+                && let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) =
+                    tx.try_send(event(&n))
             {
                 return;
             }

@@ -326,7 +326,7 @@ fn stream(
     reply: Reply,
     mut done: Work,
 ) -> Response {
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let (tx, rx) = tokio::sync::mpsc::channel(SSE_BUFFER);
     tokio::spawn(async move {
         if let Some(n) = first
             && !send_json(&tx, &n).await
@@ -360,17 +360,28 @@ fn stream(
     sse_response(rx)
 }
 
-/// Sends JSON text `json` as one event; false when the stream is closed.
-/// Text that is not JSON (never sent by the sidecar) is skipped.
+/// Sends notification `json` (JSON text) as one event, or drops it when
+/// the client is [`SSE_BUFFER`] events behind (best effort: memory stays
+/// bounded behind a client that does not read, and the notifications
+/// keep being taken from the call, so the call never waits on it); false
+/// when the stream is closed. Text that is not JSON (never sent by the
+/// sidecar) is skipped.
 async fn send_json(
     tx: &tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>,
     json: &str,
 ) -> bool {
+    use tokio::sync::mpsc::error::TrySendError;
     match serde_json::from_str::<Value>(json) {
-        Ok(v) => tx.send(Ok(sse_event(&v))).await.is_ok(),
+        Ok(v) => match tx.try_send(Ok(sse_event(&v))) {
+            Ok(()) | Err(TrySendError::Full(_)) => true,
+            Err(TrySendError::Closed(_)) => false,
+        },
         Err(_) => true,
     }
 }
+
+/// How many events an SSE answer holds for a client that reads slowly.
+pub const SSE_BUFFER: usize = 64;
 
 /// Decorates the `result` of `method` for a client of `era`.
 ///

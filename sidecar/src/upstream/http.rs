@@ -756,11 +756,25 @@ pub fn media_type(headers: &HeaderMap) -> Option<String> {
     Some(m.essence_str().to_ascii_lowercase())
 }
 
-/// Builds the shared HTTP client (rustls with the ring provider).
+/// Builds the shared HTTP client (rustls with the ring provider). A
+/// redirect is followed only to the same origin (scheme, host and port),
+/// at most 5 times: the configured headers (`headers`, `header_files`:
+/// credentials of any name) must never reach another host.
 pub fn client() -> Result<reqwest::Client, reqwest::Error> {
     switchyard_common::tls::install_crypto_provider();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(90))
+        .redirect(reqwest::redirect::Policy::custom(|attempt| {
+            let same_origin = attempt
+                .previous()
+                .first()
+                .is_some_and(|first| first.origin() == attempt.url().origin());
+            match (same_origin, attempt.previous().len() > 5) {
+                (true, false) => attempt.follow(),
+                _ => attempt.stop(),
+            }
+        }))
+        .referer(false)
         .build()
 }

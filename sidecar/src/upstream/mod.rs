@@ -504,9 +504,14 @@ impl Upstream {
         // itself: the server is told that client's capabilities
         // ([`era::narrow_to`]). The params are copied only then.
         let logs = context.progress.clone().zip(context.log_level);
-        let changed = (context.progress.is_some() || context.client.is_some())
+        // A token whose progress nobody relays is removed.
+        let foreign = context.progress.is_none() && progress::has_token(params);
+        let changed = (context.progress.is_some() || context.client.is_some() || foreign)
             .then(|| {
                 let mut p = params.clone();
+                if foreign {
+                    progress::strip_token(&mut p);
+                }
                 let tokens = context
                     .progress
                     .as_ref()
@@ -517,7 +522,7 @@ impl Upstream {
                 if let Some(client) = &context.client {
                     era::narrow_to(&mut p, client);
                 }
-                (tokens.is_some() || logs.is_some() || context.client.is_some())
+                (tokens.is_some() || logs.is_some() || context.client.is_some() || foreign)
                     .then_some((p, tokens))
             })
             .flatten();

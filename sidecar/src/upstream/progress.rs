@@ -15,18 +15,39 @@ use switchyard_mcp::methods;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 /// Sets `params._meta.progressToken` to a token of this process's own
-/// (`sy-progress-N`) and returns it with the caller's; `None` (params
-/// unchanged) when the caller sent no token.
+/// (`sy-progress-<random>-N`: nobody can guess it and send progress for
+/// another caller's request with it) and returns it with the caller's;
+/// `None` (params unchanged) when the caller sent no token.
 pub fn retoken(params: &mut Value) -> Option<(Value, Value)> {
     static NEXT: AtomicU64 = AtomicU64::new(1);
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let meta = params.get_mut("_meta")?.as_object_mut()?;
     let theirs = meta.get("progressToken")?.clone();
+    let prefix = PREFIX.get_or_init(switchyard_common::ids::new_id);
     let ours = Value::String(format!(
-        "sy-progress-{}",
+        "sy-progress-{prefix}-{}",
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     meta.insert("progressToken".into(), ours.clone());
     Some((ours, theirs))
+}
+
+/// Whether `params` carry a `_meta.progressToken`.
+pub fn has_token(params: &Value) -> bool {
+    params
+        .get("_meta")
+        .and_then(|m| m.get("progressToken"))
+        .is_some()
+}
+
+/// Removes `params._meta.progressToken`: a request whose progress nobody
+/// relays must not name a token of the caller's choosing on the shared
+/// connection (it could be another caller's token of ours, and the
+/// server's progress would reach that caller).
+pub fn strip_token(params: &mut Value) {
+    if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.remove("progressToken");
+    }
 }
 
 /// Runs `work` (the request sent with token `ours`) and, meanwhile, hands
@@ -96,6 +117,22 @@ mod tests {
         let mut none = json!({"name": "t", "_meta": {"k": 1}});
         assert!(retoken(&mut none).is_none());
         assert_eq!(none, json!({"name": "t", "_meta": {"k": 1}}));
+        // Not guessable from the outside: a random part, then a counter.
+        let text = ours.as_str().unwrap();
+        assert!(
+            text.starts_with("sy-progress-") && text.len() > "sy-progress-1".len() + 16,
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_token_nobody_relays_is_removed() {
+        let mut params =
+            json!({"name": "t", "_meta": {"progressToken": "sy-progress-1", "k": "v"}});
+        assert!(has_token(&params));
+        strip_token(&mut params);
+        assert_eq!(params, json!({"name": "t", "_meta": {"k": "v"}}));
+        assert!(!has_token(&params));
     }
 
     #[test]

@@ -670,3 +670,36 @@ async fn shutdown_does_not_wait_out_a_reconnection_backoff() {
     let r = within("the waiting attempt", STEP, waiting).await.unwrap();
     assert!(matches!(r, Err(UpstreamError::Closed { .. })), "{r:?}");
 }
+
+/// A server that redirects to another origin never gets our configured
+/// headers sent there: the redirect is not followed (same-origin ones
+/// are), and the other server sees no request at all.
+#[tokio::test]
+async fn configured_headers_never_follow_a_redirect_to_another_origin() {
+    let elsewhere = http_stub(&[]).await;
+    let redirecting = http_stub(&[("STUB_HTTP_REDIRECT", &elsewhere.url)]).await;
+    let headers = vec![
+        ("X-Api-Key".to_owned(), "apikey-SECRET-999".to_owned()),
+        ("Authorization".to_owned(), "Bearer t".to_owned()),
+    ];
+    let up = upstream(config_with_headers(
+        "stub-redirect",
+        &redirecting.url,
+        headers,
+    ));
+    // Not followed: the 307's own answer is what the sidecar gets.
+    let err = within("connect", STEP, up.connect()).await.unwrap_err();
+    assert!(err.to_string().contains("Redirect"), "{err}");
+    // The other server: only our own look at it now.
+    let other = upstream(config("stub-elsewhere", &elsewhere.url));
+    within("connect", STEP, other.connect())
+        .await
+        .expect("connect");
+    let log = json_tool(&other, "header_log").await;
+    for entry in log.as_array().unwrap() {
+        assert!(
+            entry["headers"].get("x-api-key").is_none(),
+            "a configured header reached another origin: {entry}"
+        );
+    }
+}

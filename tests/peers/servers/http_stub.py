@@ -49,6 +49,7 @@ Knobs (env):
                                `WWW-Authenticate: Bearer realm="stub"`)
   STUB_HTTP_BEARER=TOKEN       requests without `Authorization: Bearer TOKEN` get 401
                                (with `WWW-Authenticate: Bearer realm="stub"`)
+  STUB_HTTP_REDIRECT=URL       every request gets 307 to URL (its log still records it)
   STUB_HTTP_STRICT=1           non-initialize POSTs need MCP-Protocol-Version (else
                                400); POSTs need Accept with both types (else 406)
   STUB_HTTP_LOG=1              log requests to stderr
@@ -67,6 +68,7 @@ NOTIFY_STATUS = env_int("STUB_HTTP_NOTIFY_STATUS", 202)
 AUTH = env_int("STUB_HTTP_AUTH", 0)
 STRICT = os.environ.get("STUB_HTTP_STRICT") == "1"
 BEARER = os.environ.get("STUB_HTTP_BEARER")
+REDIRECT = os.environ.get("STUB_HTTP_REDIRECT")
 JSON = "application/json; charset=utf-8"
 
 # `tools` without `listChanged`: its tool list never changes, so a client
@@ -244,6 +246,8 @@ class Handler(BaseHTTPRequestHandler):
         if AUTH in (401, 403):
             auth = [("WWW-Authenticate", 'Bearer realm="stub"')] if AUTH == 401 else []
             self.fail(AUTH, "Unauthorized" if AUTH == 401 else "Forbidden", headers=auth)
+        elif REDIRECT is not None:
+            self.fail(307, "Temporary Redirect", headers=[("Location", REDIRECT)])
         elif BEARER is not None and headers.get("authorization") != f"Bearer {BEARER}":
             self.fail(401, "Unauthorized", headers=[("WWW-Authenticate", 'Bearer realm="stub"')])
         elif self.path.split("?")[0] != "/mcp":
