@@ -219,6 +219,34 @@ fn settable_header(name: &str) -> bool {
     !RESERVED_HEADERS.contains(&n.as_str()) && !n.starts_with("mcp-param-")
 }
 
+/// What is wrong with header name `k` of table `table` (`headers` or
+/// `header_files`, whose entries are `all`), as (key, problem): not a
+/// header name, one Switchyard sets itself ([`RESERVED_HEADERS`]), or
+/// another entry's name in another case.
+fn header_name_problem<V>(
+    table: &str,
+    k: &str,
+    all: &BTreeMap<String, V>,
+) -> Option<(String, String)> {
+    if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+        return Some((table.into(), format!("{k:?} is not a valid header name")));
+    }
+    if !settable_header(k) {
+        return Some((
+            format!("{table}.{k}"),
+            "is set by Switchyard or frames the request: it cannot be configured".into(),
+        ));
+    }
+    all.keys()
+        .find(|h| *h != k && h.eq_ignore_ascii_case(k))
+        .map(|other| {
+            (
+                format!("{table}.{k}"),
+                format!("is the same header as {other:?} (names are case-insensitive)"),
+            )
+        })
+}
+
 /// A problem reading a secret header value from its file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {file}: {problem}")]
@@ -405,25 +433,8 @@ impl ServerConfig {
                     return Err(err("command", "is only for transport = \"stdio\"".into()));
                 }
                 for (k, v) in &self.headers {
-                    if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
-                        return Err(err("headers", format!("{k:?} is not a valid header name")));
-                    }
-                    if !settable_header(k) {
-                        return Err(err(
-                            &format!("headers.{k}"),
-                            "is set by Switchyard or frames the request: it cannot be configured"
-                                .into(),
-                        ));
-                    }
-                    if let Some(other) = self
-                        .headers
-                        .keys()
-                        .find(|h| *h != k && h.eq_ignore_ascii_case(k))
-                    {
-                        return Err(err(
-                            &format!("headers.{k}"),
-                            format!("is the same header as {other:?} (names are case-insensitive)"),
-                        ));
+                    if let Some((key, problem)) = header_name_problem("headers", k, &self.headers) {
+                        return Err(err(&key, problem));
                     }
                     if http::HeaderValue::from_str(v).is_err() {
                         return Err(err(
@@ -433,31 +444,13 @@ impl ServerConfig {
                     }
                 }
                 for (k, path) in &self.header_files {
-                    if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
-                        return Err(err(
-                            "header_files",
-                            format!("{k:?} is not a valid header name"),
-                        ));
-                    }
-                    if !settable_header(k) {
-                        return Err(err(
-                            &format!("header_files.{k}"),
-                            "is set by Switchyard or frames the request: it cannot be configured"
-                                .into(),
-                        ));
+                    if let Some((key, problem)) =
+                        header_name_problem("header_files", k, &self.header_files)
+                    {
+                        return Err(err(&key, problem));
                     }
                     if path.as_os_str().is_empty() {
                         return Err(err(&format!("header_files.{k}"), "must name a file".into()));
-                    }
-                    if let Some(other) = self
-                        .header_files
-                        .keys()
-                        .find(|h| *h != k && h.eq_ignore_ascii_case(k))
-                    {
-                        return Err(err(
-                            &format!("header_files.{k}"),
-                            format!("is the same header as {other:?} (names are case-insensitive)"),
-                        ));
                     }
                     if self.headers.keys().any(|h| h.eq_ignore_ascii_case(k)) {
                         return Err(err(

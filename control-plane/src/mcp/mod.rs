@@ -443,15 +443,10 @@ async fn handled(
             served.outcome = "ok";
             return Ok(r);
         }
-        let mut result = Box::pin(mrtr::serve(ep, scope, caller.as_ref(), h, &msg, None))
-            .await
-            .map_err(|e| e.with_id(msg.id.as_ref()))?;
-        respond::decorate(&msg.method, era, &mut result);
+        let outcome = Box::pin(mrtr::serve(ep, scope, caller.as_ref(), h, &msg, None)).await;
+        let r = respond::answer(msg.id.as_ref(), &msg.method, era, outcome)?;
         served.outcome = "ok";
-        return Ok(respond::result(
-            msg.id.as_ref().unwrap_or(&Value::Null),
-            result,
-        ));
+        return Ok(r);
     }
     let ctx = Ctx {
         ep,
@@ -502,16 +497,11 @@ async fn handled(
         return Ok(r);
     }
     // 5. One arm per method (boxed: this future stays small).
-    let mut result = Box::pin(answer(&ctx, h, &msg))
-        .await
-        .map_err(|e| e.with_id(msg.id.as_ref()))?;
+    let outcome = Box::pin(answer(&ctx, h, &msg)).await;
     // 6. The result, for the client's era.
-    respond::decorate(&msg.method, era, &mut result);
+    let r = respond::answer(msg.id.as_ref(), &msg.method, era, outcome)?;
     served.outcome = "ok";
-    Ok(respond::result(
-        msg.id.as_ref().unwrap_or(&Value::Null),
-        result,
-    ))
+    Ok(r)
 }
 
 /// Answers request `msg` (its era checked already).

@@ -36,36 +36,39 @@ fn string<'m>(msg: &'m Message, key: &str) -> Result<&'m str, McpError> {
 /// a multi round-trip retry's `inputResponses` and `requestState` (the
 /// endpoint's own, `super::mrtr`).
 fn forwarded(params: &Map<String, Value>) -> Map<String, Value> {
-    let mut out = params.clone();
-    out.remove("inputResponses");
-    out.remove("requestState");
-    if let Some(Value::Object(meta)) = out.get_mut("_meta") {
-        meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
-        if meta.is_empty() {
-            out.remove("_meta");
-        }
-    }
-    out
+    params
+        .iter()
+        .filter_map(|(k, v)| match k.as_str() {
+            "inputResponses" | "requestState" => None,
+            // In its place.
+            "_meta" => forwarded_meta(params).map(|m| (k.clone(), m)),
+            _ => Some((k.clone(), v.clone())),
+        })
+        .collect()
 }
 
-/// The `_meta` forwarded with a tool call, as JSON text (empty: none):
-/// [`forwarded`]'s, without copying the rest of the params.
-fn meta_json(params: &Map<String, Value>) -> String {
-    match params.get("_meta") {
-        Some(Value::Object(meta)) => {
+/// The client's `_meta` as forwarded: less the protocol's own keys
+/// (`io.modelcontextprotocol/`); `None` when nothing is left.
+fn forwarded_meta(params: &Map<String, Value>) -> Option<Value> {
+    match params.get("_meta")? {
+        Value::Object(meta) => {
             let kept: Map<String, Value> = meta
                 .iter()
                 .filter(|(k, _)| !k.starts_with("io.modelcontextprotocol/"))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            match kept.is_empty() {
-                true => String::new(),
-                false => Value::Object(kept).to_string(),
-            }
+            (!kept.is_empty()).then_some(Value::Object(kept))
         }
-        Some(other) => other.to_string(),
-        None => String::new(),
+        other => Some(other.clone()),
     }
+}
+
+/// The `_meta` forwarded with a tool call, as JSON text (empty: none):
+/// [`forwarded`]'s, without copying the rest of the params.
+fn meta_json(params: &Map<String, Value>) -> String {
+    forwarded_meta(params)
+        .map(|m| m.to_string())
+        .unwrap_or_default()
 }
 
 /// The `call_id` of the call a 2025-11-25 client made with JSON-RPC id

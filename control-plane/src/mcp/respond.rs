@@ -314,9 +314,22 @@ pub async fn progress_stream(
 
 /// `outcome` as a JSON answer to `reply`'s request.
 fn json(reply: &Reply, outcome: Result<Value, McpError>) -> Result<Response, McpError> {
-    let mut r = outcome.map_err(|e| e.with_id(reply.id.as_ref()))?;
-    decorate(&reply.method, reply.era, &mut r);
-    Ok(result(reply.id.as_ref().unwrap_or(&Value::Null), r))
+    answer(reply.id.as_ref(), &reply.method, reply.era, outcome)
+}
+
+/// The JSON answer to request `id` of `method` from a client of `era`:
+/// its result decorated ([`decorate`]) as `application/json`, or its
+/// error carrying the request's id (`Err`: the caller answers it in the
+/// one place errors become answers).
+pub fn answer(
+    id: Option<&Value>,
+    method: &str,
+    era: Era,
+    outcome: Result<Value, McpError>,
+) -> Result<Response, McpError> {
+    let mut r = outcome.map_err(|e| e.with_id(id))?;
+    decorate(method, era, &mut r);
+    Ok(result(id.unwrap_or(&Value::Null), r))
 }
 
 /// The SSE answer of [`progress_stream`], from notification `first` on.

@@ -170,54 +170,33 @@ async fn a_missing_secret_file_is_named_and_the_server_stays_down() {
         &["orders"],
     )
     .await;
-    let relative = gw
-        .cli(&[
-            "servers",
-            "add",
-            "--name",
-            "stub",
-            "--transport",
-            "http",
-            "--url",
-            &stub.url,
-            "--header-file",
-            "Authorization=no-such-token",
-        ])
-        .await;
+    // `servers add --name stub` of the stub, with `extra` flags.
+    let add = |extra: &[&str]| {
+        let mut args: Vec<String> = ["servers", "add", "--name", "stub", "--transport", "http"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        args.extend(["--url".to_owned(), stub.url.clone()]);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let gw = &gw;
+        async move {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            gw.cli(&refs).await
+        }
+    };
+    let relative = add(&["--header-file", "Authorization=no-such-token"]).await;
     assert!(!relative.status.success());
     assert!(
         String::from_utf8_lossy(&relative.stderr).contains("must be an absolute path"),
         "{relative:?}"
     );
-    let bad_auth = gw
-        .cli(&[
-            "servers",
-            "add",
-            "--name",
-            "stub",
-            "--transport",
-            "http",
-            "--url",
-            &stub.url,
-            "--auth",
-            "bearer",
-        ])
-        .await;
+    let bad_auth = add(&["--auth", "bearer"]).await;
     assert_eq!(bad_auth.status.code(), Some(64), "{bad_auth:?}");
-    let added = gw
-        .cli(&[
-            "servers",
-            "add",
-            "--name",
-            "stub",
-            "--transport",
-            "http",
-            "--url",
-            &stub.url,
-            "--header-file",
-            &format!("Authorization={}", missing.display()),
-        ])
-        .await;
+    let added = add(&[
+        "--header-file",
+        &format!("Authorization={}", missing.display()),
+    ])
+    .await;
     ok_stdout(&added, "servers add");
     eventually(
         "the sidecar's error names the key and the file",
