@@ -26,6 +26,7 @@ echo "== Helm chart"; scripts/chart-test.sh
 
 echo "== conformance suite (client side)"
 scripts/conformance.sh
+echo "== conformance suite (client side, auth/* scenarios: per-server OAuth)"; scripts/conformance-auth.sh
 
 echo "== conformance suite (server side: the fixture, then the fixture behind the gateway)"
 scripts/conformance-server.sh direct

@@ -104,6 +104,10 @@ impl Drop for LogGuard {
     }
 }
 
+/// The directive added to every filter: rmcp's OAuth module at info at
+/// most (its debug lines carry authorization codes and tokens).
+pub const SECRET_SAFE: &str = "rmcp::transport::auth=info";
+
 /// Installs the subscriber, with `default_level` when `SWITCHYARD_LOG` is
 /// unset or not a valid filter, and starts the flusher thread. When a
 /// subscriber is already installed (tests), nothing changes and the guard
@@ -116,7 +120,10 @@ pub fn init(default_level: &str) -> LogGuard {
     };
     let batch = Arc::new(Batch::default());
     let filter = tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level))
+        // rmcp's OAuth module logs authorization codes and token answers at
+        // debug: never below info, whatever SWITCHYARD_LOG says.
+        .add_directive(SECRET_SAFE.parse().expect("a valid directive"));
     if tracing_subscriber::fmt()
         .with_writer(BatchWriter(batch.clone()))
         .with_ansi(std::io::stderr().is_terminal())

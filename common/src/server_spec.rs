@@ -29,6 +29,13 @@ pub enum AuthKind {
     None,
     /// Static headers: `headers`, and `header_files` for secret values.
     Headers,
+    /// OAuth 2.1 (MCP authorization): an admin authorizes the server once
+    /// (`switchyard servers authorize NAME`); the control plane keeps and
+    /// refreshes the tokens and pushes short-lived access tokens to the
+    /// sidecars, which send them as `Authorization: Bearer`. Optional
+    /// `[servers.oauth]` settings ([`OAuthSettings`]).
+    #[serde(rename = "oauth")]
+    OAuth,
 }
 
 impl AuthKind {
@@ -37,6 +44,7 @@ impl AuthKind {
         match self {
             AuthKind::None => "none",
             AuthKind::Headers => "headers",
+            AuthKind::OAuth => "oauth",
         }
     }
 
@@ -45,6 +53,7 @@ impl AuthKind {
         match s {
             "none" => Some(AuthKind::None),
             "headers" => Some(AuthKind::Headers),
+            "oauth" => Some(AuthKind::OAuth),
             _ => None,
         }
     }
@@ -121,6 +130,12 @@ pub struct ServerConfig {
     /// Only the paths are stored and shown.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub header_files: BTreeMap<String, PathBuf>,
+    /// http, `auth = "oauth"`: a pre-registered client and the scopes to
+    /// ask for; unset: the client registers itself (Client ID Metadata
+    /// Document or Dynamic Client Registration) and the scopes come from
+    /// the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthSettings>,
     /// `auto` (default), `2026-07-28` or `2025-11-25`.
     #[serde(default = "default_era")]
     pub era: String,
@@ -159,6 +174,136 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+/// `[servers.oauth]`: how Switchyard registers with a server's
+/// authorization server, and what it asks for (MCP authorization,
+/// 2026-07-28 `basic/authorization/client-registration`). Every field is
+/// optional. Its `Debug` never shows the client secret.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthSettings {
+    /// A client registered with the authorization server beforehand
+    /// (first in the spec's priority order). Unset: a Client ID Metadata
+    /// Document (`client_metadata_url`) when the authorization server
+    /// supports them, else Dynamic Client Registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// The pre-registered client's secret. Prefer `client_secret_file`:
+    /// a secret given here is sealed in the store and never shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// A file holding the pre-registered client's secret, read by the
+    /// control plane when it needs it (a relative path: the configuration
+    /// file's directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_file: Option<PathBuf>,
+    /// The scopes to ask for. Unset: the `scope` of the server's 401
+    /// challenge, else its protected resource metadata's
+    /// `scopes_supported`, else none (plus `offline_access` when the
+    /// authorization server lists it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// The HTTPS URL of Switchyard's Client ID Metadata Document, used as
+    /// the client id when the authorization server supports them and no
+    /// `client_id` is set. The document must be served there (the
+    /// authorization server fetches it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_metadata_url: Option<String>,
+    /// Authorize even though the authorization server's metadata does not
+    /// list `code_challenge_methods_supported` (PKCE S256 is sent anyway).
+    /// The MCP specification says to refuse such a server; some (Entra ID,
+    /// Cognito) omit the field. Every authorization started under this
+    /// override is audited.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_unadvertised_pkce: bool,
+    /// Set by the control plane, not in configuration files: the
+    /// `client_secret` given was moved, sealed, into the store.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub client_secret_sealed: bool,
+}
+
+impl std::fmt::Debug for OAuthSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthSettings")
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| REDACTED),
+            )
+            .field("client_secret_file", &self.client_secret_file)
+            .field("scopes", &self.scopes)
+            .field("client_metadata_url", &self.client_metadata_url)
+            .field("allow_unadvertised_pkce", &self.allow_unadvertised_pkce)
+            .field("client_secret_sealed", &self.client_secret_sealed)
+            .finish()
+    }
+}
+
+impl OAuthSettings {
+    /// Checks the table; `err` builds an error for a key under
+    /// `oauth.`.
+    fn validate(&self, err: impl Fn(&str, String) -> ConfigError) -> Result<(), ConfigError> {
+        if self
+            .client_id
+            .as_deref()
+            .is_some_and(|c| c.trim().is_empty())
+        {
+            return Err(err("oauth.client_id", "must not be empty".into()));
+        }
+        if self.client_secret.is_some() && self.client_secret_file.is_some() {
+            return Err(err(
+                "oauth.client_secret",
+                "and client_secret_file are both set: give one".into(),
+            ));
+        }
+        if (self.client_secret.is_some()
+            || self.client_secret_file.is_some()
+            || self.client_secret_sealed)
+            && self.client_id.is_none()
+        {
+            return Err(err(
+                "oauth.client_secret",
+                "needs client_id (a secret belongs to a pre-registered client)".into(),
+            ));
+        }
+        if self.client_secret.as_deref().is_some_and(str::is_empty) {
+            return Err(err("oauth.client_secret", "must not be empty".into()));
+        }
+        if self
+            .client_secret_file
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            return Err(err("oauth.client_secret_file", "must name a file".into()));
+        }
+        for s in &self.scopes {
+            if s.is_empty()
+                || !s
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+            {
+                return Err(err(
+                    "oauth.scopes",
+                    format!(
+                        "{s:?} is not a scope (RFC 6749 §3.3: visible ASCII, no spaces, quotes or backslashes)"
+                    ),
+                ));
+            }
+        }
+        if let Some(u) = &self.client_metadata_url {
+            match url::Url::parse(u) {
+                Ok(url) if url.scheme() == "https" && url.path() != "/" => {}
+                _ => {
+                    return Err(err(
+                        "oauth.client_metadata_url",
+                        format!("{u:?} must be an https URL with a path (the document's address)"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Whether `name` is a valid server name: 1 to 48 characters of
 /// `[A-Za-z0-9_-]`.
 pub fn valid_server_name(name: &str) -> bool {
@@ -182,6 +327,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("auth", &self.auth)
             .field("headers", &redacted(&self.headers))
             .field("header_files", &self.header_files)
+            .field("oauth", &self.oauth)
             .field("era", &self.era)
             .field("request_timeout_sec", &self.request_timeout_sec)
             .field("max_message_bytes", &self.max_message_bytes)
@@ -407,6 +553,9 @@ impl ServerConfig {
                         "are only for transport = \"http\"".into(),
                     ));
                 }
+                if self.oauth.is_some() {
+                    return Err(err("oauth", "is only for transport = \"http\"".into()));
+                }
                 if self.auth.is_some_and(|a| a != AuthKind::None) {
                     return Err(err(
                         "auth",
@@ -474,7 +623,32 @@ impl ServerConfig {
                                 .into(),
                         ));
                     }
+                    Some(AuthKind::OAuth)
+                        if self
+                            .headers
+                            .keys()
+                            .chain(self.header_files.keys())
+                            .any(|h| h.eq_ignore_ascii_case("authorization")) =>
+                    {
+                        return Err(err(
+                            "auth",
+                            "is \"oauth\" but an Authorization header is configured: the access token is sent as Authorization".into(),
+                        ));
+                    }
                     _ => {}
+                }
+                match (&self.oauth, self.auth) {
+                    (Some(_), Some(AuthKind::OAuth)) => {}
+                    (Some(_), _) => {
+                        return Err(err(
+                            "oauth",
+                            "is set but auth is not \"oauth\": set auth = \"oauth\"".into(),
+                        ));
+                    }
+                    _ => {}
+                }
+                if let Some(o) = &self.oauth {
+                    o.validate(err)?;
                 }
             }
         }
@@ -522,6 +696,57 @@ mod tests {
             toml::from_str::<ServerConfig>("name = \"w\"\ntransport = \"stdio\"\ncomand = \"x\"\n")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn oauth_tables_are_checked() {
+        let http = "name = \"w\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        let ok = parse(&format!(
+            "{http}auth = \"oauth\"\n[oauth]\nclient_id = \"c\"\nclient_secret_file = \"/s\"\nscopes = [\"a:b\"]\n"
+        ));
+        ok.validate("s").unwrap();
+        assert_eq!(ok.auth_kind(), AuthKind::OAuth);
+        parse(&format!("{http}auth = \"oauth\"\n"))
+            .validate("s")
+            .unwrap();
+        for (text, key) in [
+            (format!("{http}[oauth]\nscopes = [\"a\"]\n"), "s.oauth"),
+            (
+                format!("{http}auth = \"oauth\"\n[oauth]\nclient_secret = \"x\"\n"),
+                "s.oauth.client_secret",
+            ),
+            (
+                format!(
+                    "{http}auth = \"oauth\"\n[oauth]\nclient_id = \"c\"\nclient_secret = \"x\"\nclient_secret_file = \"/f\"\n"
+                ),
+                "s.oauth.client_secret",
+            ),
+            (
+                format!("{http}auth = \"oauth\"\n[oauth]\nscopes = [\"a b\"]\n"),
+                "s.oauth.scopes",
+            ),
+            (
+                format!(
+                    "{http}auth = \"oauth\"\n[oauth]\nclient_metadata_url = \"http://x.example/doc\"\n"
+                ),
+                "s.oauth.client_metadata_url",
+            ),
+            (
+                format!("{http}auth = \"oauth\"\n[headers]\nAuthorization = \"Bearer x\"\n"),
+                "s.auth",
+            ),
+            (
+                "name = \"w\"\ntransport = \"stdio\"\ncommand = \"x\"\n[oauth]\n".into(),
+                "s.oauth",
+            ),
+        ] {
+            let e = parse(&text).validate("s").unwrap_err();
+            assert_eq!(e.key, key, "{text}: {e}");
+        }
+        let secret = parse(&format!(
+            "{http}auth = \"oauth\"\n[oauth]\nclient_id = \"c\"\nclient_secret = \"hunter2\"\n"
+        ));
+        assert!(!format!("{secret:?}").contains("hunter2"));
     }
 
     #[test]

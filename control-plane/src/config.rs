@@ -39,6 +39,9 @@ pub struct Config {
     /// `[mcp]`: the MCP endpoint (Streamable HTTP, both eras).
     #[serde(default)]
     pub mcp: McpConfig,
+    /// `[oauth]`: stage D, OAuth for upstream servers.
+    #[serde(default)]
+    pub oauth: OAuthConfig,
     /// `[[servers]]`.
     #[serde(default)]
     pub servers: Vec<ServerConfig>,
@@ -324,6 +327,49 @@ fn default_mcp_state_ttl() -> u64 {
     600
 }
 
+/// `[oauth]`: how the control plane acts as the OAuth client of
+/// `auth = "oauth"` servers (stage D, docs/operations.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// The admin base URL the authorization servers send browsers back to
+    /// (`<admin_base_url>/admin/v1/mcp/oauth/callback`), as the admin's
+    /// browser reaches this control plane's HTTP listener: e.g.
+    /// `https://switchyard.example.com`. Unset: `http://` and
+    /// `control_plane.http_listen` (an unspecified address as
+    /// `127.0.0.1`), which only a browser on the same machine reaches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_base_url: Option<String>,
+    /// Authorization servers may resolve to private addresses (e.g. an
+    /// in-cluster identity provider at 10.x). Off (the default): only
+    /// public addresses, or loopback ones for a loopback server. Link-local
+    /// and cloud metadata addresses are always refused.
+    #[serde(default)]
+    pub allow_private_addresses: bool,
+}
+
+impl OAuthConfig {
+    /// The admin base URL (no trailing slash), given the HTTP listener's
+    /// address.
+    pub fn base_url(&self, http_listen: &str) -> String {
+        match &self.admin_base_url {
+            Some(u) => u.trim_end_matches('/').to_owned(),
+            None => {
+                let addr = http_listen
+                    .parse::<std::net::SocketAddr>()
+                    .map(|mut a| {
+                        if a.ip().is_unspecified() {
+                            a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+                        }
+                        a.to_string()
+                    })
+                    .unwrap_or_else(|_| http_listen.to_owned());
+                format!("http://{addr}")
+            }
+        }
+    }
+}
+
 /// `[audit]`: where audit records (JSON lines) go.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -605,6 +651,21 @@ impl Config {
                     format!("store.etcd_endpoints[{i}]"),
                     format!("{e:?} must be an http:// or https:// URL"),
                 ));
+            }
+        }
+        if let Some(u) = &self.oauth.admin_base_url {
+            match url::Url::parse(u) {
+                Ok(url)
+                    if matches!(url.scheme(), "http" | "https")
+                        && url.host_str().is_some()
+                        && url.query().is_none()
+                        && url.fragment().is_none() => {}
+                _ => {
+                    return Err((
+                        "oauth.admin_base_url".into(),
+                        format!("{u:?} is not an http(s) base URL (scheme://host[:port][/path])"),
+                    ));
+                }
             }
         }
         self.validate_security()?;

@@ -56,6 +56,8 @@ pub struct ControlPlane {
     pub background: background::Background,
     /// The audit sink (interactions, tool calls).
     pub audit: Arc<audit::Audit>,
+    /// OAuth for upstream servers (stage D).
+    pub oauth: Arc<oauth::OAuth>,
     /// Metrics.
     pub metrics: metrics::Metrics,
     /// Lease TTL of sidecar registrations.

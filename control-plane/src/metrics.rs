@@ -30,6 +30,9 @@ pub struct Metrics {
     mcp_sessions: IntGauge,
     mcp_state_rejections: IntCounterVec,
     mcp_listen_streams: IntGauge,
+    oauth_events: IntCounterVec,
+    oauth_refreshes: IntCounterVec,
+    oauth_state: IntGaugeVec,
 }
 
 /// One open stream counted in a gauge while it lives.
@@ -210,8 +213,35 @@ impl Metrics {
             "Open change-notification streams of the MCP endpoint on this replica (2026-07-28 subscriptions/listen and 2025-11-25 GET streams).",
         )
         .expect("valid");
+        let oauth_events = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_oauth_events_total",
+                "Stage D authorization events, by server and event (`authorized`, `authorization_failed`, `forgotten`, `step_up`, `reauthorization_needed`), counted by the replica that recorded them.",
+            ),
+            &["server", "event"],
+        )
+        .expect("valid metric");
+        let oauth_refreshes = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_oauth_refreshes_total",
+                "Token refreshes this replica made, by server and outcome (`ok`, `rejected`: invalid_grant, `failed`: transient, retried).",
+            ),
+            &["server", "outcome"],
+        )
+        .expect("valid metric");
+        let oauth_state = IntGaugeVec::new(
+            Opts::new(
+                "switchyard_control_plane_oauth_state",
+                "1 for each `auth = \"oauth\"` server's authorization state (`authorized`, `needs_authorization`, `needs_reauthorization`), 0 for its other states.",
+            ),
+            &["server", "state"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(oauth_events.clone()),
+            Box::new(oauth_refreshes.clone()),
+            Box::new(oauth_state.clone()),
             Box::new(mcp_listen_streams.clone()),
             Box::new(mcp_requests.clone()),
             Box::new(mcp_state_rejections.clone()),
@@ -254,6 +284,37 @@ impl Metrics {
             mcp_sessions,
             mcp_state_rejections,
             mcp_listen_streams,
+            oauth_events,
+            oauth_refreshes,
+            oauth_state,
+        }
+    }
+
+    /// Counts a stage D authorization event of `server`.
+    pub fn oauth_event(&self, server: &str, event: &str) {
+        self.oauth_events.with_label_values(&[server, event]).inc();
+    }
+
+    /// Counts a token refresh of `server` (`ok`, `rejected`, `failed`).
+    pub fn oauth_refresh(&self, server: &str, outcome: &str) {
+        self.oauth_refreshes
+            .with_label_values(&[server, outcome])
+            .inc();
+    }
+
+    /// Sets `server`'s authorization state gauge; `None`: the server is
+    /// gone or no longer an oauth server.
+    pub fn oauth_state(&self, server: &str, state: Option<&str>) {
+        for s in ["authorized", "needs_authorization", "needs_reauthorization"] {
+            match state {
+                Some(now) => self
+                    .oauth_state
+                    .with_label_values(&[server, s])
+                    .set(i64::from(now == s)),
+                None => {
+                    let _ = self.oauth_state.remove_label_values(&[server, s]);
+                }
+            }
         }
     }
 

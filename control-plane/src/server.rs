@@ -67,6 +67,10 @@ pub enum StartError {
     /// used.
     #[error(transparent)]
     Credential(#[from] CredentialError),
+    /// A configured server's OAuth settings cannot be used (a client
+    /// secret but no token encryption key).
+    #[error("{0}")]
+    OAuth(String),
     /// rustls refused the TLS configuration.
     #[error("tls: cannot set up TLS on the gRPC listener: {0}")]
     Tls(#[source] tonic::transport::Error),
@@ -90,7 +94,7 @@ impl StartError {
     /// TLS settings, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::Credential(_) | StartError::Tls(_) => EXIT_USAGE,
+            StartError::Credential(_) | StartError::Tls(_) | StartError::OAuth(_) => EXIT_USAGE,
             _ => 1,
         }
     }
@@ -178,8 +182,20 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     let tls = crate::tls::TlsMaterial::load(&config.tls)?;
     let auth = Arc::new(Authenticator::load(&config.auth, Some(&metrics))?);
     // The key ring of secrets at rest (stage D): its files are checked
-    // now; the OAuth records that use it come with issue #16.
-    crate::oauth::KeyRing::load(&config.store)?;
+    // now, before anything else is touched.
+    let key_ring = crate::oauth::KeyRing::load(&config.store)?;
+    if key_ring.is_none()
+        && let Some((i, s)) = config
+            .servers
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.auth_kind() == switchyard_common::server_spec::AuthKind::OAuth)
+    {
+        return Err(StartError::OAuth(format!(
+            "servers[{i}] ({}): auth = \"oauth\" needs [store] token_encryption_key_file (32 random bytes, or their base64): OAuth tokens are only kept encrypted",
+            s.name
+        )));
+    }
     let mut builder = tonic::transport::Server::builder();
     if let Some(server_tls) = tls.server() {
         builder = builder.tls_config(server_tls).map_err(StartError::Tls)?;
@@ -187,11 +203,6 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     // The one store every component shares, counted in the store metrics.
     let store = Metered::new(open_store(config).await?, metrics.clone());
     let registry = Registry::new(store.clone());
-    if sync_servers {
-        registry
-            .sync_config_servers(&config.servers, config.control_plane.prune_config_servers)
-            .await?;
-    }
     let audit = match &config.audit.path {
         Some(path) => Audit::to_file(path).map_err(|source| StartError::Audit {
             path: path.display().to_string(),
@@ -199,9 +210,29 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         })?,
         None => Audit::to_log(),
     };
+    let audit = Arc::new(audit);
+    let oauth = Arc::new(crate::oauth::OAuth::new(
+        store.clone(),
+        key_ring,
+        audit.clone(),
+        metrics.clone(),
+        &config.oauth,
+    ));
+    if sync_servers {
+        // A client secret given in the file is kept sealed, not in the
+        // server's record.
+        let mut servers = config.servers.clone();
+        for s in &mut servers {
+            oauth.seal_client_secret(s).await.map_err(|e| {
+                StartError::OAuth(format!("servers.{}.oauth.client_secret: {e}", s.name))
+            })?;
+        }
+        registry
+            .sync_config_servers(&servers, config.control_plane.prune_config_servers)
+            .await?;
+    }
     let state = State::start(store.clone()).await?;
     let shutdown = CancellationToken::new();
-    let audit = Arc::new(audit);
     let interactions = Interactions::new(
         store.clone(),
         state.clone(),
@@ -221,6 +252,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             metrics.clone(),
         ),
         audit,
+        oauth,
         metrics: metrics.clone(),
         lease_ttl: Duration::from_secs(config.control_plane.sidecar_lease_ttl_sec),
         call_timeout: Duration::from_secs(config.control_plane.call_timeout_sec),
@@ -256,6 +288,10 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     let mcp_addr = mcp_listener
         .as_ref()
         .map(|l| l.local_addr().expect("bound"));
+    // Stage D: the callback is on the HTTP listener as bound.
+    cp.oauth
+        .set_base_url(config.oauth.base_url(&http_addr.to_string()));
+    crate::oauth::refresh::spawn(cp.clone());
 
     // Cancellations requested on other replicas, the state gauges, and
     // pruning the router's cache of sidecar addresses.

@@ -52,8 +52,8 @@ KUBE_VERSION = "1.30.0"
 # Every values file is a value set; "defaults" is values.yaml alone, and
 # "tls-inline" is tls.yaml with the PEM text in the values, so the chart
 # creates the TLS Secret itself.
-VALUE_SETS = ["defaults", "embedded", "etcd-bundled", "etcd-external", "header-secrets", "key-rotation", "servers",
-              "tls", "tls-inline"]
+VALUE_SETS = ["defaults", "embedded", "etcd-bundled", "etcd-external", "header-secrets", "key-rotation", "oauth",
+              "servers", "tls", "tls-inline"]
 
 # Part of every secret header value the test's Secrets hold: it must never
 # appear in a rendered manifest nor in a check's output.
@@ -106,8 +106,9 @@ def pki() -> dict[str, dict[str, str]]:
 
 def existing_secrets() -> dict[str, dict[str, str]]:
     """Secrets the values files name but the chart does not create: tls.yaml's
-    certificates (cert-manager's, say), header-secrets.yaml's header values
-    and key-rotation.yaml's token-encryption keys."""
+    certificates (cert-manager's, say), header-secrets.yaml's header values,
+    key-rotation.yaml's token-encryption keys and oauth.yaml's OAuth client
+    secret."""
     return {
         **{secret: {"token-encryption.key": key} for secret, key in KEYS.items()},
         "switchyard-control-plane-tls": pki()["cp"],
@@ -115,6 +116,7 @@ def existing_secrets() -> dict[str, dict[str, str]]:
         "github-pat": {"authorization": f"Bearer ghp_{SENTINEL}\n"},
         "shared-api-keys": {"github.key": f"{SENTINEL}-api-key"},
         "orders-credentials": {"token": f"  Bearer {SENTINEL}-orders  \n"},
+        "linear-oauth-client": {"client-secret": f"{SENTINEL}-oauth-client\n"},
     }
 
 
@@ -479,6 +481,73 @@ class Render(unittest.TestCase):
             for material in KEYS.values():
                 self.assertNotIn(material.strip(), "".join(rendered(value_set).values()), value_set)
 
+    def test_oauth_servers(self) -> None:
+        """servers[].auth: oauth and servers[].oauth become [servers.oauth] in
+        the control plane's configuration, with the client secret as a file
+        mounted from its Secret into the control plane only; the sidecar's
+        [server.oauth] is the same spec without that file. oauth becomes
+        [oauth]."""
+        config = cp_config("oauth")
+        self.assertIn('[oauth]\nadmin_base_url = "https://switchyard.example.com"\n'
+                      'allow_private_addresses = true\n', config)
+        self.assertIn('url = "https://mcp.linear.app/mcp"\nheaders = { "X-Team" = "platform" }\nauth = "oauth"\n\n'
+                      '[servers.oauth]\nclient_id = "switchyard-prod"\n'
+                      'client_secret_file = "/etc/switchyard/oauth-client-secrets/linear"\n'
+                      'scopes = ["read","write","issues:create"]\nallow_unadvertised_pkce = true\n', config)
+        self.assertIn('name = "notes"\ntransport = "http"\nurl = "http://127.0.0.1:8080/mcp"\nauth = "oauth"\n\n'
+                      '[servers.oauth]\nclient_metadata_url = "https://switchyard.example.com/oauth/client.json"\n',
+                      config)
+        # auth: oauth alone: no table (every key is optional).
+        self.assertIn('name = "plain"\ntransport = "http"\nurl = "http://plain.tools.svc:8080/mcp"\n'
+                      'auth = "oauth"\n', config)
+        self.assertEqual(config.count("[servers.oauth]"), 2)
+        self.assertEqual(config.count("client_secret_file"), 1)
+        linear = sidecar_config("oauth", "linear")
+        self.assertIn('auth = "oauth"\n\n[server.oauth]\nclient_id = "switchyard-prod"\n'
+                      'scopes = ["read","write","issues:create"]\nallow_unadvertised_pkce = true\n\n[sidecar]\n',
+                      linear)
+        self.assertNotIn("client_secret", linear)
+        self.assertIn('[server.oauth]\nclient_metadata_url = "https://switchyard.example.com/oauth/client.json"\n',
+                      sidecar_config("oauth", "notes"))
+        self.assertNotIn("[server.oauth]", sidecar_config("oauth", "plain"))
+        # The control plane mounts the client secret, read-only, from the given
+        # Secret (the chart creates none for it).
+        pod = one("oauth", "Deployment", RELEASE)["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        self.assertIn({"name": "oauth-client-secrets", "mountPath": "/etc/switchyard/oauth-client-secrets",
+                       "readOnly": True}, container["volumeMounts"])
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        self.assertEqual(volumes["oauth-client-secrets"], {"name": "oauth-client-secrets", "projected": {
+            "defaultMode": 0o440, "sources": [{"secret": {
+                "name": "linear-oauth-client", "items": [{"key": "client-secret", "path": "linear"}]}}]}})
+        self.assertEqual({s["metadata"]["name"] for s in find("oauth", "Secret")}, {f"{RELEASE}-token-encryption"})
+        # Not the sidecars: they never read it.
+        for slug in ["linear", "notes", "plain"]:
+            spec = one("oauth", "Deployment", f"{RELEASE}-{slug}")["spec"]["template"]["spec"]
+            self.assertNotIn("oauth-client-secrets", [v["name"] for v in spec["volumes"]], slug)
+            self.assertNotIn("linear-oauth-client", json.dumps(spec), slug)
+        # Without OAuth values: no [oauth] table, no such volume.
+        for value_set in ["defaults", "servers", "header-secrets"]:
+            self.assertNotIn("[oauth]", cp_config(value_set), value_set)
+            spec = one(value_set, "Deployment", RELEASE)["spec"]["template"]["spec"]
+            self.assertNotIn("oauth-client-secrets", [v["name"] for v in spec["volumes"]], value_set)
+
+    def test_oauth_table_from_either_value(self) -> None:
+        """[oauth] is rendered when either value is set; a base URL alone
+        keeps allow_private_addresses false."""
+        for over, expected in [
+            ({"adminBaseUrl": "http://127.0.0.1:7780/"},
+             '[oauth]\nadmin_base_url = "http://127.0.0.1:7780/"\nallow_private_addresses = false\n'),
+            ({"allowPrivateAddresses": True}, "[oauth]\nallow_private_addresses = true\n"),
+        ]:
+            with self.subTest(oauth=over):
+                out = chart_render.render({"oauth": over}, name=RELEASE, namespace=NAMESPACE)
+                docs = [d for path, text in out.items() if not path.endswith("NOTES.txt")
+                        for d in yaml.safe_load_all(text) if d]
+                config = next(o for o in docs if o["kind"] == "ConfigMap"
+                              and o["metadata"]["name"] == f"{RELEASE}-config")
+                self.assertIn(expected, config["data"]["switchyard.toml"])
+
     def test_token_encryption_key_is_generated_once(self) -> None:
         s = one("embedded", "Secret", f"{RELEASE}-token-encryption")
         self.assertEqual(s["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
@@ -530,7 +599,7 @@ class Render(unittest.TestCase):
              "'not' failed"),
             ({"servers": [{"name": "a", "transport": "stdio", "image": {"repository": "x"}, "command": "y",
                            "auth": "headers"}]}, "'not' failed"),
-            ({"servers": [{**HTTP, "auth": "oauth"}]}, "at '/servers/0/auth': value must be one of"),
+            ({"servers": [{**HTTP, "auth": "bearer"}]}, "at '/servers/0/auth': value must be one of"),
             ({"servers": [{**HTTP, "auth": "none", "headerSecrets": {"A": {"secretName": "s", "key": "k"}}}]},
              'servers "a": auth is "none" but headers or headerSecrets are set'),
             ({"servers": [{**HTTP, "auth": "headers"}]},
@@ -567,6 +636,48 @@ class Render(unittest.TestCase):
             ({"servers": [{**HTTP, "headerSecrets": {"X-A": {"secretName": "s", "key": "k"},
                                                      "x-a": {"secretName": "s", "key": "k"}}}]},
              'servers "a": headerSecrets "X-A" and "x-a" are the same header'),
+            # OAuth servers: the render's own checks.
+            ({"servers": [{**STDIO, "oauth": {"scopes": ["read"]}}]},
+             'servers "a": auth "oauth" and oauth are only for http servers'),
+            ({"servers": [{**STDIO, "auth": "oauth"}]},
+             'servers "a": auth "oauth" and oauth are only for http servers'),
+            ({"servers": [{**HTTP, "oauth": {"scopes": ["read"]}}]},
+             'servers "a": oauth is set but auth is not "oauth": set auth to "oauth"'),
+            ({"servers": [{**HTTP, "auth": "headers", "headers": {"X-A": "b"}, "oauth": {"clientId": "c"}}]},
+             'servers "a": oauth is set but auth is not "oauth"'),
+            ({"store": {"tokenEncryption": {"enabled": False}}, "servers": [{**HTTP, "auth": "oauth"}]},
+             'servers "a": auth "oauth" needs store.tokenEncryption.enabled'),
+            ({"servers": [{**HTTP, "auth": "oauth", "oauth": {"clientSecret": {"secretName": "s", "key": "k"}}}]},
+             'servers "a": oauth.clientSecret needs oauth.clientId'),
+            ({"servers": [{**HTTP, "auth": "oauth", "headers": {"authorization": "Bearer x"}}]},
+             'servers "a": auth is "oauth" but "authorization" is in headers or headerSecrets'),
+            ({"servers": [{**HTTP, "auth": "oauth", "headers": {"X-Team": "t"},
+                           "headerSecrets": {"Authorization": {"secretName": "s", "key": "k"}}}]},
+             'servers "a": auth is "oauth" but "Authorization" is in headers or headerSecrets'),
+            # OAuth values: the schema.
+            ({"servers": [{**HTTP, "auth": "oauth", "oauth": {"client_id": "c"}}]},
+             "additional properties 'client_id' not allowed"),
+            ({"servers": [{**HTTP, "auth": "oauth", "oauth": {"clientId": " "}}]},
+             "at '/servers/0/oauth/clientId'"),
+            ({"servers": [{**HTTP, "auth": "oauth", "oauth": {"clientId": "c", "clientSecret": "hunter2"}}]},
+             "at '/servers/0/oauth/clientSecret'"),
+            ({"servers": [{**HTTP, "auth": "oauth", "oauth": {"clientId": "c",
+                                                              "clientSecret": {"secretName": "s"}}}]},
+             "at '/servers/0/oauth/clientSecret': missing property 'key'"),
+            ({"servers": [{**HTTP, "auth": "oauth", "oauth": {"scopes": ["read write"]}}]},
+             "at '/servers/0/oauth/scopes/0'"),
+            ({"servers": [{**HTTP, "auth": "oauth", "oauth": {"scopes": "read"}}]},
+             "at '/servers/0/oauth/scopes'"),
+            ({"servers": [{**HTTP, "auth": "oauth", "oauth": {"clientMetadataUrl": "http://x.example/c.json"}}]},
+             "at '/servers/0/oauth/clientMetadataUrl'"),
+            ({"servers": [{**HTTP, "auth": "oauth", "oauth": {"clientMetadataUrl": "https://x.example/"}}]},
+             "at '/servers/0/oauth/clientMetadataUrl'"),
+            ({"servers": [{**HTTP, "auth": "oauth", "oauth": {"allowUnadvertisedPkce": "yes"}}]},
+             "at '/servers/0/oauth/allowUnadvertisedPkce'"),
+            ({"oauth": {"adminBaseUrl": "switchyard.example.com"}}, "at '/oauth/adminBaseUrl'"),
+            ({"oauth": {"adminBaseUrl": "https://switchyard.example.com/?a=b"}}, "at '/oauth/adminBaseUrl'"),
+            ({"oauth": {"allowPrivateAddresses": "true"}}, "at '/oauth/allowPrivateAddresses'"),
+            ({"oauth": {"admin_base_url": "https://x"}}, "additional properties 'admin_base_url' not allowed"),
         ]
         for values, message in cases:
             with self.subTest(values=values):
@@ -576,6 +687,7 @@ class Render(unittest.TestCase):
 
 
 HTTP = {"name": "a", "transport": "http", "url": "http://x/mcp"}
+STDIO = {"name": "a", "transport": "stdio", "image": {"repository": "x"}, "command": "y"}
 
 
 def merge_values(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -713,6 +825,26 @@ class BinariesAcceptRenderedConfigs(unittest.TestCase):
         self.assertIn("store.token_encryption_previous_key_files", r.stderr)
         self.assertIn("/etc/switchyard/keys/previous-2.key", r.stderr)
         self.assertNotIn(short, r.stdout + r.stderr)
+
+    def test_the_oauth_client_secret_is_a_file_of_the_control_plane(self) -> None:
+        """The file [servers.oauth] client_secret_file names is where the
+        control plane's mount puts the Secret's key; the check accepts the
+        configuration without showing it, and the sidecar's check accepts
+        its [server.oauth] copy, which names no file."""
+        cp = one("oauth", "Deployment", RELEASE)["spec"]["template"]["spec"]
+        with tempfile.TemporaryDirectory() as d:
+            root = pathlib.Path(d)
+            materialise("oauth", cp, cp["containers"][0], root)
+            self.assertIn('client_secret_file = "/etc/switchyard/oauth-client-secrets/linear"', cp_config("oauth"))
+            self.assertEqual((root / "etc/switchyard/oauth-client-secrets/linear").read_text(),
+                             existing_secrets()["linear-oauth-client"]["client-secret"])
+        r, _, _ = self.check_run("oauth", cp, cp["containers"][0], [str(bin_dir() / "switchyard"), "check-config"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertNotIn(SENTINEL, r.stdout + r.stderr)
+        for slug in ["linear", "notes", "plain"]:
+            pod = one("oauth", "Deployment", f"{RELEASE}-{slug}")["spec"]["template"]["spec"]
+            sidecar = next(c for c in pod["containers"] if c["name"] == "sidecar")
+            self.check("oauth", pod, sidecar, [str(bin_dir() / "switchyard-sidecar"), "check-config", "--config"])
 
     def test_every_rendered_config_passes_check_config(self) -> None:
         switchyard = bin_dir() / "switchyard"

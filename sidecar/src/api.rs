@@ -508,8 +508,11 @@ fn fit(status: Status) -> Status {
 /// The gRPC status for an upstream failure. A JSON-RPC error answer is
 /// `FAILED_PRECONDITION` with the error object (`code`, `message`, `data`
 /// when present) as JSON text in the status details; connection-level
-/// failures are `UNAVAILABLE`; a timeout is `DEADLINE_EXCEEDED`; the rest
-/// is `INTERNAL`. Messages are the error's text, which names the server.
+/// failures are `UNAVAILABLE`, and so are the server's refusals (401, 403)
+/// and, for an `auth = "oauth"` server, no access token to send or a
+/// scope it lacks (the message says an admin must authorize it); a
+/// timeout is `DEADLINE_EXCEEDED`; the rest is `INTERNAL`. Messages are
+/// the error's text, which names the server.
 pub fn status_of(error: &UpstreamError) -> Status {
     fit(match error {
         UpstreamError::Rpc { .. } => Status::with_details(
@@ -522,7 +525,9 @@ pub fn status_of(error: &UpstreamError) -> Status {
         | UpstreamError::Io { .. }
         | UpstreamError::Closed { .. }
         | UpstreamError::SessionExpired { .. }
-        | UpstreamError::Unauthorized { .. } => Status::unavailable(error.to_string()),
+        | UpstreamError::Unauthorized { .. }
+        | UpstreamError::NotAuthorized { .. }
+        | UpstreamError::InsufficientScope { .. } => Status::unavailable(error.to_string()),
         UpstreamError::Timeout { .. } => Status::deadline_exceeded(error.to_string()),
         UpstreamError::HttpStatus { .. }
         | UpstreamError::NoResponse { .. }

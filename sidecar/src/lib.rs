@@ -25,8 +25,10 @@
 //!   - [`resources`] (E): resources, resource templates, prompts and
 //!     completions: their lists, the `ReadResource`, `GetPrompt` and
 //!     `Complete` requests and the size rules of what they return;
-//!   - D (OAuth per server) will be `oauth.rs`, with the 401 refresh in
-//!     `upstream/` (see docs/sidecar.md, "Where things live");
+//!   - [`oauth`] (D): the access token the control plane pushes for an
+//!     `auth = "oauth"` server, kept in memory, and the refusals reported
+//!     back; the bearer on every request and the one retry after a 401
+//!     are the upstream session's ([`upstream::auth`]);
 //! - [`watch`]: the upstream watcher, one per server, above the stages
 //!   that have lists (A and E): it keeps the session connected, re-lists
 //!   after each connection and each coalesced list change, and publishes
@@ -47,6 +49,7 @@ pub mod control;
 pub mod error;
 pub mod http_endpoints;
 pub mod interactions;
+pub mod oauth;
 pub mod pool;
 pub mod probe;
 pub mod resources;

@@ -10,7 +10,9 @@ use crate::model::{
 use crate::state::Snapshot;
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_common::server_spec::{AuthKind, ServerConfig, TransportKind, redacted};
+use switchyard_common::server_spec::{
+    AuthKind, OAuthSettings, ServerConfig, TransportKind, redacted,
+};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
@@ -44,7 +46,7 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
         "" => None,
         a => Some(AuthKind::parse(a).ok_or_else(|| {
             Status::invalid_argument(format!(
-                "spec.auth: {a:?} is not one of \"none\", \"headers\""
+                "spec.auth: {a:?} is not one of \"none\", \"headers\", \"oauth\""
             ))
         })?),
     };
@@ -74,10 +76,32 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
             s.request_timeout_ms.div_ceil(1000)
         },
         max_message_bytes: switchyard_common::server_spec::DEFAULT_MAX_MESSAGE_BYTES,
+        oauth: s.oauth.map(|o| OAuthSettings {
+            client_id: Some(o.client_id).filter(|c| !c.is_empty()),
+            client_secret: Some(o.client_secret).filter(|c| !c.is_empty()),
+            client_secret_file: Some(o.client_secret_file)
+                .filter(|c| !c.is_empty())
+                .map(Into::into),
+            scopes: o.scopes,
+            client_metadata_url: Some(o.client_metadata_url).filter(|c| !c.is_empty()),
+            allow_unadvertised_pkce: o.allow_unadvertised_pkce,
+            client_secret_sealed: false,
+        }),
     };
     config
         .validate("spec")
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    if let Some(p) = config
+        .oauth
+        .as_ref()
+        .and_then(|o| o.client_secret_file.as_ref())
+        .filter(|p| p.is_relative())
+    {
+        return Err(Status::invalid_argument(format!(
+            "spec.oauth.client_secret_file: {:?} must be an absolute path (the control plane reads it on its machine)",
+            p.display().to_string()
+        )));
+    }
     // Read by the server's sidecar, wherever it runs: a relative path
     // would depend on its working directory.
     if let Some((k, p)) = config.header_files.iter().find(|(_, p)| p.is_relative()) {
@@ -117,6 +141,21 @@ pub fn spec_to_pb(s: &ServerConfig) -> pb::ServerSpec {
             .iter()
             .map(|(k, v)| (k.clone(), v.display().to_string()))
             .collect(),
+        oauth: s.oauth.as_ref().map(|o| pb::OAuthSettings {
+            client_id: o.client_id.clone().unwrap_or_default(),
+            client_secret: String::new(),
+            client_secret_file: o
+                .client_secret_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            scopes: o.scopes.clone(),
+            client_metadata_url: o.client_metadata_url.clone().unwrap_or_default(),
+            allow_unadvertised_pkce: o.allow_unadvertised_pkce,
+            has_client_secret: o.client_secret.is_some()
+                || o.client_secret_file.is_some()
+                || o.client_secret_sealed,
+        }),
     }
 }
 
@@ -168,6 +207,7 @@ pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
         resource_count: res.map_or(0, |c| c.resources.len() as u32),
         resource_template_count: res.map_or(0, |c| c.resource_templates.len() as u32),
         prompt_count: res.map_or(0, |c| c.prompts.len() as u32),
+        oauth: None,
     }
 }
 
@@ -204,6 +244,16 @@ pub fn server_tool(snap: &Snapshot, server: &str, tool: &str) -> pb::ServerTool 
 }
 
 impl AdminApi {
+    /// [`status_of`] with the OAuth status of an oauth server (read from
+    /// the store).
+    async fn full_status(&self, snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
+        let mut st = status_of(snap, rec);
+        if rec.spec.auth_kind() == AuthKind::OAuth {
+            st.oauth = Some(self.cp.oauth.status_pb(&rec.spec.name).await);
+        }
+        st
+    }
+
     /// NOT_FOUND unless `server` is configured and (when its catalogue is
     /// known) has `tool`. The gateway tools of stage E (`mcp_resources`,
     /// `mcp_resource_read`) take settings per server too.
@@ -388,7 +438,10 @@ impl AdminService for AdminApi {
         _: Request<pb::ListServersRequest>,
     ) -> Result<Response<pb::ListServersResponse>, Status> {
         let snap = self.cp.state.snapshot();
-        let servers = snap.servers.values().map(|r| status_of(&snap, r)).collect();
+        let mut servers = Vec::with_capacity(snap.servers.len());
+        for r in snap.servers.values() {
+            servers.push(self.full_status(&snap, r).await);
+        }
         Ok(Response::new(pb::ListServersResponse { servers }))
     }
 
@@ -396,7 +449,11 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::AddServerRequest>,
     ) -> Result<Response<pb::ServerStatus>, Status> {
-        let spec = spec_from_pb(req.into_inner().spec)?;
+        let mut spec = spec_from_pb(req.into_inner().spec)?;
+        if spec.auth_kind() == AuthKind::OAuth {
+            self.cp.oauth.ring()?;
+        }
+        self.cp.oauth.seal_client_secret(&mut spec).await?;
         let rev = self
             .cp
             .registry
@@ -408,14 +465,20 @@ impl AdminService for AdminApi {
             spec,
             origin: Origin::Admin,
         };
-        Ok(Response::new(status_of(&self.cp.state.snapshot(), &rec)))
+        Ok(Response::new(
+            self.full_status(&self.cp.state.snapshot(), &rec).await,
+        ))
     }
 
     async fn update_server(
         &self,
         req: Request<pb::UpdateServerRequest>,
     ) -> Result<Response<pb::ServerStatus>, Status> {
-        let spec = spec_from_pb(req.into_inner().spec)?;
+        let mut spec = spec_from_pb(req.into_inner().spec)?;
+        if spec.auth_kind() == AuthKind::OAuth {
+            self.cp.oauth.ring()?;
+        }
+        self.cp.oauth.seal_client_secret(&mut spec).await?;
         let rev = self
             .cp
             .registry
@@ -432,7 +495,7 @@ impl AdminService for AdminApi {
                 spec,
                 origin: Origin::Admin,
             });
-        Ok(Response::new(status_of(&snap, &rec)))
+        Ok(Response::new(self.full_status(&snap, &rec).await))
     }
 
     async fn remove_server(
@@ -459,8 +522,67 @@ impl AdminService for AdminApi {
             .servers
             .get(&name)
             .ok_or_else(|| Status::not_found(format!("server {name:?} is not configured")))?;
-        Ok(Response::new(status_of(&snap, rec)))
+        Ok(Response::new(self.full_status(&snap, rec).await))
     }
+
+    async fn authorize_server(
+        &self,
+        req: Request<pb::AuthorizeServerRequest>,
+    ) -> Result<Response<pb::AuthorizeServerResponse>, Status> {
+        let admin = caller_name(&req);
+        let r = req.into_inner();
+        let snap = self.cp.state.snapshot();
+        let rec = snap
+            .servers
+            .get(&r.name)
+            .ok_or_else(|| Status::not_found(format!("server {:?} is not configured", r.name)))?;
+        for s in &r.scopes {
+            if s.is_empty()
+                || !s
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+            {
+                return Err(Status::invalid_argument(format!(
+                    "scopes: {s:?} is not a scope (visible ASCII, no spaces, quotes or backslashes)"
+                )));
+            }
+        }
+        let started = self.cp.oauth.start(&rec.spec, &r.scopes, &admin).await?;
+        Ok(Response::new(pb::AuthorizeServerResponse {
+            authorization_url: started.url,
+            expires_at_ms: started.expires_at_ms,
+            scopes: started.scopes,
+            issuer: started.issuer,
+            registration: started.registration.as_str().into(),
+        }))
+    }
+
+    async fn forget_server_authorization(
+        &self,
+        req: Request<pb::ForgetServerAuthorizationRequest>,
+    ) -> Result<Response<pb::ServerStatus>, Status> {
+        let admin = caller_name(&req);
+        let name = req.into_inner().name;
+        let snap = self.cp.state.snapshot();
+        let rec = snap
+            .servers
+            .get(&name)
+            .ok_or_else(|| Status::not_found(format!("server {name:?} is not configured")))?;
+        if rec.spec.auth_kind() != AuthKind::OAuth {
+            return Err(crate::oauth::flow::OAuthError::NotOAuth(name).into());
+        }
+        self.cp.oauth.forget(&name, &admin).await?;
+        Ok(Response::new(self.full_status(&snap, rec).await))
+    }
+}
+
+/// The name of the authenticated caller of `req`, for the audit
+/// (`anonymous` when authentication is off).
+fn caller_name<T>(req: &Request<T>) -> String {
+    req.extensions()
+        .get::<crate::auth::Caller>()
+        .map(|c| c.name.clone())
+        .unwrap_or_else(|| "anonymous".into())
 }
 
 #[cfg(test)]
@@ -495,6 +617,61 @@ mod tests {
             spec_to_pb(&spec_from_pb(Some(http_spec())).unwrap()).auth,
             "none"
         );
+    }
+
+    #[test]
+    fn oauth_settings_round_trip_and_a_client_secret_is_never_answered() {
+        let mut s = http_spec();
+        s.auth = "oauth".into();
+        s.oauth = Some(pb::OAuthSettings {
+            client_id: "sy".into(),
+            client_secret: "hunter2".into(),
+            scopes: vec!["read".into(), "write".into()],
+            allow_unadvertised_pkce: true,
+            ..Default::default()
+        });
+        let config = spec_from_pb(Some(s.clone())).unwrap();
+        assert_eq!(config.auth_kind(), AuthKind::OAuth);
+        let o = config.oauth.clone().unwrap();
+        assert_eq!(o.client_secret.as_deref(), Some("hunter2"));
+        assert!(!format!("{config:?}").contains("hunter2"));
+        let shown = spec_to_pb(&config);
+        let so = shown.oauth.unwrap();
+        assert_eq!(shown.auth, "oauth");
+        assert_eq!(so.client_id, "sy");
+        assert!(so.client_secret.is_empty());
+        assert!(so.has_client_secret);
+        assert_eq!(so.scopes, ["read", "write"]);
+        assert!(so.allow_unadvertised_pkce);
+        // A relative secret file, a secret without a client id, an
+        // Authorization header, oauth settings without auth oauth.
+        let mut rel = s.clone();
+        rel.oauth.as_mut().unwrap().client_secret.clear();
+        rel.oauth.as_mut().unwrap().client_secret_file = "secret.txt".into();
+        let e = spec_from_pb(Some(rel)).unwrap_err();
+        assert!(
+            e.message().contains("spec.oauth.client_secret_file"),
+            "{}",
+            e.message()
+        );
+        let mut no_id = s.clone();
+        no_id.oauth.as_mut().unwrap().client_id.clear();
+        let e = spec_from_pb(Some(no_id)).unwrap_err();
+        assert!(
+            e.message().contains("spec.oauth.client_secret"),
+            "{}",
+            e.message()
+        );
+        let mut header = s.clone();
+        header
+            .headers
+            .insert("authorization".into(), "Bearer x".into());
+        let e = spec_from_pb(Some(header)).unwrap_err();
+        assert!(e.message().contains("spec.auth"), "{}", e.message());
+        let mut not_oauth = s;
+        not_oauth.auth = "none".into();
+        let e = spec_from_pb(Some(not_oauth)).unwrap_err();
+        assert!(e.message().contains("spec.oauth"), "{}", e.message());
     }
 
     #[test]

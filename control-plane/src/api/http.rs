@@ -1,6 +1,9 @@
 //! The control plane's HTTP endpoints (axum): `/metrics` (Prometheus text
 //! format), `/healthz` (200 while the process runs), `/readyz` (200 while
-//! the replica serves; 503 during start-up and shutdown).
+//! the replica serves; 503 during start-up and shutdown), and stage D's
+//! OAuth callback, `/admin/v1/mcp/oauth/callback`, where authorization
+//! servers send the admin's browser back (no admin login: the one-time
+//! `state` is the credential; `crate::oauth::flow`).
 
 use crate::ControlPlane;
 use axum::Router;
@@ -22,6 +25,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route(crate::oauth::CALLBACK_PATH, get(oauth_callback))
         .with_state(cp);
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -51,4 +55,59 @@ async fn readyz(State(cp): State<Arc<ControlPlane>>) -> impl IntoResponse {
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
     }
+}
+
+/// The OAuth callback: finishes the authorization and answers a small
+/// page saying what happened (every server-provided string escaped). 200
+/// when authorized, 400 otherwise.
+async fn oauth_callback(
+    State(cp): State<Arc<ControlPlane>>,
+    axum::extract::Query(params): axum::extract::Query<crate::oauth::flow::CallbackParams>,
+) -> impl IntoResponse {
+    let (status, title, text) = match cp.oauth.finish(&params).await {
+        Ok(server) => (
+            StatusCode::OK,
+            "Authorized",
+            format!("Server {server} is authorized. You can close this window."),
+        ),
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            "Authorization failed",
+            e.to_string(),
+        ),
+    };
+    let page = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Switchyard: {title}</title></head>\
+         <body><h1>{title}</h1><p>{}</p></body></html>\n",
+        escape_html(&text)
+    );
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; frame-ancestors 'none'",
+            ),
+        ],
+        page,
+    )
+}
+
+/// `s` with the HTML special characters escaped.
+fn escape_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }

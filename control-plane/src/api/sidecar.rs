@@ -242,6 +242,14 @@ impl SidecarRegistry for SidecarApi {
             cp.background
                 .on_hello(&cp, &server, &hello.sidecar_id, &tx)
                 .await;
+            // Stage D: an oauth server's sidecars get its access token now
+            // and at every change.
+            let is_oauth = cp.state.snapshot().servers.get(&server).is_some_and(|r| {
+                r.spec.auth_kind() == switchyard_common::server_spec::AuthKind::OAuth
+            });
+            if is_oauth {
+                cp.oauth.push_to(server.clone(), tx.clone());
+            }
             loop {
                 tokio::select! {
                     change = changes.recv() => {
@@ -413,6 +421,11 @@ async fn handle_report(
                     .map_err(registry_status)?;
                 tracing::info!(%server, resources_changed = resources, prompts_changed = prompts, "resources and prompts received");
             }
+        }
+        Some(pb::sidecar_report::Report::TokenRejected(t)) => {
+            cp.oauth
+                .token_rejected(server, t.generation, t.http_status, &t.www_authenticate)
+                .await;
         }
         Some(pb::sidecar_report::Report::Status(s)) => {
             if s.state == DRAINING && record.upstream_state != DRAINING {

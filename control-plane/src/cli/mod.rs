@@ -273,6 +273,29 @@ pub enum ServersCommand {
         /// Its name.
         name: String,
     },
+    /// Authorize an `auth = oauth` server: prints the URL to open in a
+    /// browser, waits for the authorization to finish, and prints the
+    /// server's new status. Exit 0 once authorized, 1 if it failed or
+    /// timed out.
+    Authorize {
+        /// Its name.
+        name: String,
+        /// A scope to ask for on top of the configured or discovered ones
+        /// (repeatable).
+        #[arg(long = "scope", value_name = "SCOPE")]
+        scopes: Vec<String>,
+        /// Print the URL and return without waiting.
+        #[arg(long)]
+        no_wait: bool,
+        /// How long to wait, seconds.
+        #[arg(long, default_value_t = 600, value_name = "SEC")]
+        timeout: u64,
+    },
+    /// Forget an oauth server's tokens (it needs authorization again).
+    Deauthorize {
+        /// Its name.
+        name: String,
+    },
     /// List a server's tools: engine name, title, effective hints and
     /// where they come from, policy.
     Tools {
@@ -400,10 +423,29 @@ pub struct ServerArgs {
     /// server's sidecar reads from PATH on its machine.
     #[arg(long = "header-file")]
     pub header_files: Vec<String>,
-    /// http: none or headers (default: headers when a header is given,
-    /// else none).
+    /// http: none, headers or oauth (default: headers when a header is
+    /// given, else none). oauth: authorize it afterwards with `switchyard
+    /// servers authorize NAME`.
     #[arg(long)]
     pub auth: Option<String>,
+    /// oauth: the client id of a client registered beforehand with the
+    /// server's authorization server (else the client registers itself).
+    #[arg(long)]
+    pub oauth_client_id: Option<String>,
+    /// oauth: a file on the control plane's machine holding that client's
+    /// secret (an absolute path).
+    #[arg(long, value_name = "PATH")]
+    pub oauth_client_secret_file: Option<String>,
+    /// oauth: a scope to ask for (repeatable; default: the server's).
+    #[arg(long = "oauth-scope", value_name = "SCOPE")]
+    pub oauth_scopes: Vec<String>,
+    /// oauth: the HTTPS URL of Switchyard's Client ID Metadata Document.
+    #[arg(long, value_name = "URL")]
+    pub oauth_client_metadata_url: Option<String>,
+    /// oauth: authorize even though the authorization server does not
+    /// advertise PKCE (audited).
+    #[arg(long)]
+    pub oauth_allow_unadvertised_pkce: bool,
     /// auto, 2026-07-28 or 2025-11-25.
     #[arg(long, default_value = "auto")]
     pub era: String,

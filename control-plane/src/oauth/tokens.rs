@@ -63,6 +63,17 @@ pub struct Tokens {
     /// Bumped by every save of new tokens: sidecars are told which
     /// generation they hold, and a rejected grant names the one it was.
     pub generation: u64,
+    /// The client they were issued to (a refresh must come from it).
+    #[serde(default)]
+    pub client_id: String,
+    /// When this access token was issued, ms since the epoch: with
+    /// `expires_at_ms`, its lifetime, which the refresher refreshes at
+    /// 80 % of.
+    #[serde(default)]
+    pub issued_at_ms: i64,
+    /// When an admin last authorized the server, ms since the epoch.
+    #[serde(default)]
+    pub authorized_at_ms: i64,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -78,6 +89,8 @@ impl std::fmt::Debug for Tokens {
             .field("issuer", &self.issuer)
             .field("resource", &self.resource)
             .field("generation", &self.generation)
+            .field("client_id", &self.client_id)
+            .field("issued_at_ms", &self.issued_at_ms)
             .finish()
     }
 }
@@ -120,6 +133,9 @@ impl Tokens {
             issuer: self.issuer.clone(),
             resource: self.resource.clone(),
             generation: self.generation + 1,
+            client_id: self.client_id.clone(),
+            issued_at_ms: now_ms,
+            authorized_at_ms: self.authorized_at_ms,
         }
     }
 
@@ -211,6 +227,19 @@ pub async fn save<S: Store>(
     tokens: &Tokens,
     read: Option<Revision>,
 ) -> Result<Option<Revision>, TokenError> {
+    save_with(store, ring, server, tokens, read, Vec::new()).await
+}
+
+/// [`save`], with `also` written in the same transaction (a status record
+/// that must change with the tokens).
+pub async fn save_with<S: Store>(
+    store: &S,
+    ring: &KeyRing,
+    server: &str,
+    tokens: &Tokens,
+    read: Option<Revision>,
+    also: Vec<Op>,
+) -> Result<Option<Revision>, TokenError> {
     let key = tokens_key(server);
     let plain = Zeroizing::new(serde_json::to_vec(tokens).expect("tokens serialise"));
     let stored = Stored {
@@ -222,9 +251,9 @@ pub async fn save<S: Store>(
         Some(rev) => Compare::mod_revision(&key, rev),
         None => Compare::absent(&key),
     };
-    let r = store
-        .txn(Txn::new().when([guard]).and_then([Op::put(&key, value)]))
-        .await?;
+    let mut ops = vec![Op::put(&key, value)];
+    ops.extend(also);
+    let r = store.txn(Txn::new().when([guard]).and_then(ops)).await?;
     Ok(r.succeeded.then_some(r.revision))
 }
 
@@ -301,6 +330,9 @@ mod tests {
             issuer: "https://as.example".into(),
             resource: "https://mcp.example/mcp".into(),
             generation,
+            client_id: "c".into(),
+            issued_at_ms: 0,
+            authorized_at_ms: 0,
         }
     }
 

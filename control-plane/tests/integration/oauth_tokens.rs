@@ -23,6 +23,9 @@ fn first(generation: u64) -> Tokens {
         issuer: "https://as.example/tenant1".into(),
         resource: "https://mcp.example/mcp".into(),
         generation,
+        client_id: "switchyard".into(),
+        issued_at_ms: 0,
+        authorized_at_ms: 0,
     }
 }
 

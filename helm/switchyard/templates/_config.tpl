@@ -81,10 +81,21 @@ servers = {{ . | toJson }}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- with .Values.oauth }}
+{{- if or .adminBaseUrl .allowPrivateAddresses }}
+
+[oauth]
+{{- if .adminBaseUrl }}
+admin_base_url = {{ .adminBaseUrl | toJson }}
+{{- end }}
+allow_private_addresses = {{ .allowPrivateAddresses | default false }}
+{{- end }}
+{{- end }}
 {{- range .Values.servers }}
 
 [[servers]]
 {{ include "switchyard.serverToml" . }}
+{{- include "switchyard.serverOAuthToml" (dict "root" $ "server" . "table" "servers") }}
 {{- end }}
 {{- end }}
 
@@ -100,6 +111,7 @@ The pod's address is passed with --advertise (Kubernetes expands POD_IP).
 # docs/sidecar.md. Check it with: switchyard-sidecar check-config --config FILE
 [server]
 {{ include "switchyard.serverToml" .server }}
+{{- include "switchyard.serverOAuthToml" (dict "root" $root "server" .server "table" "server") }}
 
 [sidecar]
 control_plane = {{ include "switchyard.controlPlaneUrl" $root | toJson }}

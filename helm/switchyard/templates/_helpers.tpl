@@ -107,6 +107,9 @@ app.kubernetes.io/part-of: switchyard
 entry N (from 0): previous-1.key, previous-2.key, ... in the list's order. */}}
 {{- define "switchyard.previousKeyFile" -}}{{ printf "previous-%d.key" (add1 .) }}{{- end -}}
 {{- define "switchyard.headerSecretsDir" -}}/etc/switchyard/header-secrets{{- end -}}
+{{/* The control plane's directory of OAuth client secrets: one file per
+server whose servers[].oauth.clientSecret is set, named after the server. */}}
+{{- define "switchyard.oauthClientSecretsDir" -}}/etc/switchyard/oauth-client-secrets{{- end -}}
 {{- define "switchyard.dataDir" -}}/var/lib/switchyard{{- end -}}
 
 {{/* Whether an [auth] table and token files are rendered. */}}
@@ -175,6 +178,44 @@ request_timeout_sec = {{ int64 .requestTimeoutSec }}
 {{- if .maxMessageBytes }}
 max_message_bytes = {{ int64 .maxMessageBytes }}
 {{- end }}
+{{- end -}}
+
+{{/*
+A server's [servers.oauth] (control plane) or [server.oauth] (sidecar) table
+(OAuthSettings, docs/configuration.md), after its other keys; empty unless
+servers[].oauth has an entry. Only the control plane reads the client
+secret, so only its copy names the file (mounted from the Secret).
+Call with (dict "root" $ "server" $s "table" "servers"|"server").
+*/}}
+{{- define "switchyard.serverOAuthToml" -}}
+{{- $o := .server.oauth -}}
+{{- if $o }}
+
+[{{ .table }}.oauth]
+{{- if $o.clientId }}
+client_id = {{ $o.clientId | toJson }}
+{{- end }}
+{{- if and $o.clientSecret (eq .table "servers") }}
+client_secret_file = {{ printf "%s/%s" (include "switchyard.oauthClientSecretsDir" .root) .server.name | toJson }}
+{{- end }}
+{{- if $o.scopes }}
+scopes = {{ $o.scopes | toJson }}
+{{- end }}
+{{- if $o.clientMetadataUrl }}
+client_metadata_url = {{ $o.clientMetadataUrl | toJson }}
+{{- end }}
+{{- if $o.allowUnadvertisedPkce }}
+allow_unadvertised_pkce = true
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether any server gets its OAuth client secret from a Secret (the
+control plane then mounts them). */}}
+{{- define "switchyard.oauthClientSecrets" -}}
+{{- range .Values.servers -}}
+{{- if and .oauth .oauth.clientSecret -}}true{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Checks that span several values; fails the render with a clear message. */}}
@@ -279,6 +320,26 @@ max_message_bytes = {{ int64 .maxMessageBytes }}
 {{- end -}}
 {{- if and (eq (toString .auth) "headers") (not .headers) (not .headerSecrets) -}}
 {{- fail (printf "servers %q: auth is \"headers\" but neither headers nor headerSecrets has an entry" .name) -}}
+{{- end -}}
+{{- $oauthAuth := eq (toString .auth) "oauth" -}}
+{{- if and (eq .transport "stdio") (or .oauth $oauthAuth) -}}
+{{- fail (printf "servers %q: auth \"oauth\" and oauth are only for http servers (a stdio server gets its secrets from env)" .name) -}}
+{{- end -}}
+{{- if and .oauth (not $oauthAuth) -}}
+{{- fail (printf "servers %q: oauth is set but auth is not \"oauth\": set auth to \"oauth\"" .name) -}}
+{{- end -}}
+{{- if and $oauthAuth (not $.Values.store.tokenEncryption.enabled) -}}
+{{- fail (printf "servers %q: auth \"oauth\" needs store.tokenEncryption.enabled: the control plane keeps OAuth tokens only encrypted and refuses to start without the key" .name) -}}
+{{- end -}}
+{{- if and .oauth .oauth.clientSecret (not .oauth.clientId) -}}
+{{- fail (printf "servers %q: oauth.clientSecret needs oauth.clientId (a secret belongs to a pre-registered client)" .name) -}}
+{{- end -}}
+{{- if $oauthAuth -}}
+{{- range $header, $_ := merge (deepCopy (default dict .headers)) (default dict .headerSecrets) -}}
+{{- if eq (lower $header) "authorization" -}}
+{{- fail (printf "servers %q: auth is \"oauth\" but %q is in headers or headerSecrets: the access token is sent as Authorization" $s.name $header) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- $seen := dict -}}
 {{- range $header, $ref := .headerSecrets -}}

@@ -7,7 +7,11 @@
 //! reopens it. Calls are served independently all the while. Effective
 //! tool hints the control plane pushes (`ToolSettings`) go into the
 //! catalogue; background calls it hands over (`adopt`) go to the tasks
-//! machinery.
+//! machinery. Stage D, for an `auth = "oauth"` server: the access tokens
+//! it pushes (`access_token`) go to the server's [`Tokens`] (logged by
+//! state, generation and expiry, never the token), and the server's
+//! refusals of a token go back as `token_rejected` ([`Rejections`]; those
+//! queued while the stream is down are sent once it is open again).
 //!
 //! On shutdown the sidecar first announces it is leaving: after
 //! [`Drain::start`] the stream reports the state [`DRAINING`] (and keeps
@@ -21,6 +25,7 @@ use crate::control::{
     with_timeout,
 };
 use crate::http_endpoints::Health;
+use crate::oauth::{AccessToken, Rejections, Tokens};
 use crate::watch::UpstreamView;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,18 +52,21 @@ fn reported_status(upstream: UpstreamStatus, draining: bool) -> UpstreamStatus {
 /// Registers and keeps the report stream open, forever (abort the task to
 /// stop). `health` learns whether the sidecar is registered.
 pub async fn report(settings: ControlSettings, view: UpstreamView, health: Arc<Health>) {
-    report_with(settings, view, health, None, Drain::new()).await
+    report_with(settings, view, health, None, Drain::new(), None).await
 }
 
 /// [`report`], handing background calls the control plane asks this
-/// sidecar to adopt (`ControlMessage.adopt`) to `tasks` (stage B), and
-/// reporting the state [`DRAINING`] once `drain` is started.
+/// sidecar to adopt (`ControlMessage.adopt`) to `tasks` (stage B),
+/// reporting the state [`DRAINING`] once `drain` is started, and, for an
+/// `auth = "oauth"` server (stage D), keeping the access tokens pushed in
+/// `oauth`'s [`Tokens`] and reporting its [`Rejections`].
 pub async fn report_with(
     settings: ControlSettings,
     mut view: UpstreamView,
     health: Arc<Health>,
     tasks: Option<crate::background::Tasks>,
     drain: Drain,
+    mut oauth: Option<(Tokens, Rejections)>,
 ) {
     let mut backoff = MIN_BACKOFF;
     let mut draining = drain.subscribe();
@@ -70,6 +78,9 @@ pub async fn report_with(
             &mut backoff,
             tasks.as_ref(),
             &mut draining,
+            oauth
+                .as_mut()
+                .map(|(tokens, rejections)| (&*tokens, rejections)),
         )
         .await;
         health.set_registered(false);
@@ -94,7 +105,9 @@ async fn session(
     backoff: &mut Duration,
     tasks: Option<&crate::background::Tasks>,
     draining: &mut watch::Receiver<bool>,
+    oauth: Option<(&Tokens, &mut Rejections)>,
 ) -> Result<(), ControlError> {
+    let (tokens, mut rejections) = oauth.unzip();
     let channel: Channel =
         endpoint(settings)?
             .connect()
@@ -165,6 +178,11 @@ async fn session(
                             None => tracing::warn!("no tasks machinery here; not adopting"),
                         }
                     }
+                    // Stage D. Never logged whole: it holds the token.
+                    Some(control_message::Message::AccessToken(t)) => match tokens {
+                        Some(tokens) => tokens.set(AccessToken::from(t)),
+                        None => tracing::warn!(state = %t.state, generation = t.generation, "an access token for a server that is not auth = \"oauth\"; ignored"),
+                    },
                     None => {}
                 },
                 Ok(None) => return Err(ControlError::StreamEnded),
@@ -185,6 +203,22 @@ async fn session(
                     tracing::info!(control_plane = %settings.control_plane, "reporting draining");
                     let status = view.status.borrow().clone();
                     send(sidecar_report::Report::Status(reported_status(status, true)))?;
+                }
+            }
+            rejected = async { rejections.as_mut().expect("guarded").next().await }, if rejections.is_some() => {
+                match rejected {
+                    Some(r) => {
+                        let report = sidecar_report::Report::TokenRejected(r.clone());
+                        if let Err(e) = send(report) {
+                            // The stream broke: reported on the next one.
+                            if let Some(rejections) = rejections.as_mut() {
+                                rejections.put_back(r);
+                            }
+                            return Err(e);
+                        }
+                    }
+                    // Every holder is gone: nothing more to report.
+                    None => rejections = None,
                 }
             }
             changed = view.catalogue.changed() => {

@@ -20,6 +20,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use switchyard_common::audit::Audit;
+use switchyard_common::server_spec::AuthKind;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -109,6 +110,10 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
             .extend(settings.secret_headers.0.iter().cloned());
     }
     upstream_config.max_input_rounds = settings.max_input_rounds;
+    // Stage D: the report stream fills the holder; requests read it.
+    let oauth = (settings.server.auth_kind() == AuthKind::OAuth)
+        .then(|| crate::oauth::Tokens::new(&settings.server.name));
+    upstream_config.oauth = oauth.as_ref().map(|(tokens, _)| tokens.clone());
     let upstream = Upstream::with_interactions(upstream_config, &metrics, interactions)
         .map_err(|source| RunError::Upstream { source })?;
     let pool = SessionPool::new(upstream.clone());
@@ -186,6 +191,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
         health.clone(),
         Some(tasks),
         drain.clone(),
+        oauth,
     ));
 
     let signal = shutdown_signal();

@@ -136,6 +136,13 @@ pub struct UpstreamConfig {
     /// How often one `tools/call`, `prompts/get` or `resources/read` is
     /// retried for an `input_required` result before it fails (default 8).
     pub max_input_rounds: u32,
+    /// `auth = "oauth"` (HTTP only): where the control plane's access
+    /// tokens are kept ([`crate::oauth::Tokens`]). Every HTTP request
+    /// carries the current one (`super::auth`); without one to send the
+    /// server is not contacted. `None` (the default, and what
+    /// [`UpstreamConfig::from_spec`] sets: the holder belongs to the report
+    /// stream that fills it): no token.
+    pub oauth: Option<crate::oauth::Tokens>,
     /// Whether the session handles interactions (and so declares
     /// elicitation and roots); set by [`super::Upstream::with_interactions`].
     pub(crate) interactive: bool,
@@ -181,6 +188,7 @@ impl UpstreamConfig {
             client_name: "switchyard".into(),
             client_version: env!("CARGO_PKG_VERSION").into(),
             max_input_rounds: DEFAULT_MAX_INPUT_ROUNDS,
+            oauth: None,
             interactive: false,
         }
     }

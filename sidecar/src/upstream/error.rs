@@ -60,12 +60,13 @@ pub enum UpstreamError {
         data: Option<Value>,
     },
     /// HTTP 401 or 403 from a Streamable HTTP server (MCP basic/authorization).
+    /// For an `auth = "oauth"` server: a 401 to the request sent again
+    /// with the control plane's new token, a 401 when no new token came
+    /// in time, or a 403 other than `insufficient_scope` (see
+    /// `super::auth`).
     #[error(
         "server {server}: not authorized (HTTP {status}): {}{}",
-        match .sent_authorization {
-            true => "it refused the configured Authorization header (check the server's headers or header_files and what the file holds)",
-            false => "no Authorization header is configured for it (auth = \"none\")",
-        },
+        refusal_hint(.server, *.sent_authorization, *.access_token),
         challenge_hint(.www_authenticate)
     )]
     Unauthorized {
@@ -75,8 +76,38 @@ pub enum UpstreamError {
         status: u16,
         /// The `WWW-Authenticate` challenge, if any.
         www_authenticate: Option<String>,
-        /// Whether the request carried a configured `Authorization` header.
+        /// Whether the request carried an `Authorization` header (a
+        /// configured one, or the access token).
         sent_authorization: bool,
+        /// `auth = "oauth"`: the generation of the access token refused.
+        access_token: Option<u64>,
+    },
+    /// `auth = "oauth"`: there is no access token to send (none came from
+    /// the control plane yet, or the server needs an admin to authorize
+    /// it, again): the server was not contacted. `reason` is the control
+    /// plane's, e.g. "server github needs authorization by an admin:
+    /// switchyard servers authorize github".
+    #[error("{reason}")]
+    NotAuthorized {
+        /// Server name.
+        server: String,
+        /// Why, naming the server and what to do.
+        reason: String,
+    },
+    /// `auth = "oauth"`: the server answered 403 `insufficient_scope`
+    /// (MCP basic/authorization, "Scope Challenge Handling"): the token
+    /// lacks a scope the request needs. Only an admin can widen the grant.
+    #[error(
+        "server {server} needs more scopes{}: an admin must re-authorize it: switchyard servers authorize {server}",
+        .scope.as_ref().map(|s| format!(" ({s})")).unwrap_or_default()
+    )]
+    InsufficientScope {
+        /// Server name.
+        server: String,
+        /// The challenge's `scope`: the scopes the request needs, if said.
+        scope: Option<String>,
+        /// The `WWW-Authenticate` challenge, as sent.
+        www_authenticate: String,
     },
     /// Any other unexpected HTTP status.
     #[error("server {server}: HTTP {status} to {method}: {body}")]
@@ -155,6 +186,16 @@ fn stderr_hint(tail: &str) -> String {
     match tail.lines().rev().find(|l| !l.trim().is_empty()) {
         Some(last) => format!("; last stderr line: {}", last.trim()),
         None => String::new(),
+    }
+}
+
+fn refusal_hint(server: &str, sent_authorization: bool, access_token: Option<u64>) -> String {
+    match (access_token, sent_authorization) {
+        (Some(generation), _) => format!(
+            "it refused the control plane's access token (generation {generation}) and no new token it accepts came in time; if this lasts, an admin must re-authorize it: switchyard servers authorize {server}"
+        ),
+        (None, true) => "it refused the configured Authorization header (check the server's headers or header_files and what the file holds)".into(),
+        (None, false) => "no Authorization header is configured for it (auth = \"none\")".into(),
     }
 }
 
@@ -237,7 +278,9 @@ impl UpstreamError {
             UpstreamError::Spawn { .. } | UpstreamError::Exited { .. } => "server_exited",
             UpstreamError::Timeout { .. } => "timeout",
             UpstreamError::Rpc { .. } => "rpc_error",
-            UpstreamError::Unauthorized { .. } => "unauthorized",
+            UpstreamError::Unauthorized { .. }
+            | UpstreamError::NotAuthorized { .. }
+            | UpstreamError::InsufficientScope { .. } => "unauthorized",
             UpstreamError::HttpStatus { .. } | UpstreamError::Io { .. } => "transport_error",
             UpstreamError::NoResponse { .. } => "no_response",
             UpstreamError::MessageTooLarge { .. } => "too_large",

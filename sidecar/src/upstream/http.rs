@@ -16,11 +16,16 @@
 //! Every notification is fanned out ([`Inbound`]); those read on a
 //! request's own answer (its SSE stream, resumed or not, or its JSON body)
 //! are also handed to that request ([`OnStream`]: how a call gets its log
-//! messages, `super::logging`), never those of the GET stream.
+//! messages, `super::logging`), never those of the GET stream. An `auth =
+//! "oauth"` server's requests carry the control plane's access token, and
+//! its refusals are handled by [`super::auth`].
 
+use super::auth::{self, Failed};
 use super::error::UpstreamError;
 use super::inbound::Inbound;
 use super::metrics::ServerMetrics;
+use crate::oauth::Tokens;
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
@@ -50,6 +55,8 @@ pub struct HttpConnection {
     client: reqwest::Client,
     url: reqwest::Url,
     static_headers: HeaderMap,
+    /// `auth = "oauth"`: the access token every request carries.
+    tokens: Option<Tokens>,
     session_id: Mutex<Option<String>>,
     /// 2025-11-25 semantics: cancel by notification, resume streams.
     legacy: AtomicBool,
@@ -123,6 +130,7 @@ impl HttpConnection {
             client,
             url,
             static_headers,
+            tokens: None,
             session_id: Mutex::new(None),
             legacy: AtomicBool::new(false),
             alive: AtomicBool::new(true),
@@ -135,6 +143,13 @@ impl HttpConnection {
         })
     }
 
+    /// The connection of an `auth = "oauth"` server: every request carries
+    /// the current access token of `tokens` ([`super::auth`]).
+    pub fn with_tokens(mut self, tokens: Option<Tokens>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
     /// Marks the connection gone: it takes no more requests, its GET stream
     /// stops, and [`HttpConnection::lost`] resolves, so the upstream
     /// session reports the server down and connects again (re-negotiating,
@@ -144,6 +159,17 @@ impl HttpConnection {
             return;
         }
         tracing::info!(server = %self.server, %reason, "the server is gone; connecting again");
+        self.abandon(reason);
+    }
+
+    /// Stops using the connection without a word to the server (no
+    /// DELETE): it takes no more requests, its GET stream stops and
+    /// [`HttpConnection::lost`] resolves with `reason`. For an `auth =
+    /// "oauth"` server whose access token was withdrawn.
+    pub fn abandon(&self, reason: String) {
+        if self.lost.is_cancelled() {
+            return;
+        }
         *self.lost_reason.lock().unwrap() = reason;
         self.alive.store(false, Ordering::Relaxed);
         self.stop.cancel();
@@ -183,7 +209,7 @@ impl HttpConnection {
         self.session_id.lock().unwrap().clone()
     }
 
-    fn post(&self, body: Vec<u8>, extra: &ExtraHeaders) -> reqwest::RequestBuilder {
+    fn post(&self, body: Bytes, extra: &ExtraHeaders) -> reqwest::RequestBuilder {
         let mut req = self
             .client
             .post(self.url.clone())
@@ -235,12 +261,10 @@ impl HttpConnection {
         on_stream: Option<OnStream<'_>>,
     ) -> Result<Value, UpstreamError> {
         let had_session = self.session_id().is_some();
-        let body = serde_json::to_vec(msg).expect("a Value always serialises");
-        let resp = self
-            .post(body, extra)
-            .send()
+        let body = Bytes::from(serde_json::to_vec(msg).expect("a Value always serialises"));
+        let resp = auth::send(self.tokens.as_ref(), || self.post(body.clone(), extra))
             .await
-            .map_err(|e| self.io_error(format!("POST {method}"), e))?;
+            .map_err(|f| unsent(f, |e| self.io_error(format!("POST {method}"), e)))?;
         if let Some(sid) = resp.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
             let mut current = self.session_id.lock().unwrap();
             if current.as_deref() != Some(sid) {
@@ -309,19 +333,22 @@ impl HttpConnection {
     pub async fn notify(&self, msg: &Value, extra: &ExtraHeaders) -> Result<(), UpstreamError> {
         let method = msg["method"].as_str().unwrap_or("notification").to_owned();
         let had_session = self.session_id().is_some();
-        let body = serde_json::to_vec(msg).expect("a Value always serialises");
-        let resp = self
-            .post(body, extra)
-            .send()
+        let body = Bytes::from(serde_json::to_vec(msg).expect("a Value always serialises"));
+        let resp = auth::send(self.tokens.as_ref(), || self.post(body.clone(), extra))
             .await
-            .map_err(|e| UpstreamError::io(&self.server, format!("POST {method}"), e))?;
+            .map_err(|f| {
+                unsent(f, |e| {
+                    UpstreamError::io(&self.server, format!("POST {method}"), e)
+                })
+            })?;
         if resp.status().is_success() {
             return Ok(());
         }
         Err(self.status_error(&method, resp, had_session).await)
     }
 
-    /// Ends the session (HTTP DELETE), best effort.
+    /// Ends the session (HTTP DELETE), best effort; an `auth = "oauth"`
+    /// server without a token to send gets none.
     pub async fn close(&self) {
         self.alive.store(false, Ordering::Relaxed);
         self.stop.cancel();
@@ -332,6 +359,9 @@ impl HttpConnection {
             .headers(self.static_headers.clone())
             .header(SESSION_ID, sid)
             .timeout(Duration::from_secs(2));
+        let Some(req) = auth::authorize(self.tokens.as_ref(), req) else {
+            return;
+        };
         if let Err(e) = req.send().await {
             tracing::debug!(error = %e, "DELETE of the session failed");
         }
@@ -357,6 +387,7 @@ impl HttpConnection {
                 sent_authorization: self
                     .static_headers
                     .contains_key(reqwest::header::AUTHORIZATION),
+                access_token: None,
             };
         }
         if status == 404 && had_session {
@@ -506,19 +537,24 @@ impl HttpConnection {
         method: &str,
         last_event_id: &str,
     ) -> Result<EventStream, UpstreamError> {
-        let mut req = self
-            .client
-            .get(self.url.clone())
-            .headers(self.static_headers.clone())
-            .header(ACCEPT, "text/event-stream")
-            .header("last-event-id", last_event_id);
-        if let Some(sid) = self.session_id() {
-            req = req.header(SESSION_ID, sid);
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| UpstreamError::io(&self.server, format!("GET to resume {method}"), e))?;
+        let sid = self.session_id();
+        let build = || {
+            let mut req = self
+                .client
+                .get(self.url.clone())
+                .headers(self.static_headers.clone())
+                .header(ACCEPT, "text/event-stream")
+                .header("last-event-id", last_event_id);
+            if let Some(sid) = &sid {
+                req = req.header(SESSION_ID, sid);
+            }
+            req
+        };
+        let resp = auth::send(self.tokens.as_ref(), build).await.map_err(|f| {
+            unsent(f, |e| {
+                UpstreamError::io(&self.server, format!("GET to resume {method}"), e)
+            })
+        })?;
         if !resp.status().is_success() {
             return Err(match self.status_error(method, resp, true).await {
                 // The server already had this request: sending it again on a
@@ -549,29 +585,41 @@ impl HttpConnection {
                 let mut retry = DEFAULT_RETRY;
                 let mut idle_rounds = 0u32;
                 loop {
-                    let request = {
+                    // Holds no reference to the connection while it waits:
+                    // dropping the connection stops it.
+                    let (build, tokens, had_session) = {
                         let Some(conn) = weak.upgrade() else { return };
                         if !conn.is_alive() {
                             return;
                         }
-                        let mut req = conn
-                            .client
-                            .get(conn.url.clone())
-                            .headers(conn.static_headers.clone())
-                            .header(ACCEPT, "text/event-stream");
-                        if let Some(sid) = conn.session_id() {
-                            req = req.header(SESSION_ID, sid);
-                        }
-                        if !last_event_id.is_empty() {
-                            req = req.header("last-event-id", last_event_id.as_str());
-                        }
-                        for (k, v) in &headers {
-                            req = req.header(k.as_str(), v.as_str());
-                        }
-                        req
+                        let (client, url, fixed, sid) = (
+                            conn.client.clone(),
+                            conn.url.clone(),
+                            conn.static_headers.clone(),
+                            conn.session_id(),
+                        );
+                        let had_session = sid.is_some();
+                        let (last_event_id, headers) = (last_event_id.clone(), headers.clone());
+                        let build = move || {
+                            let mut req = client
+                                .get(url.clone())
+                                .headers(fixed.clone())
+                                .header(ACCEPT, "text/event-stream");
+                            if let Some(sid) = &sid {
+                                req = req.header(SESSION_ID, sid);
+                            }
+                            if !last_event_id.is_empty() {
+                                req = req.header("last-event-id", last_event_id.as_str());
+                            }
+                            for (k, v) in &headers {
+                                req = req.header(k.as_str(), v.as_str());
+                            }
+                            req
+                        };
+                        (build, conn.tokens.clone(), had_session)
                     };
                     let resp = tokio::select! {
-                        r = request.send() => r,
+                        r = auth::send(tokens.as_ref(), build) => r,
                         () = stop.cancelled() => return,
                     };
                     let events = match resp {
@@ -583,9 +631,13 @@ impl HttpConnection {
                             let Some(conn) = weak.upgrade() else { return };
                             conn.events(resp)
                         }
-                        Ok(resp) if resp.status() == reqwest::StatusCode::NOT_FOUND => {
+                        Ok(resp)
+                            if resp.status() == reqwest::StatusCode::NOT_FOUND && had_session =>
+                        {
                             // Our session ended (the server restarted):
-                            // connecting again opens a new stream.
+                            // connecting again opens a new stream. (A 404
+                            // without a session id only says there is no
+                            // stream here: a server without sessions.)
                             if let Some(conn) = weak.upgrade() {
                                 conn.mark_lost("the standalone event stream: the server ended our session (HTTP 404)".into());
                             }
@@ -595,7 +647,25 @@ impl HttpConnection {
                             tracing::debug!(status = resp.status().as_u16(), "the server offers no standalone event stream");
                             return;
                         }
-                        Err(e) => {
+                        // No token to send: the connection is being
+                        // dropped; the next one opens a new stream.
+                        Err(Failed::Auth(e @ UpstreamError::NotAuthorized { .. })) => {
+                            tracing::debug!(error = %e, "not opening the standalone event stream");
+                            return;
+                        }
+                        // Refused even with a new token: tried again later,
+                        // like a failure to open it.
+                        Err(Failed::Auth(e)) => {
+                            tracing::debug!(error = %e, "the standalone event stream was refused");
+                            idle_rounds += 1;
+                            let delay = (retry * idle_rounds).min(MAX_STREAM_RETRY);
+                            tokio::select! {
+                                () = tokio::time::sleep(delay) => {}
+                                () = stop.cancelled() => return,
+                            }
+                            continue;
+                        }
+                        Err(Failed::Send(e)) => {
                             tracing::debug!(error = %e, "opening the standalone event stream failed");
                             if e.is_connect() {
                                 if let Some(conn) = weak.upgrade() {
@@ -689,8 +759,9 @@ impl HttpConnection {
                 tokio::spawn(
                     async move {
                     let reply = conn.inbound.request(msg).await;
-                    let body = serde_json::to_vec(&reply).expect("serialises");
-                    if let Err(e) = conn.post(body, &extra).send().await {
+                    let body = Bytes::from(serde_json::to_vec(&reply).expect("serialises"));
+                    let sent = auth::send(conn.tokens.as_ref(), || conn.post(body.clone(), &extra)).await;
+                    if let Err(e) = sent.map_err(|f| unsent(f, |e| UpstreamError::io(&conn.server, "POST of our answer", e))) {
                         tracing::warn!(error = %e, "posting our answer to a server request failed");
                     }
                     }
@@ -712,6 +783,15 @@ impl HttpConnection {
             method: method.to_owned(),
             detail,
         }
+    }
+}
+
+/// The error of a request [`auth::send`] did not get an answer to: `io`
+/// names a failure to send it.
+fn unsent(failed: Failed, io: impl FnOnce(reqwest::Error) -> UpstreamError) -> UpstreamError {
+    match failed {
+        Failed::Send(e) => io(e),
+        Failed::Auth(e) => e,
     }
 }
 

@@ -24,9 +24,19 @@
 //! messages ([`logging`]: only those sent on the request's own response
 //! stream, so never a stdio server's) are relayed to the call.
 //!
+//! An `auth = "oauth"` server (stage D, [`crate::oauth`]) is contacted
+//! only while the control plane has given it an access token: every HTTP
+//! request carries the current one ([`auth`]); without one, requests fail
+//! at once with the control plane's reason
+//! ([`UpstreamError::NotAuthorized`]), the link reports it as the last
+//! error, and [`Upstream::authorized`] says when to connect. When the
+//! token is withdrawn the connection is dropped at once, without a word
+//! to the server.
+//!
 //! **Retries the protocol mandates.** Each is declared in one place; they
 //! nest in this order, the outermost first (a request of
-//! [`Upstream::request_in`] goes through all four):
+//! [`Upstream::request_in`] goes through the first four; the fifth is
+//! below every HTTP request):
 //!
 //! | retry | when | what is sent again | where |
 //! |---|---|---|---|
@@ -34,6 +44,8 @@
 //! | MRTR rounds | a result with `resultType: "input_required"` to `tools/call`, `prompts/get` or `resources/read` (2026-07-28 basic/patterns/mrtr) | the request with a new id, `inputResponses` and the `requestState` as received, while the server asks, at most `max_input_rounds` times (default 8; then a protocol error) | [`crate::interactions::mrtr::rounds`], called by [`Upstream::request_in`] |
 //! | header mismatch | a -32020 `HeaderMismatch` answer to a `tools/call` (2026-07-28 streamable-http, "Client Behavior") | the `tools/call`, once, after re-listing the tools (their `x-mcp-header` annotations) | `Upstream::send` |
 //! | session expiry | HTTP 404 to a request that carried an `MCP-Session-Id` (2025-11-25 transports, "Session Management"): the server never processed it | the request, once, on a new session (re-initialized) | [`Upstream::request`], and the lists ([`Upstream::list_tools`], [`Upstream::list`]: the whole walk again) |
+//! | token refresh | `auth = "oauth"`: HTTP 401 to a request sent with the access token of generation g (basic/authorization, "Token Handling"): the server did not process it | the same HTTP request, once, with the token the control plane sends after being told (`TokenRejected`), waited for at most 10 s | [`auth::send`], under every HTTP request of [`http`] |
+//! | restart | the connection ended (a stdio server exited, an HTTP session was lost) and the restart policy is eager | the connection (spawn or `initialize`), in the background; after a connection that lasted less than a second, only a second later, so a server that refuses each new connection is not hammered | `watch_exit` |
 //!
 //! Not retries of a request: reconnecting after a stdio server exited
 //! (`Upstream::connection`, with the backoff of [`RestartPolicy`]), and
@@ -41,6 +53,7 @@
 //! error, which is a policy of the call, not of the protocol
 //! (`crate::tools::retry`).
 
+pub mod auth;
 pub mod config;
 pub mod connection;
 pub mod era;
@@ -223,7 +236,16 @@ impl Upstream {
             None => tracing::info_span!("upstream", server = %config.name),
         };
         let relay = Arc::new(Relay::new(&config.name, interactions, bound_session));
-        Ok(Upstream {
+        // An oauth server without a token starts out saying why.
+        let link = Link {
+            last_error: config
+                .oauth
+                .as_ref()
+                .filter(|t| t.authorized().is_none())
+                .map(|t| t.reason()),
+            ..Link::default()
+        };
+        let upstream = Upstream {
             inner: Arc::new(Inner {
                 inbound: Arc::new(match shared_inbound {
                     Some(shared) => Inbound::for_session(&config.name, relay.clone(), shared),
@@ -238,10 +260,30 @@ impl Upstream {
                 attempts: AtomicU64::new(0),
                 dropped: tokio_util::sync::CancellationToken::new(),
                 closing: tokio_util::sync::CancellationToken::new(),
-                link: watch::Sender::new(Link::default()),
+                link: watch::Sender::new(link),
                 relay,
             }),
-        })
+        };
+        if let Some(tokens) = &upstream.inner.config.oauth {
+            follow_tokens(&upstream.inner, tokens.clone());
+        }
+        Ok(upstream)
+    }
+
+    /// Resolves once the server may be contacted: at once, unless it is an
+    /// `auth = "oauth"` server without an access token to send; then when
+    /// the control plane sends one. Errors: [`UpstreamError::Closed`] once
+    /// the session is shut down.
+    pub async fn authorized(&self) -> Result<(), UpstreamError> {
+        let Some(tokens) = &self.inner.config.oauth else {
+            return Ok(());
+        };
+        tokio::select! {
+            () = tokens.until_authorized() => Ok(()),
+            () = self.inner.closing.cancelled() => Err(UpstreamError::Closed {
+                server: self.name().to_owned(),
+            }),
+        }
     }
 
     /// Whether the session handles interactions (see
@@ -673,6 +715,10 @@ impl Upstream {
             match next {
                 Ok(f) => f,
                 Err(failures) => {
+                    // An oauth server without a token: not contacted at all.
+                    if let Some(e) = self.inner.not_authorized() {
+                        return Err(e);
+                    }
                     let f = self.start_attempt(failures);
                     *state = State::Connecting(f.clone());
                     f
@@ -711,6 +757,14 @@ impl Upstream {
             )
             .await
             .map(Arc::new);
+            // The token was withdrawn while negotiating: not connected.
+            let result = match (result, inner.not_authorized()) {
+                (Ok(conn), Some(e)) => {
+                    conn.transport().abandon(e.to_string());
+                    Err(e)
+                }
+                (result, _) => result,
+            };
             let mut state = inner.state.lock().unwrap();
             if matches!(*state, State::Closed) {
                 return result;
@@ -729,6 +783,17 @@ impl Upstream {
                         generation = l.connections;
                     });
                     watch_exit(Arc::downgrade(&inner), conn.clone(), generation);
+                }
+                // No token (stage D): not a failure of the server's; the
+                // watcher connects when a token comes.
+                Err(e @ UpstreamError::NotAuthorized { .. }) => {
+                    tracing::info!(server = %inner.config.name, reason = %e, "not connecting: no access token");
+                    *state = State::Idle { failures };
+                    drop(state);
+                    inner.link.send_modify(|l| {
+                        l.connected = false;
+                        l.last_error = Some(e.to_string());
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(server = %inner.config.name, error = %e, "connecting failed");
@@ -796,6 +861,84 @@ impl Drop for Inner {
     }
 }
 
+impl Inner {
+    /// `auth = "oauth"` without an access token to send:
+    /// [`UpstreamError::NotAuthorized`] with the control plane's reason.
+    fn not_authorized(&self) -> Option<UpstreamError> {
+        let tokens = self.config.oauth.as_ref()?;
+        tokens
+            .authorized()
+            .is_none()
+            .then(|| auth::not_authorized(tokens))
+    }
+
+    /// The access token was withdrawn (`reason`): the connection, if any,
+    /// is dropped without a word to the server (its requests in flight
+    /// fail at their next step), and the link says not connected, and why.
+    fn withdraw(&self, reason: String) {
+        let conn = {
+            let mut state = self.state.lock().unwrap();
+            match std::mem::replace(&mut *state, State::Idle { failures: 0 }) {
+                State::Ready { conn, .. } => Some(conn),
+                other => {
+                    *state = other;
+                    None
+                }
+            }
+        };
+        self.link.send_if_modified(|l| {
+            let next = Some(reason.clone());
+            if !l.connected && l.last_error == next {
+                return false;
+            }
+            l.connected = false;
+            l.last_error = next;
+            true
+        });
+        if let Some(conn) = conn {
+            tracing::info!(server = %self.config.name, %reason, "no access token: disconnected until the control plane sends one");
+            conn.transport().abandon(reason);
+        }
+    }
+}
+
+/// `auth = "oauth"`: follows the server's access token; when the control
+/// plane withdraws it (`needs_authorization`, `needs_reauthorization`),
+/// the connection is dropped at once ([`Inner::withdraw`]). A new token
+/// needs nothing here: requests read it when they are sent, and the
+/// watcher connects when [`Upstream::authorized`] says so. Without a
+/// runtime (a session built outside one) nothing follows: requests still
+/// refuse to go out without a token.
+fn follow_tokens(inner: &Arc<Inner>, tokens: crate::oauth::Tokens) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let weak = Arc::downgrade(inner);
+    let dropped = inner.dropped.clone();
+    let mut updates = tokens.subscribe();
+    runtime.spawn(async move {
+        loop {
+            tokio::select! {
+                changed = updates.changed() => if changed.is_err() { return },
+                () = dropped.cancelled() => return,
+            }
+            if updates
+                .borrow_and_update()
+                .as_ref()
+                .is_some_and(crate::oauth::AccessToken::is_authorized)
+            {
+                continue;
+            }
+            let Some(inner) = weak.upgrade() else { return };
+            inner.withdraw(tokens.reason());
+        }
+    });
+}
+
+/// A connection that ends sooner than this after it started is restarted
+/// only after this long.
+const QUICK_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// When a stdio server exits, restart it in the background (if the policy
 /// is eager) so the next request finds it ready. `generation` is the
 /// connection's number in [`Link::connections`].
@@ -803,7 +946,9 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
     let Some(dropped) = inner.upgrade().map(|i| i.dropped.clone()) else {
         return;
     };
+    let weak_inner = inner.clone();
     tokio::spawn(async move {
+        let started = std::time::Instant::now();
         let status = tokio::select! {
             status = conn.transport().exited() => status,
             // Every handle is gone: dropping `conn` stops the server.
@@ -811,7 +956,14 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
         };
         let http = conn.transport().is_http();
         drop(conn);
-        let Some(inner) = inner.upgrade() else { return };
+        let Some(mut inner) = inner.upgrade() else {
+            return;
+        };
+        // An oauth server whose token was withdrawn: the link says why
+        // already, and nothing reconnects until a token comes.
+        if inner.not_authorized().is_some() {
+            return;
+        }
         inner.link.send_if_modified(|l| {
             // A newer connection may already be up.
             if l.connections != generation {
@@ -829,6 +981,20 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
             return;
         }
         tracing::info!(server = %inner.config.name, %status, "server exited; restarting");
+        // A connection lost at once (a server that refuses each new one)
+        // is not restarted in a tight loop: at most once a second.
+        if started.elapsed() < QUICK_EXIT {
+            let dropped = inner.dropped.clone();
+            drop(inner);
+            tokio::select! {
+                () = tokio::time::sleep(QUICK_EXIT) => {}
+                () = dropped.cancelled() => return,
+            }
+            let Some(again) = weak_inner.upgrade() else {
+                return;
+            };
+            inner = again;
+        }
         let upstream = Upstream { inner };
         if let Err(e) = upstream.connection().await {
             tracing::warn!(server = %upstream.name(), error = %e, "restart failed; the next request retries");

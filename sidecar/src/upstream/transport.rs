@@ -56,15 +56,18 @@ impl Transport {
                 let client = http_client.cloned().ok_or_else(|| {
                     UpstreamError::protocol(&config.name, "no HTTP client for an HTTP server")
                 })?;
-                Kind::Http(Arc::new(HttpConnection::new(
-                    &config.name,
-                    client,
-                    &http.url,
-                    &http.headers,
-                    config.max_message_bytes,
-                    inbound,
-                    metrics,
-                )?))
+                Kind::Http(Arc::new(
+                    HttpConnection::new(
+                        &config.name,
+                        client,
+                        &http.url,
+                        &http.headers,
+                        config.max_message_bytes,
+                        inbound,
+                        metrics,
+                    )?
+                    .with_tokens(config.oauth.clone()),
+                ))
             }
         };
         Ok(Transport {
@@ -178,6 +181,15 @@ impl Transport {
         match &self.kind {
             Kind::Stdio(s) => s.exited().await,
             Kind::Http(h) => h.lost().await,
+        }
+    }
+
+    /// Stops using an HTTP connection without a word to the server (no
+    /// DELETE; see [`HttpConnection::abandon`]): [`Transport::exited`]
+    /// resolves with `reason`. Nothing for stdio.
+    pub fn abandon(&self, reason: String) {
+        if let Kind::Http(h) = &self.kind {
+            h.abandon(reason);
         }
     }
 

@@ -5,8 +5,11 @@
 //! [`crate::resources::catalogue`]). It sits above both stages; neither
 //! knows of it.
 //!
-//! It keeps the session connected; lists everything after each
-//! connection; re-lists one list after that list's changes
+//! It keeps the session connected (an `auth = "oauth"` server once the
+//! control plane has sent it an access token: until then, and whenever
+//! the token is withdrawn, the status is "down" with the control plane's
+//! reason as the last error); lists everything after each connection;
+//! re-lists one list after that list's changes
 //! (`notifications/tools/list_changed`, `.../resources/list_changed` for
 //! the resources and their templates, `.../prompts/list_changed`), each
 //! list coalesced on its own ([`coalesce`]: at most one re-list per list
@@ -168,9 +171,14 @@ struct UpstreamWatcher {
 type ConnectFuture = BoxFuture<'static, Result<(), UpstreamError>>;
 
 impl UpstreamWatcher {
+    /// Connects once the server may be contacted
+    /// ([`Upstream::authorized`]: an oauth server waits for its token).
     fn connect(&self) -> ConnectFuture {
         let upstream = self.upstream.clone();
-        Box::pin(async move { upstream.connect().await.map(|_| ()) })
+        Box::pin(async move {
+            upstream.authorized().await?;
+            upstream.connect().await.map(|_| ())
+        })
     }
 
     /// The earliest re-list due, if any.

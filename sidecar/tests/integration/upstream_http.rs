@@ -360,8 +360,10 @@ async fn unauthorized_401_and_403_fail_connect_promptly() {
                 status: got,
                 www_authenticate,
                 sent_authorization,
+                access_token,
             } => {
                 assert_eq!(server, "stub-auth");
+                assert_eq!(*access_token, None);
                 assert_eq!(*got, status);
                 assert!(!sent_authorization);
                 assert!(

@@ -36,12 +36,17 @@ Tools:
                           POSTed), "sessions_expired", "http" (all HTTP requests),
                           "rejected_404", "deleted", "cancelled" (requestIds seen),
                           "resumed" (GETs that replayed a stream),
+                          "bearer_401" (401s for a missing/invalid OAuth token),
+                          "bearer_ok" (requests whose OAuth token passed),
+                          "bearer_403" (write_echo calls refused for scope),
                           "calls" ({tool: [request ids]} of tools/call requests that
                           reached the tool, i.e. not rejected)}
   last_headers         -> JSON text {"current": {...}, "previous": {...}}: headers
                           (lower-cased names) of this request and of the one before
   header_log           -> JSON text: every HTTP request so far, oldest first, as
                           {"verb", "method" (JSON-RPC method, POST only), "headers"}
+  write_echo {message} -> like echo, but needs scope mcp:write (only with
+                          STUB_HTTP_OAUTH_AS; annotations {"destructiveHint": false})
 Knobs (env):
   STUB_HTTP_MODE=json|sse      answer format for everything not listed above (json)
   STUB_HTTP_NOTIFY_STATUS=202|200|204   status for notifications/responses (202)
@@ -53,12 +58,38 @@ Knobs (env):
   STUB_HTTP_STRICT=1           non-initialize POSTs need MCP-Protocol-Version (else
                                400); POSTs need Accept with both types (else 406)
   STUB_HTTP_LOG=1              log requests to stderr
+  STUB_HTTP_OAUTH_AS=ISSUER    an OAuth 2.1 protected resource (stage D) whose
+                               authorization server is ISSUER (oauth_as.py's URL);
+                               its canonical resource URI is
+                               http://127.0.0.1:PORT/mcp. See "OAuth" below.
+  STUB_HTTP_OAUTH_SCOPES="mcp:read"   space-separated scopes for the metadata's
+                               scopes_supported and the 401 challenge's scope
+
+OAuth (STUB_HTTP_OAUTH_AS set; checked after the knobs above, before sessions):
+  GET /.well-known/oauth-protected-resource/mcp -> RFC 9728 metadata
+      {"resource": "http://127.0.0.1:PORT/mcp", "authorization_servers": [ISSUER],
+       "scopes_supported": STUB_HTTP_OAUTH_SCOPES, "bearer_methods_supported":
+       ["header"]} (other verbs 405); the root /.well-known/oauth-protected-resource
+      and every other path stay 404.
+  Every request to /mcp (POST, GET, DELETE) needs `Authorization: Bearer TOKEN`;
+      the stub POSTs token=TOKEN to ISSUER/introspect for every request (no cache).
+      No bearer token -> 401 `WWW-Authenticate: Bearer resource_metadata="<metadata
+      URL>", scope="<scopes>"`; inactive token, or `aud` not the resource URI ->
+      401 with `error="invalid_token", ` first. The AS unreachable or answering
+      non-200 -> 503 (not counted as bearer_401).
+  tools/call write_echo with a token whose scope lacks mcp:write -> 403
+      `WWW-Authenticate: Bearer error="insufficient_scope", scope="<scopes +
+      mcp:write>", resource_metadata="<metadata URL>"` (scope is "mcp:read
+      mcp:write" with the default scopes); the call does not reach the tool.
 """
 import json
 import os
 import secrets
 import sys
 import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from mcpstub import NO_REPLY, Ctx, Server, encode, env_int, text
@@ -69,6 +100,12 @@ AUTH = env_int("STUB_HTTP_AUTH", 0)
 STRICT = os.environ.get("STUB_HTTP_STRICT") == "1"
 BEARER = os.environ.get("STUB_HTTP_BEARER")
 REDIRECT = os.environ.get("STUB_HTTP_REDIRECT")
+OAUTH_AS = os.environ.get("STUB_HTTP_OAUTH_AS") or None
+OAUTH_SCOPES = (os.environ.get("STUB_HTTP_OAUTH_SCOPES") or "mcp:read").split()
+WRITE_SCOPES = OAUTH_SCOPES + [s for s in ["mcp:write"] if s not in OAUTH_SCOPES]
+PRM_PATH = "/.well-known/oauth-protected-resource/mcp"
+# No proxy from the environment: the AS is on loopback.
+no_proxy_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 JSON = "application/json; charset=utf-8"
 
 # `tools` without `listChanged`: its tool list never changes, so a client
@@ -78,7 +115,8 @@ srv.add_echo()
 lock = threading.Lock()
 sessions = set()
 stats = {"initialize": 0, "requests": 0, "sessions_expired": 0, "http": 0,
-         "rejected_404": 0, "deleted": 0, "cancelled": [], "calls": {}, "resumed": 0}
+         "rejected_404": 0, "deleted": 0, "cancelled": [], "calls": {}, "resumed": 0,
+         "bearer_401": 0, "bearer_ok": 0, "bearer_403": 0}
 last_headers = {}
 header_log = []  # {"verb", "method", "headers"} per HTTP request
 reject_calls_left = 0
@@ -173,6 +211,24 @@ def reject_calls(args, ctx):
     return f"rejecting the next {reject_calls_left} tools/call requests"
 
 
+if OAUTH_AS:
+    srv.tool("write_echo", "returns `message` unchanged; needs scope mcp:write", message="string")(
+        lambda args, ctx: str(args.get("message", "")))
+    srv.tools["write_echo"][1]["annotations"] = {"destructiveHint": False}
+
+
+def introspect(token):
+    """The AS's RFC 7662 answer for token (a dict); raises OSError/ValueError if unreachable."""
+    req = urllib.request.Request(OAUTH_AS.rstrip("/") + "/introspect",
+                                 data=urllib.parse.urlencode({"token": token}).encode(),
+                                 headers={"Content-Type": "application/x-www-form-urlencoded"})
+    with no_proxy_opener.open(req, timeout=10) as resp:
+        info = json.loads(resp.read())
+    if not isinstance(info, dict):
+        raise ValueError("introspection answer is not an object")
+    return info
+
+
 srv.tool("stats", "counters as JSON")(lambda args, ctx: json.dumps(stats))
 srv.tool("last_headers", "headers of this and the previous request")(
     lambda args, ctx: json.dumps({"current": ctx.headers, "previous": ctx.prev_headers}))
@@ -250,9 +306,49 @@ class Handler(BaseHTTPRequestHandler):
             self.fail(307, "Temporary Redirect", headers=[("Location", REDIRECT)])
         elif BEARER is not None and headers.get("authorization") != f"Bearer {BEARER}":
             self.fail(401, "Unauthorized", headers=[("WWW-Authenticate", 'Bearer realm="stub"')])
+        elif OAUTH_AS and self.path.split("?")[0] == PRM_PATH:
+            self.protected_resource_metadata()
         elif self.path.split("?")[0] != "/mcp":
             self.fail(404, "Not Found")
+        elif OAUTH_AS:
+            self.check_bearer()
         return not self.responded
+
+    # ---- OAuth protected resource (STUB_HTTP_OAUTH_AS) ------------------------
+    def origin(self):
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def protected_resource_metadata(self):
+        if self.command != "GET":
+            return self.reply(405, b"", headers=[("Allow", "GET")])
+        doc = {"resource": self.origin() + "/mcp", "authorization_servers": [OAUTH_AS],
+               "scopes_supported": OAUTH_SCOPES, "bearer_methods_supported": ["header"]}
+        self.reply(200, encode(doc), JSON)
+
+    def check_bearer(self):
+        """Answer 401/503 unless the request carries a token the AS calls active for us."""
+        self.token_scopes = []
+        metadata = f'resource_metadata="{self.origin()}{PRM_PATH}", scope="{" ".join(OAUTH_SCOPES)}"'
+        scheme, _, token = self.hdrs.get("authorization", "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            with lock:
+                stats["bearer_401"] += 1
+            return self.fail(401, "Unauthorized: no bearer token", headers=[("WWW-Authenticate", f"Bearer {metadata}")])
+        try:
+            info = introspect(token)
+        except (OSError, ValueError) as e:  # HTTPError and URLError are OSErrors
+            return self.fail(503, f"Service Unavailable: introspection failed ({type(e).__name__})")
+        aud = info.get("aud")
+        resource = self.origin() + "/mcp"
+        if info.get("active") is not True or not (aud == resource or (isinstance(aud, list) and resource in aud)):
+            with lock:
+                stats["bearer_401"] += 1
+            return self.fail(401, "Unauthorized: invalid token",
+                             headers=[("WWW-Authenticate", f'Bearer error="invalid_token", {metadata}')])
+        self.token_scopes = str(info.get("scope") or "").split()
+        with lock:
+            stats["bearer_ok"] += 1
 
     def do_GET(self):
         if not self.begin():
@@ -324,6 +420,13 @@ class Handler(BaseHTTPRequestHandler):
                 return self.fail(404, "Session not found", msg.get("id"))
             if STRICT and "mcp-protocol-version" not in self.hdrs:
                 return self.fail(400, "Bad Request: missing MCP-Protocol-Version", msg.get("id"))
+        if (OAUTH_AS and is_request and msg["method"] == "tools/call"
+                and (msg.get("params") or {}).get("name") == "write_echo" and "mcp:write" not in self.token_scopes):
+            with lock:
+                stats["bearer_403"] += 1
+            challenge = (f'Bearer error="insufficient_scope", scope="{" ".join(WRITE_SCOPES)}", '
+                         f'resource_metadata="{self.origin()}{PRM_PATH}"')
+            return self.fail(403, "Forbidden: insufficient_scope", msg.get("id"), headers=[("WWW-Authenticate", challenge)])
         if is_request and msg["method"] == "tools/call":
             with lock:
                 name = str((msg.get("params") or {}).get("name"))

@@ -11,6 +11,11 @@
 //!   [`FakeControlPlane::adopt_on_hello`] (their `sidecar_id` set to the
 //!   new sidecar's). [`FakeControlPlane::break_streams`] ends every open
 //!   stream, as a replica that goes away does.
+//! - Stage D: the access token set by [`FakeControlPlane::send_access_token`]
+//!   goes to every open stream at once and after every later `welcome`,
+//!   as the real control plane does; [`FakeControlPlane::push`] sends any
+//!   `ControlMessage` to the open streams. `token_rejected` reports are
+//!   also kept ([`FakeControlPlane::token_rejections`]).
 //! - `UpdateBackgroundCall` keeps every update in order and the latest
 //!   record of each id; a terminal record (`completed`, `failed`,
 //!   `cancelled`) is final, as in the real control plane, and the stored
@@ -34,10 +39,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_proto::v1::sidecar_registry_server::{SidecarRegistry, SidecarRegistryServer};
 use switchyard_proto::v1::{
-    BackgroundCall, BackgroundCalls, CatalogueSnapshot, CompleteInteractionRequest,
+    AccessToken, BackgroundCall, BackgroundCalls, CatalogueSnapshot, CompleteInteractionRequest,
     CompleteInteractionResponse, ControlMessage, InteractRequest, InteractResponse,
-    RegisterRequest, RegisterResponse, SidecarReport, UpdateBackgroundCallRequest, Welcome,
-    control_message, sidecar_report,
+    RegisterRequest, RegisterResponse, SidecarReport, TokenRejected, UpdateBackgroundCallRequest,
+    Welcome, control_message, sidecar_report,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -91,6 +96,13 @@ struct State {
     hellos: Mutex<Vec<String>>,
     /// Cancelling it ends every open report stream.
     streams: Mutex<CancellationToken>,
+    /// The open report streams' senders (closed ones are dropped when
+    /// found closed).
+    open: Mutex<Vec<futures::channel::mpsc::UnboundedSender<ControlMessage>>>,
+    /// Sent after every `welcome` (stage D).
+    access_token: Mutex<Option<AccessToken>>,
+    /// Every `token_rejected` report, in order.
+    token_rejections: Mutex<Vec<TokenRejected>>,
 }
 
 /// The `SidecarRegistry` service over [`State`].
@@ -126,6 +138,7 @@ impl SidecarRegistry for Service {
         let events = self.events.clone();
         let end = state.streams.lock().unwrap().clone();
         let (tx, rx) = futures::channel::mpsc::unbounded();
+        state.open.lock().unwrap().push(tx.clone());
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -138,6 +151,12 @@ impl SidecarRegistry for Service {
                                         lease_ttl_seconds: LEASE_TTL_SECONDS,
                                     })),
                                 });
+                                let token = state.access_token.lock().unwrap().clone();
+                                if let Some(token) = token {
+                                    let _ = tx.unbounded_send(ControlMessage {
+                                        message: Some(control_message::Message::AccessToken(token)),
+                                    });
+                                }
                                 let mut calls = std::mem::take(&mut *state.adopt_on_hello.lock().unwrap());
                                 if !calls.is_empty() {
                                     for c in &mut calls {
@@ -148,6 +167,9 @@ impl SidecarRegistry for Service {
                                     });
                                 }
                             }
+                            if let sidecar_report::Report::TokenRejected(t) = &r {
+                                state.token_rejections.lock().unwrap().push(t.clone());
+                            }
                             let _ = events.send(Event::Report(r));
                         }
                         Ok(Some(_)) => {}
@@ -157,7 +179,9 @@ impl SidecarRegistry for Service {
                 }
             }
             let _ = events.send(Event::ReportClosed);
-            // Dropping `tx` ends the response stream.
+            // Closing the channel ends the response stream (the copy of
+            // `tx` in `open` goes at the next push).
+            tx.close_channel();
         });
         Ok(Response::new(Box::pin(rx.map(Ok)) as ControlStream))
     }
@@ -304,6 +328,28 @@ impl FakeControlPlane {
         if let Some(r) = self.state.records.lock().unwrap().get_mut(id) {
             r.status = "cancelled".into();
         }
+    }
+
+    /// Sends `message` on every open report stream; returns how many.
+    pub fn push(&self, message: ControlMessage) -> usize {
+        let mut open = self.state.open.lock().unwrap();
+        open.retain(|tx| tx.unbounded_send(message.clone()).is_ok());
+        open.len()
+    }
+
+    /// Stage D: makes `token` the server's access token: sent at once on
+    /// every open report stream, and after every later `welcome`. Returns
+    /// how many open streams it was sent on.
+    pub fn send_access_token(&self, token: AccessToken) -> usize {
+        *self.state.access_token.lock().unwrap() = Some(token.clone());
+        self.push(ControlMessage {
+            message: Some(control_message::Message::AccessToken(token)),
+        })
+    }
+
+    /// Every `token_rejected` report received, in order.
+    pub fn token_rejections(&self) -> Vec<TokenRejected> {
+        self.state.token_rejections.lock().unwrap().clone()
     }
 
     /// Ends every open report stream (the sidecar must come back).

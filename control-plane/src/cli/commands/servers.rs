@@ -51,6 +51,21 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
             v["tools"] = tools.tools.iter().map(server_tool_json).collect();
             print_json(&v);
         }
+        ServersCommand::Authorize {
+            name,
+            scopes,
+            no_wait,
+            timeout,
+        } => authorize(&mut client, &name, scopes, no_wait, timeout).await?,
+        ServersCommand::Deauthorize { name } => {
+            let s = client
+                .forget_server_authorization(pb::ForgetServerAuthorizationRequest {
+                    name: name.clone(),
+                })
+                .await?
+                .into_inner();
+            out!("{name}: {}", s.oauth.map(|o| o.state).unwrap_or_default());
+        }
         ServersCommand::Tools { name, json } => {
             let resp = client
                 .list_server_tools(pb::ListServerToolsRequest { server: name })
@@ -66,6 +81,92 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
         }
     }
     Ok(())
+}
+
+/// `servers authorize`: starts the authorization, prints the URL, waits
+/// (polling the server's status every second, a dot on stderr each
+/// time) until the server is authorized anew or the authorization failed,
+/// and prints the new status.
+async fn authorize(
+    client: &mut switchyard_proto::v1::admin_service_client::AdminServiceClient<
+        switchyard_common::tls::AuthChannel,
+    >,
+    name: &str,
+    scopes: Vec<String>,
+    no_wait: bool,
+    timeout: u64,
+) -> Result<(), Failure> {
+    let before = client
+        .get_server_status(pb::GetServerStatusRequest { name: name.into() })
+        .await?
+        .into_inner()
+        .oauth
+        .unwrap_or_default();
+    let started = client
+        .authorize_server(pb::AuthorizeServerRequest {
+            name: name.into(),
+            scopes,
+        })
+        .await?
+        .into_inner();
+    out!("Open this URL in a browser to authorize {name}:");
+    out!("{}", started.authorization_url);
+    eprintln!(
+        "(authorization server {}, client {}, scopes: {})",
+        started.issuer,
+        started.registration,
+        if started.scopes.is_empty() {
+            "none asked".to_owned()
+        } else {
+            started.scopes.join(" ")
+        }
+    );
+    if no_wait {
+        return Ok(());
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
+    let expires = started.expires_at_ms;
+    eprint!("waiting for the authorization");
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        eprint!(".");
+        let s = client
+            .get_server_status(pb::GetServerStatusRequest { name: name.into() })
+            .await?
+            .into_inner();
+        let o = s.oauth.clone().unwrap_or_default();
+        let done = o.state == "authorized" && o.authorized_at_ms > before.authorized_at_ms;
+        let failed = o.reason != before.reason && o.reason.starts_with("authorization failed");
+        let now_ms = switchyard_common::time::now_ms();
+        if done || failed || std::time::Instant::now() >= deadline || now_ms > expires {
+            eprintln!();
+            out!(
+                "{name}: {}{}{}",
+                o.state,
+                if o.scopes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (scopes: {})", o.scopes.join(" "))
+                },
+                if o.reason.is_empty() || done {
+                    String::new()
+                } else {
+                    format!(": {}", o.reason)
+                }
+            );
+            out!("server {name} is {}", s.state);
+            if done {
+                return Ok(());
+            }
+            return Err(Failure::new(
+                1,
+                match failed {
+                    true => format!("authorization of {name} failed"),
+                    false => format!("authorization of {name} did not finish in time"),
+                },
+            ));
+        }
+    }
 }
 
 /// The server spec of `servers add`'s flags. Errors (exit 64): an unknown
@@ -109,6 +210,25 @@ fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
         })?;
         header_files.insert(k.trim().to_owned(), v.trim().to_owned());
     }
+    let any_oauth = a.oauth_client_id.is_some()
+        || a.oauth_client_secret_file.is_some()
+        || !a.oauth_scopes.is_empty()
+        || a.oauth_client_metadata_url.is_some()
+        || a.oauth_allow_unadvertised_pkce;
+    if any_oauth && a.auth.as_deref() != Some("oauth") {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "--oauth-* flags need --auth oauth".to_owned(),
+        ));
+    }
+    let oauth = any_oauth.then(|| pb::OAuthSettings {
+        client_id: a.oauth_client_id.clone().unwrap_or_default(),
+        client_secret_file: a.oauth_client_secret_file.clone().unwrap_or_default(),
+        scopes: a.oauth_scopes.clone(),
+        client_metadata_url: a.oauth_client_metadata_url.clone().unwrap_or_default(),
+        allow_unadvertised_pkce: a.oauth_allow_unadvertised_pkce,
+        ..Default::default()
+    });
     Ok(pb::ServerSpec {
         name: a.name,
         transport: transport as i32,
@@ -122,14 +242,15 @@ fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
         request_timeout_ms: 0,
         auth: match a.auth.as_deref() {
             None => String::new(),
-            Some(v @ ("none" | "headers")) => v.to_owned(),
+            Some(v @ ("none" | "headers" | "oauth")) => v.to_owned(),
             Some(other) => {
                 return Err(Failure::new(
                     EXIT_USAGE,
-                    format!("--auth {other:?}: expected none or headers"),
+                    format!("--auth {other:?}: expected none, headers or oauth"),
                 ));
             }
         },
         header_files,
+        oauth,
     })
 }

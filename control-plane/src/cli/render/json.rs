@@ -54,6 +54,19 @@ pub fn status_json(s: &pb::ServerStatus) -> Value {
         "auth": spec.auth,
         "headers": spec.headers.iter().collect::<std::collections::BTreeMap<_, _>>(),
         "headerFiles": spec.header_files.iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "oauth": s.oauth.as_ref().map(|o| json!({
+            "state": o.state, "reason": o.reason, "issuer": o.issuer, "scopes": o.scopes,
+            "stepUpScopes": o.step_up_scopes,
+            "expiresAtMs": o.expires_at_ms, "authorizedAtMs": o.authorized_at_ms,
+            "refreshedAtMs": o.refreshed_at_ms, "refreshable": o.refreshable,
+            "generation": o.generation,
+        })),
+        "oauthSettings": spec.oauth.as_ref().map(|o| json!({
+            "clientId": o.client_id, "clientSecretFile": o.client_secret_file,
+            "hasClientSecret": o.has_client_secret, "scopes": o.scopes,
+            "clientMetadataUrl": o.client_metadata_url,
+            "allowUnadvertisedPkce": o.allow_unadvertised_pkce,
+        })),
     })
 }
 

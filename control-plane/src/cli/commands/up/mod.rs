@@ -32,12 +32,56 @@ pub async fn up(file: &Path) -> Result<(), Failure> {
         .map_err(|e| Failure::new(1, format!("{e:#}")))
 }
 
+/// Stage D: OAuth tokens are only kept encrypted. With an `auth = "oauth"`
+/// server, no `[store] token_encryption_key_file` and the embedded store,
+/// `up` uses a key of its own beside the store (`token-encryption.key`,
+/// made once, mode 0600), so the tokens survive a restart.
+fn oauth_key(config: &mut Config) -> anyhow::Result<()> {
+    use switchyard_common::server_spec::AuthKind;
+    if config.store.token_encryption_key_file.is_some()
+        || !config
+            .servers
+            .iter()
+            .any(|s| s.auth_kind() == AuthKind::OAuth)
+        || !config.store.etcd_endpoints.is_empty()
+    {
+        return Ok(());
+    }
+    let dir = config
+        .store
+        .path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("token-encryption.key");
+    if !file.exists() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut key = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut key);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)?;
+        f.write_all(&key)?;
+        println!(
+            "switchyard: OAuth tokens are encrypted with the new key {}",
+            file.display()
+        );
+    }
+    config.store.token_encryption_key_file = Some(file);
+    Ok(())
+}
+
 /// Runs the gateway until SIGINT or SIGTERM, then stops the sidecars and
 /// the replica. Errors: the replica, its sidecars' link or their work
 /// directory could not be set up.
 pub async fn run(mut config: Config) -> anyhow::Result<()> {
     // `up` owns its file: servers dropped from it go.
     config.control_plane.prune_config_servers = true;
+    oauth_key(&mut config)?;
     let running = server::start(&config, true).await?;
     let link = SidecarLink::new(&config, running.grpc_addr)?;
     let engine = link.control_plane.clone();

@@ -1,0 +1,398 @@
+//! Keeping authorized servers' tokens fresh (issue #16 item 4), on every
+//! replica:
+//!
+//! - A token is refreshed at 80 % of its lifetime (30 s before expiry
+//!   when its issue time is unknown), or at once when a sidecar reports
+//!   that the server refused the current generation (a 401).
+//! - One refresh per server at a time across replicas: the refresh lock
+//!   ([`RefreshLock`], a key on a [`LOCK_TTL`] lease) is taken, the tokens
+//!   are read again under it (another replica may just have refreshed),
+//!   and the rotated pair is written only at the revision read. The
+//!   token request is bounded well below the lease, so a replica whose
+//!   lock lapsed cannot replay a refresh token another one already used.
+//! - A rotated refresh token replaces the old one; an answer without one
+//!   keeps it ([`Tokens::rotated`]).
+//! - A transient failure is retried with backoff (1 s doubling to 60 s)
+//!   while the access token lasts; `invalid_grant` turns the server to
+//!   `needs_reauthorization`, in one transaction that checks the rejected
+//!   grant is still the stored one.
+//! - A 403 `insufficient_scope` a sidecar reports asks an admin for the
+//!   union of the granted and the challenged scopes (step-up: the status
+//!   records them, and the next authorization asks for them), at most
+//!   [`MAX_STEP_UPS`] times for a server, and never when the challenge
+//!   asks for nothing new. The server stays authorized: its token still
+//!   serves the calls it is good for.
+
+use super::OAuth;
+use super::flow::{HTTP_TIMEOUT, MAX_STEP_UPS};
+use super::records::{self, AuthState, Client, Status, client_key, status_key};
+use super::tokens::{self, RefreshLock, Tokens, still_current};
+use super::wire::{self, Captured};
+use crate::ControlPlane;
+use crate::store::{Compare, Op, Revision, Store, Txn};
+use rmcp::transport::auth::AuthError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use switchyard_common::server_spec::AuthKind;
+use switchyard_common::time::now_ms;
+
+/// The refresh lock's lease.
+pub const LOCK_TTL: Duration = Duration::from_secs(30);
+
+/// How often each replica looks at every oauth server's tokens.
+const TICK: Duration = Duration::from_millis(500);
+
+/// Whether `t` is due for a refresh at `now` (ms).
+pub fn due(t: &Tokens, now: i64) -> bool {
+    let Some(exp) = t.expires_at_ms else {
+        return false;
+    };
+    let life = exp - t.issued_at_ms;
+    let at = if t.issued_at_ms > 0 && life > 0 {
+        t.issued_at_ms + life * 4 / 5
+    } else {
+        exp - 30_000
+    };
+    now >= at
+}
+
+/// What one look at a server's tokens came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Nothing to do (fresh, not authorized, or another replica holds the
+    /// lock).
+    Idle,
+    /// Refreshed.
+    Refreshed,
+    /// A transient failure: try again later.
+    Failed(String),
+    /// The server now needs re-authorization.
+    NeedsReauthorization,
+}
+
+/// Refreshes requested by sidecars (server -> refused generation).
+#[derive(Debug, Default)]
+pub(crate) struct Forced(Mutex<HashMap<String, u64>>);
+
+/// Runs the refresher of this replica until it stops.
+pub fn spawn(cp: Arc<ControlPlane>) {
+    tokio::spawn(async move {
+        let mut backoff: HashMap<String, (Duration, Instant)> = HashMap::new();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = cp.oauth.wake.notified() => {}
+                _ = cp.shutdown.cancelled() => return,
+            }
+            if cp.oauth.ring.is_none() {
+                continue;
+            }
+            let snap = cp.state.snapshot();
+            let servers: Vec<String> = snap
+                .servers
+                .values()
+                .filter(|r| r.spec.auth_kind() == AuthKind::OAuth)
+                .map(|r| r.spec.name.clone())
+                .collect();
+            for server in servers {
+                let forced = cp
+                    .oauth
+                    .forced
+                    .0
+                    .lock()
+                    .expect("not poisoned")
+                    .remove(&server);
+                if forced.is_none()
+                    && backoff
+                        .get(&server)
+                        .is_some_and(|(_, at)| Instant::now() < *at)
+                {
+                    continue;
+                }
+                match cp.oauth.refresh_once(&server, forced).await {
+                    Outcome::Failed(reason) => {
+                        let wait = backoff
+                            .get(&server)
+                            .map_or(Duration::from_secs(1), |(d, _)| {
+                                (*d * 2).min(Duration::from_secs(60))
+                            });
+                        tracing::warn!(%server, error = %reason, retry_in_ms = wait.as_millis() as u64, "token refresh failed; the current token is kept while it lasts");
+                        backoff.insert(server, (wait, Instant::now() + wait));
+                    }
+                    _ => {
+                        backoff.remove(&server);
+                    }
+                }
+            }
+        }
+    });
+}
+
+impl OAuth {
+    /// A sidecar of `server` reports that the server refused the token of
+    /// `generation` with `http_status` (401, or 403 with
+    /// `www_authenticate` saying `insufficient_scope`).
+    pub async fn token_rejected(
+        &self,
+        server: &str,
+        generation: u64,
+        http_status: u32,
+        www_authenticate: &str,
+    ) {
+        match http_status {
+            401 => {
+                tracing::info!(%server, generation, "the server refused the access token; refreshing");
+                self.forced
+                    .0
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(server.to_owned(), generation);
+                self.wake.notify_one();
+            }
+            403 => {
+                if let Err(e) = self.step_up(server, generation, www_authenticate).await {
+                    tracing::warn!(%server, error = %e, "step-up not recorded");
+                }
+            }
+            other => {
+                tracing::debug!(%server, status = other, "token report ignored");
+            }
+        }
+    }
+
+    /// A 403 `insufficient_scope` on the token of `generation`.
+    async fn step_up(
+        &self,
+        server: &str,
+        generation: u64,
+        www_authenticate: &str,
+    ) -> Result<(), super::flow::OAuthError> {
+        let ring = self.ring()?;
+        let Some((t, rev)) = tokens::load(&self.store, ring, server).await? else {
+            return Ok(());
+        };
+        // Relative URLs of the challenge are the server's.
+        let Ok(base) = url::Url::parse(&t.resource) else {
+            return Ok(());
+        };
+        let params = rmcp::transport::auth::WWWAuthenticateParams::parse(www_authenticate, &base);
+        if !params.is_insufficient_scope() {
+            return Ok(());
+        }
+        if t.generation != generation {
+            return Ok(());
+        }
+        let status = records::get_status(&self.store, server)
+            .await?
+            .map(|(s, _)| s);
+        let step_ups = status.as_ref().map_or(0, |s| s.step_ups);
+        let mut union = t.scopes.clone();
+        for s in params.scope.as_deref().unwrap_or("").split(' ') {
+            if !s.is_empty() && !union.iter().any(|u| u == s) {
+                union.push(s.to_owned());
+            }
+        }
+        if union.len() == t.scopes.len() {
+            tracing::warn!(%server, scopes = ?t.scopes, "the server asks for scopes it was granted (insufficient_scope): not asking for re-authorization again");
+            return Ok(());
+        }
+        if step_ups >= MAX_STEP_UPS {
+            tracing::warn!(%server, step_ups, "the server keeps asking for more scopes: no further step-up");
+            return Ok(());
+        }
+        let wanted = union[t.scopes.len()..].join(" ");
+        // The token still serves every call it is good for; the calls that
+        // need more fail (in the sidecar) until an admin authorizes again.
+        let new = Status {
+            state: AuthState::Authorized,
+            reason: format!(
+                "some calls need more scopes ({wanted}): an admin must authorize the server again (switchyard servers authorize {server})"
+            ),
+            scopes: union,
+            generation,
+            at_ms: now_ms(),
+            step_ups: step_ups + 1,
+        };
+        if self.mark(server, &new, rev).await? {
+            self.metrics.oauth_event(server, "step_up");
+            self.audit.record(serde_json::json!({
+                "kind": "oauth.step_up",
+                "server": server,
+                "scopes": new.scopes,
+                "stepUps": new.step_ups,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Writes `status` if `server`'s tokens are still at revision `rev`.
+    async fn mark(
+        &self,
+        server: &str,
+        status: &Status,
+        rev: Revision,
+    ) -> Result<bool, super::flow::OAuthError> {
+        let r = self
+            .store
+            .txn(
+                Txn::new()
+                    .when([Compare::mod_revision(tokens::tokens_key(server), rev)])
+                    .and_then([Op::put(
+                        status_key(server),
+                        serde_json::to_vec(status).expect("a status serialises"),
+                    )]),
+            )
+            .await?;
+        if r.succeeded {
+            tracing::warn!(%server, state = status.state.as_str(), reason = %status.reason, "authorization status changed");
+        }
+        Ok(r.succeeded)
+    }
+
+    /// One look at `server`'s tokens; `forced`: a sidecar reported this
+    /// generation refused.
+    async fn refresh_once(&self, server: &str, forced: Option<u64>) -> Outcome {
+        match self.try_refresh(server, forced).await {
+            Ok(o) => o,
+            Err(e) => Outcome::Failed(e.to_string()),
+        }
+    }
+
+    async fn try_refresh(
+        &self,
+        server: &str,
+        forced: Option<u64>,
+    ) -> Result<Outcome, super::flow::OAuthError> {
+        let ring = self.ring()?;
+        let tokens = tokens::load(&self.store, ring, server).await?;
+        let status = records::get_status(&self.store, server)
+            .await?
+            .map(|(s, _)| s);
+        let standing = super::push::Standing {
+            status,
+            tokens: tokens.map(|(t, _)| t),
+            problem: None,
+        };
+        let state = standing.state();
+        self.metrics.oauth_state(server, Some(state.as_str()));
+        let (Some(t), AuthState::Authorized) = (standing.tokens, state) else {
+            return Ok(Outcome::Idle);
+        };
+        let wanted = |t: &Tokens| due(t, now_ms()) || forced == Some(t.generation);
+        if !wanted(&t) {
+            return Ok(Outcome::Idle);
+        }
+        let Some(lock) = RefreshLock::try_take(&self.store, server, &self.holder, LOCK_TTL).await?
+        else {
+            return Ok(Outcome::Idle);
+        };
+        let outcome = self.refresh_locked(ring, server, &wanted).await;
+        if let Err(e) = lock.release(&self.store).await {
+            tracing::debug!(%server, error = %e, "refresh lock not released (its lease ends it)");
+        }
+        outcome
+    }
+
+    async fn refresh_locked(
+        &self,
+        ring: &super::KeyRing,
+        server: &str,
+        wanted: &(dyn Fn(&Tokens) -> bool + Sync),
+    ) -> Result<Outcome, super::flow::OAuthError> {
+        // Read again under the lock: another replica may have refreshed.
+        let Some((t, rev)) = tokens::load(&self.store, ring, server).await? else {
+            return Ok(Outcome::Idle);
+        };
+        if !wanted(&t) {
+            return Ok(Outcome::Idle);
+        }
+        let reauthorize = |reason: String| Status {
+            state: AuthState::NeedsReauthorization,
+            reason,
+            scopes: Vec::new(),
+            generation: t.generation,
+            at_ms: now_ms(),
+            step_ups: 0,
+        };
+        if t.refresh_token.is_none() {
+            if t.expires_at_ms.is_some_and(|e| e <= now_ms()) || !due(&t, now_ms()) {
+                let s = reauthorize(
+                    "the access token expired or was refused, and the authorization server issued no refresh token".into(),
+                );
+                if self.mark(server, &s, rev).await? {
+                    self.metrics.oauth_event(server, "reauthorization_needed");
+                    return Ok(Outcome::NeedsReauthorization);
+                }
+            }
+            return Ok(Outcome::Idle);
+        }
+        let Some((client, _)) =
+            records::get_sealed::<_, Client>(&self.store, ring, &client_key(server, &t.issuer))
+                .await?
+        else {
+            let s = reauthorize(format!("no client is registered at {} any more", t.issuer));
+            self.mark(server, &s, rev).await?;
+            return Ok(Outcome::NeedsReauthorization);
+        };
+        let mut manager = match wire::manager_for(&client, self.private_addresses).await {
+            Ok(m) => m,
+            Err(e) => return Ok(Outcome::Failed(wire::describe(&e))),
+        };
+        let captured = Captured::holding(&t, &client.client_id);
+        manager.set_credential_store(captured.clone());
+        let answer = tokio::time::timeout(HTTP_TIMEOUT, manager.refresh_token()).await;
+        match answer {
+            Ok(Ok(_)) => {
+                let Some(issued) = captured.saved() else {
+                    return Ok(Outcome::Failed(
+                        "the token endpoint answered no access token".into(),
+                    ));
+                };
+                let new = t.rotated(issued, now_ms());
+                match tokens::save(&self.store, ring, server, &new, Some(rev)).await? {
+                    Some(_) => {
+                        self.metrics.oauth_refresh(server, "ok");
+                        tracing::info!(%server, generation = new.generation, rotated = new.refresh_token != t.refresh_token, "tokens refreshed");
+                        Ok(Outcome::Refreshed)
+                    }
+                    None => {
+                        tracing::warn!(%server, "refreshed tokens not saved: the record changed meanwhile");
+                        Ok(Outcome::Idle)
+                    }
+                }
+            }
+            Ok(Err(e @ AuthError::TokenRefreshRejected(_))) => {
+                self.metrics.oauth_refresh(server, "rejected");
+                let stored = tokens::load(&self.store, ring, server).await?;
+                if still_current(stored.as_ref().map(|(s, _)| s), &t) {
+                    let s = reauthorize(format!(
+                        "the authorization server rejected the refresh token ({})",
+                        wire::describe(&e)
+                    ));
+                    if self.mark(server, &s, rev).await? {
+                        self.metrics.oauth_event(server, "reauthorization_needed");
+                        self.audit.record(serde_json::json!({
+                            "kind": "oauth.reauthorization_needed",
+                            "server": server,
+                            "reason": s.reason,
+                        }));
+                    }
+                    return Ok(Outcome::NeedsReauthorization);
+                }
+                Ok(Outcome::Idle)
+            }
+            Ok(Err(e)) => {
+                self.metrics.oauth_refresh(server, "failed");
+                Ok(Outcome::Failed(wire::describe(&e)))
+            }
+            Err(_) => {
+                self.metrics.oauth_refresh(server, "failed");
+                Ok(Outcome::Failed(format!(
+                    "the token endpoint did not answer within {} s",
+                    HTTP_TIMEOUT.as_secs()
+                )))
+            }
+        }
+    }
+}
