@@ -685,6 +685,25 @@ impl Config {
 }
 
 impl Config {
+    /// Stage D: an `auth = "oauth"` server without `[store]
+    /// token_encryption_key_file` (tokens are only kept encrypted), as a
+    /// message naming the server; `switchyard up` makes a key for the
+    /// embedded store before it checks.
+    pub fn oauth_key_problem(&self) -> Option<String> {
+        if self.store.token_encryption_key_file.is_some() {
+            return None;
+        }
+        let (i, s) = self
+            .servers
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.auth_kind() == switchyard_common::server_spec::AuthKind::OAuth)?;
+        Some(format!(
+            "servers[{i}] ({}): auth = \"oauth\" needs [store] token_encryption_key_file (32 random bytes, or their base64): OAuth tokens are only kept encrypted",
+            s.name
+        ))
+    }
+
     /// The `[backgroundCalls]` ranges.
     fn validate_background(&self) -> Result<(), (String, String)> {
         let b = &self.background_calls;

@@ -184,17 +184,8 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     // The key ring of secrets at rest (stage D): its files are checked
     // now, before anything else is touched.
     let key_ring = crate::oauth::KeyRing::load(&config.store)?;
-    if key_ring.is_none()
-        && let Some((i, s)) = config
-            .servers
-            .iter()
-            .enumerate()
-            .find(|(_, s)| s.auth_kind() == switchyard_common::server_spec::AuthKind::OAuth)
-    {
-        return Err(StartError::OAuth(format!(
-            "servers[{i}] ({}): auth = \"oauth\" needs [store] token_encryption_key_file (32 random bytes, or their base64): OAuth tokens are only kept encrypted",
-            s.name
-        )));
+    if let Some(problem) = config.oauth_key_problem() {
+        return Err(StartError::OAuth(problem));
     }
     let mut builder = tonic::transport::Server::builder();
     if let Some(server_tls) = tls.server() {

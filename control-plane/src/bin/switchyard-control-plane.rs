@@ -41,11 +41,16 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(EXIT_USAGE);
         }
     };
+    if let Some(problem) = config.oauth_key_problem() {
+        eprintln!("error: {}: {problem}", args.config.display());
+        return std::process::ExitCode::from(EXIT_USAGE);
+    }
     if args.check {
+        let n = config.servers.len();
         println!(
-            "{}: ok ({} servers)",
+            "{}: ok ({n} server{})",
             args.config.display(),
-            config.servers.len()
+            if n == 1 { "" } else { "s" }
         );
         return std::process::ExitCode::SUCCESS;
     }

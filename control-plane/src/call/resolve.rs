@@ -69,7 +69,7 @@ pub fn resolve<'s>(snap: &'s Snapshot, engine_tool: &str) -> Result<Target<'s>, 
                 server: server.clone(),
                 tool: t.to_owned(),
             })
-            .ok_or_else(|| CallError::not_found(format!("tool not found: {engine_tool:?}")))?,
+            .ok_or_else(|| not_listed(snap, engine_tool))?,
     };
     let server = target.server.as_str();
     if !snap.servers.contains_key(server) {
@@ -92,4 +92,24 @@ pub fn resolve<'s>(snap: &'s Snapshot, engine_tool: &str) -> Result<Target<'s>, 
         tool: target.tool,
         gateway: None,
     })
+}
+
+/// The error for a tool name no catalogue lists: "tool not found", and, when
+/// it names an `auth = "oauth"` server that has no catalogue yet (never
+/// authorized), that the server needs an admin's authorization first.
+fn not_listed(snap: &Snapshot, engine_tool: &str) -> CallError {
+    let waiting = snap.servers.values().find(|r| {
+        r.spec.auth_kind() == switchyard_common::server_spec::AuthKind::OAuth
+            && !snap.catalogues.contains_key(&r.spec.name)
+            && engine_tool
+                .strip_prefix(r.spec.name.as_str())
+                .is_some_and(|rest| rest.starts_with("__"))
+    });
+    match waiting {
+        Some(r) => CallError::not_found(format!(
+            "tool not found: {engine_tool:?} (server {name} lists no tools yet: it needs authorization by an admin: switchyard servers authorize {name})",
+            name = r.spec.name
+        )),
+        None => CallError::not_found(format!("tool not found: {engine_tool:?}")),
+    }
 }

@@ -273,7 +273,10 @@ impl OAuth {
         // Scopes: configured and asked for, else rmcp's initial selection
         // (challenge, then resource metadata, then none); after a step-up,
         // the union the status recorded.
-        let mut scopes: Vec<String> = settings.scopes.clone();
+        let mut scopes: Vec<String> = match settings.scopes.is_empty() {
+            true => manager.select_initial_scopes(&[]).await,
+            false => settings.scopes.clone(),
+        };
         for s in extra_scopes
             .iter()
             .chain(status.iter().flat_map(|s| s.scopes.iter()))
@@ -281,9 +284,6 @@ impl OAuth {
             if !scopes.contains(s) {
                 scopes.push(s.clone());
             }
-        }
-        if scopes.is_empty() {
-            scopes = manager.select_initial_scopes(&[]).await;
         }
         let scope_refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
 
@@ -406,6 +406,9 @@ impl OAuth {
             expires_at_ms,
             pkce_override,
         };
+        // One authorization of a server at a time: an older one, whose URL
+        // may still be opened, would replace the newer grant.
+        self.drop_pending(ring, server).await;
         let key = pending_key(&state);
         let lease = self.store.grant_lease(PENDING_TTL).await?;
         self.store
@@ -755,9 +758,16 @@ impl OAuth {
             let current = tokens::load(&self.store, ring, server)
                 .await
                 .unwrap_or(None);
+            // Generations never go back, not even after a forget: a
+            // sidecar reports a refusal once per generation.
+            let last = records::get_status(&self.store, server)
+                .await
+                .ok()
+                .flatten()
+                .map_or(0, |(s, _)| s.generation);
             let (generation, read) = match &current {
-                Some((t, rev)) => (t.generation + 1, Some(*rev)),
-                None => (1, None),
+                Some((t, rev)) => (t.generation.max(last) + 1, Some(*rev)),
+                None => (last + 1, None),
             };
             let now = now_ms();
             let new = Tokens {
@@ -815,14 +825,103 @@ impl OAuth {
         )))
     }
 
+    /// Revokes `t`'s grant at its authorization server (RFC 7009: the
+    /// refresh token, which revokes the grant, else the access token), when
+    /// the server has a `revocation_endpoint`. Best effort: answers whether
+    /// the authorization server said yes.
+    async fn revoke(&self, server: &str, t: &Tokens) -> bool {
+        let Ok(ring) = self.ring() else { return false };
+        let Ok(Some((client, _))) =
+            records::get_sealed::<_, Client>(&self.store, ring, &client_key(server, &t.issuer))
+                .await
+        else {
+            return false;
+        };
+        let Some(endpoint) = client
+            .metadata
+            .get("revocation_endpoint")
+            .and_then(|v| v.as_str())
+            .filter(|u| url::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https")))
+        else {
+            return false;
+        };
+        let (token, hint) = match &t.refresh_token {
+            Some(r) => (r.as_str(), "refresh_token"),
+            None => (t.access_token.as_str(), "access_token"),
+        };
+        let Ok(http) = reqwest::Client::builder()
+            .timeout(HTTP_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+        else {
+            return false;
+        };
+        let mut form = vec![("token", token), ("token_type_hint", hint)];
+        let mut req = http.post(endpoint);
+        match &client.client_secret {
+            Some(secret) => {
+                req = req.basic_auth(
+                    url::form_urlencoded::byte_serialize(client.client_id.as_bytes())
+                        .collect::<String>(),
+                    Some(
+                        url::form_urlencoded::byte_serialize(secret.as_bytes()).collect::<String>(),
+                    ),
+                );
+            }
+            None => form.push(("client_id", client.client_id.as_str())),
+        }
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        let ok = req
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        tracing::info!(%server, revoked = ok, "the grant's revocation was asked for (RFC 7009)");
+        ok
+    }
+
+    /// Deletes `server`'s pending authorizations (best effort).
+    async fn drop_pending(&self, ring: &KeyRing, server: &str) {
+        let Ok(listing) = self.store.list("oauth/pending/").await else {
+            return;
+        };
+        for kv in listing.kvs {
+            let Ok(p) = records::open::<Pending>(ring, &kv.key, &kv.value) else {
+                continue;
+            };
+            if p.server == server {
+                let _ = self.store.delete(&kv.key).await;
+            }
+        }
+    }
+
     /// Forgets `server`'s tokens and pending step-ups: its state becomes
-    /// `needs_authorization`. Registered clients are kept.
+    /// `needs_authorization`; the grant is revoked at the authorization
+    /// server when it offers revocation (RFC 7009, best effort). Registered
+    /// clients are kept.
     pub async fn forget(&self, server: &str, admin: &str) -> Result<(), OAuthError> {
+        // The generation is kept: the next tokens get a newer one.
+        let standing = self.standing(server).await;
+        let generation = standing
+            .tokens
+            .as_ref()
+            .map(|t| t.generation)
+            .into_iter()
+            .chain(standing.status.as_ref().map(|s| s.generation))
+            .max()
+            .unwrap_or(0);
+        let revoked = match &standing.tokens {
+            Some(t) => self.revoke(server, t).await,
+            None => false,
+        };
         let status = Status {
             state: AuthState::NeedsAuthorization,
-            reason: format!("forgotten by {admin}"),
+            reason: format!("forgotten by the admin {admin}"),
             scopes: Vec::new(),
-            generation: 0,
+            generation,
             at_ms: now_ms(),
             step_ups: 0,
         };
@@ -839,6 +938,7 @@ impl OAuth {
             "kind": "oauth.forgotten",
             "server": server,
             "admin": admin,
+            "revoked": revoked,
         }));
         self.metrics.oauth_event(server, "forgotten");
         Ok(())

@@ -362,14 +362,14 @@ impl OAuth {
                     }
                 }
             }
-            Ok(Err(e @ AuthError::TokenRefreshRejected(_))) => {
+            Ok(Err(AuthError::TokenRefreshRejected(_))) => {
                 self.metrics.oauth_refresh(server, "rejected");
                 let stored = tokens::load(&self.store, ring, server).await?;
                 if still_current(stored.as_ref().map(|(s, _)| s), &t) {
-                    let s = reauthorize(format!(
-                        "the authorization server rejected the refresh token ({})",
-                        wire::describe(&e)
-                    ));
+                    let s = reauthorize(
+                        "the authorization server rejected the refresh token (invalid_grant)"
+                            .into(),
+                    );
                     if self.mark(server, &s, rev).await? {
                         self.metrics.oauth_event(server, "reauthorization_needed");
                         self.audit.record(serde_json::json!({

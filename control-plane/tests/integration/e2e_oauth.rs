@@ -134,6 +134,18 @@ async fn an_admin_authorizes_an_oauth_server_from_the_cli_and_no_token_leaks() {
     assert!(why.contains("needs authorization"), "{why}");
     let stats = get_json(&format!("{issuer}/_stats")).await;
     assert_eq!(stats["registrations"], 0, "{stats}");
+    let e = gw
+        .engine()
+        .await
+        .call_tool(call_request("stub__echo", r#"{"message":"early"}"#, ""))
+        .await
+        .expect_err("no tools before the authorization");
+    assert!(
+        e.message()
+            .contains("needs authorization by an admin: switchyard servers authorize stub"),
+        "{}",
+        e.message()
+    );
 
     // The CLI: prints the URL, waits for the browser, prints the status.
     let mut cli = Command::new(switchyard_bin());
@@ -168,6 +180,7 @@ async fn an_admin_authorizes_an_oauth_server_from_the_cli_and_no_token_leaks() {
         .unwrap();
     assert!(status.success(), "{outputs}");
     assert!(outputs.contains("stub: authorized"), "{outputs}");
+    assert!(outputs.contains("server stub is up"), "{outputs}");
 
     // The sidecar got the token and connected.
     gw.wait_servers_up(&["stub"], LIMIT).await;

@@ -9,7 +9,9 @@
 //!   callback used twice is refused;
 //! - refresh before expiry with rotation, every rotated token used once;
 //! - revocation turns the server to `needs_reauthorization`, and a new
-//!   authorization reuses the registered client;
+//!   authorization reuses the registered client; of two authorizations
+//!   started, only the newer finishes; forgetting revokes the grant
+//!   (RFC 7009) and generations never go back;
 //! - two replicas on a real etcd refresh one server: one refresh at a
 //!   time, never a replayed refresh token;
 //! - refusals: an authorization server that does not advertise PKCE
@@ -265,8 +267,13 @@ async fn an_admin_authorizes_a_server_and_its_tokens_refresh_rotate_and_get_revo
     .await;
     assert!(st.reason.contains("rejected the refresh token"), "{st:?}");
 
-    // Authorized again with the same registered client.
+    // Authorized again with the same registered client. Of two
+    // authorizations started, only the newer one can finish.
+    let older = authorize(&ep).await.expect("AuthorizeServer");
     let again = authorize(&ep).await.expect("AuthorizeServer again");
+    let (code, page) = browse(&older.authorization_url).await;
+    assert_eq!(code, 400, "{page}");
+    assert!(page.contains("unknown, expired or already used"), "{page}");
     let (code, page) = browse(&again.authorization_url).await;
     assert_eq!(code, 200, "{page}");
     let st = oauth_status(&ep).await;
@@ -284,7 +291,19 @@ async fn an_admin_authorizes_a_server_and_its_tokens_refresh_rotate_and_get_revo
         .await
         .expect("ForgetServerAuthorization")
         .into_inner();
-    assert_eq!(forgotten.oauth.unwrap().state, "needs_authorization");
+    let forgotten = forgotten.oauth.unwrap();
+    assert_eq!(forgotten.state, "needs_authorization");
+    // The grant was revoked at the authorization server (RFC 7009).
+    let stats = get_json(&format!("{issuer}/_stats")).await;
+    assert_eq!(stats["families"], 0, "{stats}");
+    // Generations never go back: sidecars report refusals per generation.
+    let before = oauth_status(&ep).await.generation.max(st.generation);
+    let after = authorize(&ep).await.expect("AuthorizeServer after forget");
+    let (code, page) = browse(&after.authorization_url).await;
+    assert_eq!(code, 200, "{page}");
+    let st = oauth_status(&ep).await;
+    assert_eq!(st.state, "authorized");
+    assert!(st.generation > before, "{st:?} after {before}");
     r.stop(Duration::from_secs(2)).await;
 }
 

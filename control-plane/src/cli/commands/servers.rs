@@ -26,11 +26,14 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
                 .add_server(pb::AddServerRequest { spec: Some(spec) })
                 .await?
                 .into_inner();
-            out!(
-                "added {} ({})",
-                status.spec.map(|s| s.name).unwrap_or_default(),
-                status.state
-            );
+            let spec = status.spec.unwrap_or_default();
+            out!("added {} ({})", spec.name, status.state);
+            if spec.auth == "oauth" {
+                out!(
+                    "authorize it before use: switchyard servers authorize {}",
+                    spec.name
+                );
+            }
         }
         ServersCommand::Remove { name } => {
             client
@@ -154,10 +157,24 @@ async fn authorize(
                     format!(": {}", o.reason)
                 }
             );
-            out!("server {name} is {}", s.state);
             if done {
+                // The sidecars connect once they have the token: a moment.
+                let mut state = s.state.clone();
+                for _ in 0..20 {
+                    if state == "up" {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                    state = client
+                        .get_server_status(pb::GetServerStatusRequest { name: name.into() })
+                        .await?
+                        .into_inner()
+                        .state;
+                }
+                out!("server {name} is {state}");
                 return Ok(());
             }
+            out!("server {name} is {}", s.state);
             return Err(Failure::new(
                 1,
                 match failed {

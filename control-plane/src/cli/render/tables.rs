@@ -27,14 +27,21 @@ pub fn tools_table(tools: &[pb::Tool]) -> Vec<String> {
 }
 
 /// `switchyard servers list`: per server, name, state, tool, resource
-/// (and template) and prompt counts, era.
+/// (and template) and prompt counts, era, and for an oauth server that
+/// needs an admin, `oauth=<state>` (or `oauth=step_up`).
 pub fn servers_table(servers: &[pb::ServerStatus]) -> Vec<String> {
     servers
         .iter()
         .map(|s| {
             let name = s.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
+            // Stage D: an oauth server that is not authorized says so.
+            let oauth = match &s.oauth {
+                Some(o) if o.state != "authorized" => format!(" oauth={}", o.state),
+                Some(o) if !o.step_up_scopes.is_empty() => " oauth=step_up".to_owned(),
+                _ => String::new(),
+            };
             format!(
-                "{name:<24} {:<9} tools={:<4} resources={:<4} templates={:<3} prompts={:<4} {}",
+                "{name:<24} {:<9} tools={:<4} resources={:<4} templates={:<3} prompts={:<4} {}{oauth}",
                 s.state,
                 s.tool_count,
                 s.resource_count,
