@@ -91,16 +91,16 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
     config
         .validate("spec")
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
-    if let Some(p) = config
+    // A file the control plane would read and send to an authorization
+    // server the server names: only a configuration file may say so.
+    if config
         .oauth
         .as_ref()
-        .and_then(|o| o.client_secret_file.as_ref())
-        .filter(|p| p.is_relative())
+        .is_some_and(|o| o.client_secret_file.is_some())
     {
-        return Err(Status::invalid_argument(format!(
-            "spec.oauth.client_secret_file: {:?} must be an absolute path (the control plane reads it on its machine)",
-            p.display().to_string()
-        )));
+        return Err(Status::invalid_argument(
+            "spec.oauth.client_secret_file: not accepted through the admin API (the control plane would read a file of its machine): give client_secret, which is sealed in the store, or set client_secret_file in the configuration file",
+        ));
     }
     // Read by the server's sidecar, wherever it runs: a relative path
     // would depend on its working directory.
@@ -249,7 +249,8 @@ impl AdminApi {
     async fn full_status(&self, snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
         let mut st = status_of(snap, rec);
         if rec.spec.auth_kind() == AuthKind::OAuth {
-            st.oauth = Some(self.cp.oauth.status_pb(&rec.spec.name).await);
+            let url = rec.spec.url.clone().unwrap_or_default();
+            st.oauth = Some(self.cp.oauth.status_pb(&rec.spec.name, &url).await);
         }
         st
     }
@@ -453,6 +454,10 @@ impl AdminService for AdminApi {
         if spec.auth_kind() == AuthKind::OAuth {
             self.cp.oauth.ring()?;
         }
+        // A new server starts with nothing of an earlier one of its name.
+        if !self.cp.state.snapshot().servers.contains_key(&spec.name) {
+            self.cp.oauth.purge(&spec.name).await;
+        }
         self.cp.oauth.seal_client_secret(&mut spec).await?;
         let rev = self
             .cp
@@ -478,6 +483,22 @@ impl AdminService for AdminApi {
         if spec.auth_kind() == AuthKind::OAuth {
             self.cp.oauth.ring()?;
         }
+        // Another URL, auth or client: the grant was for the old one.
+        let old = self
+            .cp
+            .state
+            .snapshot()
+            .servers
+            .get(&spec.name)
+            .map(|r| r.spec.clone());
+        if old.is_some_and(|o| {
+            o.url != spec.url
+                || o.auth_kind() != spec.auth_kind()
+                || o.oauth.as_ref().and_then(|x| x.client_id.clone())
+                    != spec.oauth.as_ref().and_then(|x| x.client_id.clone())
+        }) {
+            self.cp.oauth.purge(&spec.name).await;
+        }
         self.cp.oauth.seal_client_secret(&mut spec).await?;
         let rev = self
             .cp
@@ -502,12 +523,15 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::RemoveServerRequest>,
     ) -> Result<Response<pb::RemoveServerResponse>, Status> {
+        let name = req.into_inner().name;
         let rev = self
             .cp
             .registry
-            .remove_server(&req.into_inner().name)
+            .remove_server(&name)
             .await
             .map_err(registry_status)?;
+        // Its grant goes with it (revoked at the authorization server).
+        self.cp.oauth.purge(&name).await;
         self.cp.state.wait_for(rev, Duration::from_secs(2)).await;
         Ok(Response::new(pb::RemoveServerResponse {}))
     }
@@ -647,7 +671,7 @@ mod tests {
         // Authorization header, oauth settings without auth oauth.
         let mut rel = s.clone();
         rel.oauth.as_mut().unwrap().client_secret.clear();
-        rel.oauth.as_mut().unwrap().client_secret_file = "secret.txt".into();
+        rel.oauth.as_mut().unwrap().client_secret_file = "/etc/shadow".into();
         let e = spec_from_pb(Some(rel)).unwrap_err();
         assert!(
             e.message().contains("spec.oauth.client_secret_file"),

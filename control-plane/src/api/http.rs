@@ -64,7 +64,14 @@ async fn oauth_callback(
     State(cp): State<Arc<ControlPlane>>,
     axum::extract::Query(params): axum::extract::Query<crate::oauth::flow::CallbackParams>,
 ) -> impl IntoResponse {
-    let (status, title, text) = match cp.oauth.finish(&params).await {
+    let current_url = |server: &str| {
+        cp.state
+            .snapshot()
+            .servers
+            .get(server)
+            .map(|r| r.spec.url.clone().unwrap_or_default())
+    };
+    let (status, title, text) = match cp.oauth.finish(&params, current_url).await {
         Ok(server) => (
             StatusCode::OK,
             "Authorized",

@@ -244,11 +244,12 @@ impl SidecarRegistry for SidecarApi {
                 .await;
             // Stage D: an oauth server's sidecars get its access token now
             // and at every change.
-            let is_oauth = cp.state.snapshot().servers.get(&server).is_some_and(|r| {
-                r.spec.auth_kind() == switchyard_common::server_spec::AuthKind::OAuth
+            let oauth_url = cp.state.snapshot().servers.get(&server).and_then(|r| {
+                (r.spec.auth_kind() == switchyard_common::server_spec::AuthKind::OAuth)
+                    .then(|| r.spec.url.clone().unwrap_or_default())
             });
-            if is_oauth {
-                cp.oauth.push_to(server.clone(), tx.clone());
+            if let Some(url) = oauth_url {
+                cp.oauth.push_to(server.clone(), url, tx.clone());
             }
             loop {
                 tokio::select! {

@@ -432,8 +432,8 @@ pub struct ServerArgs {
     /// server's authorization server (else the client registers itself).
     #[arg(long)]
     pub oauth_client_id: Option<String>,
-    /// oauth: a file on the control plane's machine holding that client's
-    /// secret (an absolute path).
+    /// oauth: a file holding that client's secret, read here and sent to
+    /// the control plane, which keeps it sealed.
     #[arg(long, value_name = "PATH")]
     pub oauth_client_secret_file: Option<String>,
     /// oauth: a scope to ask for (repeatable; default: the server's).

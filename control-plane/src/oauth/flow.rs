@@ -242,6 +242,17 @@ impl OAuth {
                 "its authorization server's metadata has no issuer",
             ));
         };
+        for (field, u) in [
+            ("authorization_endpoint", &metadata.authorization_endpoint),
+            ("token_endpoint", &metadata.token_endpoint),
+        ] {
+            if !url::Url::parse(u).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+                return Err(refused(
+                    server,
+                    format!("authorization server {issuer}: its {field} is not an http(s) URL"),
+                ));
+            }
+        }
         let pkce_override = match &metadata.code_challenge_methods_supported {
             Some(m) if m.iter().any(|m| m == "S256") => false,
             Some(_) => {
@@ -309,6 +320,26 @@ impl OAuth {
             .with_scopes(scopes.clone())
             .with_application_type(app_type);
         let (registration, client_id, client_secret) = if let Some(id) = &settings.client_id {
+            // A pre-registered client belongs to one authorization server:
+            // once used at one, it is never sent to another (its secret
+            // would be).
+            if let Ok(listing) = self.store.list(&records::clients_prefix(server)).await {
+                let known: Vec<Client> = listing
+                    .kvs
+                    .iter()
+                    .filter_map(|kv| records::open::<Client>(ring, &kv.key, &kv.value).ok())
+                    .filter(|c| c.registration == Registration::Preregistered && &c.client_id == id)
+                    .collect();
+                if !known.is_empty() && !known.iter().any(|c| c.issuer == issuer) {
+                    return Err(refused(
+                        server,
+                        format!(
+                            "its authorization server is now {issuer}, but the pre-registered client {id:?} was used at {}: not sent to another one (MCP client-registration); if the change is expected, update the server's [servers.oauth] client (or remove and add the server)",
+                            known[0].issuer
+                        ),
+                    ));
+                }
+            }
             let secret = self.client_secret(spec).await?;
             (Registration::Preregistered, id.clone(), secret)
         } else if let Some(c) = known.filter(|c| c.registration != Registration::Preregistered) {
@@ -562,6 +593,10 @@ impl OAuth {
             .map_err(|e| refused(server, e.to_string()))?;
             return Ok(Some(value));
         }
+        // Only a secret given for this spec (a removed server's is gone).
+        if !settings.client_secret_sealed {
+            return Ok(None);
+        }
         let key = records::secret_key(server);
         Ok(
             records::get_sealed::<_, String>(&self.store, self.ring()?, &key)
@@ -593,7 +628,11 @@ impl OAuth {
     /// Answers the server. Errors: see [`OAuthError`]; a failure after the
     /// pending record was found is also audited and recorded in the
     /// server's status.
-    pub async fn finish(&self, params: &CallbackParams) -> Result<String, OAuthError> {
+    pub async fn finish(
+        &self,
+        params: &CallbackParams,
+        current_url: impl Fn(&str) -> Option<String>,
+    ) -> Result<String, OAuthError> {
         let ring = self.ring()?;
         let state = params
             .state
@@ -612,7 +651,23 @@ impl OAuth {
             return Err(OAuthError::UnknownState);
         }
         let server = pending.server.clone();
-        match self.exchange(ring, &pending, &key, revision, params).await {
+        // The server may have been removed, or moved, since the admin
+        // started: its tokens must not go to another server.
+        let moved = match current_url(&server) {
+            None => Some("it was removed since the authorization started"),
+            Some(u) if u != pending.client.server_url => {
+                Some("its URL changed since the authorization started: start it again")
+            }
+            Some(_) => None,
+        };
+        let outcome = match moved {
+            Some(problem) => {
+                let _ = self.store.delete(&key).await;
+                Err(refused(&server, problem))
+            }
+            None => self.exchange(ring, &pending, &key, revision, params).await,
+        };
+        match outcome {
             Ok(tokens) => {
                 self.audit.record(json!({
                     "kind": "oauth.authorized",
@@ -630,7 +685,7 @@ impl OAuth {
             Err(e) => {
                 // The status says so (the CLI waits for it); the state and
                 // any tokens stay as they were.
-                let standing = self.standing(&server).await;
+                let standing = self.standing(&server, None).await;
                 let status = Status {
                     state: standing.state(),
                     reason: format!("authorization failed: {e}"),
@@ -684,10 +739,11 @@ impl OAuth {
             .unwrap_or(false);
         match params.iss.as_deref() {
             Some(iss) if iss != issuer => {
+                let shown: String = iss.chars().take(100).collect();
                 return Err(refused(
                     server,
                     format!(
-                        "the authorization response came from issuer {iss:?}, not {issuer:?} (RFC 9207): refused"
+                        "the authorization response came from issuer {shown:?}, not {issuer:?} (RFC 9207): refused"
                     ),
                 ));
             }
@@ -704,6 +760,16 @@ impl OAuth {
         if let Some(error) = &params.error {
             // Taken, so it cannot be retried with a code later.
             let _ = self.store.delete(key).await;
+            // An error code is a word of RFC 6749's characters (%x20-21,
+            // %x23-5B, %x5D-7E): anything else is not shown.
+            let error = match error.len() <= 64
+                && error
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+            {
+                true => error.as_str(),
+                false => "an error code that is not one",
+            };
             let description: String = params
                 .error_description
                 .as_deref()
@@ -711,7 +777,9 @@ impl OAuth {
                 .chars()
                 .filter(|c| !c.is_control())
                 .take(200)
-                .collect();
+                .collect::<String>()
+                .trim()
+                .to_owned();
             return Err(refused(
                 server,
                 format!(
@@ -737,10 +805,36 @@ impl OAuth {
         ));
         let captured = Captured::default();
         manager.set_credential_store(captured.clone());
-        manager
-            .exchange_code_for_token_with_issuer(code, state, params.iss.as_deref())
-            .await
-            .map_err(|e| from_auth(server, &e))?;
+        let verifier = pending
+            .request
+            .get("pkce_verifier")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        let secret = pending.client.client_secret.as_deref().unwrap_or_default();
+        let hidden = [code, verifier, secret, state];
+        tokio::time::timeout(
+            HTTP_TIMEOUT,
+            manager.exchange_code_for_token_with_issuer(code, state, params.iss.as_deref()),
+        )
+        .await
+        .map_err(|_| OAuthError::Unreachable {
+            server: server.into(),
+            problem: format!(
+                "the token endpoint did not answer within {} s",
+                HTTP_TIMEOUT.as_secs()
+            ),
+        })?
+        .map_err(|e| match from_auth(server, &e) {
+            OAuthError::Refused { server, .. } => OAuthError::Refused {
+                server,
+                problem: wire::describe_hiding(&e, &hidden),
+            },
+            OAuthError::Unreachable { server, .. } => OAuthError::Unreachable {
+                server,
+                problem: wire::describe_hiding(&e, &hidden),
+            },
+            other => other,
+        })?;
         let issued = captured
             .saved()
             .ok_or_else(|| refused(server, "the token endpoint answered no access token"))?;
@@ -784,6 +878,7 @@ impl OAuth {
                 client_id: pending.client.client_id.clone(),
                 issued_at_ms: now,
                 authorized_at_ms: now,
+                server_url: pending.client.server_url.clone(),
             };
             let read = match current {
                 // A record that no longer opens is replaced.
@@ -799,7 +894,6 @@ impl OAuth {
                 .await
                 .ok()
                 .flatten()
-                .filter(|(s, _)| !s.scopes.is_empty())
                 .map_or(0, |(s, _)| s.step_ups);
             let status = Status {
                 state: AuthState::Authorized,
@@ -883,6 +977,37 @@ impl OAuth {
         ok
     }
 
+    /// Forgets everything stage D keeps of `server` (tokens, status,
+    /// registered clients, client secret, pending authorizations), after
+    /// asking the authorization server to revoke the grant: the server was
+    /// removed, or its URL, auth or client changed. Best effort; answers
+    /// whether anything was there.
+    pub async fn purge(&self, server: &str) -> bool {
+        let mut any = false;
+        if let Some(t) = self.standing(server, None).await.tokens {
+            self.revoke(server, &t).await;
+        }
+        for key in [
+            tokens::tokens_key(server),
+            status_key(server),
+            records::secret_key(server),
+        ] {
+            any |= self.store.delete(&key).await.unwrap_or(false);
+        }
+        if let Ok(listing) = self.store.list(&records::clients_prefix(server)).await {
+            for kv in listing.kvs {
+                any |= self.store.delete(&kv.key).await.unwrap_or(false);
+            }
+        }
+        if let Ok(ring) = self.ring() {
+            self.drop_pending(ring, server).await;
+        }
+        if any {
+            tracing::info!(%server, "its OAuth records are forgotten");
+        }
+        any
+    }
+
     /// Deletes `server`'s pending authorizations (best effort).
     async fn drop_pending(&self, ring: &KeyRing, server: &str) {
         let Ok(listing) = self.store.list("oauth/pending/").await else {
@@ -904,7 +1029,7 @@ impl OAuth {
     /// clients are kept.
     pub async fn forget(&self, server: &str, admin: &str) -> Result<(), OAuthError> {
         // The generation is kept: the next tokens get a newer one.
-        let standing = self.standing(server).await;
+        let standing = self.standing(server, None).await;
         let generation = standing
             .tokens
             .as_ref()

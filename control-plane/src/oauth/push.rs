@@ -40,8 +40,10 @@ impl Standing {
 }
 
 impl OAuth {
-    /// `server`'s status and tokens as stored now.
-    pub async fn standing(&self, server: &str) -> Standing {
+    /// `server`'s status and tokens as stored now; with `url`, tokens of
+    /// another URL of the server are left out (it needs authorization
+    /// again).
+    pub async fn standing(&self, server: &str, url: Option<&str>) -> Standing {
         let mut s = Standing::default();
         match records::get_status(&self.store, server).await {
             Ok(v) => s.status = v.map(|(v, _)| v),
@@ -54,12 +56,22 @@ impl OAuth {
                 Err(e) => s.problem = Some(e.to_string()),
             },
         }
+        if let Some(url) = url
+            && s.tokens.as_ref().is_some_and(|t| !t.bound_to(url))
+        {
+            s.tokens = None;
+            s.status = None;
+            s.problem = Some(
+                "its URL changed since it was authorized: its tokens are not sent to the new one"
+                    .into(),
+            );
+        }
         s
     }
 
-    /// What `server`'s sidecars hold now.
-    pub async fn access_token(&self, server: &str) -> pb::AccessToken {
-        let s = self.standing(server).await;
+    /// What the sidecars of `server` at `url` hold now.
+    pub async fn access_token(&self, server: &str, url: &str) -> pb::AccessToken {
+        let s = self.standing(server, Some(url)).await;
         let state = s.state();
         match (state, &s.tokens) {
             (AuthState::Authorized, Some(t)) => pb::AccessToken {
@@ -70,11 +82,13 @@ impl OAuth {
                 reason: String::new(),
             },
             _ => {
+                // What a model may read: our own reasons, never text an
+                // authorization server sent (a failed authorization's).
                 let why = s
                     .status
                     .as_ref()
                     .map(|st| st.reason.clone())
-                    .filter(|r| !r.is_empty())
+                    .filter(|r| !r.is_empty() && !r.starts_with("authorization failed"))
                     .or(s.problem.clone());
                 let reason = match state {
                     AuthState::NeedsReauthorization => format!(
@@ -96,9 +110,9 @@ impl OAuth {
         }
     }
 
-    /// `server`'s authorization for the admin API.
-    pub async fn status_pb(&self, server: &str) -> pb::OAuthStatus {
-        let s = self.standing(server).await;
+    /// The authorization of `server` at `url`, for the admin API.
+    pub async fn status_pb(&self, server: &str, url: &str) -> pb::OAuthStatus {
+        let s = self.standing(server, Some(url)).await;
         let state = s.state();
         self.metrics.oauth_state(server, Some(state.as_str()));
         let t = s.tokens.as_ref();
@@ -128,11 +142,12 @@ impl OAuth {
         }
     }
 
-    /// Sends `server`'s access token on `tx` now and whenever it changes,
-    /// until `tx` closes.
+    /// Sends the access token of `server` at `url` on `tx` now and
+    /// whenever it changes, until `tx` closes.
     pub fn push_to(
         self: &std::sync::Arc<Self>,
         server: String,
+        url: String,
         tx: Sender<Result<pb::ControlMessage, tonic::Status>>,
     ) {
         let oauth = self.clone();
@@ -142,7 +157,7 @@ impl OAuth {
             loop {
                 // Watch first, then read: no change is missed between.
                 let watch = oauth.store.watch("oauth/", None).await;
-                let now = oauth.access_token(&server).await;
+                let now = oauth.access_token(&server, &url).await;
                 if last.as_ref() != Some(&now) {
                     tracing::info!(%server, state = %now.state, generation = now.generation, "access token pushed");
                     let msg = pb::ControlMessage {

@@ -48,14 +48,18 @@ pub fn due(t: &Tokens, now: i64) -> bool {
     let Some(exp) = t.expires_at_ms else {
         return false;
     };
-    let life = exp - t.issued_at_ms;
+    let life = exp.saturating_sub(t.issued_at_ms);
     let at = if t.issued_at_ms > 0 && life > 0 {
-        t.issued_at_ms + life * 4 / 5
+        t.issued_at_ms.saturating_add(life / 5 * 4)
     } else {
-        exp - 30_000
+        exp.saturating_sub(30_000)
     };
-    now >= at
+    // Never more often than once a second, whatever the lifetime.
+    now >= at.max(t.issued_at_ms.saturating_add(MIN_INTERVAL_MS))
 }
+
+/// The least time between two refreshes of a server, ms.
+const MIN_INTERVAL_MS: i64 = 1_000;
 
 /// What one look at a server's tokens came to.
 #[derive(Debug, PartialEq, Eq)]
@@ -79,23 +83,57 @@ pub(crate) struct Forced(Mutex<HashMap<String, u64>>);
 pub fn spawn(cp: Arc<ControlPlane>) {
     tokio::spawn(async move {
         let mut backoff: HashMap<String, (Duration, Instant)> = HashMap::new();
+        // One task per server's look, so a slow authorization server delays
+        // no other server, and a look that fails (even by a panic) is
+        // retried with backoff without stopping the refresher.
+        let mut running: HashMap<String, tokio::task::JoinHandle<Outcome>> = HashMap::new();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}
                 _ = cp.oauth.wake.notified() => {}
                 _ = cp.shutdown.cancelled() => return,
             }
+            let finished: Vec<String> = running
+                .iter()
+                .filter(|(_, h)| h.is_finished())
+                .map(|(s, _)| s.clone())
+                .collect();
+            for server in finished {
+                let Some(handle) = running.remove(&server) else {
+                    continue;
+                };
+                let outcome = handle
+                    .await
+                    .unwrap_or_else(|e| Outcome::Failed(format!("the refresh task failed: {e}")));
+                match outcome {
+                    Outcome::Failed(reason) => {
+                        let wait = backoff
+                            .get(&server)
+                            .map_or(Duration::from_secs(1), |(d, _)| {
+                                (*d * 2).min(Duration::from_secs(60))
+                            });
+                        tracing::warn!(%server, error = %reason, retry_in_ms = wait.as_millis() as u64, "token refresh failed; the current token is kept while it lasts");
+                        backoff.insert(server, (wait, Instant::now() + wait));
+                    }
+                    _ => {
+                        backoff.remove(&server);
+                    }
+                }
+            }
             if cp.oauth.ring.is_none() {
                 continue;
             }
             let snap = cp.state.snapshot();
-            let servers: Vec<String> = snap
+            let servers: Vec<(String, String)> = snap
                 .servers
                 .values()
                 .filter(|r| r.spec.auth_kind() == AuthKind::OAuth)
-                .map(|r| r.spec.name.clone())
+                .map(|r| (r.spec.name.clone(), r.spec.url.clone().unwrap_or_default()))
                 .collect();
-            for server in servers {
+            for (server, url) in servers {
+                if running.contains_key(&server) {
+                    continue;
+                }
                 let forced = cp
                     .oauth
                     .forced
@@ -110,20 +148,12 @@ pub fn spawn(cp: Arc<ControlPlane>) {
                 {
                     continue;
                 }
-                match cp.oauth.refresh_once(&server, forced).await {
-                    Outcome::Failed(reason) => {
-                        let wait = backoff
-                            .get(&server)
-                            .map_or(Duration::from_secs(1), |(d, _)| {
-                                (*d * 2).min(Duration::from_secs(60))
-                            });
-                        tracing::warn!(%server, error = %reason, retry_in_ms = wait.as_millis() as u64, "token refresh failed; the current token is kept while it lasts");
-                        backoff.insert(server, (wait, Instant::now() + wait));
-                    }
-                    _ => {
-                        backoff.remove(&server);
-                    }
-                }
+                let oauth = cp.oauth.clone();
+                let name = server.clone();
+                running.insert(
+                    server,
+                    tokio::spawn(async move { oauth.refresh_once(&name, &url, forced).await }),
+                );
             }
         }
     });
@@ -252,8 +282,8 @@ impl OAuth {
 
     /// One look at `server`'s tokens; `forced`: a sidecar reported this
     /// generation refused.
-    async fn refresh_once(&self, server: &str, forced: Option<u64>) -> Outcome {
-        match self.try_refresh(server, forced).await {
+    async fn refresh_once(&self, server: &str, url: &str, forced: Option<u64>) -> Outcome {
+        match self.try_refresh(server, url, forced).await {
             Ok(o) => o,
             Err(e) => Outcome::Failed(e.to_string()),
         }
@@ -262,10 +292,14 @@ impl OAuth {
     async fn try_refresh(
         &self,
         server: &str,
+        url: &str,
         forced: Option<u64>,
     ) -> Result<Outcome, super::flow::OAuthError> {
         let ring = self.ring()?;
-        let tokens = tokens::load(&self.store, ring, server).await?;
+        // Tokens of another URL of the server are not refreshed (nor sent).
+        let tokens = tokens::load(&self.store, ring, server)
+            .await?
+            .filter(|(t, _)| t.bound_to(url));
         let status = records::get_status(&self.store, server)
             .await?
             .map(|(s, _)| s);
@@ -384,7 +418,12 @@ impl OAuth {
             }
             Ok(Err(e)) => {
                 self.metrics.oauth_refresh(server, "failed");
-                Ok(Outcome::Failed(wire::describe(&e)))
+                let hidden = [
+                    t.refresh_token.as_deref().unwrap_or_default(),
+                    t.access_token.as_str(),
+                    client.client_secret.as_deref().unwrap_or_default(),
+                ];
+                Ok(Outcome::Failed(wire::describe_hiding(&e, &hidden)))
             }
             Err(_) => {
                 self.metrics.oauth_refresh(server, "failed");
@@ -394,5 +433,46 @@ impl OAuth {
                 )))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(issued: i64, expires: Option<i64>) -> Tokens {
+        Tokens {
+            access_token: "a".into(),
+            refresh_token: Some("r".into()),
+            expires_at_ms: expires,
+            scopes: vec![],
+            issuer: "https://as.example".into(),
+            resource: "https://mcp.example/mcp".into(),
+            generation: 1,
+            client_id: "c".into(),
+            issued_at_ms: issued,
+            authorized_at_ms: issued,
+            server_url: "https://mcp.example/mcp".into(),
+        }
+    }
+
+    #[test]
+    fn refreshes_are_due_at_80_percent_never_twice_a_second_and_never_overflow() {
+        let t = tokens(10_000, Some(20_000));
+        assert!(!due(&t, 17_999));
+        assert!(due(&t, 18_000));
+        // A lifetime of 0 or less: not before a second has passed.
+        assert!(!due(&tokens(10_000, Some(10_000)), 10_500));
+        assert!(due(&tokens(10_000, Some(10_000)), 11_000));
+        // Extreme values neither panic nor wrap.
+        assert!(!due(&tokens(10_000, Some(i64::MAX)), 20_000));
+        assert!(due(&tokens(i64::MAX, Some(i64::MIN)), i64::MAX));
+        assert!(!due(&tokens(10_000, None), i64::MAX));
+        // What the token endpoint says is bounded before it gets here.
+        assert_eq!(tokens::expiry(Some(0), 5), None);
+        assert_eq!(
+            tokens::expiry(Some(u64::MAX), 5),
+            Some(5 + tokens::MAX_LIFETIME_SEC as i64 * 1000)
+        );
     }
 }

@@ -74,6 +74,19 @@ pub struct Tokens {
     /// When an admin last authorized the server, ms since the epoch.
     #[serde(default)]
     pub authorized_at_ms: i64,
+    /// The server's URL when it was authorized: tokens are used only while
+    /// the server keeps it ([`Tokens::bound_to`]).
+    #[serde(default)]
+    pub server_url: String,
+}
+
+impl Tokens {
+    /// Whether these tokens are for a server at `url` (the URL it was
+    /// authorized at): a server whose URL changed needs authorization
+    /// again, and its old tokens are never sent to the new URL.
+    pub fn bound_to(&self, url: &str) -> bool {
+        self.server_url == url
+    }
 }
 
 impl std::fmt::Debug for Tokens {
@@ -136,6 +149,7 @@ impl Tokens {
             client_id: self.client_id.clone(),
             issued_at_ms: now_ms,
             authorized_at_ms: self.authorized_at_ms,
+            server_url: self.server_url.clone(),
         }
     }
 
@@ -149,9 +163,17 @@ impl Tokens {
 
 /// `expires_in` seconds after `now_ms`, in ms since the epoch.
 pub fn expiry(expires_in: Option<u64>, now_ms: i64) -> Option<i64> {
-    expires_in
-        .map(|s| now_ms.saturating_add(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)))
+    // 0 says nothing usable (refreshed on the server's 401 instead); more
+    // than a year is taken as a year.
+    expires_in.filter(|s| *s > 0).map(|s| {
+        now_ms.saturating_add(
+            i64::try_from(s.min(MAX_LIFETIME_SEC).saturating_mul(1000)).unwrap_or(i64::MAX),
+        )
+    })
 }
+
+/// The longest access-token lifetime taken from an `expires_in`: a year.
+pub const MAX_LIFETIME_SEC: u64 = 365 * 24 * 3600;
 
 /// The stored form: the issuer in the clear (for the binding), the rest
 /// sealed.
@@ -333,6 +355,7 @@ mod tests {
             client_id: "c".into(),
             issued_at_ms: 0,
             authorized_at_ms: 0,
+            server_url: "https://mcp.example/mcp".into(),
         }
     }
 

@@ -239,7 +239,26 @@ impl CredentialStore for Captured {
 /// authorization server's error body may echo what it was sent, so the text
 /// is cut to its first 300 characters.
 pub fn describe(e: &AuthError) -> String {
-    let text = e.to_string();
+    hide(&e.to_string(), &[])
+}
+
+/// [`describe`], with each of `secrets` (a code, a PKCE verifier, a client
+/// secret, a refresh token) replaced by `[redacted]`: an authorization
+/// server's error may echo the request it refused.
+pub fn describe_hiding(e: &AuthError, secrets: &[&str]) -> String {
+    hide(&e.to_string(), secrets)
+}
+
+/// `text` cut to 300 characters with each of `secrets` (4 characters or
+/// more) replaced by `[redacted]`, also in its form-encoded spelling.
+pub fn hide(text: &str, secrets: &[&str]) -> String {
+    let mut text = text.to_owned();
+    for s in secrets.iter().filter(|s| s.len() >= 4) {
+        let encoded: String = url::form_urlencoded::byte_serialize(s.as_bytes()).collect();
+        text = text
+            .replace(*s, "[redacted]")
+            .replace(&encoded, "[redacted]");
+    }
     match text.char_indices().nth(300) {
         Some((i, _)) => format!("{}…", &text[..i]),
         None => text,

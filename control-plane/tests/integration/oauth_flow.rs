@@ -304,6 +304,31 @@ async fn an_admin_authorizes_a_server_and_its_tokens_refresh_rotate_and_get_revo
     let st = oauth_status(&ep).await;
     assert_eq!(st.state, "authorized");
     assert!(st.generation > before, "{st:?} after {before}");
+
+    // Removed and added again, at the same URL: a new server, with
+    // nothing of the old one's grant (revoked at the authorization server).
+    let mut adm = admin(&ep).await.unwrap();
+    let spec = adm
+        .get_server_status(pb::GetServerStatusRequest {
+            name: "stub".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .spec;
+    adm.remove_server(pb::RemoveServerRequest {
+        name: "stub".into(),
+    })
+    .await
+    .expect("RemoveServer");
+    let stats = get_json(&format!("{issuer}/_stats")).await;
+    assert_eq!(stats["families"], 0, "{stats}");
+    let added = adm
+        .add_server(pb::AddServerRequest { spec })
+        .await
+        .expect("AddServer")
+        .into_inner();
+    assert_eq!(added.oauth.unwrap().state, "needs_authorization");
     r.stop(Duration::from_secs(2)).await;
 }
 
@@ -545,6 +570,17 @@ async fn a_replica_killed_mid_refresh_leaves_no_stuck_lock_and_no_second_concurr
     // The next refresh hangs at the authorization server (which has
     // already rotated the token when it starts waiting).
     control(&issuer, json!({"refresh_delay_ms": 6000})).await;
+    let before = get_json(&format!("{issuer}/_stats")).await["token_requests"]["refresh_token"]
+        .as_u64()
+        .unwrap();
+    // A refresh under way: the authorization server got it (and waits).
+    eventually("a delayed refresh under way", LIMIT, || async {
+        let n = get_json(&format!("{issuer}/_stats")).await["token_requests"]["refresh_token"]
+            .as_u64()
+            .unwrap();
+        (n > before).then_some(()).ok_or(format!("{n}"))
+    })
+    .await;
     let etcd_store =
         EtcdStore::connect(EtcdConfig::new([etcd.url.as_str()]).with_root("/switchyard/v1/"))
             .await

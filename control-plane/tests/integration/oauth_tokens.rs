@@ -26,6 +26,7 @@ fn first(generation: u64) -> Tokens {
         client_id: "switchyard".into(),
         issued_at_ms: 0,
         authorized_at_ms: 0,
+        server_url: "https://mcp.example/mcp".into(),
     }
 }
 

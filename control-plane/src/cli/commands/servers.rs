@@ -238,9 +238,19 @@ fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
             "--oauth-* flags need --auth oauth".to_owned(),
         ));
     }
+    // The secret file is read here, on the admin's machine, and sent to be
+    // sealed in the store.
+    let client_secret = match &a.oauth_client_secret_file {
+        Some(f) => switchyard_common::server_spec::load_header_value(
+            "--oauth-client-secret-file",
+            std::path::Path::new(f),
+        )
+        .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?,
+        None => String::new(),
+    };
     let oauth = any_oauth.then(|| pb::OAuthSettings {
         client_id: a.oauth_client_id.clone().unwrap_or_default(),
-        client_secret_file: a.oauth_client_secret_file.clone().unwrap_or_default(),
+        client_secret,
         scopes: a.oauth_scopes.clone(),
         client_metadata_url: a.oauth_client_metadata_url.clone().unwrap_or_default(),
         allow_unadvertised_pkce: a.oauth_allow_unadvertised_pkce,
