@@ -156,10 +156,15 @@ pub fn record_from_request(
             rec.url_domain = url_domain(url)
                 .map_err(|e| InteractionError::Invalid(format!("params_json.url: {e}")))?;
             rec.url = url.to_owned();
+            // 2025-11-25 URL elicitations name themselves (the server's
+            // `notifications/elicitation/complete` refers to it). A
+            // 2026-07-28 `inputRequests` entry (it has a key) has no
+            // `elicitationId` in its schema: the interaction's id stands in.
             rec.elicitation_id = obj
                 .get("elicitationId")
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
+                .or_else(|| (!r.key.is_empty()).then_some(r.interaction_id.as_str()))
                 .ok_or_else(|| {
                     InteractionError::Invalid(
                         "params_json.elicitationId: required (a non-empty string) for a url".into(),
@@ -186,5 +191,42 @@ pub fn url_domain(url: &str) -> Result<String, String> {
     match u.host_str() {
         Some(h) if !h.is_empty() => Ok(h.to_owned()),
         _ => Err(format!("{url:?} has no host")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url_request(key: &str, params: Value) -> InteractRequest {
+        InteractRequest {
+            interaction_id: "i-1".into(),
+            server: "s".into(),
+            session_id: "sess".into(),
+            run_id: String::new(),
+            tool: "t".into(),
+            kind: "url".into(),
+            params_json: params.to_string(),
+            key: key.into(),
+        }
+    }
+
+    #[test]
+    fn a_2026_url_elicitation_needs_no_elicitation_id_and_a_2025_one_does() {
+        let params = json!({"mode": "url", "message": "Sign in", "url": "https://login.example/x"});
+        let rec = record_from_request(
+            &url_request("login", params.clone()),
+            0,
+            Duration::from_secs(1),
+        )
+        .expect("a 2026-07-28 inputRequests entry");
+        assert_eq!(rec.elicitation_id, "i-1");
+        assert_eq!(rec.url_domain, "login.example");
+        let e =
+            record_from_request(&url_request("", params), 0, Duration::from_secs(1)).unwrap_err();
+        assert!(e.to_string().contains("elicitationId"), "{e}");
+        let named = json!({"mode": "url", "message": "m", "url": "https://a.example/", "elicitationId": "e-9"});
+        let rec = record_from_request(&url_request("k", named), 0, Duration::from_secs(1)).unwrap();
+        assert_eq!(rec.elicitation_id, "e-9");
     }
 }

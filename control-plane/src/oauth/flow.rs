@@ -1002,6 +1002,7 @@ impl OAuth {
         if let Ok(ring) = self.ring() {
             self.drop_pending(ring, server).await;
         }
+        self.metrics.oauth_state(server, None);
         if any {
             tracing::info!(%server, "its OAuth records are forgotten");
         }

@@ -37,6 +37,9 @@ use std::time::{Duration, Instant};
 use switchyard_common::server_spec::AuthKind;
 use switchyard_common::time::now_ms;
 
+/// How a status reason left by failing refreshes starts.
+const REFRESH_FAILING: &str = "the access token expired and refreshing it keeps failing";
+
 /// The refresh lock's lease.
 pub const LOCK_TTL: Duration = Duration::from_secs(30);
 
@@ -283,10 +286,47 @@ impl OAuth {
     /// One look at `server`'s tokens; `forced`: a sidecar reported this
     /// generation refused.
     async fn refresh_once(&self, server: &str, url: &str, forced: Option<u64>) -> Outcome {
-        match self.try_refresh(server, url, forced).await {
+        let outcome = match self.try_refresh(server, url, forced).await {
             Ok(o) => o,
             Err(e) => Outcome::Failed(e.to_string()),
+        };
+        if let Outcome::Failed(reason) = &outcome {
+            self.note_failure(server, reason).await;
         }
+        outcome
+    }
+
+    /// Once the access token has expired, a refresh that keeps failing
+    /// shows in the status's reason (the state stays `authorized`: the
+    /// next attempt may work); the next refresh clears it.
+    async fn note_failure(&self, server: &str, reason: &str) {
+        let Ok(ring) = self.ring() else { return };
+        let Ok(Some((t, _))) = tokens::load(&self.store, ring, server).await else {
+            return;
+        };
+        if t.expires_at_ms.is_none_or(|e| e > now_ms()) {
+            return;
+        }
+        let Ok(Some((mut st, rev))) = records::get_status(&self.store, server).await else {
+            return;
+        };
+        let text = format!("{REFRESH_FAILING}: {reason}");
+        if st.state != AuthState::Authorized || st.reason == text {
+            return;
+        }
+        st.reason = text;
+        st.at_ms = now_ms();
+        let _ = self
+            .store
+            .txn(
+                Txn::new()
+                    .when([Compare::mod_revision(status_key(server), rev)])
+                    .and_then([Op::put(
+                        status_key(server),
+                        serde_json::to_vec(&st).expect("a status serialises"),
+                    )]),
+            )
+            .await;
     }
 
     async fn try_refresh(
@@ -384,7 +424,18 @@ impl OAuth {
                     ));
                 };
                 let new = t.rotated(issued, now_ms());
-                match tokens::save(&self.store, ring, server, &new, Some(rev)).await? {
+                // A reason left by failed refreshes goes with them.
+                let mut also = Vec::new();
+                if let Some((mut st, _)) = records::get_status(&self.store, server).await?
+                    && st.reason.starts_with(REFRESH_FAILING)
+                {
+                    st.reason.clear();
+                    also.push(Op::put(
+                        status_key(server),
+                        serde_json::to_vec(&st).expect("a status serialises"),
+                    ));
+                }
+                match tokens::save_with(&self.store, ring, server, &new, Some(rev), also).await? {
                     Some(_) => {
                         self.metrics.oauth_refresh(server, "ok");
                         tracing::info!(%server, generation = new.generation, rotated = new.refresh_token != t.refresh_token, "tokens refreshed");

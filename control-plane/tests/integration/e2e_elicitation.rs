@@ -156,3 +156,91 @@ async fn an_engine_answers_a_server_everything_elicitation_through_the_cli() {
     assert!(open.interactions.is_empty(), "{:?}", open.interactions);
     gw.stop().await;
 }
+
+/// A 2026-07-28 server's URL elicitation (an `inputRequests` entry, which
+/// has no `elicitationId` in that era: the reference server's
+/// `link_account`) reaches the session as a URL card with the full domain;
+/// accepting it resumes the server's request.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_2026_url_elicitation_without_an_elicitation_id_is_asked_and_answered() {
+    let _heavy = HEAVY.lock().await;
+    let servers = format!(
+        "[[servers]]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"--era\", \"2026-07-28\", \"--interactions\"]\n",
+        toml_str(switchyard_test_support::reference_server_bin().to_string_lossy())
+    );
+    let http = start_http_reference_server().await;
+    let gw = Gateway::start_with(
+        StoreKind::Embedded,
+        10,
+        http,
+        &servers,
+        "",
+        &[],
+        &["orders"],
+    )
+    .await;
+    let session = ok_stdout(
+        &gw.cli(&["sessions", "create", "--server", "orders", "--mode", "auto"])
+            .await,
+        "sessions create",
+    )
+    .trim()
+    .to_owned();
+    let mut events = gw
+        .engine()
+        .await
+        .subscribe_events(pb::SubscribeEventsRequest {
+            session_id: session.clone(),
+            background_after_ms: 0,
+        })
+        .await
+        .expect("SubscribeEvents")
+        .into_inner();
+    let mut engine = gw.engine().await;
+    let mut request = call_request("orders__link_account", "{}", &session);
+    request.timeout_ms = 60_000;
+    let call = tokio::spawn(async move { engine.call_tool(request).await });
+    let card = tokio::time::timeout(LIMIT, async {
+        loop {
+            let ev = events
+                .message()
+                .await
+                .expect("events")
+                .expect("events ended");
+            if ev.r#type == "interaction.required" {
+                return serde_json::from_str::<Value>(&ev.data_json).expect("JSON data");
+            }
+        }
+    })
+    .await;
+    let card = match card {
+        Ok(c) => c,
+        Err(_) => {
+            let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), call).await;
+            panic!(
+                "no interaction.required; the call: {outcome:?}\n{}",
+                gw.log()
+            );
+        }
+    };
+    assert_eq!(card["kind"], "url", "{card}");
+    assert_eq!(card["urlDomain"], "accounts.example.com", "{card}");
+    let id = card["id"].as_str().expect("the card's id").to_owned();
+    ok_stdout(
+        &gw.cli(&["answer", "--session", &session, &id, "--accept", "{}"])
+            .await,
+        "answer --accept",
+    );
+    let result = tokio::time::timeout(LIMIT, call)
+        .await
+        .expect("the call returns after the answer")
+        .expect("task")
+        .expect("the call succeeds")
+        .into_inner();
+    assert!(!result.is_error, "{}", result.result_json);
+    assert!(
+        result.result_json.contains("\"linked\":true"),
+        "{}",
+        result.result_json
+    );
+}

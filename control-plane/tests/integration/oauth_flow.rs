@@ -253,6 +253,42 @@ async fn an_admin_authorizes_a_server_and_its_tokens_refresh_rotate_and_get_revo
         assert_eq!(t["resource"], stub.url.as_str(), "{t}");
     }
 
+    // The token endpoint fails for a while: once the token has expired,
+    // the status says so; the next refresh that works clears it.
+    control(
+        &issuer,
+        json!({"fail_refresh": {"status": 503, "count": 1000}}),
+    )
+    .await;
+    let st = eventually("the failing refresh shows", LIMIT, || {
+        let ep = ep.clone();
+        async move {
+            let st = oauth_status(&ep).await;
+            st.reason
+                .contains("refreshing it keeps failing")
+                .then(|| st.clone())
+                .ok_or(format!("{st:?}"))
+        }
+    })
+    .await;
+    assert_eq!(st.state, "authorized", "{st:?}");
+    control(
+        &issuer,
+        json!({"fail_refresh": {"status": 503, "count": 0}}),
+    )
+    .await;
+    eventually("the refresh recovers", LIMIT, || {
+        let ep = ep.clone();
+        let generation = st.generation;
+        async move {
+            let now = oauth_status(&ep).await;
+            (now.generation > generation && now.reason.is_empty())
+                .then_some(())
+                .ok_or(format!("{now:?}"))
+        }
+    })
+    .await;
+
     // Revoked: the next refresh is refused, and the server needs an admin.
     control(&issuer, json!({"revoke_all": true})).await;
     let st = eventually("needs re-authorization", LIMIT, || {
