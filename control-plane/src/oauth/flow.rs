@@ -475,11 +475,7 @@ impl OAuth {
     async fn challenge(&self, spec: &ServerConfig) -> Result<Option<String>, OAuthError> {
         let server = spec.name.as_str();
         let url = spec.url.clone().unwrap_or_default();
-        let client = reqwest::Client::builder()
-            .timeout(HTTP_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| OAuthError::Store(e.to_string()))?;
+        let client = &self.http;
         let modern = spec.era == "2026-07-28";
         let info = json!({"name": "switchyard", "version": env!("CARGO_PKG_VERSION")});
         let meta = json!({"_meta": {
@@ -700,11 +696,7 @@ impl OAuth {
                 };
                 let _ = self
                     .store
-                    .put(
-                        &status_key(&server),
-                        serde_json::to_vec(&status).expect("a status serialises"),
-                        None,
-                    )
+                    .txn(Txn::new().and_then([status.put(&server)]))
                     .await;
                 self.audit.record(json!({
                     "kind": "oauth.authorization_failed",
@@ -903,10 +895,7 @@ impl OAuth {
                 at_ms: now,
                 step_ups,
             };
-            let also = vec![Op::put(
-                status_key(server),
-                serde_json::to_vec(&status).expect("a status serialises"),
-            )];
+            let also = vec![status.put(server)];
             if tokens::save_with(&self.store, ring, server, &new, read, also)
                 .await?
                 .is_some()
@@ -943,15 +932,8 @@ impl OAuth {
             Some(r) => (r.as_str(), "refresh_token"),
             None => (t.access_token.as_str(), "access_token"),
         };
-        let Ok(http) = reqwest::Client::builder()
-            .timeout(HTTP_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-        else {
-            return false;
-        };
         let mut form = vec![("token", token), ("token_type_hint", hint)];
-        let mut req = http.post(endpoint);
+        let mut req = self.http.post(endpoint);
         match &client.client_secret {
             Some(secret) => {
                 req = req.basic_auth(
@@ -1052,13 +1034,7 @@ impl OAuth {
             step_ups: 0,
         };
         self.store
-            .txn(Txn::new().and_then([
-                Op::delete(tokens::tokens_key(server)),
-                Op::put(
-                    status_key(server),
-                    serde_json::to_vec(&status).expect("a status serialises"),
-                ),
-            ]))
+            .txn(Txn::new().and_then([Op::delete(tokens::tokens_key(server)), status.put(server)]))
             .await?;
         self.audit.record(json!({
             "kind": "oauth.forgotten",

@@ -53,6 +53,9 @@ pub struct OAuth {
     pub(crate) forced: refresh::Forced,
     /// This replica's id, written into the refresh locks it holds.
     pub(crate) holder: String,
+    /// Our own requests (the challenge probe, revocation): bounded by
+    /// [`flow::HTTP_TIMEOUT`], no redirects followed.
+    pub(crate) http: reqwest::Client,
 }
 
 impl std::fmt::Debug for OAuth {
@@ -91,6 +94,11 @@ impl OAuth {
             base_url: RwLock::new(String::new()),
             wake: tokio::sync::Notify::new(),
             forced: refresh::Forced::default(),
+            http: reqwest::Client::builder()
+                .timeout(flow::HTTP_TIMEOUT)
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default(),
             holder: format!(
                 "{}-{}",
                 std::process::id(),

@@ -20,7 +20,7 @@
 //! another record. `Debug` of every type here hides secrets.
 
 use super::keyring::{KeyRing, SealError};
-use crate::store::{Revision, Store, StoreError};
+use crate::store::{Op, Revision, Store, StoreError};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -113,6 +113,16 @@ pub struct Status {
     /// server that keeps answering `insufficient_scope` does not loop.
     #[serde(default)]
     pub step_ups: u32,
+}
+
+impl Status {
+    /// The write of this status as `server`'s (`oauth/status/<server>`).
+    pub fn put(&self, server: &str) -> Op {
+        Op::put(
+            status_key(server),
+            serde_json::to_vec(self).expect("a status serialises"),
+        )
+    }
 }
 
 /// How Switchyard's client was registered with an authorization server.

@@ -29,7 +29,7 @@ use super::records::{self, AuthState, Client, Status, client_key, status_key};
 use super::tokens::{self, RefreshLock, Tokens, still_current};
 use super::wire::{self, Captured};
 use crate::ControlPlane;
-use crate::store::{Compare, Op, Revision, Store, Txn};
+use crate::store::{Compare, Revision, Store, Txn};
 use rmcp::transport::auth::AuthError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -271,10 +271,7 @@ impl OAuth {
             .txn(
                 Txn::new()
                     .when([Compare::mod_revision(tokens::tokens_key(server), rev)])
-                    .and_then([Op::put(
-                        status_key(server),
-                        serde_json::to_vec(status).expect("a status serialises"),
-                    )]),
+                    .and_then([status.put(server)]),
             )
             .await?;
         if r.succeeded {
@@ -321,10 +318,7 @@ impl OAuth {
             .txn(
                 Txn::new()
                     .when([Compare::mod_revision(status_key(server), rev)])
-                    .and_then([Op::put(
-                        status_key(server),
-                        serde_json::to_vec(&st).expect("a status serialises"),
-                    )]),
+                    .and_then([st.put(server)]),
             )
             .await;
     }
@@ -430,10 +424,7 @@ impl OAuth {
                     && st.reason.starts_with(REFRESH_FAILING)
                 {
                     st.reason.clear();
-                    also.push(Op::put(
-                        status_key(server),
-                        serde_json::to_vec(&st).expect("a status serialises"),
-                    ));
+                    also.push(st.put(server));
                 }
                 match tokens::save_with(&self.store, ring, server, &new, Some(rev), also).await? {
                     Some(_) => {

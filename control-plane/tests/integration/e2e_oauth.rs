@@ -16,42 +16,15 @@
 //! - no access token, refresh token or client secret appears in any log
 //!   line, metric, audit record, CLI output or API answer of the run.
 
+use crate::common::oauth::*;
 use crate::common::*;
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 use std::time::Duration;
 use switchyard_proto::v1 as pb;
-use switchyard_test_support::{HttpServer, start_http_server, stub_script};
 use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
-
-async fn start_as(env: &[(&str, &str)]) -> HttpServer {
-    let mut cmd = Command::new("python3");
-    cmd.arg(stub_script("oauth_as.py"));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    start_http_server(cmd, "").await
-}
-
-async fn get_json(url: &str) -> Value {
-    reqwest::get(url).await.unwrap().json().await.unwrap()
-}
-
-/// The browser: the authorization server approves at once; its redirect
-/// is followed to the callback.
-async fn browse(url: &str) -> (u16, String) {
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let r = client.get(url).send().await.expect("GET /authorize");
-    assert_eq!(r.status().as_u16(), 302);
-    let location = r.headers()["location"].to_str().unwrap().to_owned();
-    let r = reqwest::get(&location).await.expect("GET the callback");
-    (r.status().as_u16(), r.text().await.unwrap())
-}
 
 async fn oauth_state(gw: &Gateway) -> pb::OAuthStatus {
     gw.admin()
@@ -92,10 +65,7 @@ async fn an_admin_authorizes_an_oauth_server_from_the_cli_and_no_token_leaks() {
     switchyard_common::tls::install_crypto_provider();
     let as_ = start_as(&[("OAUTH_AS_TOKEN_TTL", "4")]).await;
     let issuer = as_.url.trim_end_matches('/').to_owned();
-    let mut cmd = Command::new("python3");
-    cmd.arg(stub_script("http_stub.py"))
-        .env("STUB_HTTP_OAUTH_AS", &issuer);
-    let stub = start_http_server(cmd, "/mcp").await;
+    let stub = start_protected(&issuer).await;
     let servers = format!(
         "[[servers]]\nname = \"stub\"\ntransport = \"http\"\nurl = {}\nauth = \"oauth\"\n",
         toml_str(&stub.url)

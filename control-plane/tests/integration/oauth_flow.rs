@@ -19,59 +19,21 @@
 //!   `resource` parameter, and a resource metadata naming another
 //!   resource.
 
+use crate::common::oauth::*;
 use crate::common::*;
-use serde_json::{Value, json};
-use std::path::Path;
+use serde_json::json;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use switchyard_control_plane::config::Config;
 use switchyard_control_plane::server::{self, Running};
 use switchyard_proto::v1 as pb;
-use switchyard_test_support::{HttpServer, start_etcd, start_http_server, stub_script};
+use switchyard_test_support::{start_etcd, start_http_server, stub_script};
 use tokio::process::Command;
 
-/// The mock authorization server, with `env` knobs (`OAUTH_AS_*`).
-async fn start_as(env: &[(&str, &str)]) -> HttpServer {
-    switchyard_common::tls::install_crypto_provider();
-    let mut cmd = Command::new("python3");
-    cmd.arg(stub_script("oauth_as.py"));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    start_http_server(cmd, "").await
-}
-
-/// The protected MCP stub whose tokens `issuer` issues.
-async fn start_protected(issuer: &str) -> HttpServer {
-    let mut cmd = Command::new("python3");
-    cmd.arg(stub_script("http_stub.py"))
-        .env("STUB_HTTP_OAUTH_AS", issuer);
-    start_http_server(cmd, "/mcp").await
-}
-
-/// GET `base` + `path` (JSON).
-async fn get_json(url: &str) -> Value {
-    reqwest::get(url)
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-        .json()
-        .await
-        .expect("JSON")
-}
-
-/// POST a knob change to the mock authorization server.
-async fn control(issuer: &str, knobs: Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{issuer}/_control"))
-        .json(&knobs)
-        .send()
-        .await
-        .expect("POST /_control");
-    assert!(r.status().is_success(), "{}", r.status());
-}
-
-/// A replica in this process: a token encryption key in `dir`, `store`,
-/// and `servers` (`[[servers]]` tables).
-async fn replica(dir: &Path, name: &str, store: &StoreKind, servers: &str) -> Running {
+/// Writes `NAME.toml` in `dir`: free ports, a token encryption key in
+/// `dir`, `store`, and `servers` (`[[servers]]` tables). Answers the file
+/// and its gRPC port.
+fn write_config(dir: &Path, name: &str, store: &StoreKind, servers: &str) -> (PathBuf, u16) {
     let key = dir.join("token.key");
     if !key.exists() {
         std::fs::write(&key, [42u8; 32]).unwrap();
@@ -80,9 +42,25 @@ async fn replica(dir: &Path, name: &str, store: &StoreKind, servers: &str) -> Ru
         "token_encryption_key_file = {}\n{servers}",
         toml_str(key.to_string_lossy())
     );
-    let (text, _, _) = config_text(dir, store, 2, &store_extra);
+    let (text, grpc, _) = config_text(dir, store, 2, &store_extra);
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
+    (path, grpc)
+}
+
+/// A replica in this process on the embedded store of a new temporary
+/// directory, with `servers`; answers the directory (keep it), the
+/// replica and its gRPC endpoint.
+async fn embedded_replica(servers: &str) -> (tempfile::TempDir, Running, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let r = replica(dir.path(), "a", &StoreKind::Embedded, servers).await;
+    let ep = format!("http://{}", r.grpc_addr);
+    (dir, r, ep)
+}
+
+/// A replica in this process on [`write_config`]'s file.
+async fn replica(dir: &Path, name: &str, store: &StoreKind, servers: &str) -> Running {
+    let (path, _) = write_config(dir, name, store, servers);
     let config = Config::load(&path).expect("a valid config");
     server::start(&config, true).await.expect("replica starts")
 }
@@ -106,30 +84,6 @@ async fn oauth_status(endpoint: &str) -> pb::OAuthStatus {
         .into_inner()
         .oauth
         .expect("an oauth server has an oauth status")
-}
-
-/// What a browser does with an authorization URL: the authorization
-/// server approves at once and redirects; the redirect is followed to the
-/// callback. Answers the callback's status and page.
-async fn browse(url: &str) -> (u16, String) {
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let r = client.get(url).send().await.expect("GET /authorize");
-    assert_eq!(
-        r.status().as_u16(),
-        302,
-        "{}",
-        r.text().await.unwrap_or_default()
-    );
-    let location = r.headers()["location"].to_str().unwrap().to_owned();
-    callback(&location).await
-}
-
-async fn callback(location: &str) -> (u16, String) {
-    let r = reqwest::get(location).await.expect("GET the callback");
-    (r.status().as_u16(), r.text().await.unwrap())
 }
 
 async fn authorize(endpoint: &str) -> Result<pb::AuthorizeServerResponse, tonic::Status> {
@@ -157,15 +111,7 @@ async fn an_admin_authorizes_a_server_and_its_tokens_refresh_rotate_and_get_revo
     let as_ = start_as(&[("OAUTH_AS_TOKEN_TTL", "3")]).await;
     let issuer = as_.url.trim_end_matches('/').to_owned();
     let stub = start_protected(&issuer).await;
-    let dir = tempfile::tempdir().unwrap();
-    let r = replica(
-        dir.path(),
-        "a",
-        &StoreKind::Embedded,
-        &oauth_server(&stub.url, ""),
-    )
-    .await;
-    let ep = format!("http://{}", r.grpc_addr);
+    let (_dir, r, ep) = embedded_replica(&oauth_server(&stub.url, "")).await;
 
     let before = oauth_status(&ep).await;
     assert_eq!(before.state, "needs_authorization");
@@ -434,20 +380,11 @@ async fn two_replicas_on_etcd_refresh_one_server_without_replaying_a_token() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unsafe_or_unusable_authorization_servers_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-
     // No code_challenge_methods_supported: refused, unless overridden.
     let as_ = start_as(&[("OAUTH_AS_OMIT_PKCE_METHODS", "1")]).await;
     let issuer = as_.url.trim_end_matches('/').to_owned();
     let stub = start_protected(&issuer).await;
-    let r = replica(
-        dir.path(),
-        "a",
-        &StoreKind::Embedded,
-        &oauth_server(&stub.url, ""),
-    )
-    .await;
-    let ep = format!("http://{}", r.grpc_addr);
+    let (_dir, r, ep) = embedded_replica(&oauth_server(&stub.url, "")).await;
     let e = authorize(&ep).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
     assert!(
@@ -464,18 +401,11 @@ async fn unsafe_or_unusable_authorization_servers_are_refused() {
     assert_eq!(stats["registrations"], 0, "nothing registered: {stats}");
     r.stop(Duration::from_secs(2)).await;
 
-    let dir = tempfile::tempdir().unwrap();
-    let r = replica(
-        dir.path(),
-        "a",
-        &StoreKind::Embedded,
-        &oauth_server(
-            &stub.url,
-            "[servers.oauth]\nallow_unadvertised_pkce = true\n",
-        ),
-    )
+    let (_dir, r, ep) = embedded_replica(&oauth_server(
+        &stub.url,
+        "[servers.oauth]\nallow_unadvertised_pkce = true\n",
+    ))
     .await;
-    let ep = format!("http://{}", r.grpc_addr);
     let started = authorize(&ep).await.expect("overridden");
     assert_eq!(
         param(&started.authorization_url, "code_challenge_method").as_deref(),
@@ -488,15 +418,7 @@ async fn unsafe_or_unusable_authorization_servers_are_refused() {
     let as_ = start_as(&[("OAUTH_AS_ISS", "wrong")]).await;
     let issuer = as_.url.trim_end_matches('/').to_owned();
     let stub = start_protected(&issuer).await;
-    let dir = tempfile::tempdir().unwrap();
-    let r = replica(
-        dir.path(),
-        "a",
-        &StoreKind::Embedded,
-        &oauth_server(&stub.url, ""),
-    )
-    .await;
-    let ep = format!("http://{}", r.grpc_addr);
+    let (_dir, r, ep) = embedded_replica(&oauth_server(&stub.url, "")).await;
     let started = authorize(&ep).await.expect("AuthorizeServer");
     let (code, page) = browse(&started.authorization_url).await;
     assert_eq!(code, 400, "{page}");
@@ -514,15 +436,7 @@ async fn unsafe_or_unusable_authorization_servers_are_refused() {
     let as_ = start_as(&[("OAUTH_AS_REJECT_RESOURCE", "1")]).await;
     let issuer = as_.url.trim_end_matches('/').to_owned();
     let stub = start_protected(&issuer).await;
-    let dir = tempfile::tempdir().unwrap();
-    let r = replica(
-        dir.path(),
-        "a",
-        &StoreKind::Embedded,
-        &oauth_server(&stub.url, ""),
-    )
-    .await;
-    let ep = format!("http://{}", r.grpc_addr);
+    let (_dir, r, ep) = embedded_replica(&oauth_server(&stub.url, "")).await;
     let started = authorize(&ep).await.expect("AuthorizeServer");
     let (code, page) = browse(&started.authorization_url).await;
     assert_eq!(code, 400, "{page}");
@@ -541,15 +455,7 @@ async fn unsafe_or_unusable_authorization_servers_are_refused() {
         "/mcp",
     )
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let r = replica(
-        dir.path(),
-        "a",
-        &StoreKind::Embedded,
-        &oauth_server(&plain.url, ""),
-    )
-    .await;
-    let ep = format!("http://{}", r.grpc_addr);
+    let (_dir, r, ep) = embedded_replica(&oauth_server(&plain.url, "")).await;
     let e = authorize(&ep).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
     assert!(e.message().contains("stub"), "{}", e.message());
@@ -564,17 +470,7 @@ async fn replica_process(
     store: &StoreKind,
     servers: &str,
 ) -> (Proc, String) {
-    let key = dir.join("token.key");
-    if !key.exists() {
-        std::fs::write(&key, [42u8; 32]).unwrap();
-    }
-    let store_extra = format!(
-        "token_encryption_key_file = {}\n{servers}",
-        toml_str(key.to_string_lossy())
-    );
-    let (text, grpc, _) = config_text(dir, store, 2, &store_extra);
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text).unwrap();
+    let (path, grpc) = write_config(dir, name, store, servers);
     let mut cmd = Command::new(control_plane_bin());
     cmd.arg("--config").arg(&path).env("SWITCHYARD_LOG", "info");
     let (proc, _) = Proc::start(

@@ -13,6 +13,7 @@
 //! - `/proc` helpers to find `up`'s sidecar children.
 
 pub mod background;
+pub mod oauth;
 
 use serde_json::Value;
 use std::collections::HashMap;
