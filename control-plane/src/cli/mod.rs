@@ -29,6 +29,10 @@ pub use crate::server::EXIT_USAGE;
 /// Exit status when the control plane is unreachable (EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;
 
+/// The `--help` heading of the connection flags (`--endpoint`, the
+/// credentials), shown apart from each command's own flags.
+const CONNECTION: &str = "Connection (commands that talk to a control plane)";
+
 /// `switchyard`.
 #[derive(Debug, Parser)]
 #[command(
@@ -41,6 +45,7 @@ pub struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = CONNECTION,
         env = "SWITCHYARD_ENDPOINT",
         default_value = "http://127.0.0.1:7700"
     )]
@@ -50,18 +55,26 @@ pub struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = CONNECTION,
         env = "SWITCHYARD_TOKEN_FILE",
         value_name = "FILE"
     )]
     pub token_file: Option<PathBuf>,
     /// PEM CA file that signed the control plane's certificate (for an
     /// https:// endpoint).
-    #[arg(long, global = true, env = "SWITCHYARD_CA_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = CONNECTION,
+        env = "SWITCHYARD_CA_FILE",
+        value_name = "FILE"
+    )]
     pub ca_file: Option<PathBuf>,
     /// PEM client certificate for mTLS (with --key-file).
     #[arg(
         long,
         global = true,
+        help_heading = CONNECTION,
         env = "SWITCHYARD_CERT_FILE",
         value_name = "FILE",
         requires = "key_file"
@@ -71,6 +84,7 @@ pub struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = CONNECTION,
         env = "SWITCHYARD_KEY_FILE",
         value_name = "FILE",
         requires = "cert_file"
@@ -104,7 +118,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Call a tool by its engine-visible name.
+    /// Call a tool by its engine-visible name. With `--session`, while the
+    /// call waits for an approval or another interaction, stderr says so
+    /// (with the interaction's id and how to answer it).
     Call {
         /// Engine-visible tool name (see `switchyard tools`).
         tool: String,
@@ -194,7 +210,9 @@ pub enum Command {
     /// Manage sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
-    /// Follow a session's events (interactions are shown as cards).
+    /// Follow a session's events (interactions are shown as cards), with
+    /// UTC times. Says on stderr once it is subscribed, and subscribes
+    /// again (to another replica) when its replica stops.
     Events {
         /// The session.
         #[arg(long)]
@@ -268,10 +286,16 @@ pub enum ServersCommand {
         /// Its name.
         name: String,
     },
-    /// Show one server's status (with its tools).
+    /// Show one server's status (with its tools) as a card: state, era,
+    /// transport, sidecars, counts, OAuth, tools. `--json` prints the JSON
+    /// this command printed before it had a card.
     Status {
         /// Its name.
         name: String,
+        /// Print JSON (the shape of `servers list --json`'s entries, plus
+        /// `tools` as `servers tools --json` lists them).
+        #[arg(long)]
+        json: bool,
     },
     /// Authorize an `auth = oauth` server: prints the URL to open in a
     /// browser, waits for the authorization to finish, and prints the
@@ -298,6 +322,12 @@ pub enum ServersCommand {
     },
     /// List a server's tools: engine name, title, effective hints and
     /// where they come from, policy.
+    ///
+    /// A hint marked `*` is an administrator's override (`switchyard hints
+    /// set`); `~` is the spec's default, the server did not declare it;
+    /// unmarked, the server declared it. `(set)` after the policy: an
+    /// administrator set it (`switchyard policy set`). `hints` and `policy`
+    /// take the tool's name on the server or the engine name shown here.
     Tools {
         /// Its name.
         name: String,
@@ -314,7 +344,8 @@ pub enum HintsCommand {
     Set {
         /// The server.
         server: String,
-        /// The tool's name on the server.
+        /// The tool's name on the server, or its engine name (as `servers
+        /// tools` shows it).
         tool: String,
         /// readOnlyHint.
         #[arg(long, value_name = "BOOL")]
@@ -330,7 +361,8 @@ pub enum HintsCommand {
     Clear {
         /// The server.
         server: String,
-        /// The tool's name on the server.
+        /// The tool's name on the server, or its engine name (as `servers
+        /// tools` shows it).
         tool: String,
     },
 }
@@ -342,7 +374,8 @@ pub enum PolicyCommand {
     Set {
         /// The server.
         server: String,
-        /// The tool's name on the server.
+        /// The tool's name on the server, or its engine name (as `servers
+        /// tools` shows it).
         tool: String,
         /// default, confirm or disabled (omitted: keep the current one;
         /// then give --background).
@@ -357,7 +390,8 @@ pub enum PolicyCommand {
     Clear {
         /// The server.
         server: String,
-        /// The tool's name on the server.
+        /// The tool's name on the server, or its engine name (as `servers
+        /// tools` shows it).
         tool: String,
     },
 }
@@ -449,6 +483,14 @@ pub struct ServerArgs {
     /// auto, 2026-07-28 or 2025-11-25.
     #[arg(long, default_value = "auto")]
     pub era: String,
+    /// Return as soon as the server is added, without waiting for it to
+    /// come up.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait for the server to come up, seconds (an oauth
+    /// server is not waited for: it needs authorization first).
+    #[arg(long, default_value_t = 10, value_name = "SEC")]
+    pub timeout: u64,
 }
 
 /// `switchyard sessions ...`.

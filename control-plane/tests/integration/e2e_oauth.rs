@@ -286,7 +286,10 @@ async fn an_admin_authorizes_an_oauth_server_from_the_cli_and_no_token_leaks() {
     // Nothing secret anywhere: every token and client secret the
     // authorization server issued, searched in every output of the run.
     let listed = ok_stdout(&gw.cli(&["servers", "list", "--json"]).await, "list");
-    let shown = ok_stdout(&gw.cli(&["servers", "status", "stub"]).await, "status");
+    let shown = ok_stdout(
+        &gw.cli(&["servers", "status", "stub", "--json"]).await,
+        "status",
+    );
     let shown_json: Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(
         shown_json["oauth"]["state"], "needs_reauthorization",

@@ -291,7 +291,10 @@ async fn operators_change_hints_and_policies_and_engines_follow() {
     assert_eq!(resp.text, "hi");
 
     // `servers status` shows the policies; the audit has the calls.
-    let status = ok_json(&gw.cli(&["servers", "status", "orders"]).await, "status");
+    let status = ok_json(
+        &gw.cli(&["servers", "status", "orders", "--json"]).await,
+        "status",
+    );
     let echo = status["tools"]
         .as_array()
         .unwrap()

@@ -323,7 +323,7 @@ async fn replicas_share_sessions_and_sidecars_and_survive_one_dying() {
     use_session(&b, &session_a).await;
     use_session(&b, &session_b).await;
     let status = ok_json(
-        &cli(&b, &["servers", "status", "orders"]).await,
+        &cli(&b, &["servers", "status", "orders", "--json"]).await,
         "servers status",
     );
     assert_eq!(status["state"], "up", "{status}");

@@ -76,7 +76,7 @@ async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
         "servers list",
     );
     let cli_status = ok_stdout(
-        &gw.cli(&["servers", "status", "stub"]).await,
+        &gw.cli(&["servers", "status", "stub", "--json"]).await,
         "servers status",
     );
     let (_, metrics) = http_get(&gw.http_addr, "/metrics").await;

@@ -234,7 +234,7 @@ async fn a_sidecar_drains_in_flight_calls_then_stops_its_server_on_sigterm() {
     let status = wait_sidecar_state(&s.endpoint, "stub-1", "draining").await;
     assert_eq!(status.state, "draining", "{status:?}");
     let cli = ok_json(
-        &cli(&s.endpoint, &["servers", "status", "stub"]).await,
+        &cli(&s.endpoint, &["servers", "status", "stub", "--json"]).await,
         "servers status",
     );
     assert_eq!(cli["sidecars"][0]["upstreamState"], "draining", "{cli:#}");

@@ -275,7 +275,8 @@ async fn gateway_serves_all_three(store: StoreKind) {
         assert!(s["serverInfo"]["name"].is_string(), "{s}");
     }
     let status = ok_json(
-        &gw.cli(&["servers", "status", "orders-http"]).await,
+        &gw.cli(&["servers", "status", "orders-http", "--json"])
+            .await,
         "servers status",
     );
     assert_eq!(status["state"], "up", "{status}");

@@ -25,6 +25,7 @@ mod e2e_auth;
 mod e2e_background;
 mod e2e_call_stream;
 mod e2e_cancel;
+mod e2e_cli;
 mod e2e_config;
 mod e2e_elicitation;
 mod e2e_engines;

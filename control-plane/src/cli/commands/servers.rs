@@ -1,13 +1,23 @@
-//! `switchyard servers list|add|remove|status|tools`: the servers behind
-//! the gateway, through the admin API.
+//! `switchyard servers list|add|remove|status|authorize|deauthorize|tools`:
+//! the servers behind the gateway, through the admin API. `add` and
+//! `authorize` wait (bounded) for the server to come up ([`wait_up`]) and
+//! print the state it reached; `status` prints a card, or with `--json`
+//! the JSON shape of `servers list --json` plus its tools.
 
 use crate::cli::connect::Remote;
+use crate::cli::render::cards::render_server;
 use crate::cli::render::json::{server_tool_json, status_json};
 use crate::cli::render::tables::{server_tools_table, servers_table};
-use crate::cli::render::{out, print_json, print_list};
+use crate::cli::render::{out, print_json, print_lines, print_list};
 use crate::cli::{EXIT_USAGE, Failure, ServerArgs, ServersCommand};
 use std::collections::HashMap;
+use std::time::Duration;
+use switchyard_common::tls::AuthChannel;
 use switchyard_proto::v1 as pb;
+use switchyard_proto::v1::admin_service_client::AdminServiceClient;
+
+/// An admin API client.
+type Admin = AdminServiceClient<AuthChannel>;
 
 /// Runs one `servers` subcommand.
 pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure> {
@@ -21,13 +31,26 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
             print_list(json, "servers", &resp.servers, status_json, servers_table);
         }
         ServersCommand::Add(a) => {
+            let (no_wait, timeout) = (a.no_wait, a.timeout);
             let spec = spec(*a)?;
             let status = client
                 .add_server(pb::AddServerRequest { spec: Some(spec) })
                 .await?
                 .into_inner();
             let spec = status.spec.unwrap_or_default();
-            out!("added {} ({})", spec.name, status.state);
+            // An oauth server cannot come up before it is authorized.
+            let state = if no_wait || spec.auth == "oauth" {
+                status.state
+            } else {
+                wait_up(&mut client, &spec.name, Duration::from_secs(timeout)).await?
+            };
+            out!("added {} ({state})", spec.name);
+            if !no_wait && spec.auth != "oauth" && state != "up" {
+                eprintln!(
+                    "({} is not up after {timeout} s: see switchyard servers status {})",
+                    spec.name, spec.name
+                );
+            }
             if spec.auth == "oauth" {
                 out!(
                     "authorize it before use: switchyard servers authorize {}",
@@ -41,7 +64,7 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
                 .await?;
             out!("removed {name}");
         }
-        ServersCommand::Status { name } => {
+        ServersCommand::Status { name, json } => {
             let s = client
                 .get_server_status(pb::GetServerStatusRequest { name: name.clone() })
                 .await?
@@ -50,9 +73,13 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
                 .list_server_tools(pb::ListServerToolsRequest { server: name })
                 .await?
                 .into_inner();
-            let mut v = status_json(&s);
-            v["tools"] = tools.tools.iter().map(server_tool_json).collect();
-            print_json(&v);
+            if json {
+                let mut v = status_json(&s);
+                v["tools"] = tools.tools.iter().map(server_tool_json).collect();
+                print_json(&v);
+            } else {
+                print_lines(render_server(&s, &tools.tools));
+            }
         }
         ServersCommand::Authorize {
             name,
@@ -91,9 +118,7 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
 /// time) until the server is authorized anew or the authorization failed,
 /// and prints the new status.
 async fn authorize(
-    client: &mut switchyard_proto::v1::admin_service_client::AdminServiceClient<
-        switchyard_common::tls::AuthChannel,
-    >,
+    client: &mut Admin,
     name: &str,
     scopes: Vec<String>,
     no_wait: bool,
@@ -159,18 +184,7 @@ async fn authorize(
             );
             if done {
                 // The sidecars connect once they have the token: a moment.
-                let mut state = s.state.clone();
-                for _ in 0..20 {
-                    if state == "up" {
-                        break;
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-                    state = client
-                        .get_server_status(pb::GetServerStatusRequest { name: name.into() })
-                        .await?
-                        .into_inner()
-                        .state;
-                }
+                let state = wait_up(client, name, Duration::from_secs(5)).await?;
                 out!("server {name} is {state}");
                 return Ok(());
             }
@@ -183,6 +197,24 @@ async fn authorize(
                 },
             ));
         }
+    }
+}
+
+/// Waits until server `name` is `up`, for at most `limit` (polling its
+/// status every 250 ms), and returns the state it reached: `up`, or the
+/// last one seen when the time is over.
+async fn wait_up(client: &mut Admin, name: &str, limit: Duration) -> Result<String, Failure> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let state = client
+            .get_server_status(pb::GetServerStatusRequest { name: name.into() })
+            .await?
+            .into_inner()
+            .state;
+        if state == "up" || tokio::time::Instant::now() >= deadline {
+            return Ok(state);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

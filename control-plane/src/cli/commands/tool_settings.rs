@@ -4,13 +4,69 @@
 //! or `disabled`, and `--background` says when the tool's calls move to the
 //! background (`always`, `auto`). Each prints the tool's line as `servers
 //! tools` shows it.
+//!
+//! The tool is named by its name on the server or by its engine name (the
+//! one `servers tools` and `tools` show, `everything__echo`): the latter
+//! is mapped to the former through `ListServerTools`, saying so on stderr.
+//! A name the server's tools have neither way is sent as given, and the
+//! refusal says where to find the names.
 
 use crate::cli::connect::Remote;
 use crate::cli::render::out;
 use crate::cli::render::tables::server_tool_line;
 use crate::cli::{EXIT_USAGE, Failure, HintsCommand, PolicyCommand};
 use crate::model::{BackgroundMode, ToolPolicy};
+use switchyard_common::tls::AuthChannel;
 use switchyard_proto::v1 as pb;
+use switchyard_proto::v1::admin_service_client::AdminServiceClient;
+
+/// The tool's name on `server` for `tool`, as the user gave it: itself
+/// when the server has a tool of that name, the upstream name of the tool
+/// whose engine name it is (said on stderr), else itself (`known` false).
+async fn upstream_name(
+    client: &mut AdminServiceClient<AuthChannel>,
+    server: &str,
+    tool: String,
+) -> (String, bool) {
+    let Ok(resp) = client
+        .list_server_tools(pb::ListServerToolsRequest {
+            server: server.to_owned(),
+        })
+        .await
+    else {
+        // The set itself says what is wrong (an unknown server...).
+        return (tool, true);
+    };
+    let tools = resp.into_inner().tools;
+    if tools.iter().any(|t| t.upstream_name == tool) {
+        return (tool, true);
+    }
+    match tools.iter().find(|t| t.name == tool) {
+        Some(t) => {
+            eprintln!(
+                "({tool} is the engine name of {server}'s tool {})",
+                t.upstream_name
+            );
+            (t.upstream_name.clone(), true)
+        }
+        None => (tool, false),
+    }
+}
+
+/// `failure` of a request for a tool the server's list has under neither
+/// name: says where the names are.
+fn unknown_tool(failure: Failure, server: &str, known: bool) -> Failure {
+    if known {
+        return failure;
+    }
+    Failure::new(
+        failure.code,
+        format!(
+            "{}\n(`switchyard servers tools {server}` lists its tools; give the name on the server or the engine name)",
+            failure.message
+        ),
+    )
+}
 
 /// A `hints` or a `policy` subcommand.
 #[derive(Debug)]
@@ -40,20 +96,27 @@ pub async fn apply(remote: &Remote, setting: ToolSetting) -> Result<(), Failure>
                     "hints set: give at least one of --read-only, --destructive, --idempotent",
                 ));
             }
+            let (tool, known) = upstream_name(&mut client, &server, tool).await;
             client
                 .set_tool_hints(pb::SetToolHintsRequest {
-                    server,
+                    server: server.clone(),
                     tool,
                     read_only_hint: read_only,
                     destructive_hint: destructive,
                     idempotent_hint: idempotent,
                 })
-                .await?
+                .await
+                .map_err(|e| unknown_tool(e.into(), &server, known))?
         }
         ToolSetting::Hints(HintsCommand::Clear { server, tool }) => {
+            let (tool, known) = upstream_name(&mut client, &server, tool).await;
             client
-                .clear_tool_hints(pb::ClearToolHintsRequest { server, tool })
-                .await?
+                .clear_tool_hints(pb::ClearToolHintsRequest {
+                    server: server.clone(),
+                    tool,
+                })
+                .await
+                .map_err(|e| unknown_tool(e.into(), &server, known))?
         }
         ToolSetting::Policy(PolicyCommand::Set {
             server,
@@ -83,19 +146,26 @@ pub async fn apply(remote: &Remote, setting: ToolSetting) -> Result<(), Failure>
                     format!("--background {b:?}: expected always or auto"),
                 ));
             }
+            let (tool, known) = upstream_name(&mut client, &server, tool).await;
             client
                 .set_tool_policy(pb::SetToolPolicyRequest {
-                    server,
+                    server: server.clone(),
                     tool,
                     policy: policy.unwrap_or_default(),
                     background: background.unwrap_or_default(),
                 })
-                .await?
+                .await
+                .map_err(|e| unknown_tool(e.into(), &server, known))?
         }
         ToolSetting::Policy(PolicyCommand::Clear { server, tool }) => {
+            let (tool, known) = upstream_name(&mut client, &server, tool).await;
             client
-                .clear_tool_policy(pb::ClearToolPolicyRequest { server, tool })
-                .await?
+                .clear_tool_policy(pb::ClearToolPolicyRequest {
+                    server: server.clone(),
+                    tool,
+                })
+                .await
+                .map_err(|e| unknown_tool(e.into(), &server, known))?
         }
     }
     .into_inner();

@@ -1,11 +1,13 @@
 //! Cards: how the CLI prints one record over several lines. An interaction
 //! (a form's fields, a URL and its domain, or the call to approve, with the
-//! `switchyard answer` flags that fit) and a background call's event (what
-//! finished, then what the model reads or why it failed). `switchyard
-//! events` and `switchyard interactions` print them.
+//! `switchyard answer` flags that fit), a background call's event (what
+//! finished, then what the model reads or why it failed), and a server's
+//! status with its tools. `switchyard events`, `switchyard interactions`
+//! and `switchyard servers status` print them. Times are UTC
+//! ([`utc`]).
 
 use super::parse_json_text;
-use super::tables::shown_tool;
+use super::tables::{server_tools_table, shown_tool};
 use crate::background::BackgroundRecord;
 use crate::interactions::form;
 use switchyard_proto::v1 as pb;
@@ -154,6 +156,137 @@ fn field_line(f: &form::FieldSummary) -> String {
     line
 }
 
+/// Milliseconds since the Unix epoch as readable UTC,
+/// `YYYY-MM-DD HH:MM:SS.mmmZ`; 0 (never) as `-`.
+pub fn utc(ms: i64) -> String {
+    if ms <= 0 {
+        return "-".into();
+    }
+    switchyard_common::time::rfc3339_ms(ms).replacen('T', " ", 1)
+}
+
+/// `switchyard servers status`: a server's status as a card. Its name,
+/// state and transport; what it runs (URL or command) and its era; the
+/// server it turned out to be; counts; auth and OAuth state; one line per
+/// sidecar; name collisions; then its tools as `servers tools` lists them.
+pub fn render_server(s: &pb::ServerStatus, tools: &[pb::ServerTool]) -> Vec<String> {
+    let spec = s.spec.clone().unwrap_or_default();
+    let http = spec.transport == pb::Transport::Http as i32;
+    let mut lines = vec![format!(
+        "{} [{}] {}, era {}{}",
+        spec.name,
+        s.state,
+        if http { "http" } else { "stdio" },
+        if s.protocol_version.is_empty() {
+            "-"
+        } else {
+            &s.protocol_version
+        },
+        if spec.era.is_empty() || spec.era == s.protocol_version {
+            String::new()
+        } else {
+            format!(" (configured: {})", spec.era)
+        }
+    )];
+    if http {
+        lines.push(format!("url:       {}", spec.url));
+    } else {
+        let mut command = spec.command.clone();
+        for a in &spec.args {
+            command.push(' ');
+            command.push_str(a);
+        }
+        lines.push(format!("command:   {command}"));
+    }
+    let info = parse_json_text(&s.server_info_json);
+    if let Some(name) = info.get("name").and_then(|v| v.as_str()) {
+        let version = info.get("version").and_then(|v| v.as_str()).unwrap_or("");
+        lines.push(format!("server:    {name} {version}").trim_end().to_owned());
+    }
+    lines.push(format!(
+        "catalogue: {} tools, {} resources, {} templates, {} prompts (tools updated {})",
+        s.tool_count,
+        s.resource_count,
+        s.resource_template_count,
+        s.prompt_count,
+        utc(s.tools_updated_at_ms)
+    ));
+    let mut auth = if spec.auth.is_empty() {
+        "none".to_owned()
+    } else {
+        spec.auth.clone()
+    };
+    let mut headers: Vec<String> = spec.headers.keys().cloned().collect();
+    headers.sort();
+    if !headers.is_empty() {
+        auth.push_str(&format!(", headers {}", headers.join(", ")));
+    }
+    let mut files: Vec<String> = spec
+        .header_files
+        .iter()
+        .map(|(k, v)| format!("{k} from {v}"))
+        .collect();
+    files.sort();
+    if !files.is_empty() {
+        auth.push_str(&format!(", header files {}", files.join(", ")));
+    }
+    lines.push(format!("auth:      {auth}"));
+    if let Some(o) = &s.oauth {
+        let mut line = format!("oauth:     {}", o.state);
+        if !o.issuer.is_empty() {
+            line.push_str(&format!(", issuer {}", o.issuer));
+        }
+        if !o.scopes.is_empty() {
+            line.push_str(&format!(", scopes {}", o.scopes.join(" ")));
+        }
+        if o.expires_at_ms > 0 {
+            line.push_str(&format!(", token expires {}", utc(o.expires_at_ms)));
+        }
+        lines.push(line);
+        if !o.step_up_scopes.is_empty() {
+            lines.push(format!(
+                "           step-up asked: {}",
+                o.step_up_scopes.join(" ")
+            ));
+        }
+        if !o.reason.is_empty() {
+            lines.push(format!("           {}", o.reason));
+        }
+    }
+    if s.sidecars.is_empty() {
+        lines.push("sidecars:  none".into());
+    } else {
+        lines.push("sidecars:".into());
+    }
+    for c in &s.sidecars {
+        let mut line = format!(
+            "  {} {} at {} (registered {})",
+            c.sidecar_id,
+            c.upstream_state,
+            c.call_address,
+            utc(c.registered_at_ms)
+        );
+        if !c.last_error.is_empty() {
+            line.push_str(&format!(": {}", c.last_error));
+        }
+        lines.push(line);
+    }
+    for c in &s.name_collisions {
+        lines.push(format!("collision: {c}"));
+    }
+    if tools.is_empty() {
+        lines.push("tools:     none".into());
+    } else {
+        lines.push("tools:".into());
+        lines.extend(
+            server_tools_table(tools)
+                .into_iter()
+                .map(|l| format!("  {l}")),
+        );
+    }
+    lines
+}
+
 /// A background call event as lines: what finished, then what the model
 /// reads (the wake-up message) or why it failed.
 pub fn render_background(c: &BackgroundRecord) -> Vec<String> {
@@ -199,6 +332,64 @@ pub fn render_background(c: &BackgroundRecord) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_card_shows_state_sidecars_and_tools() {
+        let s = pb::ServerStatus {
+            spec: Some(pb::ServerSpec {
+                name: "orders".into(),
+                transport: pb::Transport::Stdio as i32,
+                command: "switchyard-reference-server".into(),
+                args: vec!["--era".into(), "2026-07-28".into()],
+                era: "auto".into(),
+                ..Default::default()
+            }),
+            state: "up".into(),
+            tool_count: 7,
+            tools_updated_at_ms: 1_767_225_600_000,
+            protocol_version: "2026-07-28".into(),
+            server_info_json: r#"{"name":"reference","version":"1.2"}"#.into(),
+            sidecars: vec![pb::SidecarInfo {
+                sidecar_id: "sc-1".into(),
+                call_address: "127.0.0.1:9".into(),
+                upstream_state: "connected".into(),
+                registered_at_ms: 1_767_225_600_000,
+                last_error: "restarted".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let tool = pb::ServerTool {
+            name: "orders__get_order".into(),
+            title: "Get order".into(),
+            policy: "default".into(),
+            in_catalogue: true,
+            ..Default::default()
+        };
+        let text = render_server(&s, &[tool]).join("\n");
+        assert!(
+            text.starts_with("orders [up] stdio, era 2026-07-28 (configured: auto)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("command:   switchyard-reference-server --era 2026-07-28"),
+            "{text}"
+        );
+        assert!(text.contains("server:    reference 1.2"), "{text}");
+        assert!(
+            text.contains("7 tools, 0 resources, 0 templates, 0 prompts (tools updated 2026-01-01 00:00:00.000Z)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  sc-1 connected at 127.0.0.1:9 (registered 2026-01-01 00:00:00.000Z): restarted"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("  orders__get_order "), "{text}");
+        assert!(text.contains("* set by an administrator"), "{text}");
+        assert_eq!(utc(0), "-");
+    }
 
     #[test]
     fn cards_show_fields_urls_and_approvals() {
