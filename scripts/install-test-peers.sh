@@ -4,6 +4,8 @@
 #   tests/peers/node_modules  server-everything, the conformance suite, Node 22 (npm, pinned by package-lock.json)
 #   tests/peers/.venv         the official Python SDK (pip, pinned by requirements.txt), and the
 #                             Helm chart tests' tools (helm/tests/requirements.txt)
+#   tests/console/node_modules playwright-core (npm, pinned by package-lock.json), which drives
+#                             Debian's Chromium (a Debian package) in the console's browser tests
 # Idempotent: a second run only checks what is there.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -20,6 +22,8 @@ command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
 # openssl makes the chart tests' certificates.
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# Chromium runs the console's browser tests (scripts/console-test.sh).
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "installing with apt: ${need_apt[*]}"
   apt-get update -qq
@@ -47,5 +51,11 @@ if ! "$peers/.venv/bin/python" -c 'import helm_python, kubernetes_validate, yaml
   echo "installing the Helm chart tests' tools into tests/peers/.venv"
   "$peers/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$chart_reqs"
   touch "$peers/.venv/.chart-installed"
+fi
+console="$root/tests/console"
+if [ ! -d "$console/node_modules/playwright-core" ] \
+  || [ "$console/package-lock.json" -nt "$console/node_modules/.package-lock.json" ]; then
+  echo "installing playwright-core into tests/console/node_modules"
+  (cd "$console" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 echo "test peers ready"

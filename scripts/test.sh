@@ -22,6 +22,8 @@ cargo build --workspace --bins --locked
 echo "== cargo test"
 cargo test --workspace --locked -- --test-threads "${SWITCHYARD_TEST_THREADS:-4}"
 
+echo "== console (/ui) in a real browser"; scripts/console-test.sh
+
 echo "== Helm chart"; scripts/chart-test.sh
 
 echo "== conformance suite (client side)"

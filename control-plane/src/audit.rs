@@ -1,5 +1,6 @@
-//! The control plane's audit records: one for every interaction outcome and
-//! every engine tool call (`tool.called`), written through the one sink and
+//! The control plane's audit records: one for every interaction outcome,
+//! every engine tool call (`tool.called`) and every console login and
+//! logout (`console.login`, `console.logout`, with the admin's name), written through the one sink and
 //! format of `switchyard_common::audit` (to the file named by `[audit] path`,
 //! or to the log under the tracing target `switchyard::audit`).
 //!

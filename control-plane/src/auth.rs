@@ -161,6 +161,15 @@ fn digest(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()
 }
 
+/// A token's fingerprint for console sessions: hex SHA-256 of a label and
+/// the token's digest (the store never holds the token or its digest).
+fn fingerprint(token_digest: &[u8; 32]) -> String {
+    let mut h = Sha256::new();
+    h.update(b"switchyard console session\0");
+    h.update(token_digest);
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Equality of two digests in time independent of where they differ.
 fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -202,6 +211,63 @@ impl Authenticator {
             mtls,
             metrics: metrics.cloned(),
         })
+    }
+
+    /// Whether any `[[auth.tokens]]` entry has role `admin` (someone can
+    /// log in to the console).
+    pub fn has_admin_tokens(&self) -> bool {
+        self.tokens.iter().any(|t| t.role == Role::Admin)
+    }
+
+    /// The console's login: the name of the `[[auth.tokens]]` entry whose
+    /// token is `token` and the token's fingerprint (a digest of its
+    /// digest, kept with the console session so that the session ends
+    /// when the token is no longer configured), if its role is admin.
+    /// Errors: UNAUTHENTICATED for a token that matches no entry,
+    /// PERMISSION_DENIED for another role; each refusal is counted as
+    /// `service="console"`.
+    pub fn console_login(&self, token: &str) -> Result<(String, String), Status> {
+        let service = Service::Console;
+        let d = digest(token.trim().as_bytes());
+        let found = self.tokens.iter().fold(
+            None,
+            |hit, t| if same(&t.digest, &d) { Some(t) } else { hit },
+        );
+        match found {
+            None => Err(self.refuse(
+                service,
+                Refusal::InvalidToken,
+                Status::unauthenticated(
+                    "the token is not valid (it matches no [[auth.tokens]] entry)",
+                ),
+            )),
+            Some(t) if t.role != Role::Admin => Err(self.refuse(
+                service,
+                Refusal::WrongRole,
+                Status::permission_denied(format!(
+                    "the token of {:?} has role {}; the console needs role admin",
+                    t.name,
+                    t.role.as_str()
+                )),
+            )),
+            Some(t) => Ok((t.name.clone(), fingerprint(&t.digest))),
+        }
+    }
+
+    /// The admin whose token has `fingerprint` ([`Self::console_login`]),
+    /// if it is still configured with role admin.
+    pub fn console_admin(&self, fingerprint_hex: &str) -> Option<&str> {
+        self.tokens
+            .iter()
+            .filter(|t| t.role == Role::Admin)
+            .find(|t| fingerprint(&t.digest).as_bytes() == fingerprint_hex.as_bytes())
+            .map(|t| t.name.as_str())
+    }
+
+    /// Counts and logs a console refusal that is not about a token (a
+    /// missing or forged cookie, a missing CSRF token).
+    pub fn console_refusal(&self, reason: Refusal, message: &str) {
+        let _ = self.refuse(Service::Console, reason, Status::unauthenticated(message));
     }
 
     /// The interceptor guarding `service`.

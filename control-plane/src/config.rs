@@ -42,6 +42,9 @@ pub struct Config {
     /// `[oauth]`: stage D, OAuth for upstream servers.
     #[serde(default)]
     pub oauth: OAuthConfig,
+    /// `[console]`: the admin console at `/ui` (docs/console.md).
+    #[serde(default)]
+    pub console: ConsoleConfig,
     /// `[[servers]]`.
     #[serde(default)]
     pub servers: Vec<ServerConfig>,
@@ -327,6 +330,38 @@ fn default_mcp_state_ttl() -> u64 {
     600
 }
 
+/// `[console]`: the admin console served at `/ui` on the HTTP listener
+/// (`docs/console.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve the console (default true). Without an `[[auth.tokens]]`
+    /// entry of role `admin` nobody can log in.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// How long a console login lasts, seconds (default 28800, 8 hours;
+    /// 60 to 604800).
+    #[serde(default = "default_console_ttl")]
+    pub session_ttl_sec: u64,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            enabled: true,
+            session_ttl_sec: default_console_ttl(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_console_ttl() -> u64 {
+    8 * 3600
+}
+
 /// `[oauth]`: how the control plane acts as the OAuth client of
 /// `auth = "oauth"` servers (stage D, docs/operations.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -593,6 +628,12 @@ impl Config {
             return Err((
                 "mcp.session_idle_timeout_sec".into(),
                 "must be between 60 and 2592000 (30 days)".into(),
+            ));
+        }
+        if !(60..=7 * 86_400).contains(&self.console.session_ttl_sec) {
+            return Err((
+                "console.session_ttl_sec".into(),
+                "must be between 60 and 604800 (a week)".into(),
             ));
         }
         if !(5..=86_400).contains(&self.mcp.request_state_ttl_sec) {

@@ -23,6 +23,7 @@ pub mod background;
 pub mod call;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod interactions;
 pub mod mcp;
 pub mod metrics;

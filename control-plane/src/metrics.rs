@@ -121,7 +121,7 @@ impl Metrics {
         let auth_refusals = IntCounterVec::new(
             Opts::new(
                 "switchyard_control_plane_auth_refusals_total",
-                "gRPC calls refused by authentication or authorization, by service and reason.",
+                "Calls refused by authentication or authorization (gRPC services, the MCP endpoint, the console), by service and reason.",
             ),
             &["service", "reason"],
         )
@@ -130,10 +130,9 @@ impl Metrics {
         // work before the first refusal.
         for service in crate::model::principal::Service::ALL {
             for reason in crate::model::principal::Refusal::ALL {
-                // Only sidecars are bound to servers.
-                if reason == crate::model::principal::Refusal::WrongServer
-                    && service != crate::model::principal::Service::SidecarRegistry
-                {
+                // Only sidecars are bound to servers; only the console
+                // has sessions, CSRF tokens and logins.
+                if !reason.applies_to(service) {
                     continue;
                 }
                 auth_refusals.with_label_values(&[service.label(), reason.label()]);

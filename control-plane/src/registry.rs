@@ -391,6 +391,48 @@ impl Registry {
         Ok((updated.value, updated.revision))
     }
 
+    /// Clears some of a tool's hint overrides (`read_only`, `destructive`,
+    /// `idempotent`: which to clear); the record goes when none is left.
+    /// Errors: unknown server.
+    pub async fn clear_tool_hints(
+        &self,
+        server: &str,
+        tool: &str,
+        [read_only, destructive, idempotent]: [bool; 3],
+    ) -> Result<Revision, RegistryError> {
+        self.check_tool_key(server, tool).await?;
+        let key = hints_key(server, tool);
+        let updated = cas::update(&self.store, &key, |old| async move {
+            let Some(mut rec) =
+                old.and_then(|kv| serde_json::from_slice::<HintOverrideRecord>(&kv.value).ok())
+            else {
+                return Ok::<_, RegistryError>(Decision::Keep(()));
+            };
+            if read_only {
+                rec.read_only_hint = None;
+            }
+            if destructive {
+                rec.destructive_hint = None;
+            }
+            if idempotent {
+                rec.idempotent_hint = None;
+            }
+            rec.updated_at_ms = now_ms();
+            Ok(Decision::Write(Write::put(encode(&rec)), ()))
+        })
+        .await
+        .map_err(|e| e.into_error(|| RegistryError::Contention(key.clone())))?;
+        let left = self
+            .store
+            .get(&key)
+            .await?
+            .and_then(|kv| serde_json::from_slice::<HintOverrideRecord>(&kv.value).ok());
+        if left.is_some_and(|r| r.is_empty()) {
+            return self.clear_tool_setting(server, tool, &key).await;
+        }
+        Ok(updated.revision)
+    }
+
     /// Sets a tool's policy and/or when its calls move to the background
     /// (stage B); a `None` keeps what is set (CAS merge). Errors: unknown
     /// server.

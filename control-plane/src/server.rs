@@ -1,6 +1,7 @@
 //! Starting a control-plane replica: open the store, load the read model,
 //! sync the configured servers, then serve the three gRPC services on one
-//! port, `/metrics`, `/healthz`, `/readyz` over HTTP, and the MCP endpoint
+//! port, `/metrics`, `/healthz`, `/readyz` and the admin console (`/ui`)
+//! over HTTP, and the MCP endpoint
 //! when `[mcp] listen` is set ([`crate::mcp`]).
 //!
 //! The tower/tonic stack, in one place:
@@ -384,7 +385,21 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     });
     // The HTTP endpoints outlive the gRPC drain (see `Running::stop`).
     let http_stop = CancellationToken::new();
-    let http = tokio::spawn(http::serve(http_listener, cp.clone(), http_stop.clone()));
+    let console = config.console.enabled.then(|| {
+        crate::console::router(Arc::new(crate::console::Console::new(
+            cp.clone(),
+            auth.clone(),
+            &config.console,
+            http_addr,
+            config.oauth.admin_base_url.as_deref(),
+        )))
+    });
+    let http = tokio::spawn(http::serve(
+        http_listener,
+        cp.clone(),
+        console,
+        http_stop.clone(),
+    ));
     cp.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(%grpc_addr, %http_addr, mcp_addr = %mcp_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()), tls = tls.identity.is_some(), mtls = tls.client_ca.is_some(), auth_required = config.auth.required, "control plane serving");
     Ok(Running {

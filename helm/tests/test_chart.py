@@ -548,6 +548,27 @@ class Render(unittest.TestCase):
                               and o["metadata"]["name"] == f"{RELEASE}-config")
                 self.assertIn(expected, config["data"]["switchyard.toml"])
 
+    def test_console_table(self) -> None:
+        """[console] is rendered from console.*: on by default, off when
+        disabled, with the session lifetime; a lifetime out of range is
+        refused by the schema."""
+        for over, expected in [
+            ({}, "[console]\nenabled = true\nsession_ttl_sec = 28800\n"),
+            ({"enabled": False, "sessionTtlSec": 600},
+             "[console]\nenabled = false\nsession_ttl_sec = 600\n"),
+        ]:
+            with self.subTest(console=over):
+                out = chart_render.render({"console": over}, name=RELEASE, namespace=NAMESPACE)
+                docs = [d for path, text in out.items() if not path.endswith("NOTES.txt")
+                        for d in yaml.safe_load_all(text) if d]
+                config = next(o for o in docs if o["kind"] == "ConfigMap"
+                              and o["metadata"]["name"] == f"{RELEASE}-config")
+                self.assertIn(expected, config["data"]["switchyard.toml"])
+                notes = next(text for path, text in out.items() if path.endswith("NOTES.txt"))
+                self.assertEqual("Admin console:" in notes, over.get("enabled", True))
+        with self.assertRaisesRegex(Exception, "less than the minimum|minimum"):
+            chart_render.render({"console": {"sessionTtlSec": 5}}, name=RELEASE, namespace=NAMESPACE)
+
     def test_token_encryption_key_is_generated_once(self) -> None:
         s = one("embedded", "Secret", f"{RELEASE}-token-encryption")
         self.assertEqual(s["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")

@@ -8,6 +8,7 @@ use crate::model::{
     BackgroundMode, HintOverrideRecord, Origin, ServerRecord, ToolPolicy, hints_key, policy_key,
 };
 use crate::state::Snapshot;
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_common::server_spec::{
@@ -159,6 +160,21 @@ pub fn spec_to_pb(s: &ServerConfig) -> pb::ServerSpec {
     }
 }
 
+/// Values of `new` that are [`switchyard_common::server_spec::REDACTED`]
+/// (as answers show secrets) take the value `old` has for the same name.
+fn keep_redacted(
+    new: &mut std::collections::BTreeMap<String, String>,
+    old: &std::collections::BTreeMap<String, String>,
+) {
+    for (name, value) in new.iter_mut() {
+        if value == switchyard_common::server_spec::REDACTED
+            && let Some(stored) = old.get(name)
+        {
+            value.clone_from(stored);
+        }
+    }
+}
+
 /// The status of one server from the read model.
 pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
     let name = &rec.spec.name;
@@ -240,6 +256,18 @@ pub fn server_tool(snap: &Snapshot, server: &str, tool: &str) -> pb::ServerTool 
         } else {
             "auto".into()
         },
+        description: crate::tools::schema_summary::describe(
+            def.get("description").and_then(Value::as_str).unwrap_or(""),
+            def.get("outputSchema"),
+        ),
+        annotations_json: def
+            .get("annotations")
+            .map(Value::to_string)
+            .unwrap_or_default(),
+        output_schema_summary: def
+            .get("outputSchema")
+            .map(crate::tools::schema_summary::summarize)
+            .unwrap_or_default(),
     }
 }
 
@@ -296,11 +324,15 @@ impl AdminService for AdminApi {
         req: Request<pb::ListBackgroundCallsRequest>,
     ) -> Result<Response<pb::ListBackgroundCallsResponse>, Status> {
         let r = req.into_inner();
+        let filter = crate::background::Filter::of(&r)?;
         let calls = self
             .cp
             .background
             .list(&r.session_id, r.include_finished)
-            .await?;
+            .await?
+            .into_iter()
+            .filter(|c| filter.matches(c))
+            .collect();
         let (page, next_page_token) =
             crate::background::page_of(calls, r.page_size, &r.page_token)?;
         Ok(Response::new(pb::ListBackgroundCallsResponse {
@@ -340,12 +372,32 @@ impl AdminService for AdminApi {
         req: Request<pb::ClearToolHintsRequest>,
     ) -> Result<Response<pb::ServerTool>, Status> {
         let r = req.into_inner();
-        let rev = self
-            .cp
-            .registry
-            .clear_tool_setting(&r.server, &r.tool, &hints_key(&r.server, &r.tool))
-            .await
-            .map_err(registry_status)?;
+        let mut which = [r.hints.is_empty(); 3];
+        for h in &r.hints {
+            let i = match h.as_str() {
+                "read_only_hint" => 0,
+                "destructive_hint" => 1,
+                "idempotent_hint" => 2,
+                other => {
+                    return Err(Status::invalid_argument(format!(
+                        "hints: {other:?} is not one of read_only_hint, destructive_hint, idempotent_hint"
+                    )));
+                }
+            };
+            which[i] = true;
+        }
+        let rev = if r.hints.is_empty() {
+            self.cp
+                .registry
+                .clear_tool_setting(&r.server, &r.tool, &hints_key(&r.server, &r.tool))
+                .await
+        } else {
+            self.cp
+                .registry
+                .clear_tool_hints(&r.server, &r.tool, which)
+                .await
+        }
+        .map_err(registry_status)?;
         Ok(self.tool_after(&r.server, &r.tool, rev).await)
     }
 
@@ -491,6 +543,12 @@ impl AdminService for AdminApi {
             .servers
             .get(&spec.name)
             .map(|r| r.spec.clone());
+        // A secret shown as `[redacted]` and sent back unchanged (a form
+        // that edits the answer) keeps its stored value.
+        if let Some(o) = &old {
+            keep_redacted(&mut spec.headers, &o.headers);
+            keep_redacted(&mut spec.env, &o.env);
+        }
         if old.is_some_and(|o| {
             o.url != spec.url
                 || o.auth_kind() != spec.auth_kind()
@@ -620,6 +678,23 @@ mod tests {
             url: "http://127.0.0.1:1/mcp".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_redacted_value_sent_back_keeps_the_stored_one() {
+        let stored: std::collections::BTreeMap<String, String> =
+            [("X-Api-Key".to_owned(), "s3cret".to_owned())].into();
+        let mut sent: std::collections::BTreeMap<String, String> = [
+            ("X-Api-Key".to_owned(), "[redacted]".to_owned()),
+            ("X-New".to_owned(), "[redacted]".to_owned()),
+            ("X-Plain".to_owned(), "v".to_owned()),
+        ]
+        .into();
+        keep_redacted(&mut sent, &stored);
+        assert_eq!(sent["X-Api-Key"], "s3cret");
+        // Nothing stored under that name: kept as sent.
+        assert_eq!(sent["X-New"], "[redacted]");
+        assert_eq!(sent["X-Plain"], "v");
     }
 
     #[test]

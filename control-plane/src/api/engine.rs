@@ -199,6 +199,7 @@ impl EngineService for EngineApi {
     ) -> Result<Response<pb::ListBackgroundCallsResponse>, Status> {
         let caller = caller_of(&req);
         let r = req.into_inner();
+        let filter = crate::background::Filter::of(&r)?;
         self.check_session(&r.session_id, caller.as_ref()).await?;
         let calls = self
             .cp
@@ -209,6 +210,7 @@ impl EngineService for EngineApi {
         let visible = calls
             .into_iter()
             .filter(|c| self.sees_session(&c.session_id, caller.as_ref(), &snap))
+            .filter(|c| filter.matches(c))
             .collect();
         let (page, next_page_token) =
             crate::background::page_of(visible, r.page_size, &r.page_token)?;
@@ -322,10 +324,17 @@ impl EngineService for EngineApi {
                 r.id
             )));
         }
+        // An administrator acting on another caller's call says so.
+        let by = match &caller {
+            Some(c) if c.role == crate::auth::Role::Admin => {
+                format!("the administrator {}", c.name)
+            }
+            _ => "the user".to_owned(),
+        };
         let rec = self
             .cp
             .background
-            .cancel(&self.cp, &r.id, &r.session_id)
+            .cancel(&self.cp, &r.id, &r.session_id, &by)
             .await?;
         Ok(Response::new(rec.to_pb()))
     }

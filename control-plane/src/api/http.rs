@@ -3,7 +3,8 @@
 //! the replica serves; 503 during start-up and shutdown), and stage D's
 //! OAuth callback, `/admin/v1/mcp/oauth/callback`, where authorization
 //! servers send the admin's browser back (no admin login: the one-time
-//! `state` is the credential; `crate::oauth::flow`).
+//! `state` is the credential; `crate::oauth::flow`), plus the routes the
+//! caller adds (the admin console, `crate::console`, under `/ui`).
 
 use crate::ControlPlane;
 use axum::Router;
@@ -15,18 +16,25 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
 
-/// Serves until `shutdown` is cancelled.
+/// Serves until `shutdown` is cancelled, with the `extra` routes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     cp: Arc<ControlPlane>,
+    extra: Option<Router>,
     shutdown: CancellationToken,
 ) {
-    let app = Router::new()
+    let mut app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route(crate::oauth::CALLBACK_PATH, get(oauth_callback))
         .with_state(cp);
+    if let Some(extra) = extra {
+        app = app.merge(extra);
+    }
+    // The client's address is known to the handlers (the console limits
+    // failed logins per client).
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await

@@ -60,6 +60,13 @@ impl From<InteractionError> for tonic::Status {
                 tonic::Status::not_found(msg)
             }
             InteractionError::Invalid(_) => tonic::Status::invalid_argument(msg),
+            InteractionError::InvalidForm(errors) => switchyard_proto::status::bounded(
+                Code::InvalidArgument,
+                msg,
+                serde_json::json!({"fieldErrors": errors.0})
+                    .to_string()
+                    .as_bytes(),
+            ),
             InteractionError::Precondition(_) => tonic::Status::failed_precondition(msg),
             InteractionError::Conflict(_) => tonic::Status::already_exists(msg),
             InteractionError::Store(_) | InteractionError::ShuttingDown => {

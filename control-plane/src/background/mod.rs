@@ -41,7 +41,7 @@ mod tests;
 
 pub use events::{event_of, is_event_for, moved_text};
 use fit::{check_lengths, fit};
-pub use page::{MAX_PAGE_SIZE, page_of};
+pub use page::{Filter, MAX_PAGE_SIZE, page_of};
 use sweeper::tell_sidecar_cancel;
 pub use sweeper::{end_cards, spawn_sweeper};
 
@@ -495,12 +495,15 @@ impl Background {
     /// first, then the owning sidecar's `CancelBackgroundCall` is called
     /// (best effort, bounded: `tasks/cancel` upstream or dropping the held
     /// request). With `session`, the call must be that session's.
+    /// `by` names who cancelled it in the status message (`the user`, or
+    /// `the administrator NAME`).
     /// Errors: [`BackgroundError::NotFound`], [`BackgroundError::Finished`].
     pub async fn cancel(
         &self,
         cp: &ControlPlane,
         id: &str,
         session: &str,
+        by: &str,
     ) -> Result<BackgroundRecord, BackgroundError> {
         check_id("id", id)?;
         let mut other_session = false;
@@ -511,7 +514,7 @@ impl Background {
                     return false;
                 }
                 r.status = "cancelled".into();
-                r.status_message = "cancelled by the user".into();
+                r.status_message = format!("cancelled by {by}");
                 true
             })
             .await?;

@@ -47,3 +47,90 @@ pub fn page_of(
     let next = format!("{}:{}", last.created_at_ms, last.id);
     Ok((rest, next))
 }
+
+/// The filters of one `ListBackgroundCalls` request (`server`, `status`,
+/// `mode`; empty: any), applied before paging.
+#[derive(Debug, Clone, Copy)]
+pub struct Filter<'a> {
+    server: &'a str,
+    status: &'a str,
+    mode: &'a str,
+}
+
+impl<'a> Filter<'a> {
+    /// The filters of `r`. Errors: a `status` that is not an MCP task
+    /// status, or a `mode` other than `task` and `wait`.
+    pub fn of(
+        r: &'a switchyard_proto::v1::ListBackgroundCallsRequest,
+    ) -> Result<Self, BackgroundError> {
+        if !r.status.is_empty() && !crate::model::background::STATUSES.contains(&r.status.as_str())
+        {
+            return Err(BackgroundError::Invalid(format!(
+                "status: {:?} is not one of {}",
+                r.status,
+                crate::model::background::STATUSES.join(", ")
+            )));
+        }
+        if !r.mode.is_empty() && r.mode != "task" && r.mode != "wait" {
+            return Err(BackgroundError::Invalid(format!(
+                "mode: {:?} is not one of task, wait",
+                r.mode
+            )));
+        }
+        Ok(Filter {
+            server: &r.server,
+            status: &r.status,
+            mode: &r.mode,
+        })
+    }
+
+    /// Whether `c` passes every filter.
+    pub fn matches(&self, c: &BackgroundRecord) -> bool {
+        (self.server.is_empty() || c.server == self.server)
+            && (self.status.is_empty() || c.status == self.status)
+            && (self.mode.is_empty() || c.mode == self.mode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_proto::v1::ListBackgroundCallsRequest;
+
+    fn rec(server: &str, status: &str, mode: &str) -> BackgroundRecord {
+        BackgroundRecord {
+            server: server.into(),
+            status: status.into(),
+            mode: mode.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn filters_match_each_field_and_refuse_unknown_values() {
+        let r = ListBackgroundCallsRequest {
+            server: "orders".into(),
+            status: "working".into(),
+            ..Default::default()
+        };
+        let f = Filter::of(&r).unwrap();
+        assert!(f.matches(&rec("orders", "working", "task")));
+        assert!(!f.matches(&rec("orders", "completed", "task")));
+        assert!(!f.matches(&rec("everything", "working", "wait")));
+        let any = ListBackgroundCallsRequest::default();
+        assert!(
+            Filter::of(&any)
+                .unwrap()
+                .matches(&rec("x", "failed", "wait"))
+        );
+        for (status, mode, needle) in [("sleeping", "", "status:"), ("", "poll", "mode:")] {
+            let r = ListBackgroundCallsRequest {
+                status: status.into(),
+                mode: mode.into(),
+                ..Default::default()
+            };
+            let e = Filter::of(&r).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+    }
+}

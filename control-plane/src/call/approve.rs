@@ -10,18 +10,20 @@ use serde_json::Value;
 use switchyard_proto::v1 as pb;
 
 /// Asks session `session`'s user to approve the call of `tool` on
-/// `server`, and waits for the answer.
+/// `server` with `arguments_json` (shown on the card), and waits for the
+/// answer.
 pub async fn approve(
     cp: &ControlPlane,
     session: &str,
     run_id: &str,
     server: &str,
     tool: &str,
+    arguments_json: &str,
 ) -> ApprovalOutcome {
     // Boxed: rare, and large.
     Box::pin(
         cp.interactions
-            .request_approval(session, run_id, server, tool, ""),
+            .request_approval(session, run_id, server, tool, arguments_json, ""),
     )
     .await
 }

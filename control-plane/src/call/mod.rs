@@ -119,7 +119,15 @@ pub async fn run(
     let (server, tool) = (target.server.as_str(), target.tool.as_str());
     let call = async {
         let approval = if approval_needed {
-            let outcome = approve::approve(cp, &r.session_id, &r.run_id, server, tool).await;
+            let outcome = approve::approve(
+                cp,
+                &r.session_id,
+                &r.run_id,
+                server,
+                tool,
+                &r.arguments_json,
+            )
+            .await;
             if let Some(result) = outcome.not_approved_result(server, tool) {
                 return (Some(outcome), Ok(approve::not_approved(result)));
             }

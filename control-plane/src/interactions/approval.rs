@@ -53,8 +53,30 @@ impl ApprovalOutcome {
     }
 }
 
+/// The most bytes of a call's arguments an approval card keeps.
+pub const MAX_APPROVAL_ARGUMENTS: usize = 64 * 1024;
+
+/// An approval's `params`: `{"arguments": ...}`, the call's arguments as
+/// the engine sent them (none when it sent none; a note instead when they
+/// are over [`MAX_APPROVAL_ARGUMENTS`] or not JSON).
+fn approval_params(arguments_json: &str) -> Option<Box<serde_json::value::RawValue>> {
+    let args = arguments_json.trim();
+    if args.is_empty() {
+        return None;
+    }
+    let text = if args.len() > MAX_APPROVAL_ARGUMENTS {
+        json!({"argumentsNote": format!("the arguments ({} bytes) are too large to show", args.len())}).to_string()
+    } else if serde_json::from_str::<serde::de::IgnoredAny>(args).is_err() {
+        json!({"argumentsNote": "the arguments are not JSON"}).to_string()
+    } else {
+        format!("{{\"arguments\":{args}}}")
+    };
+    serde_json::value::RawValue::from_string(text).ok()
+}
+
 impl Interactions {
     /// Asks the session's user to approve a call of `tool` on `server`
+    /// with `arguments_json` (shown on the card; JSON text, may be empty)
     /// (a `confirm` policy) and waits for the answer, at most
     /// `limits.interactionTimeoutSec`. Deny, cancel, timeout or a failure
     /// mean the call must not go ahead; [`ApprovalOutcome::message`] says
@@ -66,6 +88,7 @@ impl Interactions {
         run_id: &str,
         server: &str,
         tool: &str,
+        arguments_json: &str,
         message: &str,
     ) -> ApprovalOutcome {
         if let Err(e) = self.session(session).await {
@@ -84,7 +107,7 @@ impl Interactions {
             } else {
                 message.to_owned()
             },
-            params: None,
+            params: approval_params(arguments_json),
             url: String::new(),
             url_domain: String::new(),
             elicitation_id: String::new(),

@@ -101,6 +101,11 @@ pub enum InteractionError {
     /// Bad input.
     #[error("{0}")]
     Invalid(String),
+    /// A form answer that does not match `requestedSchema`: every problem,
+    /// by field (the gRPC status carries them as details,
+    /// `{"fieldErrors": [{"field", "problem"}]}`).
+    #[error("content_json: the answer does not match requestedSchema: {0}")]
+    InvalidForm(form::FormErrors),
     /// Refused in the interaction's current state.
     #[error("{0}")]
     Precondition(String),
@@ -121,9 +126,8 @@ pub enum InteractionError {
 impl From<AnswerError> for InteractionError {
     fn from(e: AnswerError) -> Self {
         match e {
-            AnswerError::Form(_) | AnswerError::Roots(_) => {
-                InteractionError::Invalid(e.to_string())
-            }
+            AnswerError::Form(errors) => InteractionError::InvalidForm(errors),
+            AnswerError::Roots(_) => InteractionError::Invalid(e.to_string()),
             _ => InteractionError::Precondition(e.to_string()),
         }
     }

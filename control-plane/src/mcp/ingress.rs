@@ -43,7 +43,7 @@ impl Message {
 
 /// Loopback host names: `localhost`, `127.0.0.1`, `[::1]`, with or without
 /// a port.
-fn is_loopback_host(host: &str) -> bool {
+pub fn is_loopback_host(host: &str) -> bool {
     let name = match host.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or(""),
         None => host.rsplit_once(':').map_or(host, |(h, _)| h),

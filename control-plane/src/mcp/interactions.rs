@@ -441,6 +441,9 @@ pub(super) async fn answer(
     {
         Ok(_) => Ok(()),
         Err(crate::interactions::InteractionError::Invalid(why)) => Err(Refused::Invalid(why)),
+        Err(e @ crate::interactions::InteractionError::InvalidForm(_)) => {
+            Err(Refused::Invalid(e.to_string()))
+        }
         Err(e) => Err(Refused::Other(e)),
     }
 }

@@ -323,7 +323,11 @@ pub async fn cancel(ctx: &Ctx<'_>, msg: &Message) -> Result<Value, McpError> {
     let session = session_of(ctx).await?;
     let rec = task_of(ctx, &session, id).await?;
     let cp = &ctx.ep.cp;
-    let rec = match cp.background.cancel(cp, &rec.id, &session).await {
+    let rec = match cp
+        .background
+        .cancel(cp, &rec.id, &session, "the user")
+        .await
+    {
         Ok(rec) => rec,
         Err(BackgroundError::Finished { status, .. }) if ctx.era == Era::Legacy => {
             return Err(McpError::invalid_params(format!(

@@ -286,6 +286,23 @@ impl InteractionRecord {
             .map(RawValue::get)
     }
 
+    /// approval: the call's arguments exactly as the engine sent them.
+    pub fn arguments_raw(&self) -> Option<&str> {
+        #[derive(Deserialize)]
+        struct ArgumentsField<'a> {
+            #[serde(borrow)]
+            arguments: Option<&'a RawValue>,
+        }
+        if self.kind != Kind::Approval {
+            return None;
+        }
+        let params = self.params.as_ref()?;
+        serde_json::from_str::<ArgumentsField<'_>>(params.get())
+            .ok()?
+            .arguments
+            .map(RawValue::get)
+    }
+
     /// form: `requestedSchema` parsed.
     pub fn requested_schema(&self) -> Value {
         self.requested_schema_raw()
@@ -339,6 +356,7 @@ impl InteractionRecord {
             created_at_ms: self.created_at_ms,
             expires_at_ms: self.expires_at_ms,
             resolved_at_ms: self.resolved_at_ms,
+            arguments_json: self.arguments_raw().unwrap_or("").to_owned(),
         }
     }
 }
@@ -352,7 +370,7 @@ pub fn pb_to_json(i: &pb::Interaction) -> Value {
         "requestedSchemaJson": i.requested_schema_json, "url": i.url, "urlDomain": i.url_domain,
         "status": i.status, "outcome": i.outcome, "contentJson": i.content_json,
         "createdAtMs": i.created_at_ms, "expiresAtMs": i.expires_at_ms,
-        "resolvedAtMs": i.resolved_at_ms,
+        "resolvedAtMs": i.resolved_at_ms, "argumentsJson": i.arguments_json,
     })
 }
 
@@ -384,5 +402,6 @@ pub fn pb_from_json(v: &Value) -> pb::Interaction {
         created_at_ms: n("createdAtMs"),
         expires_at_ms: n("expiresAtMs"),
         resolved_at_ms: n("resolvedAtMs"),
+        arguments_json: s("argumentsJson"),
     }
 }

@@ -47,24 +47,29 @@ pub enum Service {
     SidecarRegistry,
     /// The MCP endpoint (`[mcp] listen`, HTTP).
     Mcp,
+    /// The admin console's login (`/ui`, HTTP).
+    Console,
 }
 
 impl Service {
     /// All of them.
-    pub const ALL: [Service; 4] = [
+    pub const ALL: [Service; 5] = [
         Service::Engine,
         Service::Admin,
         Service::SidecarRegistry,
         Service::Mcp,
+        Service::Console,
     ];
 
-    /// The metric label: `engine`, `admin`, `sidecar_registry`, `mcp`.
+    /// The metric label: `engine`, `admin`, `sidecar_registry`, `mcp`,
+    /// `console`.
     pub fn label(self) -> &'static str {
         match self {
             Service::Engine => "engine",
             Service::Admin => "admin",
             Service::SidecarRegistry => "sidecar_registry",
             Service::Mcp => "mcp",
+            Service::Console => "console",
         }
     }
 
@@ -76,6 +81,7 @@ impl Service {
             Service::Admin => "AdminService",
             Service::SidecarRegistry => "SidecarRegistry",
             Service::Mcp => "the MCP endpoint",
+            Service::Console => "the console",
         }
     }
 
@@ -84,7 +90,7 @@ impl Service {
         matches!(
             (self, role),
             (Service::Engine | Service::Mcp, Role::Engine | Role::Admin)
-                | (Service::Admin, Role::Admin)
+                | (Service::Admin | Service::Console, Role::Admin)
                 | (Service::SidecarRegistry, Role::Sidecar)
         )
     }
@@ -93,7 +99,7 @@ impl Service {
     pub fn needed(self) -> &'static str {
         match self {
             Service::Engine | Service::Mcp => "engine or admin",
-            Service::Admin => "admin",
+            Service::Admin | Service::Console => "admin",
             Service::SidecarRegistry => "sidecar",
         }
     }
@@ -114,17 +120,43 @@ pub enum Refusal {
     /// A sidecar credential bound to other servers than the one it acts
     /// for (`[[auth.*]] servers`).
     WrongServer,
+    /// The console: no session cookie, or one that is forged, expired,
+    /// logged out or whose admin token is gone.
+    InvalidSession,
+    /// The console: a write without the session's CSRF token, or from
+    /// another origin.
+    Csrf,
+    /// The console: too many failed logins in a minute.
+    TooManyLogins,
 }
 
 impl Refusal {
     /// All of them.
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::MissingCredentials,
         Refusal::InvalidToken,
         Refusal::UnknownCertificate,
         Refusal::WrongRole,
         Refusal::WrongServer,
+        Refusal::InvalidSession,
+        Refusal::Csrf,
+        Refusal::TooManyLogins,
     ];
+
+    /// Whether `service` can refuse for this reason (its metric series
+    /// exists from the start).
+    pub fn applies_to(self, service: Service) -> bool {
+        match self {
+            Refusal::WrongServer => service == Service::SidecarRegistry,
+            Refusal::InvalidSession | Refusal::Csrf | Refusal::TooManyLogins => {
+                service == Service::Console
+            }
+            Refusal::InvalidToken | Refusal::WrongRole => true,
+            Refusal::MissingCredentials | Refusal::UnknownCertificate => {
+                service != Service::Console
+            }
+        }
+    }
 
     /// The metric label.
     pub fn label(self) -> &'static str {
@@ -134,6 +166,9 @@ impl Refusal {
             Refusal::UnknownCertificate => "unknown_certificate",
             Refusal::WrongRole => "wrong_role",
             Refusal::WrongServer => "wrong_server",
+            Refusal::InvalidSession => "invalid_session",
+            Refusal::Csrf => "csrf",
+            Refusal::TooManyLogins => "too_many_logins",
         }
     }
 }

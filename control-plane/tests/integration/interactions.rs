@@ -279,12 +279,27 @@ async fn forms_urls_approvals_on_one_replica() {
         Code::InvalidArgument,
         "city: is required",
     );
-    let msg = refused(
-        answer(&ep, &s, "form-1", "accept", r#"{"city":"X","size":"xl"}"#).await,
-        Code::InvalidArgument,
-        "city:",
+    let status = answer(&ep, &s, "form-1", "accept", r#"{"city":"X","size":"xl"}"#)
+        .await
+        .unwrap_err();
+    let msg = status.message();
+    assert!(
+        msg.contains("city:") && msg.contains("size:"),
+        "every field is named: {msg}"
     );
-    assert!(msg.contains("size:"), "every field is named: {msg}");
+    // The problems by field, as details (the console shows each by its
+    // field).
+    let details: serde_json::Value = serde_json::from_slice(status.details()).unwrap();
+    let fields: Vec<_> = details["fieldErrors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        fields.contains(&"city".to_owned()) && fields.contains(&"size".to_owned()),
+        "{details}"
+    );
     // Another session's interaction does not exist for it; neither does an
     // unknown one: the same answer.
     let theirs = refused(
@@ -473,13 +488,15 @@ async fn forms_urls_approvals_on_one_replica() {
         let ix = cp.cp.interactions.clone();
         let s = s.clone();
         tokio::spawn(async move {
-            ix.request_approval(&s, "run-7", "fake", "book", message)
+            ix.request_approval(&s, "run-7", "fake", "book", r#"{"when":"today"}"#, message)
                 .await
         })
     };
     let pending = ask("Book the trip?");
     let card = next_of_kind(&mut events, "interaction.required", "approval").await;
     assert_eq!(card["message"], "Book the trip?");
+    // The card shows the call's arguments, exactly as sent.
+    assert_eq!(card["argumentsJson"], r#"{"when":"today"}"#);
     let a1 = list(&ep, &s, false)
         .await
         .into_iter()
@@ -487,6 +504,7 @@ async fn forms_urls_approvals_on_one_replica() {
         .expect("an open approval");
     assert_eq!(a1.id, card["id"].as_str().unwrap());
     assert_eq!((a1.tool.as_str(), a1.run_id.as_str()), ("book", "run-7"));
+    assert_eq!(a1.arguments_json, r#"{"when":"today"}"#);
     refused(
         answer(&ep, &s, &a1.id, "accept", "{}").await,
         Code::FailedPrecondition,
@@ -680,7 +698,7 @@ async fn timeouts_and_the_sweeper_on_two_replicas() {
     // An approval nobody answers: "not approved".
     let outcome =
         a.cp.interactions
-            .request_approval(&s, "", "fake", "book", "")
+            .request_approval(&s, "", "fake", "book", "", "")
             .await;
     assert_eq!(outcome, interactions::ApprovalOutcome::TimedOut);
     assert!(outcome.message("fake", "book").contains("not approved"));

@@ -91,6 +91,12 @@ admin_base_url = {{ .adminBaseUrl | toJson }}
 allow_private_addresses = {{ .allowPrivateAddresses | default false }}
 {{- end }}
 {{- end }}
+{{- with .Values.console }}
+
+[console]
+enabled = {{ .enabled }}
+session_ttl_sec = {{ int .sessionTtlSec }}
+{{- end }}
 {{- range .Values.servers }}
 
 [[servers]]

@@ -28,6 +28,7 @@ pub async fn background(remote: &Remote, cmd: BackgroundCommand) -> Result<(), F
                         include_finished: all,
                         page_size,
                         page_token,
+                        ..Default::default()
                     })
                     .await?
                     .into_inner();

@@ -114,6 +114,7 @@ pub async fn apply(remote: &Remote, setting: ToolSetting) -> Result<(), Failure>
                 .clear_tool_hints(pb::ClearToolHintsRequest {
                     server: server.clone(),
                     tool,
+                    hints: Vec::new(),
                 })
                 .await
                 .map_err(|e| unknown_tool(e.into(), &server, known))?

@@ -1,12 +1,13 @@
 //! How the CLI prints what the control plane returns: [`cards`] (one
 //! record over several lines: interactions, background call events),
 //! [`tables`] (lists, one aligned line per record) and [`json`] (the
-//! `--json` shapes). Here: the `out!` macro every command prints stdout
+//! `--json` shapes, kept in `crate::api::json` for the console too). Here: the `out!` macro every command prints stdout
 //! with, so that output to a closed pipe (`switchyard tools | head -1`)
 //! ends the command quietly, and pretty-printed JSON.
 
 pub mod cards;
-pub mod json;
+/// The `--json` shapes (shared with the admin console).
+pub use crate::api::json;
 pub mod tables;
 
 use serde_json::Value;
@@ -75,11 +76,7 @@ pub fn print_list<T>(
     }
 }
 
-/// JSON text the control plane sent, parsed; `null` if it is not JSON
-/// (or empty).
-pub fn parse_json_text(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
-}
+pub use crate::api::json::parse_json_text;
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
 //! `switchyard up`: the all-in-one gateway for one machine. It starts a
 //! control-plane replica (embedded store, or etcd when the config names
-//! endpoints) and supervises one `switchyard-sidecar run` child process per
+//! endpoints; with an admin token for the console, [`console_token`]) and supervises one `switchyard-sidecar run` child process per
 //! registered server ([`supervise`]): a server added at runtime gets a
 //! sidecar, a removed one loses it, and a sidecar that dies is restarted
 //! with backoff. Each sidecar reaches the replica as [`link`] says. On
@@ -32,6 +32,38 @@ pub async fn up(file: &Path) -> Result<(), Failure> {
         .map_err(|e| Failure::new(1, format!("{e:#}")))
 }
 
+/// A secret of `up`'s own beside the store: the file `name` in the store's
+/// directory, made once with `contents(32 random bytes)`, mode 0600.
+/// Returns the file, and whether it was made now.
+fn secret_beside_store(
+    config: &Config,
+    name: &str,
+    contents: impl FnOnce([u8; 32]) -> Vec<u8>,
+) -> anyhow::Result<(std::path::PathBuf, bool)> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = config
+        .store
+        .path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join(name);
+    if file.exists() {
+        return Ok((file, false));
+    }
+    let mut random = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut random);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&file)?
+        .write_all(&contents(random))?;
+    Ok((file, true))
+}
+
 /// Stage D: OAuth tokens are only kept encrypted. With an `auth = "oauth"`
 /// server, no `[store] token_encryption_key_file` and the embedded store,
 /// `up` uses a key of its own beside the store (`token-encryption.key`,
@@ -47,25 +79,8 @@ fn oauth_key(config: &mut Config) -> anyhow::Result<()> {
     {
         return Ok(());
     }
-    let dir = config
-        .store
-        .path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join("token-encryption.key");
-    if !file.exists() {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut key = [0u8; 32];
-        rand::RngCore::fill_bytes(&mut rand::rng(), &mut key);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&file)?;
-        f.write_all(&key)?;
+    let (file, made) = secret_beside_store(config, "token-encryption.key", |key| key.to_vec())?;
+    if made {
         println!(
             "switchyard: OAuth tokens are encrypted with the new key {}",
             file.display()
@@ -75,6 +90,31 @@ fn oauth_key(config: &mut Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The admin console needs an admin token to log in with. When the file
+/// configures none, `up` makes one beside the store (`console-admin.token`,
+/// made once, mode 0600) and adds it as the `[[auth.tokens]]` entry
+/// `console-admin` of role admin. Returns the file to tell the user about.
+fn console_token(config: &mut Config) -> anyhow::Result<Option<std::path::PathBuf>> {
+    use base64::Engine as _;
+    if !config.console.enabled || config.auth.tokens.iter().any(|t| t.role == "admin") {
+        return Ok(None);
+    }
+    let (file, _) = secret_beside_store(config, "console-admin.token", |random| {
+        format!(
+            "{}\n",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random)
+        )
+        .into_bytes()
+    })?;
+    config.auth.tokens.push(crate::auth::TokenEntry {
+        name: "console-admin".into(),
+        role: "admin".into(),
+        token_file: file.clone(),
+        servers: Vec::new(),
+    });
+    Ok(Some(file))
+}
+
 /// Runs the gateway until SIGINT or SIGTERM, then stops the sidecars and
 /// the replica. Errors: the replica, its sidecars' link or their work
 /// directory could not be set up.
@@ -82,6 +122,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     // `up` owns its file: servers dropped from it go.
     config.control_plane.prune_config_servers = true;
     oauth_key(&mut config)?;
+    let console_token = console_token(&mut config)?;
     let running = server::start(&config, true).await?;
     let link = SidecarLink::new(&config, running.grpc_addr)?;
     let engine = link.control_plane.clone();
@@ -101,6 +142,16 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
             format!("etcd ({})", config.store.etcd_endpoints.join(","))
         }
     );
+    if config.console.enabled {
+        let login = match &console_token {
+            Some(file) => format!("log in with the token in {}", file.display()),
+            None => "log in with an admin token".into(),
+        };
+        println!(
+            "switchyard: console {}/ui/ ({login})",
+            config.oauth.base_url(&running.http_addr.to_string())
+        );
+    }
     let names: Vec<_> = running
         .cp
         .state

@@ -1,12 +1,18 @@
-//! JSON: the shapes `--json` prints (camelCase keys, in this order). Users
-//! script against them, so a key is never renamed or dropped: a tool an
-//! engine sees, a server's status, a server's tool, a session, an event, a
-//! call moved to the background.
+//! JSON: the shapes the CLI's `--json` prints and the admin console's API
+//! answers (camelCase keys, in this order). Users script against them, so
+//! a key is never renamed or dropped: a tool an engine sees, a server's
+//! status, a server's tool, a session, an event, a call moved to the
+//! background.
 
-use super::parse_json_text;
 use crate::background::BackgroundRecord;
 use serde_json::{Value, json};
 use switchyard_proto::v1 as pb;
+
+/// JSON text the control plane sent, parsed; `null` if it is not JSON
+/// (or empty).
+pub fn parse_json_text(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
 
 /// The four MCP hints, as `readOnlyHint`, `destructiveHint`,
 /// `idempotentHint`, `openWorldHint` (values, or where each comes from).
@@ -51,6 +57,9 @@ pub fn status_json(s: &pb::ServerStatus) -> Value {
         "command": spec.command,
         "args": spec.args,
         "era": spec.era,
+        "env": spec.env.iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "cwd": spec.cwd,
+        "requestTimeoutMs": spec.request_timeout_ms,
         "auth": spec.auth,
         "headers": spec.headers.iter().collect::<std::collections::BTreeMap<_, _>>(),
         "headerFiles": spec.header_files.iter().collect::<std::collections::BTreeMap<_, _>>(),
