@@ -91,12 +91,18 @@ fn oauth_key(config: &mut Config) -> anyhow::Result<()> {
 }
 
 /// The admin console needs an admin token to log in with. When the file
-/// configures none, `up` makes one beside the store (`console-admin.token`,
+/// configures none and the store is the embedded one, `up` makes one
+/// beside the store (`console-admin.token`,
 /// made once, mode 0600) and adds it as the `[[auth.tokens]]` entry
 /// `console-admin` of role admin. Returns the file to tell the user about.
 fn console_token(config: &mut Config) -> anyhow::Result<Option<std::path::PathBuf>> {
     use base64::Engine as _;
-    if !config.console.enabled || config.auth.tokens.iter().any(|t| t.role == "admin") {
+    // With etcd there is no store directory to keep it in: the file's own
+    // admin tokens log in.
+    if !config.console.enabled
+        || config.auth.tokens.iter().any(|t| t.role == "admin")
+        || !config.store.etcd_endpoints.is_empty()
+    {
         return Ok(None);
     }
     let (file, _) = secret_beside_store(config, "console-admin.token", |random| {
