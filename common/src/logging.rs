@@ -4,16 +4,22 @@
 //! `info` or `warn,switchyard::audit=info`).
 //!
 //! Lines are formatted on the thread that logs and appended to an
-//! in-memory batch; a flusher thread writes the batch to stderr every
-//! [`FLUSH_INTERVAL`], and a batch that reaches [`FLUSH_BYTES`] is written
-//! at once by the thread that filled it. So a busy process makes about one
-//! `write` per interval instead of one per line (each call writes audit
-//! lines), and no thread is woken per line. (tracing-appender's
-//! non-blocking writer wakes its thread for each line once the process is
-//! idle between lines: on a 2-core host that cost the control plane a
-//! quarter of its CPU per call.) Nothing is dropped; lines keep their order.
-//! Lines still in the batch are written when the [`LogGuard`] is dropped at
-//! the end of `main`; a process killed by SIGKILL loses at most the last
+//! in-memory batch; only the flusher thread writes to stderr: every
+//! [`FLUSH_INTERVAL`], and at once when a batch reaches [`FLUSH_BYTES`]
+//! (the thread that filled it wakes the flusher, it never writes itself).
+//! So a busy process makes about one `write` per interval instead of one
+//! per line (each call writes audit lines), no thread is woken per line
+//! (tracing-appender's non-blocking writer wakes its thread for each line
+//! once the process is idle between lines: on a 2-core host that cost the
+//! control plane a quarter of its CPU per call), and a stderr nobody reads
+//! (a full pipe) blocks the flusher only, never a runtime thread. Lines
+//! keep their order. The batch is bounded ([`MAX_BATCH_BYTES`]): lines
+//! that would pass the bound while stderr is blocked are dropped and
+//! counted, and the count is written ("N log lines dropped") as soon as
+//! stderr takes lines again. Lines still in the batch are written when the
+//! [`LogGuard`] is dropped at the end of `main`, and by the panic hook
+//! [`init`] installs, before the panic message (a crash does not lose the
+//! last lines); a process killed by SIGKILL loses at most the last
 //! interval's lines.
 
 use std::io::{IsTerminal, Write};
@@ -24,6 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 /// A batch this large is written at once.
 pub const FLUSH_BYTES: usize = 256 * 1024;
+/// The most a batch holds while stderr does not take lines.
+pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 
 /// The batch of the installed subscriber, for [`write_record`].
 static BATCH: OnceLock<Arc<Batch>> = OnceLock::new();
@@ -31,31 +39,60 @@ static BATCH: OnceLock<Arc<Batch>> = OnceLock::new();
 /// Lines waiting to be written, and the lock that keeps writes in order.
 #[derive(Debug, Default)]
 struct Batch {
-    lines: Mutex<Vec<u8>>,
+    lines: Mutex<Pending>,
     writing: Mutex<()>,
+    /// Wakes the flusher when a batch is full.
+    full: std::sync::Condvar,
+}
+
+/// The lines not written yet, and those dropped since the last write.
+#[derive(Debug, Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    dropped: u64,
 }
 
 impl Batch {
+    /// Appends one or more whole lines; never writes to stderr (see the
+    /// module docs).
     fn append(&self, bytes: &[u8]) {
-        let full = {
-            let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
-            lines.extend_from_slice(bytes);
-            lines.len() >= FLUSH_BYTES
-        };
-        if full {
-            self.flush();
+        let mut pending = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.bytes.len() + bytes.len() > MAX_BATCH_BYTES {
+            pending.dropped += bytes.iter().filter(|b| **b == b'\n').count().max(1) as u64;
+            return;
+        }
+        pending.bytes.extend_from_slice(bytes);
+        if pending.bytes.len() >= FLUSH_BYTES {
+            self.full.notify_one();
         }
     }
 
-    /// Writes what is waiting (errors writing stderr are ignored: there is
-    /// nowhere left to report them).
+    /// Writes what is waiting, preceded by the count of dropped lines
+    /// (errors writing stderr are ignored: there is nowhere left to
+    /// report them).
     fn flush(&self) {
         let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
-        let lines = std::mem::take(&mut *self.lines.lock().unwrap_or_else(|e| e.into_inner()));
-        if !lines.is_empty() {
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(&lines);
-            let _ = err.flush();
+        let Pending { bytes, dropped } =
+            std::mem::take(&mut *self.lines.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut err = std::io::stderr().lock();
+        if dropped > 0 {
+            let _ = writeln!(
+                err,
+                "switchyard: {dropped} log lines dropped: stderr did not take them in time"
+            );
+        }
+        if !bytes.is_empty() {
+            let _ = err.write_all(&bytes);
+        }
+        let _ = err.flush();
+    }
+
+    /// Waits up to `limit` for the batch to fill (or for a stop, which the
+    /// caller checks); spurious wake-ups are harmless.
+    fn wait_full(&self, limit: Duration) {
+        let pending = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.bytes.len() < FLUSH_BYTES {
+            let _ = self.full.wait_timeout(pending, limit);
         }
     }
 }
@@ -95,6 +132,9 @@ pub struct LogGuard {
 impl Drop for LogGuard {
     fn drop(&mut self) {
         drop(self.stop.take());
+        if let Some(b) = &self.batch {
+            b.full.notify_one();
+        }
         if let Some(f) = self.flusher.take() {
             let _ = f.join();
         }
@@ -134,14 +174,25 @@ pub fn init(default_level: &str) -> LogGuard {
         return none;
     }
     let _ = BATCH.set(batch.clone());
+    // A panic writes the lines before it, then its message.
+    let previous = std::panic::take_hook();
+    let on_panic = batch.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        on_panic.flush();
+        previous(info);
+    }));
     let (stop, stopped) = mpsc::channel::<()>();
     let flushing = batch.clone();
     let flusher = std::thread::Builder::new()
         .name("switchyard-log".into())
         .spawn(move || {
             // Ends when the guard drops its sender.
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(FLUSH_INTERVAL) {
-                flushing.flush();
+            loop {
+                flushing.wait_full(FLUSH_INTERVAL);
+                match stopped.try_recv() {
+                    Err(mpsc::TryRecvError::Empty) => flushing.flush(),
+                    _ => return,
+                }
             }
         });
     match flusher {
@@ -150,7 +201,7 @@ pub fn init(default_level: &str) -> LogGuard {
             stop: Some(stop),
             flusher: Some(flusher),
         },
-        // No thread: batches are written when full, and at the end.
+        // No thread: lines are written at the end (or by a panic).
         Err(_) => LogGuard {
             batch: Some(batch),
             stop: None,
@@ -181,4 +232,58 @@ pub fn write_record(text: &str) {
     let time = crate::time::rfc3339_frac(now.as_secs(), now.subsec_micros(), 6);
     let target = AUDIT_TARGET;
     batch.append(format!("{time}  INFO {target}: {text}\n").as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_is_bounded_and_counts_what_it_drops() {
+        let batch = Batch::default();
+        let line = vec![b'x'; 1023];
+        let mut line = line;
+        line.push(b'\n');
+        for _ in 0..(MAX_BATCH_BYTES / line.len()) {
+            batch.append(&line);
+        }
+        batch.append(&line);
+        batch.append(b"two\nlines\n");
+        let pending = batch.lines.lock().unwrap();
+        assert!(pending.bytes.len() <= MAX_BATCH_BYTES);
+        assert_eq!(pending.dropped, 3);
+    }
+
+    /// A crash does not lose the last lines: the panic hook writes them,
+    /// before the panic's own message. Runs itself again as a child
+    /// process, which installs the logger, logs a line and panics.
+    #[test]
+    fn a_panic_writes_the_lines_logged_before_it() {
+        const CHILD: &str = "SWITCHYARD_LOGGING_PANIC_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            let _guard = init("info");
+            tracing::info!("the last line before the crash");
+            panic!("crash on purpose");
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "logging::tests::a_panic_writes_the_lines_logged_before_it",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD, "1")
+            .env_remove("SWITCHYARD_LOG")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = err
+            .find("the last line before the crash")
+            .unwrap_or_else(|| panic!("the line is missing:\n{err}"));
+        let crash = err
+            .find("crash on purpose")
+            .unwrap_or_else(|| panic!("the panic message is missing:\n{err}"));
+        assert!(line < crash, "the line comes first:\n{err}");
+    }
 }

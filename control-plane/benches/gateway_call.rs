@@ -70,6 +70,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard_common::tls::BearerToken;
 use switchyard_proto::calls::{EngineCallFrames, Mux};
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
@@ -83,6 +84,13 @@ const CONCURRENCY: [usize; 2] = [1, 64];
 const MESSAGE: &str = "hello from the switchyard benchmark";
 const SERVER: &str = "orders";
 const TOOL: &str = "orders__echo";
+/// The sidecar's `SidecarCalls` token (`calls_token_file`).
+const CALLS_TOKEN: &str = "bench-calls-token-0123456789";
+
+/// A `SidecarCalls` client sending [`CALLS_TOKEN`].
+type SidecarClient =
+    SidecarCallsClient<tonic::service::interceptor::InterceptedService<Channel, BearerToken>>;
+
 /// Gateway ÷ direct calls/s at concurrency 64: at least this.
 const THROUGHPUT_GOAL: f64 = 0.6;
 /// Gateway ÷ direct p50 at concurrency 1: at most this.
@@ -321,7 +329,7 @@ struct Gateway {
     sidecar: Proc,
     engine: EngineServiceClient<Channel>,
     /// The sidecar's `SidecarCalls`, for the hop breakdown.
-    calls: SidecarCallsClient<Channel>,
+    calls: SidecarClient,
     /// The reference server started by the sidecar.
     server_pid: Option<u32>,
     _dir: tempfile::TempDir,
@@ -369,6 +377,10 @@ async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
     let grpc = field(&control_plane.line, "grpc on").to_owned();
     let mcp = format!("http://{}", field(&control_plane.line, "mcp on"));
 
+    // The sidecar's calls token is fixed, so the `sidecar` client can call
+    // SidecarCalls directly as the control plane does.
+    let calls_token = dir.path().join("calls.token");
+    std::fs::write(&calls_token, CALLS_TOKEN).expect("write the calls token");
     let sidecar_config = dir.path().join("sidecar.toml");
     std::fs::write(
         &sidecar_config,
@@ -376,7 +388,7 @@ async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
             "[server]\nname = \"{SERVER}\"\ntransport = \"stdio\"\ncommand = {server}\n\
              args = [\"--era\", \"{ERA}\"]\nera = \"{ERA}\"\n\n\
              [sidecar]\ncontrol_plane = \"http://{grpc}\"\nsidecar_id = \"bench-sidecar\"\n\
-             grace_secs = 2\n"
+             grace_secs = 2\ncalls_token_file = {calls_token:?}\n"
         ),
     )
     .expect("write the sidecar's config");
@@ -392,7 +404,10 @@ async fn start_gateway(bins: &Binaries, workers: Option<usize>) -> Gateway {
     let calls_addr = field(&sidecar.line, "calls on").to_owned();
 
     let engine = EngineServiceClient::new(channel(format!("http://{grpc}")).await);
-    let calls = SidecarCallsClient::new(channel(format!("http://{calls_addr}")).await);
+    let calls = SidecarCallsClient::with_interceptor(
+        channel(format!("http://{calls_addr}")).await,
+        BearerToken::new(Some(CALLS_TOKEN)),
+    );
 
     // Ready when the tool is callable: registered, catalogue received.
     let deadline = Instant::now() + START_LIMIT;
@@ -454,7 +469,7 @@ enum Client {
     /// The same path with one `CallTool` RPC per call.
     Unary(EngineServiceClient<Channel>),
     /// Straight to the sidecar's `SidecarCalls` -> server.
-    Sidecar(SidecarCallsClient<Channel>),
+    Sidecar(SidecarClient),
     /// rmcp -> its own server.
     Direct(Peer<RoleClient>),
     /// rmcp over Streamable HTTP -> the MCP endpoint -> sidecar -> server.

@@ -104,18 +104,46 @@ impl Caller {
     }
 }
 
-/// [`Caller::may_act_for`] for the caller of a request, if it has one
-/// (anonymous callers, allowed when `[auth] required` is false, are not
-/// bound). A refusal is logged and counted as `wrong_server`.
+/// What [`Guard`] attaches to a request that came with no credentials
+/// (allowed while `[auth] required` is false): the servers some sidecar
+/// credential is bound to, which an anonymous caller may not act for.
+#[derive(Debug, Clone)]
+pub struct Anonymous {
+    bound: std::sync::Arc<[String]>,
+}
+
+impl Anonymous {
+    /// PERMISSION_DENIED when `server` is bound to a sidecar credential:
+    /// a binding holds whatever `[auth] required` says, so an anonymous
+    /// sidecar cannot register as (or report, relay or update background
+    /// calls for) a server that only its credential may act for.
+    pub fn may_act_for(&self, server: &str) -> Result<(), Status> {
+        if self.bound.iter().any(|s| s == server) {
+            return Err(Status::permission_denied(format!(
+                "server {server:?} is bound to a sidecar credential ([[auth.tokens]] or [[auth.mtls]] servers); a sidecar without credentials may not act for it"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// [`Caller::may_act_for`] for the caller of a request, or
+/// [`Anonymous::may_act_for`] when it has none. A refusal is logged and
+/// counted as `wrong_server`.
 pub fn check_server<T>(
     request: &tonic::Request<T>,
     metrics: &Metrics,
     server: &str,
 ) -> Result<(), Status> {
-    let Some(caller) = request.extensions().get::<Caller>() else {
-        return Ok(());
+    let decision = match (
+        request.extensions().get::<Caller>(),
+        request.extensions().get::<Anonymous>(),
+    ) {
+        (Some(caller), _) => caller.may_act_for(server),
+        (None, Some(anonymous)) => anonymous.may_act_for(server),
+        (None, None) => Ok(()),
     };
-    caller.may_act_for(server).inspect_err(|status| {
+    decision.inspect_err(|status| {
         metrics.auth_refusal(
             Service::SidecarRegistry.label(),
             Refusal::WrongServer.label(),
@@ -141,6 +169,8 @@ pub struct Authenticator {
     required: bool,
     tokens: Vec<TokenIdentity>,
     mtls: Vec<(String, Role, Vec<String>)>,
+    /// Every server some sidecar credential is bound to ([`Anonymous`]).
+    bound: std::sync::Arc<[String]>,
     metrics: Option<Metrics>,
 }
 
@@ -200,15 +230,28 @@ impl Authenticator {
                 servers: t.servers.clone(),
             });
         }
-        let mtls = config
+        let mtls: Vec<(String, Role, Vec<String>)> = config
             .mtls
             .iter()
             .filter_map(|m| Some((m.name.clone(), Role::parse(&m.role)?, m.servers.clone())))
             .collect();
+        let mut bound: Vec<String> = tokens
+            .iter()
+            .filter(|t| t.role == Role::Sidecar)
+            .flat_map(|t| t.servers.iter().cloned())
+            .chain(
+                mtls.iter()
+                    .filter(|(_, role, _)| *role == Role::Sidecar)
+                    .flat_map(|(_, _, servers)| servers.iter().cloned()),
+            )
+            .collect();
+        bound.sort();
+        bound.dedup();
         Ok(Authenticator {
             required: config.required,
             tokens,
             mtls,
+            bound: bound.into(),
             metrics: metrics.cloned(),
         })
     }
@@ -413,8 +456,15 @@ impl tonic::service::Interceptor for Guard {
             request.metadata(),
             certs.as_deref().map(Vec::as_slice),
         )?;
-        if let Some(c) = caller {
-            request.extensions_mut().insert(c);
+        match caller {
+            Some(c) => {
+                request.extensions_mut().insert(c);
+            }
+            None => {
+                request.extensions_mut().insert(Anonymous {
+                    bound: self.auth.bound.clone(),
+                });
+            }
         }
         Ok(request)
     }
@@ -654,9 +704,8 @@ mod tests {
             e.message(),
             "sidecar credential \"files-sidecars\" is bound to the servers [\"files\", \"search\"]; it may not act for server \"web\""
         );
-        // Unbound and anonymous callers act for any server.
+        // Unbound callers act for any server.
         assert!(check_server(&request(Some(caller("free-token"))), &metrics, "web").is_ok());
-        assert!(check_server(&request(None), &metrics, "web").is_ok());
         // A certificate identity is bound the same way.
         let c = auth
             .check(
@@ -675,6 +724,61 @@ mod tests {
         assert!(
             text.contains(
                 "switchyard_control_plane_auth_refusals_total{reason=\"wrong_server\",service=\"sidecar_registry\"} 1"
+            ),
+            "{text}"
+        );
+    }
+    /// A binding holds whatever `required` says: with `required = false`,
+    /// a sidecar with no credentials is let in, but may not act for a
+    /// server a credential is bound to (it could register as it and get
+    /// its calls); it may still act for the servers no one is bound to.
+    #[test]
+    fn a_binding_holds_when_credentials_are_not_required() {
+        use tonic::service::Interceptor as _;
+        let dir = tempfile::tempdir().unwrap();
+        let bound = dir.path().join("bound");
+        std::fs::write(&bound, "bound-token").unwrap();
+        let config = AuthConfig {
+            required: false,
+            tokens: vec![TokenEntry {
+                name: "files-sidecars".into(),
+                role: "sidecar".into(),
+                token_file: bound,
+                servers: vec!["files".into()],
+            }],
+            mtls: vec![MtlsEntry {
+                name: "web-sidecar".into(),
+                role: "sidecar".into(),
+                servers: vec!["web".into()],
+            }],
+        };
+        let metrics = Metrics::new();
+        let auth = std::sync::Arc::new(Authenticator::load(&config, Some(&metrics)).unwrap());
+        let mut guard = auth.guard(Service::SidecarRegistry);
+        let anonymous = guard.call(tonic::Request::new(())).unwrap();
+        for server in ["files", "web"] {
+            let e = check_server(&anonymous, &metrics, server).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::PermissionDenied);
+            assert!(
+                e.message().contains(&format!("server {server:?} is bound")),
+                "{}",
+                e.message()
+            );
+        }
+        assert!(check_server(&anonymous, &metrics, "search").is_ok());
+        // The credential the server is bound to still acts for it.
+        let mut with_token = tonic::Request::new(());
+        with_token
+            .metadata_mut()
+            .insert("authorization", "Bearer bound-token".parse().unwrap());
+        let with_token = guard.call(with_token).unwrap();
+        assert!(check_server(&with_token, &metrics, "files").is_ok());
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&metrics.registry().gather())
+            .unwrap();
+        assert!(
+            text.contains(
+                "switchyard_control_plane_auth_refusals_total{reason=\"wrong_server\",service=\"sidecar_registry\"} 2"
             ),
             "{text}"
         );

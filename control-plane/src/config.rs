@@ -45,6 +45,10 @@ pub struct Config {
     /// `[console]`: the admin console at `/ui` (docs/console.md).
     #[serde(default)]
     pub console: ConsoleConfig,
+    /// `[up]`: how `switchyard up` runs its sidecars (ignored by
+    /// `switchyard-control-plane`).
+    #[serde(default)]
+    pub up: UpConfig,
     /// `[[servers]]`.
     #[serde(default)]
     pub servers: Vec<ServerConfig>,
@@ -328,6 +332,31 @@ fn default_mcp_idle() -> u64 {
 
 fn default_mcp_state_ttl() -> u64 {
     600
+}
+
+/// `[up]`: the sidecars `switchyard up` starts, one per server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpConfig {
+    /// Each sidecar's `grace_secs` (default 10, 1 to 3600): how long its
+    /// calls in flight may run on after `up` is told to stop, and each
+    /// step of stopping its server. `up` waits up to four times this plus
+    /// 3 s for a sidecar before it kills it; a second SIGINT or SIGTERM
+    /// hurries every sidecar.
+    #[serde(default = "default_up_grace")]
+    pub sidecar_grace_secs: u64,
+}
+
+impl Default for UpConfig {
+    fn default() -> Self {
+        UpConfig {
+            sidecar_grace_secs: default_up_grace(),
+        }
+    }
+}
+
+fn default_up_grace() -> u64 {
+    10
 }
 
 /// `[console]`: the admin console served at `/ui` on the HTTP listener
@@ -628,6 +657,12 @@ impl Config {
             return Err((
                 "mcp.session_idle_timeout_sec".into(),
                 "must be between 60 and 2592000 (30 days)".into(),
+            ));
+        }
+        if !(1..=3600).contains(&self.up.sidecar_grace_secs) {
+            return Err((
+                "up.sidecar_grace_secs".into(),
+                "must be between 1 and 3600".into(),
             ));
         }
         if !(60..=7 * 86_400).contains(&self.console.session_ttl_sec) {

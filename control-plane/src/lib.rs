@@ -67,6 +67,8 @@ pub struct ControlPlane {
     pub call_timeout: Duration,
     /// Readiness (false during start-up and shutdown).
     pub ready: AtomicBool,
+    /// Whether the store answers (`/readyz` is 503 while it does not).
+    pub store_health: Arc<store::health::StoreHealth>,
     /// Cancelled when the replica stops: the long-lived streams (session
     /// events, sidecar reports) end, so the gRPC server can stop at once.
     pub shutdown: tokio_util::sync::CancellationToken,

@@ -33,19 +33,27 @@ pub enum RegistryError {
     /// Bad input.
     #[error("{0}")]
     Invalid(String),
+    /// A caller asked for more than its share (e.g. cancellations of calls
+    /// this replica does not run).
+    #[error("{0}")]
+    Exhausted(String),
 }
 
 /// The write side.
 #[derive(Debug, Clone)]
 pub struct Registry {
     store: Metered<AnyStore>,
+    cancels: std::sync::Arc<CancelBudget>,
 }
 
 impl Registry {
     /// A registry over `store` (metered: its operations are counted in the
     /// store metrics).
     pub fn new(store: Metered<AnyStore>) -> Self {
-        Registry { store }
+        Registry {
+            store,
+            cancels: Default::default(),
+        }
     }
 
     /// The store.
@@ -576,11 +584,31 @@ impl Registry {
             .await?)
     }
 
-    /// Asks every replica to cancel a call (a short-lived key they watch).
-    pub async fn request_cancel(&self, session: &str, call_id: &str) -> Result<(), RegistryError> {
-        let lease = self.store.grant_lease(Duration::from_secs(30)).await?;
+    /// Asks every replica to cancel a call (a short-lived key they watch,
+    /// `cancels/<scope>/<call id>`, under a lease of [`CANCEL_TTL`] shared
+    /// by the requests of a few seconds). The keys one replica writes are
+    /// bounded ([`CancelBudget`]): `principal` (the caller's name, empty
+    /// for anonymous callers) may have [`CANCELS_PER_CALLER`] of them
+    /// alive, and all callers [`CANCELS_PER_REPLICA`]; past that the
+    /// request is refused (RESOURCE_EXHAUSTED) and nothing is written.
+    /// Errors: the store, or the bound.
+    pub async fn request_cancel(
+        &self,
+        principal: &str,
+        scope: &str,
+        call_id: &str,
+    ) -> Result<(), RegistryError> {
+        self.cancels.take(principal, std::time::Instant::now())?;
+        let lease = match self.cancels.lease(std::time::Instant::now()) {
+            Some(lease) => lease,
+            None => {
+                let lease = self.store.grant_lease(CANCEL_TTL).await?;
+                self.cancels.keep_lease(lease, std::time::Instant::now());
+                lease
+            }
+        };
         self.store
-            .put(&cancel_key(session, call_id), Vec::new(), Some(lease))
+            .put(&cancel_key(scope, call_id), Vec::new(), Some(lease))
             .await?;
         Ok(())
     }
@@ -687,3 +715,108 @@ impl Registry {
 
 #[cfg(test)]
 mod tests;
+
+/// How long a cancellation request's key lives: long enough for every
+/// replica's watch to see it.
+pub const CANCEL_TTL: Duration = Duration::from_secs(30);
+/// Cancellation keys one caller may have alive through one replica.
+pub const CANCELS_PER_CALLER: usize = 256;
+/// Cancellation keys all callers may have alive through one replica.
+pub const CANCELS_PER_REPLICA: usize = 4096;
+/// How long one lease is shared by the cancellation keys written after it
+/// was granted (each key then lives between `CANCEL_TTL - LEASE_SHARED`
+/// and `CANCEL_TTL`).
+const LEASE_SHARED: Duration = Duration::from_secs(10);
+
+/// The bound on cancellation requests for calls this replica does not run
+/// ([`Registry::request_cancel`]): a caller could otherwise fill the store
+/// with keys by cancelling call ids that exist nowhere. Each request
+/// counts for [`CANCEL_TTL`] (as long as its key may live).
+#[derive(Debug, Default)]
+pub struct CancelBudget {
+    inner: std::sync::Mutex<BudgetState>,
+}
+
+#[derive(Debug, Default)]
+struct BudgetState {
+    /// When each live request was made, per principal, oldest first.
+    by_principal: std::collections::HashMap<String, std::collections::VecDeque<std::time::Instant>>,
+    total: usize,
+    lease: Option<(LeaseId, std::time::Instant)>,
+}
+
+impl CancelBudget {
+    /// Counts one request of `principal` at `now`; RESOURCE_EXHAUSTED
+    /// (as [`RegistryError::Exhausted`]) when it has [`CANCELS_PER_CALLER`]
+    /// alive, or the replica [`CANCELS_PER_REPLICA`].
+    pub fn take(&self, principal: &str, now: std::time::Instant) -> Result<(), RegistryError> {
+        let mut st = self.inner.lock().unwrap();
+        // Forget what has expired.
+        let mut expired = 0;
+        st.by_principal.retain(|_, times| {
+            while times
+                .front()
+                .is_some_and(|t| now.saturating_duration_since(*t) >= CANCEL_TTL)
+            {
+                times.pop_front();
+                expired += 1;
+            }
+            !times.is_empty()
+        });
+        st.total -= expired;
+        let mine = st.by_principal.get(principal).map_or(0, |t| t.len());
+        if mine >= CANCELS_PER_CALLER || st.total >= CANCELS_PER_REPLICA {
+            return Err(RegistryError::Exhausted(format!(
+                "too many cancellations of calls that are not running on this replica: at most {CANCELS_PER_CALLER} per caller and {CANCELS_PER_REPLICA} in all within {} s; try again later",
+                CANCEL_TTL.as_secs()
+            )));
+        }
+        st.by_principal
+            .entry(principal.to_owned())
+            .or_default()
+            .push_back(now);
+        st.total += 1;
+        Ok(())
+    }
+
+    /// The lease to put a key under, if one granted recently can be shared.
+    fn lease(&self, now: std::time::Instant) -> Option<LeaseId> {
+        let st = self.inner.lock().unwrap();
+        st.lease
+            .filter(|(_, at)| now.saturating_duration_since(*at) < LEASE_SHARED)
+            .map(|(lease, _)| lease)
+    }
+
+    fn keep_lease(&self, lease: LeaseId, granted: std::time::Instant) {
+        self.inner.lock().unwrap().lease = Some((lease, granted));
+    }
+}
+
+#[cfg(test)]
+mod cancel_budget_tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn each_caller_and_the_replica_have_a_bounded_number_of_live_cancellations() {
+        let budget = CancelBudget::default();
+        let t0 = Instant::now();
+        for _ in 0..CANCELS_PER_CALLER {
+            budget.take("engine-a", t0).unwrap();
+        }
+        let e = budget.take("engine-a", t0).unwrap_err();
+        assert!(matches!(e, RegistryError::Exhausted(_)));
+        assert!(e.to_string().contains("at most 256 per caller"), "{e}");
+        // Another caller is not held back by the first.
+        budget.take("engine-b", t0).unwrap();
+        // Once the keys have expired, the caller may cancel again.
+        budget.take("engine-a", t0 + CANCEL_TTL).unwrap();
+        // The replica's bound holds across callers.
+        let budget = CancelBudget::default();
+        for i in 0..CANCELS_PER_REPLICA {
+            budget.take(&format!("c{}", i % 64), t0).unwrap();
+        }
+        assert!(budget.take("someone-else", t0).is_err());
+        assert!(budget.take("someone-else", t0 + CANCEL_TTL).is_ok());
+    }
+}

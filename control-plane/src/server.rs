@@ -249,8 +249,18 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         lease_ttl: Duration::from_secs(config.control_plane.sidecar_lease_ttl_sec),
         call_timeout: Duration::from_secs(config.control_plane.call_timeout_sec),
         ready: std::sync::atomic::AtomicBool::new(false),
+        store_health: Arc::new(crate::store::health::StoreHealth::answered_now()),
         shutdown: shutdown.clone(),
     });
+    // `/readyz` follows whether the store answers.
+    {
+        let (health, store, stop) = (
+            cp.store_health.clone(),
+            cp.registry.store().clone(),
+            shutdown.clone(),
+        );
+        tokio::spawn(async move { health.probe(store, stop).await });
+    }
 
     let grpc_listener = tokio::net::TcpListener::bind(&config.control_plane.listen)
         .await
@@ -295,9 +305,9 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             loop {
                 tokio::select! {
                     c = changes.recv() => match c {
-                        Ok(Change::Cancel { session, call_id }) => {
-                            if cp.router.cancel(&session, &call_id) {
-                                tracing::info!(%session, %call_id, "call cancelled on request of another replica");
+                        Ok(Change::Cancel { scope, call_id }) => {
+                            if cp.router.cancel(&scope, &call_id) {
+                                tracing::info!(%scope, %call_id, "call cancelled on request of another replica");
                             }
                         }
                         Ok(_) => {}

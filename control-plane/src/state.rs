@@ -67,8 +67,9 @@ pub enum Change {
     Interaction(Box<InteractionChange>),
     /// Some replica asked to cancel a call.
     Cancel {
-        /// Session.
-        session: String,
+        /// The call's scope (`call::route::call_scope`): its session, or
+        /// its caller for a call without one.
+        scope: String,
         /// Call id.
         call_id: String,
     },
@@ -679,10 +680,12 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
             run: run.to_owned(),
         });
     } else if let Some(rest) = key.strip_prefix("cancels/")
-        && let Some((session, call_id)) = rest.split_once('/')
+        && let Some((scope, call_id)) = rest.rsplit_once('/')
     {
+        // Call ids have no '/'; a scope may start with one (a caller's
+        // calls without a session: `call::route::call_scope`).
         changes.push(Change::Cancel {
-            session: session.to_owned(),
+            scope: scope.to_owned(),
             call_id: call_id.to_owned(),
         });
     }

@@ -79,6 +79,9 @@ pub struct ControlSettings {
     pub sidecar_id: String,
     /// Where `SidecarCalls` is served, as the control plane should dial it.
     pub call_address: String,
+    /// The token the control plane must send on `SidecarCalls` requests
+    /// ([`crate::guard`]), registered with `call_address`.
+    pub call_token: crate::guard::CallToken,
 }
 
 /// `e` with the causes its message does not already include.

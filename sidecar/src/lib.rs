@@ -34,6 +34,8 @@
 //!   after each connection and each coalesced list change, and publishes
 //!   the catalogue snapshot;
 //! - [`control`]: the client of the control plane's `SidecarRegistry`;
+//! - [`guard`]: who may call `SidecarCalls` (the control plane, with the
+//!   token this sidecar registered, or mTLS);
 //! - [`http_endpoints`]: `/metrics`, `/healthz`, `/readyz`;
 //! - [`probe`]: the operator's check of an upstream server.
 //!
@@ -47,6 +49,7 @@ pub mod background;
 pub mod call;
 pub mod control;
 pub mod error;
+pub mod guard;
 pub mod http_endpoints;
 pub mod interactions;
 pub mod oauth;

@@ -79,6 +79,23 @@ impl EngineApi {
         }
     }
 
+    /// Whether `caller` may see (and cancel) background call `c`: by its
+    /// session's rule ([`Self::sees_session`]), or when it has no session,
+    /// by the principal that made it
+    /// ([`crate::model::background::BackgroundRecord::visible_to`]).
+    fn sees_call(
+        &self,
+        c: &crate::background::BackgroundRecord,
+        caller: Option<&Caller>,
+        snap: &Snapshot,
+    ) -> bool {
+        if c.session_id.is_empty() {
+            c.visible_to(caller)
+        } else {
+            self.sees_session(&c.session_id, caller, snap)
+        }
+    }
+
     fn check_servers(&self, servers: &[String]) -> Result<(), Status> {
         let snap = self.cp.state.snapshot();
         for s in servers {
@@ -209,7 +226,7 @@ impl EngineService for EngineApi {
         let snap = self.cp.state.snapshot();
         let visible = calls
             .into_iter()
-            .filter(|c| self.sees_session(&c.session_id, caller.as_ref(), &snap))
+            .filter(|c| self.sees_call(c, caller.as_ref(), &snap))
             .filter(|c| filter.matches(c))
             .collect();
         let (page, next_page_token) =
@@ -233,7 +250,7 @@ impl EngineService for EngineApi {
             .get(&r.id)
             .await?
             .filter(|c| r.session_id.is_empty() || c.session_id == r.session_id)
-            .filter(|c| self.sees_session(&c.session_id, caller.as_ref(), &snap))
+            .filter(|c| self.sees_call(c, caller.as_ref(), &snap))
             .ok_or_else(|| Status::not_found(format!("background call {:?} not found", r.id)))?;
         Ok(Response::new(rec.to_pb()))
     }
@@ -317,7 +334,7 @@ impl EngineService for EngineApi {
         // Another caller's call is not found, as in GetBackgroundCall.
         let snap = self.cp.state.snapshot();
         if let Some(c) = self.cp.background.get(&r.id).await?
-            && !self.sees_session(&c.session_id, caller.as_ref(), &snap)
+            && !self.sees_call(&c, caller.as_ref(), &snap)
         {
             return Err(Status::not_found(format!(
                 "background call {:?} not found",
@@ -504,13 +521,16 @@ impl EngineService for EngineApi {
             check_id("session_id", &r.session_id)?;
         }
         self.check_session(&r.session_id, caller.as_ref()).await?;
-        if self.cp.router.cancel(&r.session_id, &r.call_id) {
+        // A call without a session is its caller's alone to cancel.
+        let scope = crate::call::route::call_scope(&r.session_id, caller.as_ref());
+        if self.cp.router.cancel(&scope, &r.call_id) {
             return Ok(Response::new(pb::CancelCallResponse { cancelled: true }));
         }
         // Maybe another replica runs it: tell them all through the store.
+        let principal = caller.as_ref().map(|c| c.name.as_str()).unwrap_or("");
         self.cp
             .registry
-            .request_cancel(&r.session_id, &r.call_id)
+            .request_cancel(principal, &scope, &r.call_id)
             .await
             .map_err(registry_status)?;
         Ok(Response::new(pb::CancelCallResponse { cancelled: false }))

@@ -1,6 +1,7 @@
 //! The control plane's HTTP endpoints (axum): `/metrics` (Prometheus text
 //! format), `/healthz` (200 while the process runs), `/readyz` (200 while
-//! the replica serves; 503 during start-up and shutdown), and stage D's
+//! the replica serves; 503 during start-up and shutdown, and while the
+//! store does not answer, `crate::store::health`), and stage D's
 //! OAuth callback, `/admin/v1/mcp/oauth/callback`, where authorization
 //! servers send the admin's browser back (no admin login: the one-time
 //! `state` is the credential; `crate::oauth::flow`), plus the routes the
@@ -58,10 +59,18 @@ async fn metrics(State(cp): State<Arc<ControlPlane>>) -> impl IntoResponse {
 }
 
 async fn readyz(State(cp): State<Arc<ControlPlane>>) -> impl IntoResponse {
-    if cp.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    if !cp.ready.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready".to_owned());
+    }
+    match cp.store_health.silent_for() {
+        None => (StatusCode::OK, "ready".to_owned()),
+        Some(d) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: the store has not answered for {} s",
+                d.as_secs()
+            ),
+        ),
     }
 }
 

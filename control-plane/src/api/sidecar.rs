@@ -110,6 +110,14 @@ impl SidecarRegistry for SidecarApi {
         if r.version.len() > 256 {
             return Err(Status::invalid_argument("version: at most 256 characters"));
         }
+        if !r.call_token.is_empty()
+            && (!(16..=256).contains(&r.call_token.len())
+                || !r.call_token.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err(Status::invalid_argument(
+                "call_token: 16 to 256 visible ASCII characters",
+            ));
+        }
         let rec = SidecarRecord {
             server: r.server.clone(),
             sidecar_id: r.sidecar_id.clone(),
@@ -118,6 +126,7 @@ impl SidecarRegistry for SidecarApi {
             registered_at_ms: now_ms(),
             upstream_state: "connecting".into(),
             last_error: String::new(),
+            call_token: r.call_token,
         };
         let ttl = self.cp.lease_ttl;
         self.cp
@@ -167,6 +176,15 @@ impl SidecarRegistry for SidecarApi {
     ) -> Result<Response<pb::CompleteInteractionResponse>, Status> {
         check_server(&req, &self.cp.metrics, &req.get_ref().server)?;
         let r = req.into_inner();
+        // The call that asked a question ended unanswered: its card goes.
+        if !r.ended_interaction_id.is_empty() {
+            let found = self
+                .cp
+                .interactions
+                .end_for_call(&r.server, &r.session_id, &r.ended_interaction_id)
+                .await?;
+            return Ok(Response::new(pb::CompleteInteractionResponse { found }));
+        }
         let found = self
             .cp
             .interactions
@@ -182,6 +200,7 @@ impl SidecarRegistry for SidecarApi {
         req: Request<Streaming<pb::SidecarReport>>,
     ) -> Result<Response<ControlStream>, Status> {
         let caller = req.extensions().get::<crate::auth::Caller>().cloned();
+        let anonymous = req.extensions().get::<crate::auth::Anonymous>().cloned();
         let mut inbound = req.into_inner();
         let Some(first) = inbound.message().await? else {
             return Err(Status::invalid_argument("report stream: empty"));
@@ -195,6 +214,9 @@ impl SidecarRegistry for SidecarApi {
         let mut hello_req = Request::new(());
         if let Some(c) = caller {
             hello_req.extensions_mut().insert(c);
+        }
+        if let Some(a) = anonymous {
+            hello_req.extensions_mut().insert(a);
         }
         check_server(&hello_req, &self.cp.metrics, &hello.server)?;
         let key = sidecar_key(&hello.server, &hello.sidecar_id);

@@ -8,7 +8,7 @@ use crate::model::encode;
 
 /// The longest values of a record's identifying fields, in bytes (the
 /// record must stay under [`MAX_RECORD_BYTES`] whatever a sidecar sends).
-const FIELD_LIMITS: [(&str, usize); 7] = [
+const FIELD_LIMITS: [(&str, usize); 8] = [
     ("call.server", 256),
     ("call.tool", 1024),
     ("call.engine_tool", 1024),
@@ -16,6 +16,7 @@ const FIELD_LIMITS: [(&str, usize); 7] = [
     ("call.task_id", 4096),
     ("call.sidecar_id", 256),
     ("call.protocol_version", 64),
+    ("call.principal", 256),
 ];
 
 /// Refuses identifying fields over [`FIELD_LIMITS`] (INVALID_ARGUMENT
@@ -29,6 +30,7 @@ pub(super) fn check_lengths(rec: &BackgroundRecord) -> Result<(), BackgroundErro
         &rec.task_id,
         &rec.sidecar_id,
         &rec.protocol_version,
+        &rec.principal,
     ];
     for ((field, limit), value) in FIELD_LIMITS.iter().zip(values) {
         if value.len() > *limit {

@@ -223,6 +223,7 @@ impl Background {
             max_duration_ms: self.config.max_duration_sec.saturating_mul(1000),
             engine_tool: engine_tool.to_owned(),
             move_when_task: false,
+            principal: String::new(),
         }
     }
 
@@ -376,6 +377,7 @@ impl Background {
                     rec.tool = s.tool.clone();
                     rec.engine_tool = s.engine_tool.clone();
                     rec.session_id = s.session_id.clone();
+                    rec.principal = s.principal.clone();
                     rec.run_id = s.run_id.clone();
                     rec.mode = s.mode.clone();
                     rec.created_at_ms = s.created_at_ms;

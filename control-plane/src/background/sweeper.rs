@@ -219,7 +219,7 @@ pub(super) async fn tell_sidecar_cancel(cp: &ControlPlane, rec: &BackgroundRecor
         tracing::debug!(id = %rec.id, sidecar = %rec.sidecar_id, "the background call's sidecar is gone; nothing to cancel there");
         return;
     };
-    let mut client = match cp.router.sidecar_client(&sidecar.call_address) {
+    let mut client = match cp.router.sidecar_client(sidecar) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(id = %rec.id, error = %e, "cannot reach the sidecar to cancel a background call");

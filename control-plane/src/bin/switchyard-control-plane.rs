@@ -89,7 +89,12 @@ fn main() -> std::process::ExitCode {
             _ = interrupt.recv() => {}
             _ = term.recv() => {}
         }
-        running.stop(Duration::from_secs(args.grace_secs)).await;
+        // A second signal during the drain stops at once.
+        tokio::select! {
+            _ = running.stop(Duration::from_secs(args.grace_secs)) => {}
+            _ = interrupt.recv() => tracing::warn!("SIGINT again: stopping now"),
+            _ = term.recv() => tracing::warn!("SIGTERM again: stopping now"),
+        }
         std::process::ExitCode::SUCCESS
     })
 }

@@ -126,6 +126,7 @@ impl From<RegistryError> for CallError {
             RegistryError::ServerExists(_) => Kind::AlreadyExists,
             RegistryError::Invalid(_) => Kind::InvalidArgument,
             RegistryError::Contention(_) => Kind::Aborted,
+            RegistryError::Exhausted(_) => Kind::ResourceExhausted,
             RegistryError::Store(_) => {
                 return CallError::unavailable(format!(
                     "store unavailable: {}",

@@ -93,25 +93,32 @@ pub async fn run(
     // A gateway tool has no sidecar request to plan.
     let plan = match &target.gateway {
         Some((tool, args)) => Next::Gateway(*tool, args.clone()),
-        None => Next::Route(plan::plan(
+        None => Next::Route(Box::new(plan::plan(
             cp,
             &snap,
             &r,
             &target,
             session.as_ref(),
+            caller,
             view.hints.retry_safe(),
-        )?),
+        )?)),
     };
     // A call with an id can be cancelled by it, from any replica.
     if !r.call_id.is_empty() {
         check_id("call_id", &r.call_id)?;
     }
-    let guard = cp.router.track(&r.session_id, &r.call_id).map_err(|_| {
+    let scope = route::call_scope(&r.session_id, caller);
+    let guard = cp.router.track(&scope, &r.call_id).map_err(|_| {
         CallError::new(
             Kind::AlreadyExists,
             format!(
-                "call_id: a call {:?} is already running in this session",
-                r.call_id
+                "call_id: a call {:?} is already running in this {}",
+                r.call_id,
+                if r.session_id.is_empty() {
+                    "caller's calls without a session"
+                } else {
+                    "session"
+                }
             ),
         )
     })?;
@@ -136,7 +143,7 @@ pub async fn run(
             None
         };
         let answer = match plan {
-            Next::Route(plan) => route(cp, &snap, server, plan, progress, log_level).await,
+            Next::Route(plan) => route(cp, &snap, server, *plan, progress, log_level).await,
             // Boxed: rare, and its future would otherwise grow every
             // call's (moved with it).
             Next::Gateway(tool, args) => {
@@ -176,8 +183,9 @@ pub async fn run(
 
 /// Where a planned call goes at step 6.
 enum Next {
-    /// To a sidecar of its server.
-    Route(plan::Plan),
+    /// To a sidecar of its server (boxed: the request is large, and the
+    /// enum moves with the call's future).
+    Route(Box<plan::Plan>),
     /// A gateway tool, answered here.
     Gateway(
         crate::resources::gateway::GatewayTool,

@@ -24,8 +24,9 @@ pub struct Plan {
     pub timeout: Duration,
 }
 
-/// Plans the call of `target` for request `r` (a `foreground` request
-/// gets no background policy). `retry_safe`: the tool's
+/// Plans the call of `target` for request `r` made by `caller` (a
+/// `foreground` request gets no background policy; a background call is
+/// recorded with its caller's name). `retry_safe`: the tool's
 /// effective hints allow the stage-A retry. Errors: INVALID_ARGUMENT
 /// naming the field (`arguments_json`, `meta_json`, `timeout_ms`,
 /// `client_capabilities_json`).
@@ -35,6 +36,7 @@ pub fn plan(
     r: &pb::CallToolRequest,
     target: &Target<'_>,
     session: Option<&SessionRecord>,
+    caller: Option<&crate::auth::Caller>,
     retry_safe: bool,
 ) -> Result<Plan, CallError> {
     let params_json = params_json(&target.tool, &r.arguments_json, &r.meta_json)?;
@@ -56,6 +58,7 @@ pub fn plan(
     let server = target.server.as_str();
     let background = (!r.foreground).then(|| pb::BackgroundPolicy {
         move_when_task: r.move_when_task,
+        principal: caller.map(|c| c.name.clone()).unwrap_or_default(),
         ..cp.background.policy(
             &r.tool,
             r.background || snap.background_always(server, &target.tool),

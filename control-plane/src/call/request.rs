@@ -19,6 +19,7 @@
 use super::admit;
 use super::error::{CallError, Kind};
 use super::record::ContentRequested;
+use super::route::SidecarClient;
 use super::{ANSWER_GRACE, CATCH_UP_LIMIT};
 use crate::ControlPlane;
 use crate::auth::Caller;
@@ -31,8 +32,6 @@ use crate::tools::{mode_of, tool_view};
 use serde_json::{Map, Value, json};
 use std::time::{Duration, Instant};
 use switchyard_proto::v1 as pb;
-use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
-use tonic::transport::Channel;
 
 /// Longest URI accepted, in bytes.
 pub const MAX_URI: usize = 8 * 1024;
@@ -280,7 +279,7 @@ async fn route<T, F, Fut>(
     rpc: F,
 ) -> Result<T, CallError>
 where
-    F: Fn(SidecarCallsClient<Channel>, tonic::Request<pb::SidecarRequest>) -> Fut,
+    F: Fn(SidecarClient, tonic::Request<pb::SidecarRequest>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
     let deadline = tokio::time::Instant::now() + planned.timeout + ANSWER_GRACE;

@@ -6,7 +6,9 @@
 //! sidecar without `CallStream` (an older build, UNIMPLEMENTED) gets one
 //! `CallTool` RPC per call instead, until a different sidecar registers at
 //! that address (an upgrade in place), when the next call tries
-//! `CallStream` again. gRPC channels are cached per sidecar address, and
+//! `CallStream` again. An address that answers UNIMPLEMENTED to `CallTool`
+//! too (not a sidecar, or an incompatible one) never ran the call, which
+//! goes to the server's next sidecar, as for one that cannot be reached. gRPC channels are cached per sidecar address, and
 //! [`Router::prune`] drops what is cached for addresses that no live
 //! sidecar has any more. A sidecar that reported the state `draining` (it is
 //! shutting down) gets no new calls; when all of a server's sidecars are
@@ -14,8 +16,9 @@
 //! draining (...)". A server without a live sidecar, or whose sidecar
 //! cannot be reached, fails fast with UNAVAILABLE "server unavailable",
 //! naming the server. Calls in flight on this replica are tracked by
-//! `(session, call id)` so they can be cancelled, from this replica or any
-//! other (see [`crate::state::Change::Cancel`]).
+//! `(scope, call id)` so they can be cancelled, from this replica or any
+//! other (see [`crate::state::Change::Cancel`]); the scope is the call's
+//! session, or for a call without one its caller ([`call_scope`]).
 
 use super::error::{CallError, Kind};
 use crate::state::Snapshot;
@@ -23,18 +26,25 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_common::tls::BearerToken;
 use switchyard_proto::calls::{CallError as MuxError, Mux, Observer, SidecarCallFrames};
 use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{SidecarCallRequest, SidecarCallResponse};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
+
+/// A `SidecarCalls` client of one sidecar, sending the call token the
+/// sidecar registered (`authorization: Bearer`, checked by the sidecar).
+pub type SidecarClient = SidecarCallsClient<InterceptedService<Channel, BearerToken>>;
 
 /// Routes calls and tracks the ones in flight.
 #[derive(Debug, Default)]
 pub struct Router {
-    channels: Mutex<HashMap<String, SidecarCallsClient<Channel>>>,
+    /// The gRPC channel of each sidecar address.
+    channels: Mutex<HashMap<String, Channel>>,
     /// The call stream of each sidecar address.
     streams: Mutex<HashMap<String, Link>>,
     /// Serialises opening the call stream of each address, so concurrent
@@ -94,14 +104,29 @@ impl Router {
         }
     }
 
-    /// The (cached) `SidecarCalls` client of a sidecar's call address,
-    /// for calls other than `CallTool` (e.g. `CancelBackgroundCall`).
-    /// Errors: a bad address, or TLS that cannot be set up for it.
-    pub fn sidecar_client(&self, address: &str) -> Result<SidecarCallsClient<Channel>, String> {
-        self.client(address)
+    /// The `SidecarCalls` client of `sidecar` (over the channel cached for
+    /// its call address, with the call token it registered), for calls
+    /// other than `CallTool` (e.g. `CancelBackgroundCall`). Errors: a bad
+    /// address, or TLS that cannot be set up for it.
+    pub fn sidecar_client(
+        &self,
+        sidecar: &crate::model::SidecarRecord,
+    ) -> Result<SidecarClient, String> {
+        self.client(sidecar)
     }
 
-    fn client(&self, address: &str) -> Result<SidecarCallsClient<Channel>, String> {
+    fn client(&self, sidecar: &crate::model::SidecarRecord) -> Result<SidecarClient, String> {
+        let channel = self.channel(&sidecar.call_address)?;
+        // An older sidecar registered no token and checks none.
+        let token = (!sidecar.call_token.is_empty()).then_some(sidecar.call_token.as_str());
+        Ok(
+            SidecarCallsClient::with_interceptor(channel, BearerToken::new(token))
+                .max_decoding_message_size(64 * 1024 * 1024)
+                .max_encoding_message_size(64 * 1024 * 1024),
+        )
+    }
+
+    fn channel(&self, address: &str) -> Result<Channel, String> {
         if let Some(c) = self.channels.lock().unwrap().get(address) {
             return Ok(c.clone());
         }
@@ -121,14 +146,12 @@ impl Router {
                 .tls_config(tls)
                 .map_err(|e| format!("TLS for sidecar address {address}: {e}"))?;
         }
-        let client = SidecarCallsClient::new(endpoint.connect_lazy())
-            .max_decoding_message_size(64 * 1024 * 1024)
-            .max_encoding_message_size(64 * 1024 * 1024);
+        let channel = endpoint.connect_lazy();
         self.channels
             .lock()
             .unwrap()
-            .insert(address.to_owned(), client.clone());
-        Ok(client)
+            .insert(address.to_owned(), channel.clone());
+        Ok(channel)
     }
 
     /// Sends a call to a live sidecar of `server`, answered by `deadline`
@@ -155,16 +178,26 @@ impl Router {
         // so the next one is tried (each gets the time left); the error of
         // the last one tried is returned.
         let mut tried = 0;
-        let (pick, link) = loop {
+        let (pick, mux) = loop {
             let pick = sidecars[(first + tried) % sidecars.len()];
             tried += 1;
             let unreachable = |why: &str| unreachable(server, pick, why);
             // Opening the stream counts against the call's time too: a
             // sidecar that accepts connections but never answers fails the
             // call, not every call after it.
-            let opened = self.link(&pick.call_address, &pick.sidecar_id);
+            let opened = self.link(pick);
             let failed = match tokio::time::timeout_at(deadline, opened).await {
-                Ok(Ok(link)) => break (pick, link),
+                Ok(Ok(Link::Stream(mux))) => break (pick, mux),
+                // A sidecar without `CallStream`: one RPC. An address that
+                // does not serve `CallTool` either (not a sidecar, or an
+                // incompatible one) never ran the call: the next is tried.
+                Ok(Ok(Link::Unary { .. })) => {
+                    match Box::pin(self.call_unary(server, pick, request.clone(), deadline)).await {
+                        Ok(resp) => return Ok(resp),
+                        Err(Unary::Failed(e)) => return Err(e),
+                        Err(Unary::NotServed(e)) => e,
+                    }
+                }
                 Ok(Err(LinkError::Address(e))) => unavailable(server, e),
                 Ok(Err(LinkError::Open(status))) => unreachable(status.message()),
                 Err(_) => unreachable("its call stream did not open in time"),
@@ -175,12 +208,6 @@ impl Router {
             tracing::info!(%server, sidecar = %pick.sidecar_id, error = %failed.message, "trying the server's next sidecar");
         };
         let unreachable = |why: &str| unreachable(server, pick, why);
-        let mux = match link {
-            Link::Stream(mux) => mux,
-            Link::Unary { .. } => {
-                return Box::pin(self.call_unary(server, pick, request, deadline)).await;
-            }
-        };
         // The sidecar enforces `timeout_ms`; this bounds the wait here too.
         // A call that times out (or whose future is dropped: the engine
         // cancelled) is cancelled on the stream.
@@ -214,7 +241,7 @@ impl Router {
         send: F,
     ) -> Result<T, CallError>
     where
-        F: Fn(SidecarCallsClient<Channel>, Duration) -> Fut,
+        F: Fn(SidecarClient, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let sidecars = candidates(snap, server)?;
@@ -224,12 +251,16 @@ impl Router {
         loop {
             let pick = sidecars[(first + tried) % sidecars.len()];
             tried += 1;
-            let client = self
-                .client(&pick.call_address)
-                .map_err(|e| unavailable(server, e))?;
+            let client = self.client(pick).map_err(|e| unavailable(server, e))?;
             let left = deadline.saturating_duration_since(Instant::now());
             let failed = match tokio::time::timeout_at(deadline, send(client, left)).await {
                 Ok(Ok(resp)) => return Ok(resp.into_inner()),
+                // Not a sidecar (or an incompatible one): never ran here.
+                Ok(Err(status)) if status.code() == Code::Unimplemented => unreachable(
+                    server,
+                    pick,
+                    &format!("it does not serve SidecarCalls: {}", status.message()),
+                ),
                 Ok(Err(status)) if is_transport_failure(&status) => {
                     self.channels.lock().unwrap().remove(&pick.call_address);
                     unreachable(server, pick, status.message())
@@ -250,18 +281,19 @@ impl Router {
         }
     }
 
-    /// The call stream of `address` (where sidecar `sidecar_id` is
-    /// registered), opened if needed.
-    async fn link(&self, address: &str, sidecar_id: &str) -> Result<Link, LinkError> {
-        if let Some(link) = self.live_link(address, sidecar_id) {
+    /// The call stream of `sidecar`'s call address, opened if needed.
+    async fn link(&self, sidecar: &crate::model::SidecarRecord) -> Result<Link, LinkError> {
+        if let Some(link) = self.live_link(&sidecar.call_address, &sidecar.sidecar_id) {
             return Ok(link);
         }
         // Boxed: opening is rare, and its future is large.
-        Box::pin(self.open_link(address, sidecar_id)).await
+        Box::pin(self.open_link(sidecar)).await
     }
 
-    /// Opens the call stream of `address` (one opener per address).
-    async fn open_link(&self, address: &str, sidecar_id: &str) -> Result<Link, LinkError> {
+    /// Opens the call stream of `sidecar`'s call address (one opener per
+    /// address).
+    async fn open_link(&self, sidecar: &crate::model::SidecarRecord) -> Result<Link, LinkError> {
+        let (address, sidecar_id) = (sidecar.call_address.as_str(), sidecar.sidecar_id.as_str());
         let gate = self
             .opening
             .lock()
@@ -273,7 +305,7 @@ impl Router {
         if let Some(link) = self.live_link(address, sidecar_id) {
             return Ok(link);
         }
-        let mut client = self.client(address).map_err(LinkError::Address)?;
+        let mut client = self.client(sidecar).map_err(LinkError::Address)?;
         let link = match Mux::open(|frames| async move { client.call_stream(frames).await }).await {
             Ok(mux) => Link::Stream(mux),
             Err(status) if status.code() == Code::Unimplemented => {
@@ -358,36 +390,44 @@ impl Router {
         pick: &crate::model::SidecarRecord,
         request: SidecarCallRequest,
         deadline: Instant,
-    ) -> Result<SidecarCallResponse, CallError> {
+    ) -> Result<SidecarCallResponse, Unary> {
         let mut client = self
-            .client(&pick.call_address)
-            .map_err(|e| unavailable(server, e))?;
+            .client(pick)
+            .map_err(|e| Unary::Failed(unavailable(server, e)))?;
         let mut req = tonic::Request::new(request);
         req.set_timeout(deadline.saturating_duration_since(Instant::now()));
         match client.call_tool(req).await {
             Ok(resp) => Ok(resp.into_inner()),
+            Err(status) if status.code() == Code::Unimplemented => {
+                Err(Unary::NotServed(unreachable(
+                    server,
+                    pick,
+                    &format!("it does not serve SidecarCalls: {}", status.message()),
+                )))
+            }
             Err(status) if is_transport_failure(&status) => {
                 self.channels.lock().unwrap().remove(&pick.call_address);
                 self.streams.lock().unwrap().remove(&pick.call_address);
-                Err(unreachable(server, pick, status.message()))
+                Err(Unary::Failed(unreachable(server, pick, status.message())))
             }
-            Err(status) => Err(from_sidecar(status)),
+            Err(status) => Err(Unary::Failed(from_sidecar(status))),
         }
     }
 
-    /// Tracks a call; the token is cancelled by [`Router::cancel`].
-    /// Errors when a call with the same id is already running in the
-    /// session (a second one could not be cancelled on its own).
+    /// Tracks a call in `scope` ([`call_scope`]); the token is cancelled
+    /// by [`Router::cancel`]. Errors when a call with the same id is
+    /// already running in the scope (a second one could not be cancelled
+    /// on its own).
     pub fn track(
         &self,
-        session: &str,
+        scope: &str,
         call_id: &str,
     ) -> Result<Option<CallGuard<'_>>, DuplicateCall> {
         if call_id.is_empty() {
             return Ok(None);
         }
         let token = CancellationToken::new();
-        let key = (session.to_owned(), call_id.to_owned());
+        let key = (scope.to_owned(), call_id.to_owned());
         {
             let mut in_flight = self.in_flight.lock().unwrap();
             if in_flight.contains_key(&key) {
@@ -403,12 +443,12 @@ impl Router {
     }
 
     /// Cancels a call running on this replica; false if none.
-    pub fn cancel(&self, session: &str, call_id: &str) -> bool {
+    pub fn cancel(&self, scope: &str, call_id: &str) -> bool {
         match self
             .in_flight
             .lock()
             .unwrap()
-            .get(&(session.to_owned(), call_id.to_owned()))
+            .get(&(scope.to_owned(), call_id.to_owned()))
         {
             Some(t) => {
                 t.cancel();
@@ -417,6 +457,33 @@ impl Router {
             None => false,
         }
     }
+}
+
+/// The scope a call id is unique in and can be cancelled from: the call's
+/// session when it has one (any caller who may use the session may cancel
+/// it), otherwise its caller: `/` and the hex digits of the caller's name
+/// (`/` alone for an anonymous caller), so a call made without a session
+/// is cancelled by its own principal only. The two forms never meet:
+/// session ids have no `/` ([`crate::model::check_id`]).
+pub fn call_scope(session: &str, caller: Option<&crate::auth::Caller>) -> String {
+    if !session.is_empty() {
+        return session.to_owned();
+    }
+    let name = caller.map(|c| c.name.as_str()).unwrap_or("");
+    let mut scope = String::with_capacity(1 + 2 * name.len());
+    scope.push('/');
+    for b in name.bytes() {
+        scope.push_str(&format!("{b:02x}"));
+    }
+    scope
+}
+
+/// How a call by one `CallTool` RPC failed.
+enum Unary {
+    /// The address answered UNIMPLEMENTED: the call never ran there.
+    NotServed(CallError),
+    /// Anything else (the call may have run).
+    Failed(CallError),
 }
 
 /// Why a sidecar address has no link.
@@ -537,6 +604,7 @@ mod tests {
             registered_at_ms: 0,
             upstream_state: state.into(),
             last_error: String::new(),
+            call_token: String::new(),
         }
     }
 
@@ -600,7 +668,7 @@ mod tests {
         let router = Router::new();
         let (gone, kept) = ("http://127.0.0.1:9", "http://127.0.0.1:7");
         for address in [gone, kept] {
-            router.client(address).unwrap();
+            router.channel(address).unwrap();
             router.streams.lock().unwrap().insert(
                 address.into(),
                 Link::Unary {

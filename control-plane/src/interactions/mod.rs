@@ -578,6 +578,40 @@ impl Interactions {
         Ok(found)
     }
 
+    /// Cancels interaction `id` of `session` with reason `call_ended`: the
+    /// sidecar of `server` says the call that asked it ended before it was
+    /// answered (`CompleteInteractionRequest.ended_interaction_id`). True
+    /// if it was open and is now closed; false if it was resolved already,
+    /// is unknown, or belongs to another server (left alone). Errors: a
+    /// malformed id, the store.
+    pub async fn end_for_call(
+        &self,
+        server: &str,
+        session: &str,
+        id: &str,
+    ) -> Result<bool, InteractionError> {
+        check_id("session_id", session)?;
+        check_id("ended_interaction_id", id)?;
+        let ended = self
+            .transition(session, id, |r| {
+                if r.server != server {
+                    return Ok(None);
+                }
+                Ok(apply_end(r, Outcome::Cancel, reason::CALL_ENDED, now_ms()))
+            })
+            .await;
+        match ended {
+            Ok((rec, changed)) => {
+                if changed {
+                    tracing::info!(%session, interaction = %id, server = %rec.server, "the call ended before its question was answered; interaction cancelled");
+                }
+                Ok(changed)
+            }
+            Err(InteractionError::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Cancels a (deleted) session's pending interactions.
     pub async fn cancel_session(&self, session: &str) -> Result<usize, InteractionError> {
         let listing = self.store.list(&session_prefix(session)).await?;

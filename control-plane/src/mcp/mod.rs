@@ -380,7 +380,13 @@ async fn handled(
         }
         (Kind::Notification, _) => {
             if msg.method == methods::CANCELLED && !session_id.is_empty() && session.is_some() {
-                requests::cancel(ep, &session_id, &msg).await;
+                requests::cancel(
+                    ep,
+                    caller.as_ref().map_or("", |c| c.name.as_str()),
+                    &session_id,
+                    &msg,
+                )
+                .await;
             }
             served.outcome = "ok";
             return Ok(respond::accepted());

@@ -82,17 +82,22 @@ pub fn call_id_of(id: &Value) -> String {
     format!("mcp-{hex}")
 }
 
-/// `notifications/cancelled` of a 2025-11-25 client in engine session
-/// `session`: cancels the call it made with `params.requestId`, on
+/// `notifications/cancelled` of a 2025-11-25 client (`principal`: its
+/// caller's name, empty when anonymous) in engine session `session`:
+/// cancels the call it made with `params.requestId`, on
 /// whichever replica runs it (the engine API's `CancelCall`). A request
 /// that is not running, or not a tool call, is ignored.
-pub async fn cancel(ep: &super::Endpoint, session: &str, msg: &Message) {
+pub async fn cancel(ep: &super::Endpoint, principal: &str, session: &str, msg: &Message) {
     let Some(id) = msg.params.get("requestId") else {
         return;
     };
     let call_id = call_id_of(id);
     if !ep.cp.router.cancel(session, &call_id)
-        && let Err(e) = ep.cp.registry.request_cancel(session, &call_id).await
+        && let Err(e) = ep
+            .cp
+            .registry
+            .request_cancel(principal, session, &call_id)
+            .await
     {
         tracing::warn!(%session, error = %e, "could not pass on an MCP client's cancellation");
     }

@@ -41,6 +41,12 @@ pub struct BackgroundRecord {
     pub engine_tool: String,
     /// The initiating session (may be empty: a call without a session).
     pub session_id: String,
+    /// The principal that made the call (`[[auth.*]]` name; empty for an
+    /// anonymous caller, and in records older than the field): a call
+    /// without a session is visible to it and admins only
+    /// ([`BackgroundRecord::visible_to`]).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub principal: String,
     /// The initiating run (turn).
     pub run_id: String,
     /// `wait` or `task`.
@@ -148,6 +154,7 @@ impl BackgroundRecord {
             tool: c.tool,
             engine_tool: c.engine_tool,
             session_id: c.session_id,
+            principal: c.principal,
             run_id: c.run_id,
             mode: c.mode,
             task_id: c.task_id,
@@ -195,6 +202,7 @@ impl BackgroundRecord {
             tool: c.tool,
             engine_tool: c.engine_tool,
             session_id: c.session_id,
+            principal: c.principal,
             run_id: c.run_id,
             mode: c.mode,
             task_id: c.task_id,
@@ -230,6 +238,22 @@ impl BackgroundRecord {
             finished_at_ms: c.finished_at_ms,
             protocol_version: c.protocol_version,
             error_json: c.error_json,
+        }
+    }
+
+    /// Whether `caller` may list, read and cancel this call when it has no
+    /// session (a session's calls follow the session's rule instead):
+    /// anonymous callers (allowed while `[auth] required` is false) and
+    /// admins see every call; an engine sees its own, and those made
+    /// anonymously.
+    pub fn visible_to(&self, caller: Option<&super::principal::Caller>) -> bool {
+        match caller {
+            None => true,
+            Some(c) => {
+                c.role == super::principal::Role::Admin
+                    || self.principal.is_empty()
+                    || self.principal == c.name
+            }
         }
     }
 

@@ -77,9 +77,10 @@ pub const TOOLNAMES_KEY: &str = "toolnames";
 pub fn session_key(id: &str) -> String {
     format!("sessions/{id}")
 }
-/// Key of a cancellation request.
-pub fn cancel_key(session: &str, call_id: &str) -> String {
-    format!("cancels/{session}/{call_id}")
+/// Key of a cancellation request: `scope` is the call's session, or `/`
+/// and its caller's name in hex (`call::route::call_scope`).
+pub fn cancel_key(scope: &str, call_id: &str) -> String {
+    format!("cancels/{scope}/{call_id}")
 }
 
 /// Key of a tool's hint overrides (`tool` is the upstream name).
@@ -241,6 +242,12 @@ pub struct SidecarRecord {
     pub upstream_state: String,
     /// Last upstream error as reported.
     pub last_error: String,
+    /// The token the sidecar registered for its `SidecarCalls` service:
+    /// the control plane sends it as `authorization: Bearer` on every call,
+    /// and the sidecar refuses calls without it. Empty for an older
+    /// sidecar (which checks none). Never shown in an API answer.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub call_token: String,
 }
 
 /// `tools/<server>`.

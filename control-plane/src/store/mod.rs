@@ -20,10 +20,12 @@
 //! every operation in the store metrics (the control plane wraps its store
 //! once, where it opens it), and [`cas::update`] is the one
 //! read-modify-compare-and-swap loop every read-modify-write goes through.
+//! [`health`] probes whether the store answers (`/readyz`).
 
 pub mod cas;
 mod embedded;
 mod etcd;
+pub mod health;
 mod metered;
 
 #[cfg(test)]

@@ -16,10 +16,13 @@
 //! (`servers = [...]`) serves that server and is PERMISSION_DENIED for
 //! another on Register, Report and Interact (`wrong_server`); an unknown
 //! role, `servers` on an engine token and a missing token file stop the
-//! binary with exit 64 naming the key.
+//! binary with exit 64 naming the key; the sidecar's call port refuses
+//! callers other than the control plane (UNAUTHENTICATED). Calls without
+//! a session, and their background calls, belong to their caller.
 
 use crate::common::*;
 use std::path::Path;
+use std::time::Duration;
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::admin_service_client::AdminServiceClient;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
@@ -144,6 +147,45 @@ async fn tokens_are_checked_and_roles_enforced() {
     let channel = tls_channel(&endpoint, None, None).await.unwrap();
     let mut engine = EngineServiceClient::new(channel.clone());
     let mut admin = AdminServiceClient::new(channel.clone());
+
+    // The sidecar's call port takes calls from the control plane only:
+    // anyone else, with no token or another one, is refused before the
+    // server sees anything.
+    let status = admin
+        .get_server_status(bearer(
+            pb::GetServerStatusRequest {
+                name: "orders".into(),
+            },
+            "admin-token-1",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let calls_address = status.sidecars[0].call_address.clone();
+    let mut calls = switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient::new(
+        tls_channel(&calls_address, None, None).await.unwrap(),
+    );
+    let direct = || pb::SidecarCallRequest {
+        params_json: r#"{"name":"create_order","arguments":{"customer_id":"C-1","items":[]}}"#
+            .into(),
+        ..Default::default()
+    };
+    let e = calls.call_tool(direct()).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains("no authorization header"), "{e:?}");
+    for token in ["engine-token-1", "orders-sidecar-token-1", "admin-token-1"] {
+        let e = calls.call_tool(bearer(direct(), token)).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+        assert!(
+            e.message().contains("not the one this sidecar registered"),
+            "{e:?}"
+        );
+    }
+    let e = calls
+        .read_resource(pb::SidecarRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
 
     // No token.
     let e = engine
@@ -528,6 +570,172 @@ async fn tokens_are_checked_and_roles_enforced() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unauthenticated"), "{err}");
+}
+
+/// Calls made without a session belong to the principal that made them:
+/// the same `call_id` may run for two engines at once, `CancelCall` by
+/// that id cancels the caller's own call only, and a background call made
+/// without a session is listed, read and cancelled by its engine and
+/// admins only (another engine gets NOT_FOUND, as for no call at all).
+#[tokio::test]
+async fn calls_without_a_session_belong_to_their_caller() {
+    switchyard_test_support::init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let server = format!(
+        "name = \"orders\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"--era\", \"2026-07-28\", \"--tasks\"]",
+        toml_str(switchyard_test_support::reference_server_bin().to_string_lossy()),
+    );
+    let (text, grpc, _) = auth_config(dir.path(), &format!("\n[[servers]]\n{server}\n"));
+    let config = dir.path().join("cp.toml");
+    std::fs::write(&config, text).unwrap();
+    let (_cp, _, _) = start_control_plane("control-plane", dir.path(), &config).await;
+    let endpoint = format!("http://127.0.0.1:{grpc}");
+    let sidecar_toml = format!(
+        "control_plane = {}\ntoken_file = {}\nsidecar_id = \"orders-1\"\ngrace_secs = 2",
+        toml_str(&endpoint),
+        toml_str(dir.path().join("orders-sidecar.token").to_string_lossy()),
+    );
+    let (_sidecar, _, _) = start_sidecar("sidecar", dir.path(), &server, &sidecar_toml).await;
+    let channel = tls_channel(&endpoint, None, None).await.unwrap();
+    let engine = EngineServiceClient::new(channel.clone());
+    let ep = engine.clone();
+    eventually("orders' tools listed", START_LIMIT, || {
+        let mut ep = ep.clone();
+        async move {
+            let tools = ep
+                .list_tools(bearer(pb::ListToolsRequest::default(), "engine-token-1"))
+                .await
+                .map_err(|e| format!("{e:?}"))?
+                .into_inner();
+            tools
+                .tools
+                .iter()
+                .any(|t| t.name == "orders__task_sleep")
+                .then_some(())
+                .ok_or_else(|| format!("{tools:?}"))
+        }
+    })
+    .await;
+    let sleep = |ms: u64, token: &'static str| {
+        let mut engine = engine.clone();
+        async move {
+            let mut r = call_request("orders__task_sleep", &format!("{{\"ms\":{ms}}}"), "");
+            r.call_id = "same-id".into();
+            r.foreground = true;
+            engine.call_tool(bearer(r, token)).await
+        }
+    };
+    // Both engines run a call with the same id: no ALREADY_EXISTS.
+    let a_call = tokio::spawn(sleep(3000, "engine-token-1"));
+    let b_call = tokio::spawn(sleep(3000, "engine-b-token-1"));
+    let cancel = |token: &'static str| {
+        let mut engine = engine.clone();
+        async move {
+            engine
+                .cancel_call(bearer(
+                    pb::CancelCallRequest {
+                        session_id: String::new(),
+                        call_id: "same-id".into(),
+                    },
+                    token,
+                ))
+                .await
+                .unwrap()
+                .into_inner()
+                .cancelled
+        }
+    };
+    // engine-b cancels "same-id": its own call (here or, if it has not
+    // started yet, through the store when it does).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cancel("engine-b-token-1").await;
+    let e = b_call.await.unwrap().unwrap_err();
+    assert_eq!(e.code(), Code::Cancelled, "{e:?}");
+    // Again, while engine-a's call with that id still runs: nothing of
+    // engine-b's runs, so nothing is cancelled.
+    assert!(!cancel("engine-b-token-1").await);
+    let done = a_call.await.unwrap().expect("engine-a's call ends well");
+    assert!(
+        done.into_inner().structured_content_json.contains("3000"),
+        "engine-a's call finished"
+    );
+
+    // A background call without a session.
+    let mut r = call_request("orders__task_sleep", r#"{"ms":60000}"#, "");
+    r.background = true;
+    let moved = engine
+        .clone()
+        .call_tool(bearer(r, "engine-token-1"))
+        .await
+        .expect("a call that moves to the background")
+        .into_inner()
+        .background
+        .expect("moved to the background");
+    let by_id = || pb::GetBackgroundCallRequest {
+        id: moved.id.clone(),
+        session_id: String::new(),
+    };
+    let mut engine = engine.clone();
+    let got = engine
+        .get_background_call(bearer(by_id(), "engine-token-1"))
+        .await
+        .expect("its engine reads it")
+        .into_inner();
+    assert_eq!(got.principal, "engine-a");
+    engine
+        .get_background_call(bearer(by_id(), "admin-token-1"))
+        .await
+        .expect("admins read it");
+    let e = engine
+        .get_background_call(bearer(by_id(), "engine-b-token-1"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let listed = |token: &'static str| {
+        let mut engine = engine.clone();
+        async move {
+            engine
+                .list_background_calls(bearer(
+                    pb::ListBackgroundCallsRequest {
+                        include_finished: true,
+                        ..Default::default()
+                    },
+                    token,
+                ))
+                .await
+                .unwrap()
+                .into_inner()
+                .calls
+                .into_iter()
+                .map(|c| c.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(listed("engine-token-1").await.contains(&moved.id));
+    assert!(listed("admin-token-1").await.contains(&moved.id));
+    assert!(!listed("engine-b-token-1").await.contains(&moved.id));
+    let cancel_bg = |token: &'static str| {
+        let mut engine = engine.clone();
+        let id = moved.id.clone();
+        async move {
+            engine
+                .cancel_background_call(bearer(
+                    pb::CancelBackgroundCallRequest {
+                        id,
+                        session_id: String::new(),
+                    },
+                    token,
+                ))
+                .await
+        }
+    };
+    let e = cancel_bg("engine-b-token-1").await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let cancelled = cancel_bg("engine-token-1")
+        .await
+        .expect("its engine cancels it")
+        .into_inner();
+    assert_eq!(cancelled.status, "cancelled", "{cancelled:?}");
 }
 
 #[tokio::test]

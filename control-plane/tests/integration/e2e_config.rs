@@ -153,7 +153,7 @@ async fn bad_configs_exit_64_naming_file_key_and_problem() {
     );
 
     // Bound sidecar tokens without `required`: valid, with a note saying
-    // that they bind only the sidecars that present them.
+    // that anonymous sidecars act for the other servers only.
     std::fs::write(d.join("sc.token"), "sidecar-token\n").unwrap();
     let loose = write(
         d,
@@ -164,7 +164,8 @@ async fn bad_configs_exit_64_naming_file_key_and_problem() {
     ok_stdout(&out, "check-config loose.toml");
     let note = String::from_utf8_lossy(&out.stderr);
     assert!(
-        note.contains("note: auth.required is false") && note.contains("`servers`"),
+        note.contains("note: auth.required is false")
+            && note.contains("the bound ones are refused to it"),
         "{note}"
     );
     let out = cli(&nowhere, &["check-config", quickstart_path().as_str()]).await;

@@ -154,6 +154,14 @@ async fn an_engine_answers_a_server_everything_elicitation_through_the_cli() {
         .expect("ListInteractions")
         .into_inner();
     assert!(open.interactions.is_empty(), "{:?}", open.interactions);
+    // A healthy start is quiet: the `roots/list` server-everything sends
+    // right after its handshake, outside any call, is declined at DEBUG.
+    let log = gw.log();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains(" INFO ") && l.contains("declining a server request")),
+        "{log}"
+    );
     gw.stop().await;
 }
 
@@ -243,4 +251,156 @@ async fn a_2026_url_elicitation_without_an_elicitation_id_is_asked_and_answered(
         "{}",
         result.result_json
     );
+}
+
+/// A question whose call ends unanswered is closed with the call, so that
+/// nobody answers what no call waits for: the card of a wait-mode
+/// background call that is cancelled, and the card of a foreground call
+/// that a sidecar's shutdown cancels at the end of its grace period, each
+/// end resolved with outcome `cancel` (reason `call_ended`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_card_of_a_call_that_ends_unanswered_is_closed() {
+    let _heavy = HEAVY.lock().await;
+    let servers = format!(
+        "[[servers]]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"--era\", \"2025-11-25\", \"--interactions\"]\n",
+        toml_str(switchyard_test_support::reference_server_bin().to_string_lossy())
+    );
+    let http = start_http_reference_server().await;
+    let gw = Gateway::start_with(
+        StoreKind::Embedded,
+        10,
+        http,
+        &servers,
+        "",
+        &[],
+        &["orders"],
+    )
+    .await;
+    let session = ok_stdout(
+        &gw.cli(&["sessions", "create", "--server", "orders", "--mode", "auto"])
+            .await,
+        "sessions create",
+    )
+    .trim()
+    .to_owned();
+    let mut engine = gw.engine().await;
+    // The session's first card not in `not` (open ones only if `open`).
+    async fn card(
+        engine: &mut switchyard_proto::v1::engine_service_client::EngineServiceClient<
+            tonic::transport::Channel,
+        >,
+        session: &str,
+        open: bool,
+        not: &[String],
+    ) -> Option<pb::Interaction> {
+        engine
+            .list_interactions(pb::ListInteractionsRequest {
+                session_id: session.into(),
+                include_resolved: !open,
+            })
+            .await
+            .expect("ListInteractions")
+            .into_inner()
+            .interactions
+            .into_iter()
+            .find(|i| !not.contains(&i.id) && (!open || i.status == "open"))
+    }
+
+    // A wait-mode background call whose question is open, cancelled.
+    let mut request = call_request("orders__confirm_order_form", "{}", &session);
+    request.background = true;
+    let moved = engine
+        .call_tool(request)
+        .await
+        .expect("the call moves to the background")
+        .into_inner()
+        .background
+        .expect("moved");
+    assert_eq!(moved.mode, "wait");
+    let first = eventually("the background call's card", LIMIT, || {
+        let mut engine = engine.clone();
+        let session = session.clone();
+        async move {
+            card(&mut engine, &session, true, &[])
+                .await
+                .ok_or_else(|| "no open card yet".to_owned())
+        }
+    })
+    .await;
+    engine
+        .cancel_background_call(pb::CancelBackgroundCallRequest {
+            id: moved.id.clone(),
+            session_id: session.clone(),
+        })
+        .await
+        .expect("CancelBackgroundCall");
+    let ended = |id: String| {
+        let engine = engine.clone();
+        let session = session.clone();
+        async move {
+            eventually("the card closed with its call", LIMIT, || {
+                let mut engine = engine.clone();
+                let (session, id) = (session.clone(), id.clone());
+                async move {
+                    let all = engine
+                        .list_interactions(pb::ListInteractionsRequest {
+                            session_id: session.clone(),
+                            include_resolved: true,
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .interactions;
+                    match all.into_iter().find(|c| c.id == id) {
+                        Some(c) if c.status == "resolved" => Ok(c),
+                        other => Err(format!("{other:?}")),
+                    }
+                }
+            })
+            .await
+        }
+    };
+    let closed = ended(first.id.clone()).await;
+    assert_eq!(closed.outcome, "cancel", "{closed:?}");
+    let e = engine
+        .clone()
+        .answer_interaction(pb::AnswerInteractionRequest {
+            session_id: session.clone(),
+            interaction_id: first.id.clone(),
+            action: "decline".into(),
+            content_json: String::new(),
+        })
+        .await
+        .expect_err("a closed card cannot be answered");
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+
+    // A foreground call held by its question when its sidecar is told to
+    // stop: the grace period (3 s under `up`) ends, the call is cancelled,
+    // and its card goes with it.
+    let mut request = call_request("orders__confirm_order_form", "{}", &session);
+    request.foreground = true;
+    request.timeout_ms = 60_000;
+    let mut caller = engine.clone();
+    let call = tokio::spawn(async move { caller.call_tool(request).await });
+    let second = eventually("the foreground call's card", LIMIT, || {
+        let mut engine = engine.clone();
+        let session = session.clone();
+        let seen = vec![first.id.clone()];
+        async move {
+            card(&mut engine, &session, true, &seen)
+                .await
+                .ok_or_else(|| "no open card yet".to_owned())
+        }
+    })
+    .await;
+    for pid in gw.sidecars_of("orders") {
+        signal(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+    let outcome = tokio::time::timeout(LIMIT, call)
+        .await
+        .expect("the call ends with the grace period")
+        .expect("task");
+    assert!(outcome.is_err(), "{outcome:?}");
+    let closed = ended(second.id.clone()).await;
+    assert_eq!(closed.outcome, "cancel", "{closed:?}");
 }

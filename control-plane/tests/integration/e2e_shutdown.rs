@@ -197,7 +197,7 @@ async fn the_control_plane_drains_in_flight_calls_on_sigterm() {
         .unwrap()
         .expect("the in-flight call completes during the drain");
     assert!(result.contains("slept 4000 ms"), "{result}");
-    let status = s.cp.terminate().await;
+    let status = s.cp.exited().await;
     assert!(status.success(), "{status}\n{}", s.cp.log());
     assert!(
         sent.elapsed() >= Duration::from_millis(3000),

@@ -449,6 +449,7 @@ async fn forms_urls_approvals_on_one_replica() {
         server: "fake".into(),
         session_id: sid.into(),
         elicitation_id: el.into(),
+        ..Default::default()
     };
     assert!(
         !reg.complete_interaction(complete(&other, "el-1"))

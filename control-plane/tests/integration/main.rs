@@ -48,4 +48,5 @@ mod interactions;
 mod metrics_catalogue;
 mod oauth_flow;
 mod oauth_tokens;
+mod reliability;
 mod store_contract;

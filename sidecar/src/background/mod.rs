@@ -293,6 +293,20 @@ impl Tasks {
         ids
     }
 
+    /// How many held (wait-mode) calls run here: they end with this
+    /// process, so its drain waits for them ([`Tasks::held_finished`]).
+    pub fn held(&self) -> usize {
+        self.lock().values().filter(|l| l.mode == "wait").count()
+    }
+
+    /// Resolves once no held (wait-mode) call runs here (checked every
+    /// 100 ms): the shutdown's drain waits for it within its grace period.
+    pub async fn held_finished(&self) {
+        while self.held() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     /// How a call of `tool` on `upstream` runs (see the module docs).
     /// `background`: the call may move to the background. Connects first
     /// when not connected. Errors: that connection failed.
@@ -396,6 +410,7 @@ impl Tasks {
             tool: tool.to_owned(),
             engine_tool: policy.engine_tool.clone(),
             session_id: context.session_id.clone(),
+            principal: policy.principal.clone(),
             run_id: context.run_id.clone(),
             mode: mode.into(),
             status: status::WORKING.into(),

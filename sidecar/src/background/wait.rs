@@ -5,7 +5,9 @@
 //! the window moves into its own tokio task, is registered with the
 //! control plane (mode `wait`) and answered as moved; its end is reported
 //! (the processed result, or failed). It is lost when the sidecar restarts
-//! (the control plane fails it, [`Tasks::adopt`]). The held request is
+//! (the control plane fails it, [`Tasks::adopt`]); one still held when
+//! the sidecar stops fails saying so, not with what the server answered
+//! as its connection closed. The held request is
 //! bounded by the server's `request_timeout_sec` like any, and by the
 //! background call's maximum duration. A retry-safe call whose server
 //! exits is sent again once, in the foreground window or after it moved
@@ -52,6 +54,7 @@ impl Tasks {
             ..
         } = call;
         let upstream = lease.upstream().clone();
+        let stopping = upstream.clone();
         let server = upstream.name().to_owned();
         let tool = context.tool.clone();
         let created_at_ms = now_ms();
@@ -148,6 +151,12 @@ impl Tasks {
                 let finish = tokio::select! {
                     r = rx => match r {
                         Ok(Ok(result)) => Finish::Completed(result),
+                        // Whatever the server answers as its connection is
+                        // closed under it is the shutdown's doing.
+                        Ok(Err(e)) if stopping.is_closing() => Finish::Failed {
+                            message: format!("the sidecar stopped before the call finished; the request to the server was abandoned (its last answer: {e})"),
+                            error: None,
+                        },
                         Ok(Err(e)) => Finish::Failed { message: e.to_string(), error: e.error_object() },
                         Err(_) => Finish::Failed { message: "the held call ended without an answer".into(), error: None },
                     },

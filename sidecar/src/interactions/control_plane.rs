@@ -1,7 +1,11 @@
 //! The sidecar's [`InteractionHandler`]: it asks sessions' users through
 //! the control plane (`SidecarRegistry.Interact`, which shows the card,
 //! waits for the answer and times it out) and passes on the completion of
-//! URL elicitations (`CompleteInteraction`).
+//! URL elicitations (`CompleteInteraction`). A question whose call ends
+//! before it is answered (the wait is dropped: the call was cancelled,
+//! timed out, or stopped at the end of a shutdown's grace period) is
+//! closed too: `CompleteInteraction` with `ended_interaction_id`, sent by
+//! a task that [`ControlPlaneInteractions::flush`] waits for at shutdown.
 
 use super::{CallContext, Interaction, InteractionHandler};
 use crate::control::{
@@ -26,6 +30,8 @@ const COMPLETE_ATTEMPTS: u32 = 5;
 #[derive(Debug, Clone)]
 pub struct ControlPlaneInteractions {
     client: SidecarRegistryClient<AuthChannel>,
+    /// The tasks closing the cards of questions whose call ended.
+    closing: tokio_util::task::TaskTracker,
 }
 
 impl ControlPlaneInteractions {
@@ -37,7 +43,61 @@ impl ControlPlaneInteractions {
             client: SidecarRegistryClient::with_interceptor(channel, bearer(settings))
                 .max_decoding_message_size(64 * 1024 * 1024)
                 .max_encoding_message_size(64 * 1024 * 1024),
+            closing: tokio_util::task::TaskTracker::new(),
         })
+    }
+
+    /// Waits up to `limit` for the cards of ended calls to be closed (the
+    /// shutdown, after the last calls were cancelled).
+    pub async fn flush(&self, limit: std::time::Duration) {
+        self.closing.close();
+        if tokio::time::timeout(limit, self.closing.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = self.closing.len(),
+                "the cards of some ended calls could not be closed in time"
+            );
+        }
+    }
+}
+
+/// Closes the card of a question whose wait was dropped before the answer
+/// came (see the module docs).
+struct CloseOnDrop {
+    client: SidecarRegistryClient<AuthChannel>,
+    closing: tokio_util::task::TaskTracker,
+    request: Option<CompleteInteractionRequest>,
+}
+
+impl CloseOnDrop {
+    /// The answer came (or the card was never made): nothing to close.
+    fn disarm(&mut self) {
+        self.request = None;
+    }
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let Some(request) = self.request.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let mut client = self.client.clone();
+        self.closing.spawn(async move {
+            let id = request.ended_interaction_id.clone();
+            match with_timeout("CompleteInteraction", client.complete_interaction(request)).await {
+                Ok(r) => {
+                    tracing::info!(interaction = %id, closed = r.into_inner().found, "the call ended before its question was answered; card closed")
+                }
+                Err(e) => {
+                    tracing::warn!(interaction = %id, error = %with_causes(&e), "the call ended before its question was answered; the card could not be closed")
+                }
+            }
+        });
     }
 }
 
@@ -52,6 +112,16 @@ fn retryable(status: &tonic::Status) -> bool {
 impl InteractionHandler for ControlPlaneInteractions {
     fn interact(&self, interaction: Interaction) -> BoxFuture<'static, Value> {
         let mut client = self.client.clone();
+        let mut close = CloseOnDrop {
+            client: self.client.clone(),
+            closing: self.closing.clone(),
+            request: Some(CompleteInteractionRequest {
+                server: interaction.server.clone(),
+                session_id: interaction.context.session_id.clone(),
+                elicitation_id: String::new(),
+                ended_interaction_id: interaction.id.clone(),
+            }),
+        };
         Box::pin(async move {
             let request = InteractRequest {
                 interaction_id: interaction.id.clone(),
@@ -67,6 +137,7 @@ impl InteractionHandler for ControlPlaneInteractions {
             loop {
                 match client.interact(request.clone()).await {
                     Ok(answer) => {
+                        close.disarm();
                         let text = answer.into_inner().result_json;
                         return match serde_json::from_str::<Value>(&text) {
                             Ok(v) if v.is_object() => v,
@@ -82,6 +153,7 @@ impl InteractionHandler for ControlPlaneInteractions {
                         backoff = (backoff * 2).min(MAX_BACKOFF);
                     }
                     Err(status) => {
+                        close.disarm();
                         tracing::warn!(interaction = %interaction.id, code = ?status.code(), error = %status.message(), "Interact failed; answering cancel");
                         return json!({"action": "cancel"});
                     }
@@ -101,6 +173,7 @@ impl InteractionHandler for ControlPlaneInteractions {
             server: server.to_owned(),
             session_id: context.session_id.clone(),
             elicitation_id: elicitation_id.to_owned(),
+            ended_interaction_id: String::new(),
         };
         Box::pin(async move {
             let mut backoff = MIN_BACKOFF;

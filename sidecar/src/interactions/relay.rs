@@ -5,6 +5,8 @@
 //! dispatches: 2025-11-25 `elicitation/create` to [`super::elicitation`],
 //! `roots/list` to [`super::roots`], `notifications/elicitation/complete`
 //! to the handler, and a -32042 error's URL elicitations back to the user.
+//! A question attributed to a session's calls is withdrawn (`cancel`, and
+//! its card closed) once the last of them ends.
 
 use super::elicitation::{self, InteractionKind};
 use super::{CallContext, Interactions, roots};
@@ -13,6 +15,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use switchyard_mcp::meta;
 use switchyard_mcp::methods::{ELICIT, ELICITATION_COMPLETE, LIST_ROOTS};
+use tokio_util::sync::CancellationToken;
 
 /// URL elicitations remembered per session for completion notifications.
 const REMEMBERED_URL_ELICITATIONS: usize = 1024;
@@ -34,6 +37,9 @@ struct RelayState {
     /// URL elicitations we relayed, for `notifications/elicitation/complete`.
     url_elicitations: HashMap<String, CallContext>,
     url_order: VecDeque<String>,
+    /// Per session: its calls in flight, and a token cancelled when the
+    /// last of them ends ([`Relay::until_idle`]).
+    sessions: HashMap<String, (usize, CancellationToken)>,
 }
 
 /// One upstream session's side of the stage: the calls in flight, and the
@@ -55,7 +61,17 @@ pub struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.relay.lock().in_flight.remove(&self.key);
+        let mut state = self.relay.lock();
+        let Some(context) = state.in_flight.remove(&self.key) else {
+            return;
+        };
+        if let Some((calls, idle)) = state.sessions.get_mut(&context.session_id) {
+            *calls -= 1;
+            if *calls == 0 {
+                idle.cancel();
+                state.sessions.remove(&context.session_id);
+            }
+        }
     }
 }
 
@@ -104,12 +120,27 @@ impl Relay {
         let mut state = self.lock();
         state.next_call += 1;
         let key = state.next_call;
+        state
+            .sessions
+            .entry(context.session_id.clone())
+            .or_insert_with(|| (0, CancellationToken::new()))
+            .0 += 1;
         state.in_flight.insert(key, context.clone());
         state.last = Some(context);
         InFlight {
             relay: self.clone(),
             key,
         }
+    }
+
+    /// Cancelled when `session` has no call in flight on this connection
+    /// any more; `None` when it has none now. A question attributed to the
+    /// session's calls is withdrawn then: none of them waits for it.
+    pub(super) fn until_idle(&self, session: &str) -> Option<CancellationToken> {
+        self.lock()
+            .sessions
+            .get(session)
+            .map(|(_, idle)| idle.clone())
     }
 
     /// The contexts of the calls in flight, oldest first.
@@ -169,7 +200,14 @@ impl Relay {
 
     /// Writes the audit record of a declined attribution.
     fn audit_declined(&self, method: &str, declined: &Declined) {
-        tracing::info!(server = %self.server, %method, reason = %declined.reason, "declining a server request: it cannot be attributed to one session");
+        // Outside any call (e.g. the `roots/list` many servers send right
+        // after the handshake) a decline is the normal answer: DEBUG. With
+        // calls in flight that could have owned it, INFO.
+        if declined.calls.is_empty() {
+            tracing::debug!(server = %self.server, %method, reason = %declined.reason, "declining a server request: no call is in flight to attribute it to");
+        } else {
+            tracing::info!(server = %self.server, %method, reason = %declined.reason, "declining a server request: it cannot be attributed to one session");
+        }
         let Some(interactions) = &self.interactions else {
             return;
         };
@@ -218,7 +256,7 @@ impl Relay {
                     Err(e) => return Some(Err((-32602, e))),
                 };
                 Some(Ok(match self.attribute(&params) {
-                    Ok(context) => self.elicit(&context, kind, params, (ELICIT, "")).await,
+                    Ok(context) => self.elicit_while_called(&context, kind, params).await,
                     Err(declined) => {
                         self.audit_declined(ELICIT, &declined);
                         elicitation::decline()
@@ -275,6 +313,29 @@ impl Relay {
             }
             None => {
                 tracing::debug!(server = %self.server, elicitation_id = %id, "ignoring the completion of an unknown elicitation");
+            }
+        }
+    }
+
+    /// A 2025-11-25 `elicitation/create` attributed to `context`: asked
+    /// while the session has a call in flight here. When its last call
+    /// ends first (cancelled, timed out, stopped at shutdown), the question
+    /// is withdrawn: the server gets `cancel`, and dropping the wait closes
+    /// the card ([`super::ControlPlaneInteractions`]).
+    async fn elicit_while_called(
+        &self,
+        context: &CallContext,
+        kind: InteractionKind,
+        params: Value,
+    ) -> Value {
+        let Some(idle) = self.until_idle(&context.session_id) else {
+            return self.elicit(context, kind, params, (ELICIT, "")).await;
+        };
+        tokio::select! {
+            answer = self.elicit(context, kind, params, (ELICIT, "")) => answer,
+            () = idle.cancelled() => {
+                tracing::info!(server = %self.server, session = %context.session_id, "the calls that could have asked ended; withdrawing the question");
+                elicitation::cancel()
             }
         }
     }

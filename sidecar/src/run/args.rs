@@ -59,6 +59,9 @@ pub struct RunArgs {
     /// File holding the bearer token sent to the control plane (content trimmed).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// File holding the token SidecarCalls requires (registered with the control plane, which sends it on every call); default: a random one per run.
+    #[arg(long, value_name = "FILE")]
+    pub calls_token_file: Option<PathBuf>,
     /// gRPC listen address for SidecarCalls (default 127.0.0.1:0).
     #[arg(long)]
     pub listen: Option<String>,
@@ -124,6 +127,10 @@ pub struct SidecarSection {
     /// File holding the bearer token sent to the control plane (the
     /// file's content, trimmed).
     pub token_file: Option<PathBuf>,
+    /// File holding the token `SidecarCalls` requires (at least 16
+    /// characters; registered with the control plane, which sends it on
+    /// every call). Default: a random token per run.
+    pub calls_token_file: Option<PathBuf>,
     /// gRPC listen address (default `127.0.0.1:0`).
     pub listen: Option<String>,
     /// Call address to register (default `http://<bound listen address>`).

@@ -1,8 +1,11 @@
-//! Shutdown: SIGINT or SIGTERM (`shutdown_signal`) starts it, and
+//! Shutdown: SIGINT or SIGTERM ([`Signals`]) starts it, a second one
+//! hurries it (calls cancelled at once, [`HURRIED_GRACE`] per step), and
 //! `shutdown` stops the service in order: not ready, `draining` reported
 //! to the control plane, calls still accepted for [`DRAIN_NOTICE`], then
-//! no new calls, the running ones drained within the grace period (then
-//! cancelled), the upstream server stopped, the HTTP endpoints last.
+//! no new calls, the running ones (foreground calls, and held wait-mode
+//! background calls) drained within the grace period (then
+//! cancelled, and their unanswered questions' cards closed), the upstream
+//! server stopped, the HTTP endpoints last.
 
 use super::settings::RunError;
 use crate::http_endpoints::Health;
@@ -20,32 +23,52 @@ use tokio_util::sync::CancellationToken;
 /// here, so calls routed meanwhile are still served rather than refused.
 pub const DRAIN_NOTICE: Duration = Duration::from_secs(1);
 
-/// Listens for SIGINT and SIGTERM at once (before the ready line: a
-/// signal that came before the handlers would kill the process with the
-/// default action, without a drain); the future resolves on either.
-pub(super) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{Signal, SignalKind, signal};
-    let listen = |kind: SignalKind, name: &str| match signal(kind) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for {name}");
-            None
-        }
-    };
-    let mut interrupt = listen(SignalKind::interrupt(), "SIGINT");
-    let mut terminate = listen(SignalKind::terminate(), "SIGTERM");
-    async fn recv(s: &mut Option<Signal>) {
-        match s {
-            Some(s) => {
-                s.recv().await;
+/// How long the shutdown waits for the cards of cancelled calls to close.
+const CARDS_FLUSH: Duration = Duration::from_secs(2);
+
+/// Each stop step's grace once a second signal came: the calls still
+/// running are cancelled at once, and the server gets this long to exit.
+pub const HURRIED_GRACE: Duration = Duration::from_millis(500);
+
+/// SIGINT and SIGTERM, listened for from the start (before the ready
+/// line: a signal that came before the handlers would kill the process
+/// with the default action, without a drain) to the end: the first starts
+/// the drain, a second one during it stops at once ([`shutdown`]).
+pub(super) struct Signals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Installs the handlers.
+    pub(super) fn listen() -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for {name}");
+                None
             }
-            None => std::future::pending().await,
+        };
+        Signals {
+            interrupt: listen(SignalKind::interrupt(), "SIGINT"),
+            terminate: listen(SignalKind::terminate(), "SIGTERM"),
         }
     }
-    async move {
+
+    /// The next SIGINT or SIGTERM; its name.
+    pub(super) async fn recv(&mut self) -> &'static str {
+        async fn one(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
         tokio::select! {
-            _ = recv(&mut interrupt) => tracing::info!("SIGINT: shutting down"),
-            _ = recv(&mut terminate) => tracing::info!("SIGTERM: shutting down"),
+            _ = one(&mut self.interrupt) => "SIGINT",
+            _ = one(&mut self.terminate) => "SIGTERM",
         }
     }
 }
@@ -117,16 +140,23 @@ pub(super) struct Running {
     pub http_stop: CancellationToken,
     /// The HTTP endpoints' server.
     pub http: JoinHandle<Result<(), std::io::Error>>,
+    /// Closes the cards of the questions of calls that ended unanswered.
+    pub cards: crate::interactions::ControlPlaneInteractions,
+    /// The background calls; its held (wait-mode) ones are drained too.
+    pub tasks: crate::background::Tasks,
 }
 
 /// Stops `running` in order (see the module docs); `grace` bounds the
 /// drain of the calls in flight and the upstream server's exit. `failure`:
 /// why the service stopped on its own (no notice period then), returned
-/// once everything is stopped.
+/// once everything is stopped. A second signal during the drain
+/// (`signals`) ends the waiting: the calls still running are cancelled at
+/// once and the server gets [`HURRIED_GRACE`] per stop step.
 pub(super) async fn shutdown(
     running: Running,
-    grace: Duration,
+    mut grace: Duration,
     failure: Option<RunError>,
+    signals: &mut Signals,
 ) -> Result<(), RunError> {
     let Running {
         health,
@@ -140,6 +170,8 @@ pub(super) async fn shutdown(
         watcher,
         http_stop,
         mut http,
+        cards,
+        tasks,
     } = running;
     // Not ready any more, and say so to the control plane (state
     // `draining` on the report stream, which stays open until the drain is
@@ -153,25 +185,53 @@ pub(super) async fn shutdown(
             notice_ms = notice.as_millis() as u64,
             "reported draining; still accepting calls for the notice period"
         );
-        tokio::time::sleep(notice).await;
-    }
-    // Stop taking calls and let the running ones finish.
-    stop.cancel();
-    if !grpc.is_finished() {
-        match tokio::time::timeout(grace, &mut grpc).await {
-            Ok(_) => tracing::info!("in-flight calls drained"),
-            Err(_) => {
-                tracing::warn!(
-                    grace_s = grace.as_secs(),
-                    "grace period over; cancelling the remaining calls"
-                );
-                abort.cancel();
-                // Their answers (UNAVAILABLE) get a moment to leave.
-                let _ = tokio::time::timeout(Duration::from_millis(500), &mut grpc).await;
-                grpc.abort();
+        tokio::select! {
+            () = tokio::time::sleep(notice) => {}
+            name = signals.recv() => {
+                tracing::warn!("{name} again: stopping now");
+                grace = HURRIED_GRACE;
             }
         }
     }
+    // Stop taking calls and let the running ones finish.
+    stop.cancel();
+    // The calls in flight: foreground ones (the gRPC server's) and held
+    // background ones (wait mode, which end with this process).
+    if !grpc.is_finished() || tasks.held() > 0 {
+        let mut grpc_done = grpc.is_finished();
+        let both = async {
+            if !grpc_done {
+                let _ = (&mut grpc).await;
+                grpc_done = true;
+            }
+            tasks.held_finished().await;
+        };
+        let drained = tokio::select! {
+            r = tokio::time::timeout(grace, both) => r.is_ok(),
+            name = signals.recv() => {
+                tracing::warn!("{name} again: stopping now");
+                grace = HURRIED_GRACE;
+                false
+            }
+        };
+        if drained {
+            tracing::info!("in-flight calls drained");
+        } else {
+            tracing::warn!(
+                grace_s = grace.as_secs_f64(),
+                "grace period over; cancelling the remaining calls"
+            );
+            abort.cancel();
+            // Their answers (UNAVAILABLE) get a moment to leave.
+            if !grpc_done {
+                let _ = tokio::time::timeout(Duration::from_millis(500), &mut grpc).await;
+            }
+            grpc.abort();
+        }
+    }
+    // The cancelled calls' open questions are closed on the control plane
+    // (while the report stream still holds the registration).
+    cards.flush(CARDS_FLUSH).await;
     reporter.abort();
     tokio::join!(pool.shutdown(grace), upstream.shutdown(grace));
     watcher.abort();

@@ -124,6 +124,7 @@ async fn session(
             sidecar_id: settings.sidecar_id.clone(),
             call_address: settings.call_address.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
+            call_token: settings.call_token.as_str().to_owned(),
         }),
     )
     .await?

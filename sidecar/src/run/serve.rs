@@ -4,7 +4,7 @@
 //! signal or a failure, then hands over to [`super::drain`].
 
 use super::args::RunArgs;
-use super::drain::{Drain, Running, shutdown, shutdown_signal};
+use super::drain::{Drain, Running, Signals, shutdown};
 use super::report::report_with;
 use super::settings::{RunError, Settings, config_error, hostname, settings};
 use crate::api::CallService;
@@ -70,6 +70,9 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
         server: settings.server.name.clone(),
         sidecar_id: settings.sidecar_id.clone(),
         call_address: String::new(), // known once the listener is bound
+        // Calls come from the control plane only: it gets this at
+        // registration and sends it on every call.
+        call_token: settings.calls_token.clone(),
     };
     let audit = match &settings.audit_path {
         Some(path) => Audit::to_file(path).map_err(|e| {
@@ -83,6 +86,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     };
     let handler = ControlPlaneInteractions::new(&control_settings)
         .map_err(|e| config_error("control plane", "sidecar.control_plane", e.to_string()))?;
+    let cards = handler.clone();
     let mut interactions = Interactions::new(Arc::new(handler), audit.clone());
     interactions.timeout = settings.interaction_timeout;
     // Stage B: task-related server requests belong to the task's initiator.
@@ -163,9 +167,14 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
         .with_stop(stop.clone())
         .with_abort(abort.clone());
     let tasks = service.tasks();
+    let drained_tasks = tasks.clone();
     let mut grpc = tokio::spawn(
         builder
-            .add_service(service.into_server())
+            // Only the control plane (its token, or mTLS) gets in.
+            .add_service(tonic::service::interceptor::InterceptedService::new(
+                service.into_server(),
+                crate::guard::CallsGuard::new(control_settings.call_token.clone()),
+            ))
             .serve_with_incoming_shutdown(incoming, async move { grpc_stop.cancelled().await }),
     );
     let http_stop = CancellationToken::new();
@@ -194,7 +203,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
         oauth,
     ));
 
-    let signal = shutdown_signal();
+    let mut signals = Signals::listen();
     tracing::info!(server = %settings.server.name, %calls_addr, %call_address, %http_addr, sidecar_id = %settings.sidecar_id, "serving");
     {
         let mut out = std::io::stdout().lock();
@@ -208,7 +217,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
 
     let mut failure = None;
     tokio::select! {
-        _ = signal => {}
+        name = signals.recv() => tracing::info!("{name}: shutting down"),
         r = &mut grpc => {
             failure = Some(RunError::Serve { what: "gRPC", source: match r {
                 Ok(Ok(())) => "stopped unexpectedly".into(),
@@ -238,9 +247,12 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
             watcher,
             http_stop,
             http,
+            cards,
+            tasks: drained_tasks,
         },
         settings.grace,
         failure,
+        &mut signals,
     )
     .await
 }

@@ -46,6 +46,8 @@ pub struct Settings {
     pub client_ca: Option<Vec<u8>>,
     /// Bearer token sent to the control plane.
     pub token: Option<String>,
+    /// The token `SidecarCalls` requires (`calls_token_file`, else random).
+    pub calls_token: crate::guard::CallToken,
     /// gRPC listen address.
     pub listen: String,
     /// Call address to register; derived from the bound address when `None`.
@@ -311,6 +313,30 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         ),
         None => None,
     };
+    let calls_token = match path_setting(
+        &args.calls_token_file,
+        &file.calls_token_file,
+        "--calls-token-file",
+        "sidecar.calls_token_file",
+    ) {
+        Some((path, o, key)) => {
+            let token = switchyard_common::tls::load_token(&key, &path)
+                .map_err(|e| credential_error(&o, e))?;
+            if token.len() < 16 {
+                return Err(config_error(
+                    &o,
+                    &key,
+                    format!(
+                        "{}: the token has {} characters; at least 16 are needed",
+                        path.display(),
+                        token.len()
+                    ),
+                ));
+            }
+            crate::guard::CallToken::from_text(token)
+        }
+        None => crate::guard::CallToken::generate(),
+    };
 
     let (listen, l_origin, l_key) = pick(&args.listen, &file.listen, "--listen", "sidecar.listen");
     let listen = listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
@@ -471,6 +497,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         tls_identity,
         client_ca,
         token,
+        calls_token,
         listen,
         advertise,
         http_listen,

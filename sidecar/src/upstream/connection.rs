@@ -22,6 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_mcp::headers::{self, HeaderParam};
 
+/// Handshakes one [`Connection::open`] makes when the server keeps ending
+/// the new session during it (HTTP 404): the first and two more.
+pub const HANDSHAKE_ATTEMPTS: u32 = 3;
+
 /// A negotiated connection.
 #[derive(Debug)]
 pub struct Connection {
@@ -37,7 +41,11 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Opens the transport and negotiates the era.
+    /// Opens the transport and negotiates the era; a session the server
+    /// ends during the handshake is opened again, up to
+    /// [`HANDSHAKE_ATTEMPTS`] handshakes in all (each counted as a session
+    /// renewal). Errors: the transport, the negotiation, or
+    /// [`UpstreamError::SessionExpired`] after the last attempt.
     pub async fn open(
         config: Arc<UpstreamConfig>,
         ids: Arc<AtomicU64>,
@@ -45,12 +53,30 @@ impl Connection {
         metrics: ServerMetrics,
         http_client: Option<&reqwest::Client>,
     ) -> Result<Self, UpstreamError> {
-        let transport = Transport::open(&config, ids, inbound, metrics, http_client)?;
-        let negotiated = match era::negotiate(&transport, &config).await {
-            Ok(n) => n,
-            Err(e) => {
-                transport.shutdown(Duration::from_millis(200)).await;
-                return Err(e);
+        // A server may end the session it just made (HTTP 404 to the
+        // `notifications/initialized` or the first request that carries
+        // it): the handshake starts over on a new session, a bounded number
+        // of times.
+        let mut attempt = 1;
+        let (transport, negotiated) = loop {
+            let transport = Transport::open(
+                &config,
+                ids.clone(),
+                inbound.clone(),
+                metrics.clone(),
+                http_client,
+            )?;
+            match era::negotiate(&transport, &config).await {
+                Ok(n) => break (transport, n),
+                Err(UpstreamError::SessionExpired { .. }) if attempt < HANDSHAKE_ATTEMPTS => {
+                    attempt += 1;
+                    metrics.session_renewed();
+                    transport.shutdown(Duration::from_millis(200)).await;
+                }
+                Err(e) => {
+                    transport.shutdown(Duration::from_millis(200)).await;
+                    return Err(e);
+                }
             }
         };
         tracing::info!(

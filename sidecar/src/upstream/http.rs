@@ -61,6 +61,9 @@ pub struct HttpConnection {
     /// 2025-11-25 semantics: cancel by notification, resume streams.
     legacy: AtomicBool,
     alive: AtomicBool,
+    /// Set when the server ended our session (a 404 to a request that
+    /// carried it): the connection is renewed, not restarted.
+    session_ended: AtomicBool,
     max_message_bytes: usize,
     inbound: Arc<Inbound>,
     metrics: ServerMetrics,
@@ -134,6 +137,7 @@ impl HttpConnection {
             session_id: Mutex::new(None),
             legacy: AtomicBool::new(false),
             alive: AtomicBool::new(true),
+            session_ended: AtomicBool::new(false),
             max_message_bytes,
             inbound,
             metrics,
@@ -154,6 +158,23 @@ impl HttpConnection {
     /// stops, and [`HttpConnection::lost`] resolves, so the upstream
     /// session reports the server down and connects again (re-negotiating,
     /// which re-reads the capabilities of a server that restarted).
+    /// The server ended our session (HTTP 404 to a request that carried
+    /// it): lost, and to be renewed ([`HttpConnection::session_ended`]).
+    fn mark_session_ended(&self, reason: String) {
+        if self.lost.is_cancelled() {
+            return;
+        }
+        self.session_ended.store(true, Ordering::Relaxed);
+        tracing::info!(server = %self.server, %reason, "the server ended our session; a new one is opened");
+        self.abandon(reason);
+    }
+
+    /// Whether the server ended our session (HTTP 404): the next
+    /// connection is a renewal (a new session), not a restart.
+    pub fn session_ended(&self) -> bool {
+        self.session_ended.load(Ordering::Relaxed)
+    }
+
     fn mark_lost(&self, reason: String) {
         if self.lost.is_cancelled() {
             return;
@@ -391,7 +412,7 @@ impl HttpConnection {
             };
         }
         if status == 404 && had_session {
-            self.mark_lost(format!("{method}: the server ended our session (HTTP 404)"));
+            self.mark_session_ended(format!("{method}: the server ended our session (HTTP 404)"));
             return UpstreamError::SessionExpired {
                 server: self.server.clone(),
                 method: method.to_owned(),
@@ -639,7 +660,7 @@ impl HttpConnection {
                             // without a session id only says there is no
                             // stream here: a server without sessions.)
                             if let Some(conn) = weak.upgrade() {
-                                conn.mark_lost("the standalone event stream: the server ended our session (HTTP 404)".into());
+                                conn.mark_session_ended("the standalone event stream: the server ended our session (HTTP 404)".into());
                             }
                             return;
                         }

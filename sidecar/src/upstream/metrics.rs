@@ -24,6 +24,7 @@ pub struct UpstreamMetrics {
     calls: IntCounterVec,
     call_duration: HistogramVec,
     restarts: IntCounterVec,
+    session_renewals: IntCounterVec,
     received_bytes: IntCounterVec,
     sent_bytes: IntCounterVec,
     skipped: IntCounterVec,
@@ -42,6 +43,7 @@ impl UpstreamMetrics {
         registry.register(Box::new(m.calls.clone()))?;
         registry.register(Box::new(m.call_duration.clone()))?;
         registry.register(Box::new(m.restarts.clone()))?;
+        registry.register(Box::new(m.session_renewals.clone()))?;
         registry.register(Box::new(m.received_bytes.clone()))?;
         registry.register(Box::new(m.sent_bytes.clone()))?;
         registry.register(Box::new(m.skipped.clone()))?;
@@ -76,7 +78,12 @@ impl UpstreamMetrics {
             .expect("valid metric"),
             restarts: counter(
                 "switchyard_sidecar_upstream_restarts_total",
-                "Times an upstream connection was re-established after it failed or its server exited.",
+                "Times an upstream connection was re-established after it failed or its server exited (not counting new HTTP sessions after the server ended ours: switchyard_sidecar_upstream_session_renewals_total).",
+                &["server"],
+            ),
+            session_renewals: counter(
+                "switchyard_sidecar_upstream_session_renewals_total",
+                "Times a new Streamable HTTP session was opened because the server ended ours (HTTP 404 to a request carrying its MCP-Session-Id), the handshake included.",
                 &["server"],
             ),
             received_bytes: counter(
@@ -167,6 +174,14 @@ impl ServerMetrics {
     pub fn restart(&self) {
         self.metrics
             .restarts
+            .with_label_values(&[&self.server])
+            .inc();
+    }
+
+    /// Counts a new HTTP session opened because the server ended ours.
+    pub fn session_renewed(&self) {
+        self.metrics
+            .session_renewals
             .with_label_values(&[&self.server])
             .inc();
     }

@@ -659,6 +659,13 @@ impl Upstream {
         result
     }
 
+    /// Whether [`Upstream::shutdown`] has begun: what the server answers
+    /// from now on (e.g. "Connection closed" as its stdin closes) is the
+    /// shutdown's doing, not a fault of the server's.
+    pub fn is_closing(&self) -> bool {
+        self.inner.closing.is_cancelled()
+    }
+
     /// Stops the server (stdio: close stdin, then SIGTERM, then SIGKILL,
     /// `grace` apart; HTTP: DELETE the session) and refuses further
     /// requests.
@@ -690,6 +697,9 @@ impl Upstream {
     async fn connection(&self) -> Result<Arc<Connection>, UpstreamError> {
         let attempt = {
             let mut state = self.inner.state.lock().unwrap();
+            // The server ended the HTTP session: a new one is a renewal.
+            let renewal =
+                matches!(&*state, State::Ready { conn, .. } if conn.transport().session_ended());
             let next = match &*state {
                 State::Ready { conn, .. } if conn.transport().is_alive() => return Ok(conn.clone()),
                 // The connection died. A stdio exit counts as a failure
@@ -719,7 +729,7 @@ impl Upstream {
                     if let Some(e) = self.inner.not_authorized() {
                         return Err(e);
                     }
-                    let f = self.start_attempt(failures);
+                    let f = self.start_attempt(failures, renewal);
                     *state = State::Connecting(f.clone());
                     f
                 }
@@ -728,7 +738,10 @@ impl Upstream {
         attempt.await
     }
 
-    fn start_attempt(&self, failures: u32) -> ConnectFuture {
+    /// Opens a new connection after `delay(failures)`; counted as a
+    /// restart, or as a session renewal when `renewal` (the server ended
+    /// our HTTP session).
+    fn start_attempt(&self, failures: u32, renewal: bool) -> ConnectFuture {
         let inner = self.inner.clone();
         let delay = inner.config.restart.delay(failures);
         let span = inner.span.clone();
@@ -746,7 +759,11 @@ impl Upstream {
                 }
             }
             if inner.attempts.fetch_add(1, Ordering::Relaxed) > 0 {
-                inner.metrics.restart();
+                if renewal {
+                    inner.metrics.session_renewed();
+                } else {
+                    inner.metrics.restart();
+                }
             }
             let result = Connection::open(
                 inner.config.clone(),
@@ -955,6 +972,7 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
             () = dropped.cancelled() => return,
         };
         let http = conn.transport().is_http();
+        let renewal = conn.transport().session_ended();
         drop(conn);
         let Some(mut inner) = inner.upgrade() else {
             return;
@@ -980,7 +998,12 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
         if !inner.config.restart.eager || matches!(*inner.state.lock().unwrap(), State::Closed) {
             return;
         }
-        tracing::info!(server = %inner.config.name, %status, "server exited; restarting");
+        if renewal {
+            // Logged when the 404 came (`HttpConnection`).
+            tracing::debug!(server = %inner.config.name, %status, "opening a new session");
+        } else {
+            tracing::info!(server = %inner.config.name, %status, "server exited; restarting");
+        }
         // A connection lost at once (a server that refuses each new one)
         // is not restarted in a tight loop: at most once a second.
         if started.elapsed() < QUICK_EXIT {

@@ -153,6 +153,16 @@ impl Transport {
         }
     }
 
+    /// Whether the server ended our HTTP session (a 404 to a request that
+    /// carried it): the next connection renews the session rather than
+    /// restarting the server. False for stdio.
+    pub fn session_ended(&self) -> bool {
+        match &self.kind {
+            Kind::Stdio(_) => false,
+            Kind::Http(h) => h.session_ended(),
+        }
+    }
+
     /// Whether the transport is HTTP.
     pub fn is_http(&self) -> bool {
         matches!(self.kind, Kind::Http(_))

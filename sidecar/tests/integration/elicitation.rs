@@ -1056,6 +1056,7 @@ async fn the_control_plane_handler_asks_again_with_the_same_id() {
         server: "orders".into(),
         sidecar_id: "t".into(),
         call_address: String::new(),
+        call_token: switchyard_sidecar::guard::CallToken::generate(),
     })
     .unwrap();
     let up = Upstream::with_interactions(

@@ -24,7 +24,6 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{self as pb, SidecarCallRequest, UpstreamStatus, sidecar_report};
 use switchyard_sidecar::oauth::{AccessToken, Rejections, TokenState, Tokens};
 use switchyard_sidecar::upstream::{
@@ -508,6 +507,7 @@ impl Sidecar {
             .arg("run")
             .arg("--config")
             .arg(config)
+            .args(["--calls-token-file", &crate::common::calls_token_file()])
             .env("SWITCHYARD_LOG", "debug")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -541,9 +541,7 @@ impl Sidecar {
     }
 
     async fn call(&self, tool: &str, arguments: Value) -> Result<String, tonic::Status> {
-        let mut client = SidecarCallsClient::connect(format!("http://{}", self.calls_addr))
-            .await
-            .unwrap();
+        let mut client = crate::common::calls_client(&self.calls_addr).await;
         let r = within(
             "a call",
             STEP,
@@ -678,9 +676,7 @@ async fn end_to_end_the_token_comes_on_the_report_stream_and_never_reaches_the_l
     let pending = tokio::spawn({
         let calls_addr = sidecar.calls_addr.clone();
         async move {
-            let mut client = SidecarCallsClient::connect(format!("http://{calls_addr}"))
-                .await
-                .unwrap();
+            let mut client = crate::common::calls_client(&calls_addr).await;
             let started = Instant::now();
             let r = client
                 .call_tool(SidecarCallRequest {
@@ -721,5 +717,9 @@ async fn end_to_end_the_token_comes_on_the_report_stream_and_never_reaches_the_l
     assert!(log.contains("access token received"), "{log}");
     assert!(log.contains("generation=2"), "{log}");
     assert!(!log.contains(RIGHT), "the token is in the log");
+    assert!(
+        !log.contains(crate::common::CALLS_TOKEN),
+        "the calls token is in the log"
+    );
     assert!(!log.contains(WRONG), "the refused token is in the log");
 }

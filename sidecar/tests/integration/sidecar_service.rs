@@ -14,14 +14,12 @@
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::Duration;
-use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{SidecarCallRequest, sidecar_report};
 use switchyard_test_support::fake_control_plane::{Event, FakeControlPlane};
 use switchyard_test_support::{stub_script, workspace_bin};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tonic::Code;
-use tonic::transport::Channel;
 
 /// Upper bound on any single wait.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -38,6 +36,8 @@ impl Sidecar {
     async fn start(args: &[&str]) -> Sidecar {
         let mut child = Command::new(workspace_bin("switchyard-sidecar", "switchyard-sidecar"))
             .arg("run")
+            // Before `args`, which may end with `-- COMMAND ARGS`.
+            .args(["--calls-token-file", &crate::common::calls_token_file()])
             .args(args)
             .env("SWITCHYARD_LOG", "info")
             .stdin(Stdio::null())
@@ -71,10 +71,8 @@ impl Sidecar {
         }
     }
 
-    async fn client(&self) -> SidecarCallsClient<Channel> {
-        SidecarCallsClient::connect(format!("http://{}", self.calls_addr))
-            .await
-            .unwrap()
+    async fn client(&self) -> crate::common::CallsClient {
+        crate::common::calls_client(&self.calls_addr).await
     }
 
     /// GET `path` on the HTTP endpoints: (status, body).
@@ -129,7 +127,7 @@ fn text_of(result_json: &str) -> String {
         .to_owned()
 }
 
-async fn cancelled_ids(client: &mut SidecarCallsClient<Channel>) -> Vec<Value> {
+async fn cancelled_ids(client: &mut crate::common::CallsClient) -> Vec<Value> {
     let r = client
         .call_tool(call("cancelled_ids", json!({})))
         .await

@@ -23,7 +23,6 @@
 use serde_json::{Value, json};
 use std::process::Stdio;
 use std::time::Duration;
-use switchyard_proto::v1::sidecar_calls_client::SidecarCallsClient;
 use switchyard_proto::v1::{BackgroundCall, BackgroundPolicy, SidecarCancelBackgroundRequest};
 use switchyard_sidecar::background::get_task;
 use switchyard_sidecar::upstream::{
@@ -34,7 +33,6 @@ use switchyard_test_support::fake_control_plane::FakeControlPlane;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tonic::Code;
-use tonic::transport::Channel;
 
 use crate::common::LIMIT;
 use crate::common::tasks::{POLL_MIN, Side, request, side_with};
@@ -784,6 +782,31 @@ async fn a_tool_without_task_support_is_held_in_wait_mode() {
     assert_eq!(registry.finished("held2").await.status, "cancelled");
 }
 
+/// A held (wait-mode) call still running when the sidecar stops fails
+/// saying so, not with what the server answered as its connection was
+/// closed under it (which would read as a fault of the server's).
+#[tokio::test]
+async fn a_held_call_at_shutdown_fails_saying_the_sidecar_stopped() {
+    let registry = FakeControlPlane::start().await;
+    let side = side(everything(), &registry).await;
+    side.moved(
+        "trigger-long-running-operation",
+        json!({"duration": 30, "steps": 2}),
+        "held-at-stop",
+        200,
+    )
+    .await;
+    side.upstream.shutdown(Duration::from_secs(2)).await;
+    let done = registry.finished("held-at-stop").await;
+    assert_eq!(done.status, "failed", "{done:?}");
+    assert!(
+        done.status_message
+            .starts_with("the sidecar stopped before the call finished"),
+        "{done:?}"
+    );
+    assert!(done.error_json.is_empty(), "{done:?}");
+}
+
 /// Stage A's one retry on the wait-mode path: a call of a tool without
 /// task support, held in wait mode, whose stdio server exits mid-call (it
 /// is killed 300 ms into a 1.5 s call) is sent again once after
@@ -957,6 +980,8 @@ impl SidecarProcess {
             id,
             "--task-poll-min-ms",
             "100",
+            "--calls-token-file",
+            &crate::common::calls_token_file(),
         ])
         .env("SWITCHYARD_LOG", "info")
         .stdin(Stdio::null())
@@ -987,10 +1012,8 @@ impl SidecarProcess {
         }
     }
 
-    async fn client(&self) -> SidecarCallsClient<Channel> {
-        SidecarCallsClient::connect(format!("http://{}", self.calls_addr))
-            .await
-            .unwrap()
+    async fn client(&self) -> crate::common::CallsClient {
+        crate::common::calls_client(&self.calls_addr).await
     }
 }
 

@@ -305,6 +305,57 @@ async fn expired_session_reinitializes_and_retries_once() {
     echo_ok(&up, "recovered").await;
 }
 
+/// A server that ends the new session during the handshake (404 to
+/// `notifications/initialized`) gets a new session, a bounded number of
+/// times; a new session after the server ended ours is counted as a
+/// renewal, never as a restart.
+#[tokio::test]
+async fn a_session_ended_during_the_handshake_is_opened_again() {
+    let registry = prometheus::Registry::new();
+    let metrics = UpstreamMetrics::register(&registry).unwrap();
+    let series = |name: &str| {
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{server=\"stub-handshake\"}}")))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|v| v.parse::<f64>().unwrap())
+            .unwrap_or(0.0)
+    };
+    let server = http_stub(&[("STUB_HTTP_HANDSHAKE_404", "2")]).await;
+    let up = Upstream::new(config("stub-handshake", &server.url), &metrics).unwrap();
+    within("connect", STEP, up.connect())
+        .await
+        .expect("connected on the third handshake");
+    echo_ok(&up, "after the handshake").await;
+    assert_eq!(up.connection_attempts(), 1);
+    let stats = json_tool(&up, "stats").await;
+    assert_eq!(stats["initialize"], 3, "{stats}");
+    assert_eq!(stats["rejected_404"], 2, "{stats}");
+    // Later in the session's life: renewed too, still no restart.
+    call(&up, "expire_session", json!({})).await.unwrap();
+    echo_ok(&up, "after the server ended the session").await;
+    assert_eq!(
+        series("switchyard_sidecar_upstream_session_renewals_total"),
+        3.0
+    );
+    assert_eq!(series("switchyard_sidecar_upstream_restarts_total"), 0.0);
+
+    // A server that ends every new session: the handshake gives up after
+    // three, at once, with the error that says so.
+    let server = http_stub(&[("STUB_HTTP_HANDSHAKE_404", "100")]).await;
+    let up = upstream(config("stub-handshake-never", &server.url));
+    let started = Instant::now();
+    let err = within("connect", STEP, up.connect()).await.unwrap_err();
+    assert!(matches!(err, UpstreamError::SessionExpired { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn cut_sse_stream_resumes_and_is_never_replayed() {
     let server = http_stub(&[]).await;

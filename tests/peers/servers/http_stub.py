@@ -58,6 +58,9 @@ Knobs (env):
   STUB_HTTP_STRICT=1           non-initialize POSTs need MCP-Protocol-Version (else
                                400); POSTs need Accept with both types (else 406)
   STUB_HTTP_LOG=1              log requests to stderr
+  STUB_HTTP_HANDSHAKE_404=N    the first N sessions are forgotten as soon as
+                               initialize answered: the handshake's next POST
+                               (notifications/initialized) gets 404
   STUB_HTTP_OAUTH_AS=ISSUER    an OAuth 2.1 protected resource (stage D) whose
                                authorization server is ISSUER (oauth_as.py's URL);
                                its canonical resource URI is
@@ -120,6 +123,7 @@ stats = {"initialize": 0, "requests": 0, "sessions_expired": 0, "http": 0,
 last_headers = {}
 header_log = []  # {"verb", "method", "headers"} per HTTP request
 reject_calls_left = 0
+handshake_404_left = env_int("STUB_HTTP_HANDSHAKE_404", 0)
 resumable = {}  # (session, Last-Event-ID) -> messages still to send on a resuming GET
 
 
@@ -398,14 +402,17 @@ class Handler(BaseHTTPRequestHandler):
         is_request = "method" in msg and "id" in msg
         initialize = is_request and msg["method"] == "initialize"
         sid = self.hdrs.get("mcp-session-id")
-        global reject_calls_left
+        global reject_calls_left, handshake_404_left
         with lock:
             stats["requests"] += is_request
             stats["initialize"] += initialize
             known = sid in sessions
             if initialize:
                 sid = secrets.token_hex(16)
-                sessions.add(sid)
+                if handshake_404_left > 0:
+                    handshake_404_left -= 1
+                else:
+                    sessions.add(sid)
             elif sid is not None and not known:
                 stats["rejected_404"] += 1
             elif known and msg.get("method") == "tools/call" and reject_calls_left > 0:

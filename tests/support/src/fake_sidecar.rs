@@ -51,6 +51,8 @@ pub fn register_request(server: &str, id: &str, call_address: &str) -> pb::Regis
         sidecar_id: id.into(),
         call_address: call_address.into(),
         version: "test".into(),
+        // As an older sidecar: no call token, so none is sent to it.
+        call_token: String::new(),
     }
 }
 
@@ -186,6 +188,8 @@ pub struct Builder {
     server: String,
     catalogue: Option<(Vec<Value>, Value)>,
     on_call: Option<Handler>,
+    /// Registered as the call address when nothing is served.
+    address: Option<String>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -236,6 +240,13 @@ impl Builder {
         self
     }
 
+    /// Registers `address` as its call address, serving nothing there
+    /// (e.g. a gRPC endpoint without `SidecarCalls`); without `on_call`.
+    pub fn call_address(mut self, address: &str) -> Self {
+        self.address = Some(address.into());
+        self
+    }
+
     /// Registers, opens the report stream and waits for the welcome.
     pub async fn start(self) -> FakeSidecar {
         let seen = Arc::new(Mutex::new(Seen::default()));
@@ -261,7 +272,7 @@ impl Builder {
                 });
                 (format!("http://{addr}"), Some(serving))
             }
-            None => (NOWHERE.to_owned(), None),
+            None => (self.address.unwrap_or_else(|| NOWHERE.to_owned()), None),
         };
         let mut registry = SidecarRegistryClient::connect(self.control_plane.clone())
             .await
@@ -353,6 +364,7 @@ impl FakeSidecar {
             server: SERVER.into(),
             catalogue: Some(default_catalogue()),
             on_call: None,
+            address: None,
         }
     }
 

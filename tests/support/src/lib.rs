@@ -376,6 +376,11 @@ impl Etcd {
         self.client_port
     }
 
+    /// The etcd process's id, while it runs (to freeze it with SIGSTOP).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
     /// Kills etcd (SIGKILL) and waits for it to exit; the data stays.
     pub async fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

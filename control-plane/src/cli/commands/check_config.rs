@@ -1,7 +1,7 @@
 //! `switchyard check-config FILE`: validate a configuration file (exit 0
 //! valid, 64 invalid). Notes on stderr name what a valid file may still not
-//! do: what `switchyard up` would refuse, and sidecar credentials bound to
-//! servers while anonymous sidecars are allowed.
+//! do: what `switchyard up` would refuse, and which servers anonymous
+//! sidecars may still act for when they are allowed.
 
 use crate::cli::render::out;
 use crate::cli::{EXIT_USAGE, Failure};
@@ -25,7 +25,7 @@ pub fn check_config(file: &Path) -> Result<(), Failure> {
         || c.auth.mtls.iter().any(|m| !m.servers.is_empty());
     if bound && !c.auth.required {
         eprintln!(
-            "note: auth.required is false: a sidecar that presents no credentials may act for any server, so `servers` on sidecar credentials binds only those that present one"
+            "note: auth.required is false: a sidecar that presents no credentials may act for every server no credential is bound to (the bound ones are refused to it)"
         );
     }
     Ok(())

@@ -732,6 +732,22 @@ impl Proc {
     }
 
     /// SIGTERM, then waits (bounded) for it to exit; returns its status.
+    /// Waits (up to `LIMIT`) for the process to exit on its own, e.g.
+    /// after one SIGTERM sent earlier: a second one would hurry its drain.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
+        match tokio::time::timeout(LIMIT, self.child.wait()).await {
+            Ok(s) => s.expect("wait"),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                panic!(
+                    "{} did not exit within {LIMIT:?}\n{}",
+                    self.name,
+                    self.log()
+                );
+            }
+        }
+    }
+
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
         signal(self.pid, nix::sys::signal::Signal::SIGTERM);
         match tokio::time::timeout(LIMIT, self.child.wait()).await {

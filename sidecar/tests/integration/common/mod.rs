@@ -19,6 +19,46 @@ use tonic::transport::Channel;
 
 pub const LIMIT: Duration = Duration::from_secs(60);
 
+/// The `SidecarCalls` token the sidecar processes of these tests are given
+/// (`--calls-token-file`), so the tests can call them as the control plane
+/// does.
+pub const CALLS_TOKEN: &str = "sidecar-tests-calls-token-0123456789";
+
+/// A file holding [`CALLS_TOKEN`] (written once per test process).
+pub fn calls_token_file() -> String {
+    static FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let file = std::env::temp_dir().join(format!(
+            "switchyard-sidecar-tests-{}.calls-token",
+            std::process::id()
+        ));
+        std::fs::write(&file, CALLS_TOKEN).expect("write the calls token file");
+        file
+    })
+    .to_string_lossy()
+    .into_owned()
+}
+
+/// A `SidecarCalls` client sending [`CALLS_TOKEN`].
+pub type CallsClient = SidecarCallsClient<
+    tonic::service::interceptor::InterceptedService<Channel, switchyard_common::tls::BearerToken>,
+>;
+
+/// A client of a sidecar process's `SidecarCalls` at `addr` (`HOST:PORT`),
+/// with [`CALLS_TOKEN`].
+pub async fn calls_client(addr: &str) -> CallsClient {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    SidecarCallsClient::with_interceptor(
+        channel,
+        switchyard_common::tls::BearerToken::new(Some(CALLS_TOKEN)),
+    )
+    .max_decoding_message_size(64 * 1024 * 1024)
+}
+
 /// Tests that load this 2-core machine the most (moving many megabytes
 /// through a stdio server) and tests that assert on how long restarts
 /// take hold it, so they take turns; the other tests of the binary run

@@ -56,6 +56,7 @@ pub fn control_settings(registry: &FakeControlPlane, server: &str) -> ControlSet
         server: server.into(),
         sidecar_id: "sidecar-test".into(),
         call_address: String::new(),
+        call_token: switchyard_sidecar::guard::CallToken::generate(),
     }
 }
 
@@ -140,6 +141,7 @@ pub fn policy(server: &str, id: &str, auto_after_ms: u64) -> BackgroundPolicy {
         max_duration_ms: 3_600_000,
         engine_tool: format!("{server}__{id}"),
         move_when_task: false,
+        principal: "engine-a".into(),
     }
 }
 

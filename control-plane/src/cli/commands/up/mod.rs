@@ -4,8 +4,10 @@
 //! registered server ([`supervise`]): a server added at runtime gets a
 //! sidecar, a removed one loses it, and a sidecar that dies is restarted
 //! with backoff. Each sidecar reaches the replica as [`link`] says. On
-//! SIGINT or SIGTERM every sidecar is asked to stop (they close their stdio
-//! servers' stdin, then SIGTERM, then SIGKILL), and the replica stops last.
+//! SIGINT or SIGTERM every sidecar is asked to stop (each drains its calls
+//! for `[up] sidecar_grace_secs`, then closes its stdio server's stdin,
+//! then SIGTERM, then SIGKILL; a second signal hurries them), and the
+//! replica stops last.
 
 mod link;
 mod supervise;
@@ -168,7 +170,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         .collect();
     println!("switchyard: servers {}", names.join(", "));
 
-    let mut sidecars = Sidecars::new(link, workdir.path());
+    let mut sidecars = Sidecars::new(link, workdir.path(), config.up.sidecar_grace_secs);
     let mut changes = running.cp.state.subscribe();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -186,7 +188,14 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         }
     }
     println!("switchyard: stopping");
-    sidecars.stop().await;
+    // A second SIGINT or SIGTERM hurries the sidecars.
+    let again = async {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = sigterm.recv() => {}
+        }
+    };
+    sidecars.stop(again).await;
     running.stop(Duration::from_secs(5)).await;
     println!("switchyard: stopped");
     Ok(())

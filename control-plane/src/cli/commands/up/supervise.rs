@@ -16,12 +16,13 @@ use tokio::process::{Child, Command};
 /// `SWITCHYARD_LOG` filter naming it keeps working.
 const TARGET: &str = "switchyard_control_plane::up";
 
-/// The grace period `up` gives each sidecar for each of its stop steps
-/// (drain calls; close the server's stdin; SIGTERM), in seconds.
-const SIDECAR_GRACE_SECS: u64 = 3;
-/// How long sidecars get to stop before they are killed: longer than a
-/// sidecar's whole stop sequence, so its stdio server is never orphaned.
-const STOP_GRACE: Duration = Duration::from_secs(4 * SIDECAR_GRACE_SECS + 3);
+/// How long a sidecar with grace period `grace_secs` (`[up]
+/// sidecar_grace_secs`: each of its stop steps, drain calls, close the
+/// server's stdin, SIGTERM) gets to stop before it is killed: longer than
+/// its whole stop sequence, so its stdio server is never orphaned.
+fn stop_grace(grace_secs: u64) -> Duration {
+    Duration::from_secs(4 * grace_secs + 3)
+}
 
 /// Where the sidecar binary is: `SWITCHYARD_SIDECAR_BIN`, else beside this
 /// executable, else on `PATH`.
@@ -75,15 +76,18 @@ pub(super) struct Sidecars {
     link: SidecarLink,
     /// Where each sidecar's configuration file is written.
     workdir: PathBuf,
+    /// Each sidecar's `grace_secs` (`[up] sidecar_grace_secs`).
+    grace_secs: u64,
 }
 
 impl Sidecars {
     /// No sidecar yet; [`Sidecars::reconcile`] starts them.
-    pub(super) fn new(link: SidecarLink, workdir: &Path) -> Sidecars {
+    pub(super) fn new(link: SidecarLink, workdir: &Path, grace_secs: u64) -> Sidecars {
         Sidecars {
             managed: BTreeMap::new(),
             link,
             workdir: workdir.to_owned(),
+            grace_secs,
         }
     }
 
@@ -101,7 +105,7 @@ impl Sidecars {
         for name in gone {
             if let Some(child) = managed.remove(&name).and_then(|m| m.child) {
                 tracing::info!(target: TARGET, server = %name, "server removed or changed; stopping its sidecar");
-                tokio::spawn(stop_child(child, STOP_GRACE));
+                tokio::spawn(stop_child(child, stop_grace(self.grace_secs)));
             }
         }
         let now = tokio::time::Instant::now();
@@ -130,7 +134,7 @@ impl Sidecars {
                 }
             }
             if m.child.is_none() && now >= m.next_start {
-                match spawn_sidecar(&m.spec, &self.link, &self.workdir) {
+                match spawn_sidecar(&m.spec, &self.link, &self.workdir, self.grace_secs) {
                     Ok(child) => {
                         m.child = Some(child);
                         m.started = tokio::time::Instant::now();
@@ -145,20 +149,42 @@ impl Sidecars {
         }
     }
 
-    /// Stops every sidecar at once (each gets [`STOP_GRACE`]) and waits.
-    pub(super) async fn stop(self) {
-        let stops = self
-            .managed
-            .into_values()
-            .filter_map(|m| m.child)
-            .map(|c| stop_child(c, STOP_GRACE));
-        futures::future::join_all(stops).await;
+    /// Stops every sidecar at once (each gets [`stop_grace`]) and waits.
+    /// When `again` resolves first (a second SIGINT or SIGTERM), every
+    /// sidecar gets a second SIGTERM, which hurries its drain (its calls
+    /// are cancelled at once).
+    pub(super) async fn stop(self, again: impl std::future::Future<Output = ()>) {
+        let grace = stop_grace(self.grace_secs);
+        let children: Vec<Child> = self.managed.into_values().filter_map(|m| m.child).collect();
+        let pids: Vec<u32> = children.iter().filter_map(Child::id).collect();
+        let stops = futures::future::join_all(children.into_iter().map(|c| stop_child(c, grace)));
+        tokio::pin!(stops);
+        tokio::select! {
+            _ = &mut stops => return,
+            () = again => {
+                tracing::warn!(target: TARGET, "asked again: hurrying the sidecars");
+                for pid in pids {
+                    if let Ok(pid) = i32::try_from(pid) {
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pid),
+                            nix::sys::signal::Signal::SIGTERM,
+                        );
+                    }
+                }
+            }
+        }
+        stops.await;
     }
 }
 
 /// Writes the configuration file of `spec`'s sidecar into `workdir`, then
 /// starts `switchyard-sidecar run --config FILE`.
-fn spawn_sidecar(spec: &ServerConfig, link: &SidecarLink, workdir: &Path) -> anyhow::Result<Child> {
+fn spawn_sidecar(
+    spec: &ServerConfig,
+    link: &SidecarLink,
+    workdir: &Path,
+    grace_secs: u64,
+) -> anyhow::Result<Child> {
     #[derive(serde::Serialize)]
     struct SidecarFile<'a> {
         server: &'a ServerConfig,
@@ -182,7 +208,7 @@ fn spawn_sidecar(spec: &ServerConfig, link: &SidecarLink, workdir: &Path) -> any
             control_plane: &link.control_plane,
             listen: "127.0.0.1:0",
             http_listen: "127.0.0.1:0",
-            grace_secs: SIDECAR_GRACE_SECS,
+            grace_secs,
             control_plane_ca_file: link.ca_file.as_deref(),
             token_file: link.token_for(&spec.name),
         },

@@ -1,0 +1,207 @@
+//! Reliability under faults of the components around a replica (#18):
+//! what a replica says and does when its store stops answering.
+
+use crate::common::background::start_replica;
+use crate::common::*;
+use nix::sys::signal::Signal;
+use std::time::Duration;
+use switchyard_test_support::start_etcd;
+
+/// `/readyz` follows the store: a frozen etcd (SIGSTOP: its connections
+/// stay open, its reads hang) turns it 503 saying why within the stale
+/// limit (5 s), and a thawed one 200 again.
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_is_503_while_etcd_is_frozen() {
+    let etcd = start_etcd().await;
+    let dir = tempfile::tempdir().unwrap();
+    let replica = start_replica(dir.path(), "a", &StoreKind::Etcd(etcd.url.clone()), "").await;
+    let http = replica.http_addr.to_string();
+    assert_eq!(http_get(&http, "/readyz").await, (200, "ready".to_owned()));
+    let pid = etcd.pid().expect("etcd runs");
+    signal(pid, Signal::SIGSTOP);
+    let body = eventually("/readyz says 503", Duration::from_secs(15), || {
+        let http = http.clone();
+        async move {
+            match http_get(&http, "/readyz").await {
+                (503, body) => Ok(body),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    signal(pid, Signal::SIGCONT);
+    assert!(
+        body.starts_with("not ready: the store has not answered for"),
+        "{body}"
+    );
+    eventually("/readyz says 200 again", Duration::from_secs(15), || {
+        let http = http.clone();
+        async move {
+            match http_get(&http, "/readyz").await {
+                (200, _) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    replica.stop(Duration::from_secs(2)).await;
+}
+
+/// A registered call address that answers UNIMPLEMENTED (a gRPC endpoint
+/// without `SidecarCalls`: here the control plane's own port) never ran
+/// the call: every call goes on to the server's working sidecar, whichever
+/// one the round robin picked first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sidecar_address_answering_unimplemented_fails_over() {
+    use switchyard_test_support::fake_sidecar::FakeSidecar;
+    let dir = tempfile::tempdir().unwrap();
+    let replica = start_replica(dir.path(), "a", &StoreKind::Embedded, "").await;
+    let endpoint = crate::common::background::endpoint(&replica);
+    let _bogus = FakeSidecar::of(&endpoint, "bogus")
+        .call_address(&endpoint)
+        .start()
+        .await;
+    let good = FakeSidecar::of(&endpoint, "good")
+        .on_call(|_| async {
+            Ok(switchyard_proto::v1::SidecarCallResponse {
+                result_json: r#"{"content":[{"type":"text","text":"booked"}]}"#.into(),
+                model_text: "booked".into(),
+                ..Default::default()
+            })
+        })
+        .start()
+        .await;
+    let ep = endpoint.clone();
+    eventually(
+        "both sidecars registered, in the same state",
+        Duration::from_secs(10),
+        || {
+            let ep = ep.clone();
+            async move {
+                let status = admin(&ep)
+                    .await?
+                    .get_server_status(switchyard_proto::v1::GetServerStatusRequest {
+                        name: "fake".into(),
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_inner();
+                (status.sidecars.len() == 2
+                    && status.sidecars[0].upstream_state == status.sidecars[1].upstream_state)
+                    .then_some(())
+                    .ok_or_else(|| format!("{:?}", status.sidecars))
+            }
+        },
+    )
+    .await;
+    let mut engine = engine(&endpoint).await.unwrap();
+    for i in 0..6 {
+        let resp = engine
+            .call_tool(call_request("fake__book", "{}", ""))
+            .await
+            .unwrap_or_else(|e| panic!("call {i}: {e:?}"))
+            .into_inner();
+        assert_eq!(resp.text, "booked", "call {i}: {resp:?}");
+    }
+    assert_eq!(good.calls().len(), 6);
+    replica.stop(Duration::from_secs(2)).await;
+}
+
+/// A sidecar's drain, through `switchyard up` with `[up]
+/// sidecar_grace_secs = 30`: a held (wait-mode) background call still
+/// running at SIGTERM finishes within the grace period (it is not failed a
+/// second later); a foreground call keeps the sidecar draining after the
+/// first SIGTERM, and a second SIGTERM stops it at once, the call failing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sidecar_drains_held_calls_and_a_second_sigterm_hurries_it() {
+    let _heavy = HEAVY.lock().await;
+    let servers = format!(
+        "[[servers]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"stdio\"]\n",
+        toml_str(switchyard_test_support::everything_bin().to_string_lossy())
+    );
+    let http = start_http_reference_server().await;
+    let gw = Gateway::start_with(
+        StoreKind::Embedded,
+        10,
+        http,
+        &servers,
+        "[up]\nsidecar_grace_secs = 30\n",
+        &[],
+        &["everything"],
+    )
+    .await;
+    let mut engine = gw.engine().await;
+    let long = |seconds: u32| {
+        call_request(
+            "everything__trigger-long-running-operation",
+            &format!(r#"{{"duration":{seconds},"steps":{seconds}}}"#),
+            "",
+        )
+    };
+    // A held call, moved to the background at once, then SIGTERM.
+    let mut request = long(3);
+    request.background = true;
+    let moved = engine
+        .call_tool(request)
+        .await
+        .expect("moved")
+        .into_inner()
+        .background
+        .expect("moved to the background");
+    assert_eq!(moved.mode, "wait");
+    let first = gw.sidecars_of("everything");
+    assert_eq!(first.len(), 1, "{first:?}");
+    signal(first[0], Signal::SIGTERM);
+    let done = eventually("the held call finished", Duration::from_secs(20), || {
+        let mut engine = engine.clone();
+        let id = moved.id.clone();
+        async move {
+            let c = engine
+                .get_background_call(switchyard_proto::v1::GetBackgroundCallRequest {
+                    id,
+                    session_id: String::new(),
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner();
+            (c.status != "working")
+                .then_some(c.clone())
+                .ok_or_else(|| format!("{c:?}"))
+        }
+    })
+    .await;
+    assert_eq!(done.status, "completed", "{done:?}\n{}", gw.log());
+
+    // The next sidecar `up` starts; a foreground call holds its drain.
+    let second = eventually("a new sidecar", Duration::from_secs(30), || async {
+        let pids = gw.sidecars_of("everything");
+        match pids.as_slice() {
+            [p] if *p != first[0] => Ok(*p),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    gw.wait_servers_up(&["everything"], START_LIMIT).await;
+    let mut caller = engine.clone();
+    let mut request = long(60);
+    request.foreground = true;
+    request.timeout_ms = 120_000;
+    let call = tokio::spawn(async move { caller.call_tool(request).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    signal(second, Signal::SIGTERM);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(alive(second), "draining for its 30 s grace period");
+    signal(second, Signal::SIGTERM);
+    eventually("the sidecar stopped", Duration::from_secs(10), || async {
+        (!alive(second))
+            .then_some(())
+            .ok_or_else(|| "still running".to_owned())
+    })
+    .await;
+    let outcome = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call ends with the sidecar")
+        .expect("task");
+    assert!(outcome.is_err(), "{outcome:?}");
+    gw.stop().await;
+}
