@@ -84,13 +84,16 @@ pub enum Change {
     Background(Box<BackgroundRecord>),
 }
 
-/// The background calls index: an entry per record, and the number of
+/// The background calls index: an entry per record, the number of
 /// running (non-terminal) calls per server, kept up to date as entries
-/// come and go, since every engine call reads it (`maxPerTarget`).
+/// come and go, since every engine call reads it (`maxPerTarget`), and the
+/// finished calls of each session in the order they finished (the replay
+/// of `SubscribeEvents` reads those records only, never the whole prefix).
 #[derive(Debug, Default, Clone)]
 struct BackgroundIndex {
     entries: HashMap<String, BackgroundEntry>,
     running: HashMap<String, usize>,
+    finished: HashMap<String, std::collections::BTreeSet<(i64, String)>>,
 }
 
 impl BackgroundIndex {
@@ -98,6 +101,11 @@ impl BackgroundIndex {
         self.remove(&id);
         if !crate::model::background::is_terminal(&entry.status) {
             *self.running.entry(entry.server.clone()).or_default() += 1;
+        } else if !entry.session_id.is_empty() {
+            self.finished
+                .entry(entry.session_id.clone())
+                .or_default()
+                .insert((entry.finished_at_ms, id.clone()));
         }
         self.entries.insert(id, entry);
     }
@@ -106,12 +114,17 @@ impl BackgroundIndex {
         let Some(old) = self.entries.remove(id) else {
             return;
         };
-        if !crate::model::background::is_terminal(&old.status)
-            && let Some(n) = self.running.get_mut(&old.server)
-        {
-            *n -= 1;
-            if *n == 0 {
-                self.running.remove(&old.server);
+        if !crate::model::background::is_terminal(&old.status) {
+            if let Some(n) = self.running.get_mut(&old.server) {
+                *n -= 1;
+                if *n == 0 {
+                    self.running.remove(&old.server);
+                }
+            }
+        } else if let Some(done) = self.finished.get_mut(&old.session_id) {
+            done.remove(&(old.finished_at_ms, id.to_owned()));
+            if done.is_empty() {
+                self.finished.remove(&old.session_id);
             }
         }
     }
@@ -191,28 +204,28 @@ pub struct Snapshot {
     pub servers: BTreeMap<String, ServerRecord>,
     /// Live sidecars per server.
     pub sidecars: BTreeMap<String, BTreeMap<String, SidecarRecord>>,
-    /// Catalogues per server.
-    pub catalogues: BTreeMap<String, CatalogueRecord>,
+    /// Catalogues per server (shared: a snapshot is made per change).
+    pub catalogues: BTreeMap<String, Arc<CatalogueRecord>>,
     /// Resources, templates and prompts per server (stage E); shared, as
     /// the lists may be long and the snapshot is cloned per change.
     pub resource_catalogues: BTreeMap<String, Arc<ResourceCatalogueRecord>>,
-    /// Engine-visible names.
-    pub names: NameMap,
-    /// `(server, tool)` -> engine-visible name.
-    pub name_of: HashMap<(String, String), String>,
+    /// Engine-visible names (shared: a snapshot is made per change).
+    pub names: Arc<NameMap>,
+    /// `(server, tool)` -> engine-visible name (shared likewise).
+    pub name_of: Arc<HashMap<(String, String), String>>,
     /// Sessions.
-    pub sessions: HashMap<String, SessionRecord>,
+    pub sessions: imbl::HashMap<String, SessionRecord>,
     /// 2025-11-25 sessions of the MCP endpoint, by `Mcp-Session-Id`.
-    pub mcp_sessions: HashMap<String, crate::model::mcp_session::McpSessionRecord>,
+    pub mcp_sessions: imbl::HashMap<String, crate::model::mcp_session::McpSessionRecord>,
     /// The keys that seal the MCP endpoint's `requestState`s (a secret:
     /// never logged nor shown).
     pub mcp_state_keys: Option<Arc<crate::model::mrtr::StateKeyRing>>,
     /// Interactions per session, by id (pending and recently resolved).
-    pub interactions: HashMap<String, BTreeMap<String, InteractionRecord>>,
+    pub interactions: imbl::HashMap<String, BTreeMap<String, InteractionRecord>>,
     /// Hint overrides per `(server, tool)`.
-    pub hint_overrides: HashMap<(String, String), HintOverrideRecord>,
+    pub hint_overrides: imbl::HashMap<(String, String), HintOverrideRecord>,
     /// Administrators' policies per `(server, tool)`.
-    pub policies: HashMap<(String, String), PolicyRecord>,
+    pub policies: imbl::HashMap<(String, String), PolicyRecord>,
 }
 
 impl Snapshot {
@@ -354,6 +367,18 @@ impl State {
             .entries
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// The ids of `session`'s finished background calls with
+    /// `finished_at_ms > after_ms`, in the order they finished (then by id).
+    pub fn finished_background(&self, session: &str, after_ms: i64) -> Vec<String> {
+        let index = self.background.read().unwrap();
+        let Some(done) = index.finished.get(session) else {
+            return Vec::new();
+        };
+        done.range((after_ms.saturating_add(1), String::new())..)
+            .map(|(_, id)| id.clone())
             .collect()
     }
 
@@ -593,7 +618,7 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
                     tools_updated_at: rec.tools_updated_at,
                 });
             }
-            snap.catalogues.insert(server.to_owned(), rec);
+            snap.catalogues.insert(server.to_owned(), Arc::new(rec));
         }
     } else if let Some(server) = key.strip_prefix("resources/") {
         if let Some(rec) = parse::<ResourceCatalogueRecord>(kv) {
@@ -615,13 +640,14 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
         }
     } else if key == TOOLNAMES_KEY {
         if let Some(rec) = parse::<NamesRecord>(kv) {
-            snap.name_of = rec
-                .map
-                .names
-                .iter()
-                .map(|(n, r)| ((r.server.clone(), r.tool.clone()), n.clone()))
-                .collect();
-            snap.names = rec.map;
+            snap.name_of = Arc::new(
+                rec.map
+                    .names
+                    .iter()
+                    .map(|(n, r)| ((r.server.clone(), r.tool.clone()), n.clone()))
+                    .collect(),
+            );
+            snap.names = Arc::new(rec.map);
         }
     } else if let Some(id) = key.strip_prefix("sessions/") {
         if let Some(rec) = parse::<SessionRecord>(kv) {
@@ -839,6 +865,38 @@ mod tests {
         index.remove("b");
         assert!(index.running.is_empty());
         assert_eq!(index.entries.len(), 2);
+    }
+
+    #[test]
+    fn the_index_lists_each_sessions_finished_calls_in_order() {
+        let done = |session: &str, at: i64| BackgroundEntry {
+            session_id: session.into(),
+            finished_at_ms: at,
+            ..entry("files", "completed")
+        };
+        let mut index = BackgroundIndex::default();
+        index.insert("late".into(), done("s", 30));
+        index.insert("early".into(), done("s", 10));
+        index.insert("other".into(), done("t", 20));
+        index.insert("running".into(), entry("files", "working"));
+        index.insert("no-session".into(), done("", 15));
+        let ids = |index: &BackgroundIndex, session: &str, after: i64| -> Vec<String> {
+            index.finished.get(session).map_or(Vec::new(), |d| {
+                d.range((after + 1, String::new())..)
+                    .map(|(_, id)| id.clone())
+                    .collect()
+            })
+        };
+        assert_eq!(ids(&index, "s", 0), ["early", "late"]);
+        assert_eq!(ids(&index, "s", 10), ["late"]);
+        assert_eq!(ids(&index, "t", 0), ["other"]);
+        // A record that finishes moves into the set; deleted ones leave it.
+        index.insert("running".into(), done("s", 20));
+        assert_eq!(ids(&index, "s", 0), ["early", "running", "late"]);
+        index.remove("early");
+        index.remove("late");
+        index.remove("running");
+        assert!(!index.finished.contains_key("s"));
     }
 
     #[tokio::test]

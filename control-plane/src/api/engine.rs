@@ -586,7 +586,7 @@ impl EngineService for EngineApi {
         let finished = self
             .cp
             .background
-            .finished_of(&id, r.background_after_ms)
+            .finished_of(&self.cp.state, &id, r.background_after_ms)
             .await?;
         let cp = self.cp.clone();
         let state = self.cp.state.clone();
@@ -629,7 +629,7 @@ impl EngineService for EngineApi {
                         // Background results must not be lost: re-read
                         // the ones finished since this stream began.
                         let since = r.background_after_ms.max(subscribed_at - 60_000);
-                        match cp.background.finished_of(&id, since).await {
+                        match cp.background.finished_of(&cp.state, &id, since).await {
                             Ok(recs) => {
                                 for rec in recs {
                                     if delivered.insert(rec.id.clone()) {

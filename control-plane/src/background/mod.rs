@@ -280,18 +280,27 @@ impl Background {
     }
 
     /// The finished calls of `session` with `finished_at_ms > after_ms`,
-    /// in the order they finished (the replay of `SubscribeEvents`).
+    /// in the order they finished (the replay of `SubscribeEvents`): the
+    /// read model's index names them, and only those records are read
+    /// from the store (one read each, not the whole prefix). A call
+    /// finished on another replica that this one has not applied yet
+    /// reaches the subscriber as a change of the read model instead
+    /// (subscribe to the changes first).
     pub async fn finished_of(
         &self,
+        state: &crate::state::State,
         session: &str,
         after_ms: i64,
     ) -> Result<Vec<BackgroundRecord>, BackgroundError> {
-        let mut done: Vec<_> = self
-            .list_all()
-            .await?
-            .into_iter()
-            .filter(|r| is_event_for(r, session) && r.finished_at_ms > after_ms)
-            .collect();
+        let mut done = Vec::new();
+        for id in state.finished_background(session, after_ms) {
+            if let Some(r) = self.get(&id).await?
+                && is_event_for(&r, session)
+                && r.finished_at_ms > after_ms
+            {
+                done.push(r);
+            }
+        }
         done.sort_by(|a, b| {
             a.finished_at_ms
                 .cmp(&b.finished_at_ms)
