@@ -34,6 +34,8 @@ use tokio::time::Instant;
 struct CancelGuard {
     armed: Option<(Upstream, Era, String)>,
     initiators: Arc<Initiators>,
+    /// Sends the `tasks/cancel`, tracked for the shutdown.
+    tasks: Tasks,
 }
 
 impl CancelGuard {
@@ -48,8 +50,8 @@ impl Drop for CancelGuard {
             return;
         };
         self.initiators.remove(&task_id);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.tasks.spawn_cancel(async move {
                 tracing::info!(server = %upstream.name(), task = %task_id, "the foreground call ended before its task; cancelling it");
                 if let Err(e) = cancel_task(&upstream, era, &task_id).await {
                     tracing::info!(server = %upstream.name(), task = %task_id, error = %e, "tasks/cancel failed");
@@ -130,7 +132,7 @@ impl Tasks {
                     .map(str::to_owned);
                 if let Some(task_id) = named {
                     let upstream = upstream.clone();
-                    tokio::spawn(async move {
+                    self.spawn_cancel(async move {
                         let _ = cancel_task(&upstream, era, &task_id).await;
                     });
                 }
@@ -152,6 +154,7 @@ impl Tasks {
         let mut guard = CancelGuard {
             armed: Some((upstream.clone(), era, state.task_id.clone())),
             initiators: self.initiators().clone(),
+            tasks: self.clone(),
         };
         let mut task = Followed {
             upstream: upstream.clone(),

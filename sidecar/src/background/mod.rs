@@ -248,6 +248,10 @@ struct TasksInner {
     config: TasksConfig,
     relay: Arc<Relay>,
     live: Mutex<HashMap<String, Live>>,
+    /// The `tasks/cancel` requests sent in the background, which the
+    /// shutdown waits for before it ends the sessions
+    /// ([`Tasks::cancels_sent`]).
+    cancelling: tokio_util::task::TaskTracker,
 }
 
 impl Tasks {
@@ -266,7 +270,33 @@ impl Tasks {
                 config,
                 relay,
                 live: Mutex::new(HashMap::new()),
+                cancelling: tokio_util::task::TaskTracker::new(),
             }),
+        }
+    }
+
+    /// Sends a `tasks/cancel` in the background, tracked so that the
+    /// shutdown waits for it ([`Tasks::cancels_sent`]).
+    pub(super) fn spawn_cancel<F>(&self, send: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.inner.cancelling.spawn(send);
+    }
+
+    /// Waits up to `limit` for the `tasks/cancel` requests in flight: at
+    /// shutdown, before the sessions they go on are ended (an HTTP
+    /// server's `DELETE` must not overtake them, or the task runs on).
+    pub async fn cancels_sent(&self, limit: std::time::Duration) {
+        self.inner.cancelling.close();
+        if tokio::time::timeout(limit, self.inner.cancelling.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = self.inner.cancelling.len(),
+                "some tasks/cancel requests were not answered before the shutdown went on"
+            );
         }
     }
 
@@ -494,7 +524,7 @@ impl Tasks {
                 if let Some(n) = upstream.negotiated() {
                     let era = n.era;
                     let task_id = task_id.to_owned();
-                    tokio::spawn(async move {
+                    self.spawn_cancel(async move {
                         let _ = cancel_upstream_task(&upstream, era, &task_id).await;
                     });
                 }

@@ -232,6 +232,9 @@ pub(super) async fn shutdown(
     // The cancelled calls' open questions are closed on the control plane
     // (while the report stream still holds the registration).
     cards.flush(CARDS_FLUSH).await;
+    // The `tasks/cancel` of the cancelled calls' tasks go out before the
+    // sessions end (an HTTP server's DELETE must not overtake them).
+    tasks.cancels_sent(CARDS_FLUSH).await;
     reporter.abort();
     tokio::join!(pool.shutdown(grace), upstream.shutdown(grace));
     watcher.abort();

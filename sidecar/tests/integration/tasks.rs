@@ -26,7 +26,8 @@ use std::time::Duration;
 use switchyard_proto::v1::{BackgroundCall, BackgroundPolicy, SidecarCancelBackgroundRequest};
 use switchyard_sidecar::background::get_task;
 use switchyard_sidecar::upstream::{
-    Era, EraPreference, HttpConfig, StdioConfig, TransportConfig, UpstreamConfig,
+    Era, EraPreference, HttpConfig, StdioConfig, TransportConfig, Upstream, UpstreamConfig,
+    UpstreamMetrics,
 };
 use switchyard_test_support as support;
 use switchyard_test_support::fake_control_plane::FakeControlPlane;
@@ -962,6 +963,17 @@ struct SidecarProcess {
 
 impl SidecarProcess {
     async fn start(url: &str, era: Era, registry: &FakeControlPlane, id: &str) -> SidecarProcess {
+        Self::start_with(url, era, registry, id, &[]).await
+    }
+
+    /// [`SidecarProcess::start`] with `extra` flags.
+    async fn start_with(
+        url: &str,
+        era: Era,
+        registry: &FakeControlPlane,
+        id: &str,
+        extra: &[&str],
+    ) -> SidecarProcess {
         let mut child = Command::new(support::workspace_bin(
             "switchyard-sidecar",
             "switchyard-sidecar",
@@ -983,6 +995,7 @@ impl SidecarProcess {
             "--calls-token-file",
             &crate::common::calls_token_file(),
         ])
+        .args(extra)
         .env("SWITCHYARD_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -1014,6 +1027,62 @@ impl SidecarProcess {
 
     async fn client(&self) -> crate::common::CallsClient {
         crate::common::calls_client(&self.calls_addr).await
+    }
+}
+
+/// A foreground call's task still running when the grace period of a
+/// sidecar's shutdown ends is cancelled on the server before the session
+/// is ended (the `tasks/cancel` must not lose the race with the session's
+/// `DELETE`): over several shutdowns, every task the server made ends
+/// cancelled.
+#[tokio::test]
+async fn tasks_of_calls_cancelled_at_shutdown_are_cancelled_upstream() {
+    support::init_tracing();
+    let registry = FakeControlPlane::start().await;
+    let (_server, config) = reference_http(Era::Legacy).await;
+    let TransportConfig::Http(http) = &config.transport else {
+        unreachable!()
+    };
+    let url = http.url.clone();
+    for round in 0..4 {
+        let mut sidecar = SidecarProcess::start_with(
+            &url,
+            Era::Legacy,
+            &registry,
+            &format!("stopping-{round}"),
+            &["--grace-secs", "1"],
+        )
+        .await;
+        let mut client = sidecar.client().await;
+        let call = tokio::spawn(async move {
+            client
+                .call_tool(request("task_forever", json!({}), None))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(sidecar.child.id().unwrap() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let outcome = tokio::time::timeout(LIMIT, call).await.unwrap().unwrap();
+        assert!(outcome.is_err(), "round {round}: {outcome:?}");
+        let status = tokio::time::timeout(LIMIT, sidecar.child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.code(), Some(0), "round {round}");
+    }
+    // The server's own list (the tasks belong to the same anonymous caller).
+    let up = Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap();
+    let listed = tokio::time::timeout(LIMIT, up.request("tasks/list", None))
+        .await
+        .unwrap()
+        .unwrap();
+    let tasks = listed["tasks"].as_array().cloned().unwrap_or_default();
+    assert_eq!(tasks.len(), 4, "{listed}");
+    for t in &tasks {
+        assert_eq!(t["status"], "cancelled", "{listed}");
     }
 }
 
