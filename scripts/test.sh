@@ -34,4 +34,13 @@ echo "== conformance suite (server side: the fixture, then the fixture behind th
 scripts/conformance-server.sh direct
 scripts/conformance-server.sh gateway
 
+# Fuzzing, a short run: every target of fuzz/ for 20 s, unoptimised (half
+# the build time of a release build; docs/reliability.md).
+echo "== fuzzing (short run)"
+if why=$(scripts/fuzz.sh --check 2>&1); then
+    FUZZ_BUILD="${FUZZ_BUILD:-dev}" scripts/fuzz.sh "${SWITCHYARD_FUZZ_SECONDS:-20}"
+else
+    echo "== fuzzing SKIPPED: $why"
+fi
+
 echo "== all tests passed in $(( $(date +%s) - start ))s"

@@ -69,14 +69,14 @@ pub const ROTATE_AFTER: Duration = Duration::from_secs(24 * 3600);
 const ROUND_KEYS: &[&str] = &["_meta", "inputResponses", "requestState"];
 
 /// What a sealed `requestState` carries.
-#[derive(Debug, Serialize, Deserialize)]
-struct Pending {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
     /// The engine session the call runs in.
-    s: String,
+    pub s: String,
     /// Its run.
-    r: String,
+    pub r: String,
     /// Random: the state's identity, spent once.
-    n: String,
+    pub n: String,
 }
 
 /// How a call ended, for the client.
@@ -368,9 +368,9 @@ fn canonical(value: &Value) -> String {
     sorted(value).to_string()
 }
 
-/// What a state is bound to: the caller, the URL, the method and a digest
-/// of the params less [`ROUND_KEYS`].
-fn binding(scope: &Scope, caller: Option<&Caller>, msg: &Message) -> Vec<u8> {
+/// What a state is bound to (its associated data): the caller, the URL,
+/// the method and a digest of the params less [`ROUND_KEYS`].
+pub fn binding(scope: &Scope, caller: Option<&Caller>, msg: &Message) -> Vec<u8> {
     let mut params = msg.params.clone();
     for k in ROUND_KEYS {
         params.remove(*k);
@@ -405,6 +405,18 @@ async fn codec(ep: &Endpoint, fresh: bool) -> Result<RequestStateCodec, McpError
             Arc::new(ring)
         }
     };
+    codec_of(&ring).map_err(|e| {
+        // The message names no key.
+        McpError::rpc(
+            respond::INTERNAL_ERROR,
+            format!("the requestState keys in the store are not usable: {e}"),
+        )
+    })
+}
+
+/// The codec of key ring `ring`: its active key seals, every key opens
+/// (a key that is not base64url is left out).
+pub fn codec_of(ring: &StateKeyRing) -> Result<RequestStateCodec, RequestStateError> {
     use base64::Engine as _;
     let keys = ring.keys.iter().filter_map(|k| {
         let key = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -412,13 +424,40 @@ async fn codec(ep: &Endpoint, fresh: bool) -> Result<RequestStateCodec, McpError
             .ok()?;
         Some((k.kid.clone(), key))
     });
-    RequestStateCodec::new_with_keyring(ring.active.clone(), keys).map_err(|e| {
-        // The message names no key.
-        McpError::rpc(
-            respond::INTERNAL_ERROR,
-            format!("the requestState keys in the store are not usable: {e}"),
-        )
-    })
+    RequestStateCodec::new_with_keyring(ring.active.clone(), keys)
+}
+
+/// Seals `pending` with `codec`, bound to `binding` (see [`binding`]), for
+/// `ttl`.
+pub fn seal_with(
+    codec: &RequestStateCodec,
+    pending: &Pending,
+    binding: &[u8],
+    ttl: Duration,
+) -> Result<String, RequestStateError> {
+    let options = SealOptions::new().associated_data(binding).ttl(ttl);
+    codec.seal_json_with(pending, &options)
+}
+
+/// Opens `state` with `codec` for `binding`: the checks that need no
+/// store (integrity, binding, expiry, a well-formed nonce). Errors: the
+/// reason a refusal is counted under (`integrity`, `expired`,
+/// `unknown_key`, `malformed`).
+pub fn open_with(
+    codec: &RequestStateCodec,
+    binding: &[u8],
+    state: &str,
+) -> Result<Pending, &'static str> {
+    let pending = codec
+        .open_json_with::<Pending>(state, binding)
+        .map_err(|e| match e {
+            RequestStateError::Expired => "expired",
+            RequestStateError::IntegrityCheckFailed => "integrity",
+            RequestStateError::UnknownKeyId => "unknown_key",
+            _ => "malformed",
+        })?;
+    crate::model::check_id("requestState nonce", &pending.n).map_err(|_| "malformed")?;
+    Ok(pending)
 }
 
 /// A new state for another round of the call of `session` and `run`.
@@ -437,10 +476,8 @@ async fn seal(
         n: switchyard_common::ids::new_id(),
     };
     let ad = binding(scope, caller, msg);
-    let options = SealOptions::new()
-        .associated_data(&ad)
-        .ttl(Duration::from_secs(ep.config.request_state_ttl_sec));
-    codec.seal_json_with(&pending, &options).map_err(|e| {
+    let ttl = Duration::from_secs(ep.config.request_state_ttl_sec);
+    seal_with(&codec, &pending, &ad, ttl).map_err(|e| {
         McpError::rpc(
             respond::INTERNAL_ERROR,
             format!("could not seal a requestState: {e}"),
@@ -468,26 +505,12 @@ async fn open(
     state: &str,
 ) -> Result<Pending, McpError> {
     let ad = binding(scope, caller, msg);
-    let mut result = codec(ep, false)
-        .await?
-        .open_json_with::<Pending>(state, &ad);
+    let mut result = open_with(&codec(ep, false).await?, &ad, state);
     // Sealed with a key this replica has not seen yet.
-    if matches!(result, Err(RequestStateError::UnknownKeyId)) {
-        result = codec(ep, true).await?.open_json_with::<Pending>(state, &ad);
+    if result == Err("unknown_key") {
+        result = open_with(&codec(ep, true).await?, &ad, state);
     }
-    let pending = result.map_err(|e| {
-        rejected(
-            ep,
-            match e {
-                RequestStateError::Expired => "expired",
-                RequestStateError::IntegrityCheckFailed => "integrity",
-                RequestStateError::UnknownKeyId => "unknown_key",
-                _ => "malformed",
-            },
-        )
-    })?;
-    crate::model::check_id("requestState nonce", &pending.n)
-        .map_err(|_| rejected(ep, "malformed"))?;
+    let pending = result.map_err(|reason| rejected(ep, reason))?;
     let ttl = Duration::from_secs(ep.config.request_state_ttl_sec + 60);
     if !ep
         .cp

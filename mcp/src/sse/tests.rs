@@ -96,3 +96,43 @@ fn encode_round_trips_through_decode() {
     });
     assert_eq!(evil, "id: x data: injected\ndata: ok\n\n");
 }
+
+#[test]
+fn one_leading_byte_order_mark_is_removed_however_it_is_split() {
+    // eventsource-stream 0.2.3 panicked on it (found by fuzz/sse).
+    let text: &'static [u8] = b"\xEF\xBB\xBFdata: a\n\n";
+    for cut in 0..=4 {
+        let (a, b) = text.split_at(cut);
+        let got: Vec<_> = events_of(vec![a, b], 100);
+        assert_eq!(got.len(), 1, "cut at {cut}: {got:?}");
+        assert_eq!(got[0].as_ref().unwrap().data, "a", "cut at {cut}");
+    }
+    // A second one is text: the first field's name is not `data`.
+    let two = events_of(vec![b"\xEF\xBB\xBF\xEF\xBB\xBFdata: a\n\ndata: b\n\n"], 100);
+    assert_eq!(two.len(), 1, "{two:?}");
+    assert_eq!(two[0].as_ref().unwrap().data, "b");
+    // The start of one that is something else is given back.
+    let other = events_of(vec![b"\xEF", b"\xBB\xBE: c\n\ndata: d\n\n"], 100);
+    assert_eq!(other.len(), 1, "{other:?}");
+    assert_eq!(other[0].as_ref().unwrap().data, "d");
+}
+
+#[test]
+fn bytes_that_are_not_utf8_end_the_stream_as_they_come() {
+    let evs = events_of(vec![b"data: 1\n\n", b"data: \xFF\n\n", b"data: 2\n\n"], 100);
+    assert_eq!(evs[0].as_ref().unwrap().data, "1");
+    assert!(matches!(evs[1], Err(SseError::Parse(_))), "{evs:?}");
+    // Overlong forms and surrogates are not UTF-8 either; a character
+    // split across chunks is.
+    for bad in [&b"\xC0\xAF"[..], b"\xED\xA0\x80", b"\xF4\x90\x80\x80"] {
+        let bad: &'static [u8] = Box::leak(bad.to_vec().into_boxed_slice());
+        let evs = events_of(vec![b"data: ", bad, b"\n\n"], 100);
+        assert!(
+            matches!(evs[..], [Err(SseError::Parse(_)), ..]),
+            "{bad:?}: {evs:?}"
+        );
+    }
+    let evs = events_of(vec![b"data: \xE2\x82", b"\xAC\n\n"], 100);
+    assert_eq!(evs.len(), 1, "{evs:?}");
+    assert_eq!(evs[0].as_ref().unwrap().data, "€");
+}
