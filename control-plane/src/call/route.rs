@@ -8,7 +8,9 @@
 //! that address (an upgrade in place), when the next call tries
 //! `CallStream` again. An address that answers UNIMPLEMENTED to `CallTool`
 //! too (not a sidecar, or an incompatible one) never ran the call, which
-//! goes to the server's next sidecar, as for one that cannot be reached. gRPC channels are cached per sidecar address, and
+//! goes to the server's next sidecar, as for one that cannot be reached.
+//! gRPC channels are cached per sidecar address, with the client that
+//! sends the call token of the sidecar registered there, and
 //! [`Router::prune`] drops what is cached for addresses that no live
 //! sidecar has any more. A sidecar that reported the state `draining` (it is
 //! shutting down) gets no new calls; when all of a server's sidecars are
@@ -43,8 +45,9 @@ pub type SidecarClient = SidecarCallsClient<InterceptedService<Channel, BearerTo
 /// Routes calls and tracks the ones in flight.
 #[derive(Debug, Default)]
 pub struct Router {
-    /// The gRPC channel of each sidecar address.
-    channels: Mutex<HashMap<String, Channel>>,
+    /// The gRPC channel of each sidecar address, with the client that
+    /// sends the call token of the sidecar last seen there.
+    channels: Mutex<HashMap<String, Cached>>,
     /// The call stream of each sidecar address.
     streams: Mutex<HashMap<String, Link>>,
     /// Serialises opening the call stream of each address, so concurrent
@@ -54,6 +57,15 @@ pub struct Router {
     in_flight: Mutex<HashMap<(String, String), CancellationToken>>,
     /// For `https://` call addresses (`[tls] sidecar_ca_file`).
     tls: Option<ClientTlsConfig>,
+}
+
+/// What is cached for one sidecar address: its channel, and its
+/// `SidecarCalls` client with the call token it sends (the token's header
+/// is built once per sidecar, not once per call).
+#[derive(Debug)]
+struct Cached {
+    channel: Channel,
+    client: Option<(String, SidecarClient)>,
 }
 
 /// How calls reach one sidecar address.
@@ -74,6 +86,17 @@ pub const DRAINING: &str = "draining";
 /// "server unavailable", naming the server and why.
 fn unavailable(server: &str, why: impl std::fmt::Display) -> CallError {
     CallError::server_unavailable(server, why)
+}
+
+/// "server unavailable" because sidecar `pick` of `server` answered
+/// UNIMPLEMENTED: it is not a sidecar (or an incompatible one), so the
+/// request never ran there.
+fn not_served(server: &str, pick: &crate::model::SidecarRecord, status: &Status) -> CallError {
+    unreachable(
+        server,
+        pick,
+        &format!("it does not serve SidecarCalls: {}", status.message()),
+    )
 }
 
 /// "server unavailable" because sidecar `pick` of `server` cannot be
@@ -116,20 +139,36 @@ impl Router {
     }
 
     fn client(&self, sidecar: &crate::model::SidecarRecord) -> Result<SidecarClient, String> {
-        let channel = self.channel(&sidecar.call_address)?;
+        let address = sidecar.call_address.as_str();
+        let mut channels = self.channels.lock().unwrap();
+        if !channels.contains_key(address) {
+            let channel = self.channel(address)?;
+            let cached = Cached {
+                channel,
+                client: None,
+            };
+            channels.insert(address.to_owned(), cached);
+        }
+        let Some(cached) = channels.get_mut(address) else {
+            unreachable!("inserted above")
+        };
+        if let Some((token, client)) = &cached.client
+            && *token == sidecar.call_token
+        {
+            return Ok(client.clone());
+        }
         // An older sidecar registered no token and checks none.
         let token = (!sidecar.call_token.is_empty()).then_some(sidecar.call_token.as_str());
-        Ok(
-            SidecarCallsClient::with_interceptor(channel, BearerToken::new(token))
+        let client =
+            SidecarCallsClient::with_interceptor(cached.channel.clone(), BearerToken::new(token))
                 .max_decoding_message_size(64 * 1024 * 1024)
-                .max_encoding_message_size(64 * 1024 * 1024),
-        )
+                .max_encoding_message_size(64 * 1024 * 1024);
+        cached.client = Some((sidecar.call_token.clone(), client.clone()));
+        Ok(client)
     }
 
+    /// A new (lazily connecting) channel to `address`.
     fn channel(&self, address: &str) -> Result<Channel, String> {
-        if let Some(c) = self.channels.lock().unwrap().get(address) {
-            return Ok(c.clone());
-        }
         let mut endpoint = Endpoint::from_shared(address.to_owned())
             .map_err(|e| format!("bad sidecar address {address:?}: {e}"))?
             .connect_timeout(Duration::from_secs(2))
@@ -146,12 +185,7 @@ impl Router {
                 .tls_config(tls)
                 .map_err(|e| format!("TLS for sidecar address {address}: {e}"))?;
         }
-        let channel = endpoint.connect_lazy();
-        self.channels
-            .lock()
-            .unwrap()
-            .insert(address.to_owned(), channel.clone());
-        Ok(channel)
+        Ok(endpoint.connect_lazy())
     }
 
     /// Sends a call to a live sidecar of `server`, answered by `deadline`
@@ -256,11 +290,9 @@ impl Router {
             let failed = match tokio::time::timeout_at(deadline, send(client, left)).await {
                 Ok(Ok(resp)) => return Ok(resp.into_inner()),
                 // Not a sidecar (or an incompatible one): never ran here.
-                Ok(Err(status)) if status.code() == Code::Unimplemented => unreachable(
-                    server,
-                    pick,
-                    &format!("it does not serve SidecarCalls: {}", status.message()),
-                ),
+                Ok(Err(status)) if status.code() == Code::Unimplemented => {
+                    not_served(server, pick, &status)
+                }
                 Ok(Err(status)) if is_transport_failure(&status) => {
                     self.channels.lock().unwrap().remove(&pick.call_address);
                     unreachable(server, pick, status.message())
@@ -399,11 +431,7 @@ impl Router {
         match client.call_tool(req).await {
             Ok(resp) => Ok(resp.into_inner()),
             Err(status) if status.code() == Code::Unimplemented => {
-                Err(Unary::NotServed(unreachable(
-                    server,
-                    pick,
-                    &format!("it does not serve SidecarCalls: {}", status.message()),
-                )))
+                Err(Unary::NotServed(not_served(server, pick, &status)))
             }
             Err(status) if is_transport_failure(&status) => {
                 self.channels.lock().unwrap().remove(&pick.call_address);
@@ -668,7 +696,7 @@ mod tests {
         let router = Router::new();
         let (gone, kept) = ("http://127.0.0.1:9", "http://127.0.0.1:7");
         for address in [gone, kept] {
-            router.channel(address).unwrap();
+            router.client(&sidecar("a", address, "connected")).unwrap();
             router.streams.lock().unwrap().insert(
                 address.into(),
                 Link::Unary {
@@ -856,5 +884,28 @@ mod tests {
                 "{e:?}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn the_client_of_an_address_is_built_once_per_call_token() {
+        let router = Router::new();
+        let token_of = |router: &Router| {
+            let channels = router.channels.lock().unwrap();
+            let cached = channels.get("http://127.0.0.1:9").expect("cached");
+            cached.client.as_ref().map(|(token, _)| token.clone())
+        };
+        let mut first = sidecar("a", "http://127.0.0.1:9", "running");
+        first.call_token = "one".into();
+        router.client(&first).unwrap();
+        assert_eq!(token_of(&router).as_deref(), Some("one"));
+        router.client(&first).unwrap();
+        assert_eq!(router.channels.lock().unwrap().len(), 1);
+        // A new sidecar at the same address (a restart) registered a new
+        // token: its client sends that one, over the same channel.
+        let mut restarted = sidecar("b", "http://127.0.0.1:9", "running");
+        restarted.call_token = "two".into();
+        router.client(&restarted).unwrap();
+        assert_eq!(token_of(&router).as_deref(), Some("two"));
+        assert_eq!(router.channels.lock().unwrap().len(), 1);
     }
 }

@@ -425,29 +425,21 @@ async fn tokens_are_checked_and_roles_enforced() {
         .into_inner()
         .background
         .expect("moved to the background");
-    let listed_by = |token: &'static str| {
-        let mut engine = engine.clone();
-        async move {
-            engine
-                .list_background_calls(bearer(
-                    pb::ListBackgroundCallsRequest {
-                        include_finished: true,
-                        ..Default::default()
-                    },
-                    token,
-                ))
-                .await
-                .unwrap()
-                .into_inner()
-                .calls
-                .into_iter()
-                .map(|c| c.id)
-                .collect::<Vec<_>>()
-        }
-    };
-    assert!(listed_by("engine-token-1").await.contains(&moved.id));
-    assert!(listed_by("admin-token-1").await.contains(&moved.id));
-    assert!(!listed_by("engine-b-token-1").await.contains(&moved.id));
+    assert!(
+        background_ids(&engine, "engine-token-1")
+            .await
+            .contains(&moved.id)
+    );
+    assert!(
+        background_ids(&engine, "admin-token-1")
+            .await
+            .contains(&moved.id)
+    );
+    assert!(
+        !background_ids(&engine, "engine-b-token-1")
+            .await
+            .contains(&moved.id)
+    );
     let by_id = |id: &str| pb::GetBackgroundCallRequest {
         id: id.into(),
         session_id: String::new(),
@@ -691,29 +683,21 @@ async fn calls_without_a_session_belong_to_their_caller() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e:?}");
-    let listed = |token: &'static str| {
-        let mut engine = engine.clone();
-        async move {
-            engine
-                .list_background_calls(bearer(
-                    pb::ListBackgroundCallsRequest {
-                        include_finished: true,
-                        ..Default::default()
-                    },
-                    token,
-                ))
-                .await
-                .unwrap()
-                .into_inner()
-                .calls
-                .into_iter()
-                .map(|c| c.id)
-                .collect::<Vec<_>>()
-        }
-    };
-    assert!(listed("engine-token-1").await.contains(&moved.id));
-    assert!(listed("admin-token-1").await.contains(&moved.id));
-    assert!(!listed("engine-b-token-1").await.contains(&moved.id));
+    assert!(
+        background_ids(&engine, "engine-token-1")
+            .await
+            .contains(&moved.id)
+    );
+    assert!(
+        background_ids(&engine, "admin-token-1")
+            .await
+            .contains(&moved.id)
+    );
+    assert!(
+        !background_ids(&engine, "engine-b-token-1")
+            .await
+            .contains(&moved.id)
+    );
     let cancel_bg = |token: &'static str| {
         let mut engine = engine.clone();
         let id = moved.id.clone();
@@ -843,4 +827,28 @@ async fn bad_auth_settings_exit_64_naming_the_key() {
     .await;
     assert_eq!(code, Some(64), "{err}");
     assert!(err.contains("auth.required"), "{err}");
+}
+
+/// The ids of the background calls (finished ones too) that `token` may
+/// list.
+async fn background_ids(
+    engine: &EngineServiceClient<tonic::transport::Channel>,
+    token: &str,
+) -> Vec<String> {
+    engine
+        .clone()
+        .list_background_calls(bearer(
+            pb::ListBackgroundCallsRequest {
+                include_finished: true,
+                ..Default::default()
+            },
+            token,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .calls
+        .into_iter()
+        .map(|c| c.id)
+        .collect()
 }

@@ -172,19 +172,11 @@ async fn an_engine_answers_a_server_everything_elicitation_through_the_cli() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_2026_url_elicitation_without_an_elicitation_id_is_asked_and_answered() {
     let _heavy = HEAVY.lock().await;
-    let servers = format!(
-        "[[servers]]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"--era\", \"2026-07-28\", \"--interactions\"]\n",
-        toml_str(switchyard_test_support::reference_server_bin().to_string_lossy())
-    );
-    let http = start_http_reference_server().await;
-    let gw = Gateway::start_with(
-        StoreKind::Embedded,
-        10,
-        http,
-        &servers,
+    let gw = Gateway::start_stdio(
+        "orders",
+        &switchyard_test_support::reference_server_bin(),
+        &["--era", "2026-07-28", "--interactions"],
         "",
-        &[],
-        &["orders"],
     )
     .await;
     let session = ok_stdout(
@@ -261,19 +253,11 @@ async fn a_2026_url_elicitation_without_an_elicitation_id_is_asked_and_answered(
 #[tokio::test(flavor = "multi_thread")]
 async fn the_card_of_a_call_that_ends_unanswered_is_closed() {
     let _heavy = HEAVY.lock().await;
-    let servers = format!(
-        "[[servers]]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"--era\", \"2025-11-25\", \"--interactions\"]\n",
-        toml_str(switchyard_test_support::reference_server_bin().to_string_lossy())
-    );
-    let http = start_http_reference_server().await;
-    let gw = Gateway::start_with(
-        StoreKind::Embedded,
-        10,
-        http,
-        &servers,
+    let gw = Gateway::start_stdio(
+        "orders",
+        &switchyard_test_support::reference_server_bin(),
+        &["--era", "2025-11-25", "--interactions"],
         "",
-        &[],
-        &["orders"],
     )
     .await;
     let session = ok_stdout(

@@ -1853,21 +1853,17 @@ fn three_steps(notes: &[Value], response: &Value, token: &Value, id: &Value) {
 #[tokio::test(flavor = "multi_thread")]
 async fn progress_reaches_the_client_on_its_request_stream_in_both_eras() {
     let _heavy = HEAVY.lock().await;
-    let servers = format!(
-        "[[servers]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"stdio\"]\n",
-        toml_str(switchyard_test_support::everything_bin().to_string_lossy())
-    );
     let port = switchyard_test_support::free_port();
-    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\n");
-    let http = start_http_reference_server().await;
-    let gw = Gateway::start_with(
-        StoreKind::Embedded,
-        10,
-        http,
-        &servers,
+    let extra = format!(
+        "[mcp]
+listen = \"127.0.0.1:{port}\"
+"
+    );
+    let gw = Gateway::start_stdio(
+        "everything",
+        &switchyard_test_support::everything_bin(),
+        &["stdio"],
         &extra,
-        &[],
-        &["everything"],
     )
     .await;
     let base = format!("http://127.0.0.1:{port}");

@@ -115,19 +115,13 @@ async fn a_sidecar_address_answering_unimplemented_fails_over() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sidecar_drains_held_calls_and_a_second_sigterm_hurries_it() {
     let _heavy = HEAVY.lock().await;
-    let servers = format!(
-        "[[servers]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = {}\nargs = [\"stdio\"]\n",
-        toml_str(switchyard_test_support::everything_bin().to_string_lossy())
-    );
-    let http = start_http_reference_server().await;
-    let gw = Gateway::start_with(
-        StoreKind::Embedded,
-        10,
-        http,
-        &servers,
-        "[up]\nsidecar_grace_secs = 30\n",
-        &[],
-        &["everything"],
+    let gw = Gateway::start_stdio(
+        "everything",
+        &switchyard_test_support::everything_bin(),
+        &["stdio"],
+        "[up]
+sidecar_grace_secs = 30
+",
     )
     .await;
     let mut engine = gw.engine().await;

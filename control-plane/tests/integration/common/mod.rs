@@ -168,6 +168,15 @@ impl Gateway {
         Gateway::start_with(store, lease_ttl, http_server, &servers, "", &[], &SERVERS).await
     }
 
+    /// Starts `up` in front of one stdio server `name` (`command` with
+    /// `args`, see [`stdio_server_toml`]) plus `extra` TOML tables, and
+    /// waits until it is `up`.
+    pub async fn start_stdio(name: &str, command: &Path, args: &[&str], extra: &str) -> Gateway {
+        let http = start_http_reference_server().await;
+        let servers = stdio_server_toml(name, command, args);
+        Gateway::start_with(StoreKind::Embedded, 10, http, &servers, extra, &[], &[name]).await
+    }
+
     /// Starts `up` on a config of `servers` (`[[servers]]` tables) plus
     /// `extra` (more TOML tables, e.g. `[backgroundCalls]`), with `env`
     /// added to `up`'s environment (its sidecars inherit it), and waits
@@ -844,6 +853,18 @@ pub async fn start_sidecar(
     let calls = addr_after(&line, "calls on ").to_owned();
     let http = addr_after(&line, "http on ").to_owned();
     (proc, calls, http)
+}
+
+/// The `[[servers]]` table of a stdio server `name` running `command`
+/// with `args`.
+pub fn stdio_server_toml(name: &str, command: &Path, args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(toml_str).collect();
+    format!(
+        "[[servers]]\nname = {}\ntransport = \"stdio\"\ncommand = {}\nargs = [{}]\n",
+        toml_str(name),
+        toml_str(command.to_string_lossy()),
+        args.join(", ")
+    )
 }
 
 /// The `[server]` table of the reference server over stdio (2026-07-28)
