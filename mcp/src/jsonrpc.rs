@@ -69,9 +69,13 @@ pub fn classify(msg: &Value) -> Option<Kind> {
     }
 }
 
-/// A JSON-RPC id is a string or a number (JSON-RPC 2.0 §4; MCP forbids null).
+/// An id we accept: a string, or an integer that fits in 64 bits (i64 or
+/// u64). MCP requires "a string or integer ID", never null (basic/index,
+/// Requests); a fractional number, or an integer beyond 64 bits, would not
+/// be echoed exactly (`serde_json` would hold it as a float), so it is
+/// refused rather than answered with an id the client never sent.
 pub fn is_valid_id(id: &Value) -> bool {
-    id.is_string() || id.is_number()
+    id.is_string() || id.is_i64() || id.is_u64()
 }
 
 /// Builds a request with our own upstream id.

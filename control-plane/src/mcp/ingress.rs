@@ -205,7 +205,7 @@ pub fn parse(body: &[u8]) -> Result<Message, McpError> {
                 "\"jsonrpc\" must be \"2.0\""
             }
             Value::Object(m) if m.get("id").is_some_and(|i| !jsonrpc::is_valid_id(i)) => {
-                "\"id\" must be a string or a number"
+                "\"id\" must be a string or an integer of at most 64 bits (a fractional or larger number could not be echoed exactly)"
             }
             Value::Object(m) if m.get("method").is_some_and(|v| !v.is_string()) => {
                 "\"method\" must be a string"
@@ -359,7 +359,18 @@ mod tests {
         assert!(e.message.contains("\"2.0\""), "{}", e.message);
         assert_eq!(e.id, json!(1));
         let e = parse(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#).unwrap_err();
-        assert!(e.message.contains("string or a number"), "{}", e.message);
+        assert!(e.message.contains("string or an integer"), "{}", e.message);
+        // An id that would not be echoed exactly is refused, with no id.
+        for id in ["18446744073709551616", "1.5", "-9223372036854775809"] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+            let e = parse(body.as_bytes()).unwrap_err();
+            assert_eq!(
+                (e.status, e.code),
+                (StatusCode::BAD_REQUEST, INVALID_REQUEST)
+            );
+            assert!(e.message.contains("64 bits"), "{}", e.message);
+            assert_eq!(e.id, Value::Null);
+        }
         let e = parse(br#"{"jsonrpc":"2.0","id":3,"method":"ping","params":[1]}"#).unwrap_err();
         assert_eq!((e.code, e.id.clone()), (-32602, json!(3)));
     }

@@ -45,6 +45,7 @@ mod e2e_sidecar_crash;
 mod e2e_tls;
 mod e2e_up;
 mod interactions;
+mod lossless;
 mod metrics_catalogue;
 mod oauth_flow;
 mod oauth_tokens;

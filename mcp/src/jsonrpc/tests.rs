@@ -28,6 +28,36 @@ fn classifies_by_shape() {
 }
 
 #[test]
+fn ids_are_strings_or_64_bit_integers() {
+    for id in [
+        json!(0),
+        json!("0"),
+        json!(-1),
+        json!(u64::MAX),
+        json!(i64::MIN),
+        json!(""),
+    ] {
+        assert!(is_valid_id(&id), "{id}");
+    }
+    let too_big: Value = serde_json::from_str("18446744073709551616").unwrap();
+    for id in [
+        json!(1.5),
+        json!(1e3),
+        too_big,
+        Value::Null,
+        json!([1]),
+        json!({}),
+    ] {
+        assert!(!is_valid_id(&id), "{id}");
+        assert_eq!(
+            classify(&json!({"jsonrpc":"2.0","id":id,"method":"m"})),
+            None,
+            "{id}"
+        );
+    }
+}
+
+#[test]
 fn zero_and_string_zero_are_different_ids() {
     let a = result_response(&json!(0), json!({}));
     let b = result_response(&json!("0"), json!({}));

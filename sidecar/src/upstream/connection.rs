@@ -156,9 +156,9 @@ impl Connection {
         match self.negotiated.era {
             Era::Legacy => (
                 params.map(|mut p| {
-                    era::strip_own(&mut p);
                     // 2025-11-25 has no per-request log level.
                     logging::unask(&mut p);
+                    era::strip_own(&mut p);
                     p
                 }),
                 era::legacy_headers(&self.negotiated.protocol_version),

@@ -126,26 +126,45 @@ pub fn apply_modern_meta(meta: &mut Map<String, Value>, config: &UpstreamConfig)
 /// 2025-11-25 server, which learnt ours at `initialize`.
 pub const NARROW_TO: &str = "switchyard/clientCapabilities";
 
+/// A request `_meta` key of this process's own, never sent: `true` when
+/// one of ours ([`narrow_to`], [`super::logging::ask`]) created `_meta`, so
+/// that [`strip_own`] removes a `_meta` the caller did not send and keeps
+/// one it sent, empty or not.
+pub const META_ADDED: &str = "switchyard/metaAdded";
+
+/// `params._meta`, created (and marked [`META_ADDED`]) when absent;
+/// `None` when `params` or its `_meta` is not an object.
+pub fn own_meta(params: &mut Value) -> Option<&mut Map<String, Value>> {
+    let p = params.as_object_mut()?;
+    if !p.contains_key("_meta") {
+        let mut added = Map::new();
+        added.insert(META_ADDED.into(), true.into());
+        p.insert("_meta".into(), Value::Object(added));
+    }
+    p.get_mut("_meta")?.as_object_mut()
+}
+
 /// Marks request `params` as made for a client with `capabilities`
 /// ([`NARROW_TO`]); params that are not an object are left alone.
 pub fn narrow_to(params: &mut Value, capabilities: &Value) {
-    if let Some(p) = params.as_object_mut()
-        && let Value::Object(m) = p
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Map::new()))
-    {
+    if let Some(m) = own_meta(params) {
         m.insert(NARROW_TO.into(), capabilities.clone());
     }
 }
 
-/// Removes [`NARROW_TO`] from request `params`, if there.
+/// Removes this process's own `_meta` keys ([`NARROW_TO`],
+/// [`META_ADDED`]) from request `params`, and `_meta` itself when we
+/// created it and nothing else is in it: the caller's params go out as
+/// they came in.
 pub fn strip_own(params: &mut Value) {
-    if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut)
-        && meta.remove(NARROW_TO).is_some()
-        && meta.is_empty()
-        && let Some(p) = params.as_object_mut()
-    {
-        p.remove("_meta");
+    if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.remove(NARROW_TO);
+        if meta.remove(META_ADDED).is_some()
+            && meta.is_empty()
+            && let Some(p) = params.as_object_mut()
+        {
+            p.remove("_meta");
+        }
     }
 }
 
@@ -190,6 +209,7 @@ pub fn apply_meta(meta: &mut Map<String, Value>, modern: &Map<String, Value>) {
         .and_then(Value::as_object)
         .cloned();
     let client = meta.remove(NARROW_TO);
+    meta.remove(META_ADDED);
     for (k, v) in modern {
         meta.insert(k.clone(), v.clone());
     }
@@ -436,6 +456,7 @@ mod tests {
             modern.insert(meta::CLIENT_CAPABILITIES.into(), ours.clone());
             apply_meta(&mut meta, &modern);
             assert!(meta.get(NARROW_TO).is_none(), "never sent: {meta:?}");
+            assert!(meta.get(META_ADDED).is_none(), "never sent: {meta:?}");
             meta[meta::CLIENT_CAPABILITIES].clone()
         };
         // Sampling is never told; a bare elicitation is form; the
@@ -465,5 +486,10 @@ mod tests {
         narrow_to(&mut kept, &json!({}));
         strip_own(&mut kept);
         assert_eq!(kept, json!({"name": "t", "_meta": {"progressToken": 1}}));
+        // The caller's own empty `_meta` is theirs: it stays.
+        let mut empty = json!({"name": "t", "_meta": {}});
+        narrow_to(&mut empty, &json!({}));
+        strip_own(&mut empty);
+        assert_eq!(empty, json!({"name": "t", "_meta": {}}));
     }
 }

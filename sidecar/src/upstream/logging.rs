@@ -23,38 +23,27 @@
 //! severe, exactly as the server sent them.
 
 use crate::interactions::ProgressSink;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use switchyard_mcp::logging::{self, Level};
 use switchyard_mcp::meta;
 
 /// Asks a 2026-07-28 server for the log messages of request `params` at
 /// `level` or more severe: sets `_meta["io.modelcontextprotocol/logLevel"]`
-/// (creating `_meta`). Params that are not an object are left alone.
+/// (creating `_meta`, marked as ours: [`super::era::own_meta`]). Params
+/// that are not an object are left alone.
 pub fn ask(params: &mut Value, level: Level) {
-    let Some(params) = params.as_object_mut() else {
-        return;
-    };
-    if let Value::Object(m) = params
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()))
-    {
+    if let Some(m) = super::era::own_meta(params) {
         m.insert(meta::LOG_LEVEL.into(), level.as_str().into());
     }
 }
 
 /// Drops `_meta["io.modelcontextprotocol/logLevel"]` from request
 /// `params` (a 2025-11-25 server has no such key: its level is
-/// `logging/setLevel`'s), and `_meta` with it when nothing else was in it.
+/// `logging/setLevel`'s). A `_meta` we created goes with
+/// [`super::era::strip_own`], called after this.
 pub fn unask(params: &mut Value) {
-    let Some(params) = params.as_object_mut() else {
-        return;
-    };
-    let emptied = match params.get_mut("_meta") {
-        Some(Value::Object(m)) => m.remove(meta::LOG_LEVEL).is_some() && m.is_empty(),
-        _ => false,
-    };
-    if emptied {
-        params.remove("_meta");
+    if let Some(Value::Object(m)) = params.get_mut("_meta") {
+        m.remove(meta::LOG_LEVEL);
     }
 }
 
@@ -94,6 +83,7 @@ mod tests {
         ask(&mut p, Level::Warning);
         assert_eq!(p["_meta"][meta::LOG_LEVEL], "warning");
         unask(&mut p);
+        super::super::era::strip_own(&mut p);
         assert_eq!(
             p,
             json!({"name": "t", "arguments": {}}),
@@ -104,6 +94,7 @@ mod tests {
         assert_eq!(p["_meta"][meta::LOG_LEVEL], "debug");
         assert_eq!(p["_meta"]["progressToken"], 1);
         unask(&mut p);
+        super::super::era::strip_own(&mut p);
         assert_eq!(p, json!({"name": "t", "_meta": {"progressToken": 1}}));
         let mut empty = json!({"name": "t", "_meta": {}});
         unask(&mut empty);

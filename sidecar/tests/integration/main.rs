@@ -27,6 +27,7 @@ mod call_stream;
 mod catalogue;
 mod check_config_cli;
 mod elicitation;
+mod lossless;
 mod oauth;
 mod probe_cli;
 mod resources;

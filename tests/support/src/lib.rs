@@ -3,12 +3,14 @@
 //! in the project's venv, our misbehaving stub servers (Python scripts in
 //! `tests/peers/servers/`) and the reference server binary. A missing peer
 //! is a loud failure naming the command that installs it, never a skip.
-//! [`pki`] generates the certificates of TLS tests at test time.
+//! [`pki`] generates the certificates of TLS tests at test time;
+//! [`arbitrary`] holds the proptest strategies of JSON-RPC messages.
 //!
 //! It also holds the one fake of each of our own gRPC peers:
 //! [`fake_sidecar`] for the control plane's tests and
 //! [`fake_control_plane`] for the sidecar's.
 
+pub mod arbitrary;
 pub mod bench;
 pub mod fake_control_plane;
 pub mod fake_sidecar;
