@@ -155,11 +155,12 @@ async fn an_engine_answers_a_server_everything_elicitation_through_the_cli() {
         .into_inner();
     assert!(open.interactions.is_empty(), "{:?}", open.interactions);
     // A healthy start is quiet: the `roots/list` server-everything sends
-    // right after its handshake, outside any call, is declined at DEBUG.
+    // right after its handshake, outside any call, is declined at DEBUG,
+    // and what the server writes to its stderr about it too.
     let log = gw.log();
     assert!(
-        !log.lines()
-            .any(|l| l.contains(" INFO ") && l.contains("declining a server request")),
+        !log.lines().any(|l| l.contains(" INFO ")
+            && (l.contains("declining a server request") || l.contains("upstream::stderr"))),
         "{log}"
     );
     gw.stop().await;

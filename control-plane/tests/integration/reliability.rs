@@ -199,3 +199,46 @@ sidecar_grace_secs = 30
     assert!(outcome.is_err(), "{outcome:?}");
     gw.stop().await;
 }
+
+/// A Ctrl-C in the terminal running `switchyard up` (SIGINT to its process
+/// group) stops the gateway gracefully: the sidecars, in process groups of
+/// their own, get only `up`'s one SIGTERM and drain within their grace
+/// period, so a foreground call in flight completes. (In `up`'s group, a
+/// sidecar got the SIGINT and then `up`'s SIGTERM as a second signal,
+/// which hurried its drain and failed the call.)
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_in_a_terminal_lets_calls_in_flight_finish() {
+    let _heavy = HEAVY.lock().await;
+    let gw = Gateway::start_stdio(
+        "everything",
+        &switchyard_test_support::everything_bin(),
+        &["stdio"],
+        "[up]\nsidecar_grace_secs = 30\n",
+    )
+    .await;
+    let mut engine = gw.engine().await;
+    let mut request = call_request(
+        "everything__trigger-long-running-operation",
+        r#"{"duration":4,"steps":4}"#,
+        "",
+    );
+    request.foreground = true;
+    request.timeout_ms = 60_000;
+    let call = tokio::spawn(async move { engine.call_tool(request).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let group = nix::unistd::Pid::from_raw(i32::try_from(gw.pid).expect("pid"));
+    nix::sys::signal::killpg(group, Signal::SIGINT).expect("SIGINT to up's process group");
+    let outcome = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .expect("the call ends")
+        .expect("task")
+        .unwrap_or_else(|e| panic!("the call failed: {e:?}\n{}", gw.log()));
+    let result = outcome.into_inner();
+    assert!(!result.is_error, "{result:?}\n{}", gw.log());
+    let log = gw.log();
+    assert!(
+        !log.contains("stopping now"),
+        "the drain was hurried:\n{log}"
+    );
+    gw.stop().await;
+}

@@ -422,7 +422,10 @@ async fn stderr_loop(stderr: tokio::process::ChildStderr, tail: Arc<Mutex<VecDeq
             Frame::Line(l) => String::from_utf8_lossy(&l).into_owned(),
             Frame::Oversized { size, .. } => format!("<{size}-byte stderr line cut>"),
         };
-        tracing::info!(target: "switchyard_sidecar::upstream::stderr", "{text}");
+        // At debug: what a server writes there is its own business (a
+        // healthy start of server-everything writes an "error" there), and
+        // the tail is logged at warn when it exits.
+        tracing::debug!(target: "switchyard_sidecar::upstream::stderr", "{text}");
         let mut t = tail.lock().unwrap();
         if t.len() == STDERR_TAIL_LINES {
             t.pop_front();

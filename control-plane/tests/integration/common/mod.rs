@@ -220,6 +220,9 @@ impl Gateway {
             .stdout(out)
             .stderr(err)
             .kill_on_drop(true)
+            // Its own process group, as in a terminal: a test can send the
+            // group a Ctrl-C (`killpg`) without signalling itself.
+            .process_group(0)
             .spawn()
             .expect("start switchyard up");
         let pid = up.id().expect("pid");
@@ -346,6 +349,9 @@ impl Gateway {
             .stdout(out)
             .stderr(err)
             .kill_on_drop(true)
+            // Its own process group, as in a terminal: a test can send the
+            // group a Ctrl-C (`killpg`) without signalling itself.
+            .process_group(0)
             .spawn()
             .expect("start switchyard up again");
         self.pid = up.id().expect("pid");

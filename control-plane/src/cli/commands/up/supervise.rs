@@ -224,6 +224,12 @@ fn spawn_sidecar(
         .arg(&file)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
+        // Its own process group: a Ctrl-C in the terminal (SIGINT to the
+        // foreground group) reaches `up` only, which stops each sidecar
+        // with one SIGTERM and its grace period. In `up`'s group, the
+        // sidecar would get the SIGINT too, and `up`'s SIGTERM would be
+        // its second signal, which hurries the drain.
+        .process_group(0)
         .spawn()
         .map_err(|e| anyhow::anyhow!("{}: {e}", sidecar_binary().display()))?;
     tracing::info!(target: TARGET, server = %spec.name, pid = child.id().unwrap_or(0), "sidecar started");
