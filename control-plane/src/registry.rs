@@ -1,7 +1,11 @@
 //! Writes to the shared state: servers, sidecar registrations (under
 //! leases), catalogues with `toolsUpdatedAt`, the engine-visible name map,
 //! sessions. Every read-modify-write is a compare-and-swap transaction, so
-//! replicas never lose each other's updates.
+//! replicas never lose each other's updates. A server's secret-looking
+//! header and environment values are written sealed when a key ring is
+//! configured ([`crate::oauth::server_secrets`]).
+
+use crate::oauth::server_secrets as secrets;
 
 use crate::model::encode;
 use crate::model::*;
@@ -44,6 +48,9 @@ pub enum RegistryError {
 pub struct Registry {
     store: Metered<AnyStore>,
     cancels: std::sync::Arc<CancelBudget>,
+    /// Seals servers' secret values at rest ([`secrets`]); `None`: they
+    /// are stored as given.
+    ring: Option<std::sync::Arc<crate::oauth::KeyRing>>,
 }
 
 impl Registry {
@@ -53,7 +60,23 @@ impl Registry {
         Registry {
             store,
             cancels: Default::default(),
+            ring: None,
         }
+    }
+
+    /// This registry, sealing servers' secret values with `ring`.
+    pub fn with_key_ring(mut self, ring: Option<std::sync::Arc<crate::oauth::KeyRing>>) -> Self {
+        self.ring = ring;
+        self
+    }
+
+    /// `spec` as it is stored: its secret values sealed when there is a
+    /// key ring.
+    fn at_rest(&self, mut spec: ServerConfig) -> ServerConfig {
+        if let Some(ring) = &self.ring {
+            secrets::seal(ring, &mut spec);
+        }
+        spec
     }
 
     /// The store.
@@ -68,7 +91,10 @@ impl Registry {
         origin: Origin,
     ) -> Result<Revision, RegistryError> {
         let key = server_key(&spec.name);
-        let rec = ServerRecord { spec, origin };
+        let rec = ServerRecord {
+            spec: self.at_rest(spec),
+            origin,
+        };
         let r = self
             .store
             .txn(
@@ -92,7 +118,10 @@ impl Registry {
         let origin = serde_json::from_slice::<ServerRecord>(&old.value)
             .map(|r| r.origin)
             .unwrap_or(Origin::Admin);
-        let rec = ServerRecord { spec, origin };
+        let rec = ServerRecord {
+            spec: self.at_rest(spec),
+            origin,
+        };
         let r = self
             .store
             .txn(
@@ -142,10 +171,12 @@ impl Registry {
         prune: bool,
     ) -> Result<(), RegistryError> {
         let listing = self.store.list("servers/").await?;
+        let mut stored = std::collections::HashMap::new();
         for kv in &listing.kvs {
             let Ok(rec) = serde_json::from_slice::<ServerRecord>(&kv.value) else {
                 continue;
             };
+            stored.insert(rec.spec.name.clone(), rec.clone());
             if rec.origin == Origin::Config && !servers.iter().any(|s| s.name == rec.spec.name) {
                 if prune {
                     tracing::warn!(server = %rec.spec.name, "removing a server that an earlier version of the configuration had");
@@ -156,8 +187,16 @@ impl Registry {
             }
         }
         for s in servers {
+            // Unchanged (compared opened): not written again, so nothing
+            // watching the server sees a change (sealing anew would give
+            // another text for the same values).
+            if stored.get(&s.name).is_some_and(|r| {
+                r.origin == Origin::Config && secrets::same(self.ring.as_deref(), &r.spec, s)
+            }) {
+                continue;
+            }
             let rec = ServerRecord {
-                spec: s.clone(),
+                spec: self.at_rest(s.clone()),
                 origin: Origin::Config,
             };
             self.store

@@ -184,7 +184,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     let auth = Arc::new(Authenticator::load(&config.auth, Some(&metrics))?);
     // The key ring of secrets at rest (stage D): its files are checked
     // now, before anything else is touched.
-    let key_ring = crate::oauth::KeyRing::load(&config.store)?;
+    let key_ring = crate::oauth::KeyRing::load(&config.store)?.map(Arc::new);
     if let Some(problem) = config.oauth_key_problem() {
         return Err(StartError::OAuth(problem));
     }
@@ -194,7 +194,16 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     }
     // The one store every component shares, counted in the store metrics.
     let store = Metered::new(open_store(config).await?, metrics.clone());
-    let registry = Registry::new(store.clone());
+    // Servers' secret header and environment values are stored sealed.
+    let registry = Registry::new(store.clone()).with_key_ring(key_ring.clone());
+    if key_ring.is_none()
+        && let Some(s) = config
+            .servers
+            .iter()
+            .find(|s| crate::oauth::server_secrets::has_plain_secrets(s))
+    {
+        tracing::warn!(server = %s.name, "secret-looking header or environment values are stored as given: set [store] token_encryption_key_file to store them sealed, or use header_files");
+    }
     let audit = match &config.audit.path {
         Some(path) => Audit::to_file(path).map_err(|source| StartError::Audit {
             path: path.display().to_string(),

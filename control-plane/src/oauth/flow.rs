@@ -474,6 +474,13 @@ impl OAuth {
     /// reached.
     async fn challenge(&self, spec: &ServerConfig) -> Result<Option<String>, OAuthError> {
         let server = spec.name.as_str();
+        // The server's own headers, opened (stored sealed).
+        let headers = crate::oauth::server_secrets::open(self.ring.as_deref(), spec)
+            .map_err(|problem| OAuthError::Refused {
+                server: server.into(),
+                problem,
+            })?
+            .headers;
         let url = spec.url.clone().unwrap_or_default();
         let client = &self.http;
         let modern = spec.era == "2026-07-28";
@@ -529,7 +536,7 @@ impl OAuth {
             if let Some(sid) = &session {
                 req = req.header("mcp-session-id", sid.as_str());
             }
-            for (k, v) in &spec.headers {
+            for (k, v) in &headers {
                 req = req.header(k.as_str(), v.as_str());
             }
             let resp = match req.send().await {

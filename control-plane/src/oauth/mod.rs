@@ -18,14 +18,17 @@
 //! The records: [`tokens`] (sealed tokens, refresh lock), [`records`]
 //! (status, registered clients, pending authorizations, client secrets),
 //! all sealed with the [`keyring`]. [`wire`] adapts rmcp's store traits.
-//! Secret header values (`auth = "headers"`, `header_files`) are read by
-//! the sidecars and never reach the control plane.
+//! Secret header values in `header_files` are read by the sidecars and
+//! never reach the control plane; those given inline (and secret-looking
+//! environment values) are stored sealed with the same key ring
+//! ([`server_secrets`]).
 
 pub mod flow;
 pub mod keyring;
 pub mod push;
 pub mod records;
 pub mod refresh;
+pub mod server_secrets;
 pub mod tokens;
 pub mod wire;
 
@@ -78,7 +81,7 @@ impl OAuth {
     /// configured, so no server can be authorized).
     pub fn new(
         store: Metered<AnyStore>,
-        ring: Option<KeyRing>,
+        ring: Option<Arc<KeyRing>>,
         audit: Arc<Audit>,
         metrics: Metrics,
         config: &crate::config::OAuthConfig,
@@ -87,7 +90,7 @@ impl OAuth {
         switchyard_common::tls::install_crypto_provider();
         OAuth {
             store,
-            ring: ring.map(Arc::new),
+            ring,
             audit,
             metrics,
             private_addresses: config.allow_private_addresses,
@@ -120,6 +123,11 @@ impl OAuth {
     /// The redirect URI registered with authorization servers.
     pub fn redirect_uri(&self) -> String {
         format!("{}{CALLBACK_PATH}", self.base_url())
+    }
+
+    /// The key ring, if one is configured.
+    pub fn key_ring(&self) -> Option<&Arc<KeyRing>> {
+        self.ring.as_ref()
     }
 
     /// The key ring. Errors: none is configured.

@@ -3,7 +3,8 @@
 //! sidecar), and the secret shows nowhere: not in the admin API's
 //! answers, the CLI, `up`'s and the sidecars' logs, the metrics, or the
 //! sidecar's generated config file (mode 0600, the path only). Plain
-//! `headers` with secret-looking names are answered `[redacted]`.
+//! `headers` with secret-looking names are answered `[redacted]`, and are
+//! sealed in the store (opened for the sidecar's file only).
 
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -92,6 +93,21 @@ async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
     assert_eq!(mode, 0o600, "{generated}");
     let generated_text = std::fs::read_to_string(&generated).unwrap();
     assert!(generated_text.contains("header_files"), "{generated_text}");
+    // The sidecar is given the inline secret-looking value (it sends it),
+    // opened from the store, where it is sealed: the store file does not
+    // hold it.
+    assert!(generated_text.contains(&plain_key), "{generated_text}");
+    let store = std::fs::read(gw.dir.path().join("store/store.redb")).expect("the store file");
+    assert!(
+        !store
+            .windows(plain_key.len())
+            .any(|w| w == plain_key.as_bytes()),
+        "the store holds the inline secret header value in plain text"
+    );
+    assert!(
+        store.windows(5).any(|w| w == b"\"sy1."),
+        "the store holds sealed values"
+    );
     let places = [
         ("ListServers", format!("{list:?}")),
         ("servers list --json", cli_list),

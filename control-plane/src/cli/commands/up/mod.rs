@@ -66,25 +66,19 @@ fn secret_beside_store(
     Ok((file, true))
 }
 
-/// Stage D: OAuth tokens are only kept encrypted. With an `auth = "oauth"`
-/// server, no `[store] token_encryption_key_file` and the embedded store,
+/// Secrets at rest are kept sealed (stage D's OAuth tokens, servers'
+/// secret header and environment values: [`crate::oauth::server_secrets`]).
+/// With no `[store] token_encryption_key_file` and the embedded store,
 /// `up` uses a key of its own beside the store (`token-encryption.key`,
-/// made once, mode 0600), so the tokens survive a restart.
-fn oauth_key(config: &mut Config) -> anyhow::Result<()> {
-    use switchyard_common::server_spec::AuthKind;
-    if config.store.token_encryption_key_file.is_some()
-        || !config
-            .servers
-            .iter()
-            .any(|s| s.auth_kind() == AuthKind::OAuth)
-        || !config.store.etcd_endpoints.is_empty()
-    {
+/// made once, mode 0600), so they open again after a restart.
+fn store_key(config: &mut Config) -> anyhow::Result<()> {
+    if config.store.token_encryption_key_file.is_some() || !config.store.etcd_endpoints.is_empty() {
         return Ok(());
     }
     let (file, made) = secret_beside_store(config, "token-encryption.key", |key| key.to_vec())?;
     if made {
         println!(
-            "switchyard: OAuth tokens are encrypted with the new key {}",
+            "switchyard: secrets at rest (OAuth tokens, secret header values) are encrypted with the new key {}",
             file.display()
         );
     }
@@ -129,7 +123,7 @@ fn console_token(config: &mut Config) -> anyhow::Result<Option<std::path::PathBu
 pub async fn run(mut config: Config) -> anyhow::Result<()> {
     // `up` owns its file: servers dropped from it go.
     config.control_plane.prune_config_servers = true;
-    oauth_key(&mut config)?;
+    store_key(&mut config)?;
     let console_token = console_token(&mut config)?;
     let running = server::start(&config, true).await?;
     let link = SidecarLink::new(&config, running.grpc_addr)?;
@@ -170,7 +164,12 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         .collect();
     println!("switchyard: servers {}", names.join(", "));
 
-    let mut sidecars = Sidecars::new(link, workdir.path(), config.up.sidecar_grace_secs);
+    let mut sidecars = Sidecars::new(
+        link,
+        workdir.path(),
+        config.up.sidecar_grace_secs,
+        running.cp.oauth.key_ring().cloned(),
+    );
     let mut changes = running.cp.state.subscribe();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -5,9 +5,12 @@
 //! doubles with each exit in a row ([`next_restart`]).
 
 use super::link::SidecarLink;
+use crate::oauth::KeyRing;
+use crate::oauth::server_secrets as secrets;
 use crate::state::Snapshot;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use switchyard_common::server_spec::ServerConfig;
 use tokio::process::{Child, Command};
@@ -78,16 +81,25 @@ pub(super) struct Sidecars {
     workdir: PathBuf,
     /// Each sidecar's `grace_secs` (`[up] sidecar_grace_secs`).
     grace_secs: u64,
+    /// Opens the specs' sealed secret values
+    /// ([`crate::oauth::server_secrets`]).
+    ring: Option<Arc<KeyRing>>,
 }
 
 impl Sidecars {
     /// No sidecar yet; [`Sidecars::reconcile`] starts them.
-    pub(super) fn new(link: SidecarLink, workdir: &Path, grace_secs: u64) -> Sidecars {
+    pub(super) fn new(
+        link: SidecarLink,
+        workdir: &Path,
+        grace_secs: u64,
+        ring: Option<Arc<KeyRing>>,
+    ) -> Sidecars {
         Sidecars {
             managed: BTreeMap::new(),
             link,
             workdir: workdir.to_owned(),
             grace_secs,
+            ring,
         }
     }
 
@@ -99,7 +111,12 @@ impl Sidecars {
         // Removed or changed servers lose their sidecar.
         let gone: Vec<String> = managed
             .iter()
-            .filter(|(name, m)| snap.servers.get(*name).is_none_or(|r| r.spec != m.spec))
+            // Compared opened: the same values sealed anew are no change.
+            .filter(|(name, m)| {
+                snap.servers
+                    .get(*name)
+                    .is_none_or(|r| !secrets::same(self.ring.as_deref(), &r.spec, &m.spec))
+            })
             .map(|(name, _)| name.clone())
             .collect();
         for name in gone {
@@ -134,7 +151,11 @@ impl Sidecars {
                 }
             }
             if m.child.is_none() && now >= m.next_start {
-                match spawn_sidecar(&m.spec, &self.link, &self.workdir, self.grace_secs) {
+                let opened =
+                    secrets::open(self.ring.as_deref(), &m.spec).map_err(|e| anyhow::anyhow!(e));
+                match opened.and_then(|spec| {
+                    spawn_sidecar(&spec, &self.link, &self.workdir, self.grace_secs)
+                }) {
                     Ok(child) => {
                         m.child = Some(child);
                         m.started = tokio::time::Instant::now();
