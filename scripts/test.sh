@@ -34,6 +34,10 @@ echo "== conformance suite (server side: the fixture, then the fixture behind th
 scripts/conformance-server.sh direct
 scripts/conformance-server.sh gateway
 
+# Chaos, the fast subset: each fault once on a real cluster (three etcd
+# members, two replicas, two sidecars), about 70 s (docs/reliability.md).
+echo "== chaos (fast subset)"; scripts/chaos.sh --fast
+
 # Fuzzing, a short run: every target of fuzz/ for 20 s, unoptimised (half
 # the build time of a release build; docs/reliability.md).
 echo "== fuzzing (short run)"

@@ -16,16 +16,18 @@
 //! to stderr; stdout is the stdio transport.
 //!
 //! This root parses the command line and serves one transport. Its modules,
-//! each using only those listed before it: `orders` (the in-memory store),
-//! `request_state` (sealed MRTR `requestState`), `listens` (listen requests
-//! not yet registered, which list changes wait for), `era` (the eras and the
-//! layer holding the server to one), `tasks` (the task engine and its
-//! transport wrappers), `server` (the MCP handler and, below it, the tools
-//! of every stage), `conformance` (the conformance suite's fixture, a handler
-//! of its own).
+//! each using only those listed before it: `executions` (the execution
+//! log tests count calls with, `SWITCHYARD_REFERENCE_EXECUTIONS`), `orders`
+//! (the in-memory store), `request_state` (sealed MRTR `requestState`),
+//! `listens` (listen requests not yet registered, which list changes wait
+//! for), `era` (the eras and the layer holding the server to one), `tasks`
+//! (the task engine and its transport wrappers), `server` (the MCP handler
+//! and, below it, the tools of every stage), `conformance` (the
+//! conformance suite's fixture, a handler of its own).
 
 mod conformance;
 mod era;
+mod executions;
 mod listens;
 mod orders;
 mod request_state;

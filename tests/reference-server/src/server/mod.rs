@@ -44,6 +44,7 @@ pub use self::resources::{Catalogue, DEFAULT_LARGE_RESOURCE_BYTES};
 use self::{interactions::Interactions, stage_a::StageA};
 use crate::{
     era::{self, Era},
+    executions,
     listens::{ListenTicket, PendingListens},
     orders::OrderStore,
     tasks::{self, TaskServer},
@@ -283,6 +284,7 @@ impl ServerHandler for OrderServer {
         if !self.tools {
             return Err(McpError::method_not_found::<CallToolRequestMethod>());
         }
+        executions::record(&request, &context.meta);
         let call = ToolCallContext::new(self, request, context);
         self.tool_router.call(call).await
     }

@@ -1,0 +1,432 @@
+//! The load an engine puts on the cluster during one round, all through
+//! the engine gRPC API (EngineService) of both replicas, and what it saw:
+//! foreground calls (`orders__create_order`, not idempotent,
+//! `orders__echo`, read-only, and `orders__task_sleep` kept in the
+//! foreground, 1.5 s), background calls (`orders__task_sleep`, an
+//! MCP task, moved to the background at once), calls waiting for an
+//! approval card in an `ask` session, a quick probe call every 100 ms
+//! through each replica (for the recovery time), and one event subscription per
+//! replica that subscribes again whenever its stream breaks. Every call
+//! carries a unique execution key in `_meta`, which the reference server
+//! writes to its execution log (`SWITCHYARD_REFERENCE_EXECUTIONS`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use switchyard_proto::v1 as pb;
+use switchyard_proto::v1::engine_service_client::EngineServiceClient;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+use crate::cluster::channel;
+
+/// The `_meta` key the reference server logs (its `executions` module).
+pub const EXECUTION_KEY: &str = "dev.switchyard.test/execution-key";
+
+/// A call with no outcome after this long is lost.
+pub const CALL_LIMIT: Duration = Duration::from_secs(90);
+
+/// An engine client of `endpoint`.
+pub fn engine(endpoint: &str) -> EngineServiceClient<Channel> {
+    EngineServiceClient::new(channel(endpoint)).max_decoding_message_size(64 * 1024 * 1024)
+}
+
+/// What one call ended with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A result (`is_error` false).
+    Ok,
+    /// A result with `is_error`.
+    ToolError,
+    /// Moved to the background: the background call's id.
+    Backgrounded(String),
+    /// An RPC error: its code.
+    Error(tonic::Code),
+    /// Nothing within [`CALL_LIMIT`].
+    None,
+}
+
+/// Which kind of call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// A quick read-only call every 100 ms through one replica, to time
+    /// the recovery.
+    Probe,
+    Foreground,
+    Background,
+    Approval,
+}
+
+/// One finished call.
+#[derive(Debug, Clone)]
+pub struct CallRecord {
+    pub key: String,
+    pub tool: &'static str,
+    pub kind: Kind,
+    /// The replica it went through.
+    pub via: usize,
+    pub started: Instant,
+    pub ended: Instant,
+    pub outcome: Outcome,
+    /// The error's message, if any.
+    pub message: String,
+}
+
+/// One background-call event seen on a subscription.
+#[derive(Debug, Clone)]
+pub struct SeenEvent {
+    /// The replica subscribed to.
+    pub via: usize,
+    /// Which subscription of that replica (0, then 1 after a break, ...).
+    pub stream: u32,
+    pub id: String,
+    pub kind: String,
+    pub status: String,
+    /// The record's `statusMessage` (why it failed, say).
+    pub message: String,
+}
+
+/// Everything a round's load records.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub calls: Mutex<Vec<CallRecord>>,
+    pub events: Mutex<Vec<SeenEvent>>,
+    /// Event stream breaks per replica.
+    pub breaks: Mutex<BTreeMap<usize, u32>>,
+    pub in_flight: AtomicUsize,
+}
+
+impl Seen {
+    fn push(&self, record: CallRecord) {
+        self.calls.lock().unwrap().push(record);
+    }
+
+    /// Background call ids created so far, with their keys.
+    pub fn background_ids(&self) -> BTreeMap<String, String> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|c| match &c.outcome {
+                Outcome::Backgrounded(id) => Some((id.clone(), c.key.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn meta(key: &str) -> String {
+    json!({ EXECUTION_KEY: key }).to_string()
+}
+
+/// Makes one call and records it.
+async fn call(
+    seen: &Seen,
+    endpoints: &[String],
+    via: usize,
+    kind: Kind,
+    tool: &'static str,
+    key: String,
+    request: pb::CallToolRequest,
+) {
+    let mut engine = engine(&endpoints[via]);
+    seen.in_flight.fetch_add(1, Ordering::SeqCst);
+    let started = Instant::now();
+    let answer = tokio::time::timeout(CALL_LIMIT, engine.call_tool(request)).await;
+    seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+    let (outcome, message) = match answer {
+        Err(_) => (Outcome::None, format!("no outcome within {CALL_LIMIT:?}")),
+        Ok(Err(status)) => (Outcome::Error(status.code()), status.message().to_owned()),
+        Ok(Ok(response)) => {
+            let r = response.into_inner();
+            match r.background {
+                Some(b) => (Outcome::Backgrounded(b.id), String::new()),
+                None if r.is_error => (Outcome::ToolError, r.text),
+                None => (Outcome::Ok, String::new()),
+            }
+        }
+    };
+    seen.push(CallRecord {
+        key,
+        tool,
+        kind,
+        via,
+        started,
+        ended: Instant::now(),
+        outcome,
+        message,
+    });
+}
+
+/// Foreground worker `w` through replica `via`: create_order and echo in
+/// turn in the `auto` session until `stop`.
+pub async fn foreground_worker(
+    seen: Arc<Seen>,
+    endpoints: Arc<Vec<String>>,
+    round: String,
+    session: String,
+    w: usize,
+    via: usize,
+    stop: CancellationToken,
+) {
+    let mut n = 0u32;
+    while !stop.is_cancelled() {
+        n += 1;
+        let key = format!("{round}-f{w}-{n}");
+        let (tool, args) = match n % 3 {
+            1 => (
+                "create_order",
+                json!({"customer_id": "C-1", "items": [{"sku": "CABLE", "quantity": 1}]}),
+            ),
+            2 => ("echo", json!({"message": key})),
+            // A slow call (an MCP task run in the foreground), in flight at
+            // the sidecar and upstream when the fault comes.
+            _ => (
+                "task_sleep",
+                json!({"ms": 1500, "text": key, "pollIntervalMs": 200}),
+            ),
+        };
+        let request = pb::CallToolRequest {
+            session_id: session.clone(),
+            run_id: key.clone(),
+            tool: format!("orders__{tool}"),
+            arguments_json: args.to_string(),
+            meta_json: meta(&key),
+            timeout_ms: 30_000,
+            foreground: true,
+            ..Default::default()
+        };
+        call(&seen, &endpoints, via, Kind::Foreground, tool, key, request).await;
+        let failed = seen
+            .calls
+            .lock()
+            .unwrap()
+            .last()
+            .is_some_and(|c| c.outcome != Outcome::Ok);
+        let pause = if failed { 250 } else { 50 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+/// Calls `orders__echo` (read-only, quick) every 100 ms through replica
+/// `via` until `stop`: the recovery time is read from these.
+pub async fn probe(
+    seen: Arc<Seen>,
+    endpoints: Arc<Vec<String>>,
+    round: String,
+    session: String,
+    via: usize,
+    stop: CancellationToken,
+) {
+    let mut n = 0u32;
+    while !stop.is_cancelled() {
+        n += 1;
+        let key = format!("{round}-p{via}-{n}");
+        let request = pb::CallToolRequest {
+            session_id: session.clone(),
+            run_id: key.clone(),
+            tool: "orders__echo".into(),
+            arguments_json: json!({"message": key}).to_string(),
+            meta_json: meta(&key),
+            timeout_ms: 30_000,
+            foreground: true,
+            ..Default::default()
+        };
+        call(&seen, &endpoints, via, Kind::Probe, "echo", key, request).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Starts a background call every `every` through each replica in turn,
+/// until `stop`.
+pub async fn background_launcher(
+    seen: Arc<Seen>,
+    endpoints: Arc<Vec<String>>,
+    round: String,
+    session: String,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut n = 0u32;
+    let mut calls = tokio::task::JoinSet::new();
+    while !stop.is_cancelled() {
+        n += 1;
+        let key = format!("{round}-b{n}");
+        let request = pb::CallToolRequest {
+            session_id: session.clone(),
+            run_id: key.clone(),
+            tool: "orders__task_sleep".into(),
+            arguments_json: json!({"ms": 2500, "text": key, "pollIntervalMs": 200}).to_string(),
+            meta_json: meta(&key),
+            timeout_ms: 60_000,
+            background: true,
+            ..Default::default()
+        };
+        let via = (n as usize) % endpoints.len();
+        let (seen, endpoints) = (seen.clone(), endpoints.clone());
+        calls.spawn(async move {
+            call(
+                &seen,
+                &endpoints,
+                via,
+                Kind::Background,
+                "task_sleep",
+                key,
+                request,
+            )
+            .await
+        });
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+    while calls.join_next().await.is_some() {}
+}
+
+/// Starts a `create_order` call in the `ask` session through `via`; it
+/// waits for its approval card (run id = key).
+pub fn approval_call(
+    seen: Arc<Seen>,
+    endpoints: Arc<Vec<String>>,
+    key: String,
+    session: String,
+    via: usize,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let request = pb::CallToolRequest {
+            session_id: session,
+            run_id: key.clone(),
+            tool: "orders__create_order".into(),
+            arguments_json:
+                json!({"customer_id": "C-2", "items": [{"sku": "CABLE", "quantity": 2}]})
+                    .to_string(),
+            meta_json: meta(&key),
+            timeout_ms: 80_000,
+            foreground: true,
+            ..Default::default()
+        };
+        call(
+            &seen,
+            &endpoints,
+            via,
+            Kind::Approval,
+            "create_order",
+            key,
+            request,
+        )
+        .await
+    })
+}
+
+/// Follows `session`'s events through replica `via` until `stop`,
+/// subscribing again (with `background_after_ms = since_ms`) whenever the
+/// stream breaks, and records every background-call event.
+pub async fn subscriber(
+    seen: Arc<Seen>,
+    endpoint: String,
+    via: usize,
+    session: String,
+    since_ms: i64,
+    stop: CancellationToken,
+) {
+    let mut stream_no = 0u32;
+    loop {
+        let mut engine = engine(&endpoint);
+        let subscribe = engine.subscribe_events(pb::SubscribeEventsRequest {
+            session_id: session.clone(),
+            background_after_ms: since_ms,
+        });
+        let stream = tokio::select! {
+            _ = stop.cancelled() => return,
+            s = tokio::time::timeout(Duration::from_secs(5), subscribe) => s,
+        };
+        if let Ok(Ok(stream)) = stream {
+            let mut stream = stream.into_inner();
+            loop {
+                let message = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    m = stream.message() => m,
+                };
+                match message {
+                    Ok(Some(event)) => record_event(&seen, via, stream_no, &event),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            *seen.breaks.lock().unwrap().entry(via).or_default() += 1;
+            stream_no += 1;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+fn record_event(seen: &Seen, via: usize, stream: u32, event: &pb::SessionEvent) {
+    if !event.r#type.starts_with("background_call.") {
+        return;
+    }
+    let data: Value = serde_json::from_str(&event.data_json).unwrap_or_default();
+    seen.events.lock().unwrap().push(SeenEvent {
+        via,
+        stream,
+        id: data["id"].as_str().unwrap_or_default().to_owned(),
+        kind: event.r#type.clone(),
+        status: data["status"].as_str().unwrap_or_default().to_owned(),
+        message: data["statusMessage"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .take(200)
+            .collect(),
+    });
+}
+
+/// A fresh subscription through `endpoint` with `background_after_ms =
+/// since_ms`: the background-call events it replays, by id, read until
+/// every id of `want` came (and 1 s more) or `limit`.
+pub async fn replay(
+    endpoint: &str,
+    session: &str,
+    since_ms: i64,
+    want: &[String],
+    limit: Duration,
+) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let mut engine = engine(endpoint);
+    let mut stream = tokio::time::timeout(
+        Duration::from_secs(5),
+        engine.subscribe_events(pb::SubscribeEventsRequest {
+            session_id: session.to_owned(),
+            background_after_ms: since_ms,
+        }),
+    )
+    .await
+    .map_err(|_| "subscribe: no answer within 5 s".to_owned())?
+    .map_err(|e| format!("subscribe: {}: {}", e.code(), e.message()))?
+    .into_inner();
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut settle: Option<tokio::time::Instant> = None;
+    loop {
+        let until = settle.map_or(deadline, |s| s.min(deadline));
+        match tokio::time::timeout_at(until, stream.message()).await {
+            Err(_) => break,
+            Ok(Ok(Some(event))) if event.r#type.starts_with("background_call.") => {
+                let data: Value = serde_json::from_str(&event.data_json).unwrap_or_default();
+                let id = data["id"].as_str().unwrap_or_default().to_owned();
+                got.entry(id).or_default().push(event.r#type);
+            }
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) => return Err("the stream ended".into()),
+            Ok(Err(e)) => return Err(format!("the stream broke: {}", e.code())),
+        }
+        if settle.is_none() && want.iter().all(|id| got.contains_key(id)) {
+            settle = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+        }
+    }
+    Ok(got)
+}
