@@ -136,6 +136,10 @@ pub enum Command {
         /// Timeout in milliseconds (0 = the server's default).
         #[arg(long, default_value_t = 0)]
         timeout_ms: u64,
+        /// Move the call to the background at once (as a tool whose policy
+        /// says `--background always`); prints the background call's id.
+        #[arg(long)]
+        background: bool,
     },
     /// List the resources and resource templates an engine sees (every
     /// page).
@@ -594,7 +598,16 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             session,
             json,
             timeout_ms,
-        } => commands::call::call(remote, tool, args, session, json, timeout_ms).await,
+            background,
+        } => {
+            let options = commands::call::Options {
+                session,
+                json,
+                timeout_ms,
+                background,
+            };
+            commands::call::call(remote, tool, args, options).await
+        }
         Command::Resources {
             server,
             session,

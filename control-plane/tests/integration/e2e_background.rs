@@ -421,8 +421,13 @@ async fn simulate_research_query_runs_in_the_background_through_the_cli() {
             r#"{"topic":"python","ambiguous":true}"#,
         ])
         .await;
-    let text = ok_stdout(&out, "switchyard call");
-    assert!(text.contains("moved to the background"), "{text}");
+    // stdout: the background call's id; stderr: how to follow it.
+    let moved_id = ok_stdout(&out, "switchyard call").trim().to_owned();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("moved to the background") && said.contains(&moved_id),
+        "{said}"
+    );
 
     let card = next_event("interaction.required").await;
     assert_eq!(card["data"]["kind"], "form", "{card}");
@@ -457,6 +462,25 @@ async fn simulate_research_query_runs_in_the_background_through_the_cli() {
     assert_eq!(rows[0]["status"], "completed", "{listed}");
     assert_eq!(rows[0]["mode"], "task", "{listed}");
     assert_eq!(rows[0]["tool"], "simulate-research-query", "{listed}");
+    assert_eq!(rows[0]["id"], moved_id.as_str(), "{listed}");
+
+    // `--background` moves any call there at once.
+    let out = gw
+        .cli(&[
+            "call",
+            "everything__echo",
+            "--session",
+            &session,
+            "--background",
+            "--args",
+            r#"{"message":"later"}"#,
+        ])
+        .await;
+    let id = ok_stdout(&out, "switchyard call --background")
+        .trim()
+        .to_owned();
+    let done = next_event("background_call.completed").await;
+    assert_eq!(done["data"]["id"], id.as_str(), "{done}");
     gw.stop().await;
 }
 

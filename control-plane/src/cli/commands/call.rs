@@ -16,18 +16,37 @@ use crate::interactions;
 use serde_json::Value;
 use switchyard_proto::v1 as pb;
 
+/// How `switchyard call` calls.
+#[derive(Debug, Default)]
+pub struct Options {
+    /// The session to call in.
+    pub session: Option<String>,
+    /// Print the raw `CallToolResult` (or the moved call's record) as JSON.
+    pub json: bool,
+    /// Timeout in milliseconds (0: the server's default).
+    pub timeout_ms: u64,
+    /// Move the call to the background at once
+    /// (`CallToolRequest.background`).
+    pub background: bool,
+}
+
 /// Calls `tool` with `args` (a JSON object, checked before connecting),
 /// then prints the text the model reads and the structured content, or
 /// with `json` the raw `CallToolResult` (or the record of a call that
-/// moved to the background).
+/// moved to the background). A call that moved to the background prints
+/// its id on stdout and, on stderr, how to follow it.
 pub async fn call(
     remote: &Remote,
     tool: String,
     args: String,
-    session: Option<String>,
-    json: bool,
-    timeout_ms: u64,
+    options: Options,
 ) -> Result<(), Failure> {
+    let Options {
+        session,
+        json,
+        timeout_ms,
+        background,
+    } = options;
     let parsed: Value = serde_json::from_str(&args)
         .map_err(|e| Failure::new(EXIT_USAGE, format!("--args is not valid JSON: {e}")))?;
     if !parsed.is_object() {
@@ -49,6 +68,7 @@ pub async fn call(
             tool: tool.clone(),
             arguments_json: args,
             timeout_ms,
+            background,
             ..Default::default()
         })
         .await;
@@ -58,6 +78,23 @@ pub async fn call(
     let resp = resp?.into_inner();
     if let (true, Some(bg)) = (json, &resp.background) {
         print_json(&moved_json(bg, &resp.text));
+    } else if let Some(bg) = &resp.background {
+        // The text the model reads is for a model: a person (or a script)
+        // gets the id, and how to follow the call.
+        out!("{}", bg.id);
+        let events = match bg.session_id.as_str() {
+            "" => String::new(),
+            s => format!(
+                "; its result is the event background_call.completed of `switchyard events --session {s}`"
+            ),
+        };
+        eprintln!(
+            "{}",
+            printable(&format!(
+                "moved to the background: {tool} runs as background call {} (mode {}); `switchyard background list --all` shows it{events}",
+                bg.id, bg.mode
+            ))
+        );
     } else if json {
         print_json(&parse_json_text(&resp.result_json));
     } else {
