@@ -67,7 +67,10 @@ pub struct ControlPlaneConfig {
     #[serde(default = "default_http_listen")]
     pub http_listen: String,
     /// Lease TTL of sidecar registrations, seconds (default 10): a sidecar
-    /// that disappears is marked down within this time.
+    /// that disappears is marked down within this time. Also the TTL of
+    /// each replica's liveness key (`replicas/<id>`): the approvals a dead
+    /// replica's calls waited on are cancelled within this time plus a
+    /// sweep.
     #[serde(default = "default_lease_ttl")]
     pub sidecar_lease_ttl_sec: u64,
     /// Default timeout of an engine call when it gives none, seconds

@@ -33,6 +33,8 @@ pub struct Metrics {
     oauth_events: IntCounterVec,
     oauth_refreshes: IntCounterVec,
     oauth_state: IntGaugeVec,
+    runtime_alive_tasks: IntGauge,
+    store_keys: IntGauge,
 }
 
 /// One open stream counted in a gauge while it lives.
@@ -236,8 +238,20 @@ impl Metrics {
             &["server", "state"],
         )
         .expect("valid metric");
+        let runtime_alive_tasks = IntGauge::new(
+            "switchyard_control_plane_runtime_alive_tasks",
+            "Tasks alive in the process's tokio runtime (spawned and not yet finished), read at scrape time.",
+        )
+        .expect("valid");
+        let store_keys = IntGauge::new(
+            "switchyard_control_plane_store_keys",
+            "Keys in the store under its root, as this replica's read model has seen them.",
+        )
+        .expect("valid");
         for c in [
             Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(runtime_alive_tasks.clone()),
+            Box::new(store_keys.clone()),
             Box::new(oauth_events.clone()),
             Box::new(oauth_refreshes.clone()),
             Box::new(oauth_state.clone()),
@@ -286,6 +300,8 @@ impl Metrics {
             oauth_events,
             oauth_refreshes,
             oauth_state,
+            runtime_alive_tasks,
+            store_keys,
         }
     }
 
@@ -404,6 +420,16 @@ impl Metrics {
         self.mcp_requests
             .with_label_values(&[method, era, outcome])
             .inc();
+    }
+
+    /// Sets the gauges read at scrape time that are not the read model's
+    /// snapshot: the tasks alive in the current tokio runtime (0 outside
+    /// one) and the store's key count (`state::State::store_keys`).
+    pub fn observe_process(&self, store_keys: i64) {
+        let alive = tokio::runtime::Handle::try_current()
+            .map_or(0, |handle| handle.metrics().num_alive_tasks());
+        self.runtime_alive_tasks.set(alive as i64);
+        self.store_keys.set(store_keys);
     }
 
     /// Sets the gauges from the read model's counts.

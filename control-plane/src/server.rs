@@ -334,7 +334,14 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         });
     }
 
-    // Expired interactions, and those of deleted sessions, on every replica.
+    // This replica's liveness key, before it serves a call that could wait
+    // on an approval: the other replicas cancel its approvals once it is
+    // gone.
+    let liveness = cp.interactions.register_replica(cp.lease_ttl).await?;
+    cp.interactions.spawn_liveness(cp.lease_ttl, liveness);
+    tracing::debug!(replica = %cp.interactions.replica_id(), "replica liveness registered");
+    // Expired interactions, those of deleted sessions, and approvals whose
+    // replica is gone, on every replica.
     cp.interactions.spawn_sweeper();
     // Background calls (stage B): orphans, adoption, deadlines, retention.
     crate::background::spawn_sweeper(cp.clone());

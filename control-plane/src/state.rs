@@ -303,6 +303,11 @@ pub struct State {
     /// (its APIs call [`State::wait_for`] after each write): calls on this
     /// replica wait until the read model has it (read your writes).
     written: std::sync::atomic::AtomicI64,
+    /// Keys under the store's root, as the watch has shown them: set by
+    /// each full listing, +1 for a put that creates a key (`version` 1),
+    /// -1 for a delete (the stores send one for existing keys only). Read
+    /// by the `switchyard_control_plane_store_keys` gauge.
+    keys: std::sync::atomic::AtomicI64,
 }
 
 impl State {
@@ -327,6 +332,7 @@ impl State {
             changes: broadcast::channel(1024).0,
             applied: watch::channel(listing.revision).0,
             written: std::sync::atomic::AtomicI64::new(listing.revision),
+            keys: std::sync::atomic::AtomicI64::new(listing.kvs.len() as i64),
         });
         let weak = Arc::downgrade(&state);
         tokio::spawn(async move {
@@ -352,6 +358,12 @@ impl State {
             }
         });
         Ok(state)
+    }
+
+    /// How many keys the store holds under its root, as this replica's
+    /// watch has shown them (every kind, leased ones included).
+    pub fn store_keys(&self) -> i64 {
+        self.keys.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The current snapshot (cheap: an `Arc`).
@@ -424,6 +436,15 @@ impl State {
     }
 
     fn apply(&self, events: &[WatchEvent]) {
+        let created = events
+            .iter()
+            .map(|ev| match ev {
+                WatchEvent::Put(kv) => i64::from(kv.version == 1),
+                WatchEvent::Delete { .. } => -1,
+            })
+            .sum::<i64>();
+        self.keys
+            .fetch_add(created, std::sync::atomic::Ordering::Relaxed);
         let mut changes = Vec::new();
         // Background calls alone do not need a new snapshot (nor its lock).
         let only_background = events
@@ -474,6 +495,8 @@ impl State {
     }
 
     fn replace(&self, kvs: &[KeyValue], revision: Revision) {
+        self.keys
+            .store(kvs.len() as i64, std::sync::atomic::Ordering::Relaxed);
         let mut snap = Snapshot::default();
         let mut sink = Vec::new();
         let mut background = BackgroundIndex::default();
@@ -925,5 +948,37 @@ mod tests {
         // Writes made elsewhere are not waited for.
         let other = State::start(store.clone()).await.unwrap();
         assert!(other.caught_up(Duration::ZERO).await);
+    }
+
+    #[tokio::test]
+    async fn the_key_count_follows_creations_and_deletions() {
+        use crate::store::{EmbeddedConfig, EmbeddedStore};
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(EmbeddedConfig::new(dir.path().join("s.redb")))
+            .await
+            .unwrap();
+        store.put("sessions/a", b"{}".to_vec(), None).await.unwrap();
+        let state = State::start(store.clone()).await.unwrap();
+        assert_eq!(state.store_keys(), 1, "the first listing");
+        // A new key, an update of it, a key the read model ignores, and a
+        // leased key.
+        store.put("sessions/b", b"{}".to_vec(), None).await.unwrap();
+        store.put("sessions/b", b"{}".to_vec(), None).await.unwrap();
+        store.put("unknown/x", b"1".to_vec(), None).await.unwrap();
+        let lease = store.grant_lease(Duration::from_secs(30)).await.unwrap();
+        let rev = store
+            .put("cancels/s/c", Vec::new(), Some(lease))
+            .await
+            .unwrap();
+        assert!(state.wait_for(rev, Duration::from_secs(5)).await);
+        assert_eq!(state.store_keys(), 4);
+        // A deletion, one of an absent key (no event), and a revoked lease.
+        store.delete("sessions/a").await.unwrap();
+        assert!(!store.delete("sessions/a").await.unwrap());
+        store.revoke(lease).await.unwrap();
+        let rev = store.put("sessions/c", b"{}".to_vec(), None).await.unwrap();
+        assert!(state.wait_for(rev, Duration::from_secs(5)).await);
+        assert_eq!(state.store_keys(), 3);
+        assert_eq!(store.list("").await.unwrap().kvs.len(), 3);
     }
 }

@@ -2,7 +2,9 @@
 //! `/metrics` (Prometheus text format), `/healthz` (liveness: 200 while the
 //! process runs) and `/readyz` (readiness: 200 only while the sidecar is
 //! registered with the control plane, its upstream server is connected and
-//! it is not shutting down; otherwise 503 with the reason).
+//! it is not shutting down; otherwise 503 with the reason). `/metrics`
+//! also reads the process's runtime at each scrape
+//! (`switchyard_sidecar_runtime_alive_tasks`).
 
 use crate::upstream::Upstream;
 use axum::Router;
@@ -61,18 +63,34 @@ impl Health {
 struct AppState {
     health: Arc<Health>,
     registry: prometheus::Registry,
+    alive_tasks: prometheus::IntGauge,
 }
 
-/// The router serving `/metrics`, `/healthz` and `/readyz`.
-pub fn router(health: Arc<Health>, registry: prometheus::Registry) -> Router {
-    Router::new()
+/// The router serving `/metrics`, `/healthz` and `/readyz`. Registers the
+/// runtime gauge in `registry`; errors: a metric of that name is already
+/// registered.
+pub fn router(health: Arc<Health>, registry: prometheus::Registry) -> prometheus::Result<Router> {
+    let alive_tasks = prometheus::IntGauge::new(
+        "switchyard_sidecar_runtime_alive_tasks",
+        "Tasks alive in the sidecar's tokio runtime (spawned and not yet finished), read at scrape time.",
+    )?;
+    registry.register(Box::new(alive_tasks.clone()))?;
+    Ok(Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .with_state(AppState { health, registry })
+        .with_state(AppState {
+            health,
+            registry,
+            alive_tasks,
+        }))
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let alive = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    state.alive_tasks.set(alive as i64);
     match prometheus::TextEncoder::new().encode_to_string(&state.registry.gather()) {
         Ok(body) => (
             StatusCode::OK,

@@ -9,7 +9,9 @@
 //! used least recently with no call in flight is closed; if every one is
 //! busy, the call uses the shared connection (where attribution may then
 //! decline). A connection idle for [`IDLE_AFTER`] is closed (HTTP DELETE of
-//! its MCP session).
+//! its MCP session), and so is the connection of a session the control
+//! plane says was deleted ([`SessionPool::end_session`]), as soon as no
+//! call of it runs.
 
 use crate::upstream::{Era, TransportConfig, Upstream};
 use std::collections::HashMap;
@@ -43,6 +45,8 @@ struct Entry {
     upstream: Upstream,
     active: usize,
     last_used: Instant,
+    /// The engine session was deleted: closed when its last call ends.
+    ended: bool,
 }
 
 /// The connection a call uses; keeps it from being evicted until dropped.
@@ -65,9 +69,16 @@ impl Drop for Lease {
             return;
         };
         let Some(pool) = pool.upgrade() else { return };
-        if let Some(e) = pool.lock().get_mut(session) {
-            e.active = e.active.saturating_sub(1);
-            e.last_used = Instant::now();
+        let mut entries = pool.lock();
+        let Some(e) = entries.get_mut(session) else {
+            return;
+        };
+        e.active = e.active.saturating_sub(1);
+        e.last_used = Instant::now();
+        if e.active == 0 && e.ended {
+            let closing = entries.remove(session).map(|e| e.upstream);
+            drop(entries);
+            close_later(closing.into_iter().collect());
         }
     }
 }
@@ -185,6 +196,7 @@ impl SessionPool {
                                 upstream: u.clone(),
                                 active: 1,
                                 last_used: Instant::now(),
+                                ended: false,
                             },
                         );
                         Some(u)
@@ -204,6 +216,21 @@ impl SessionPool {
                 slot: Some((Arc::downgrade(&self.inner), session_id.to_owned())),
             },
             None => shared(),
+        }
+    }
+
+    /// Engine session `session_id` was deleted: its connection, if any, is
+    /// closed now, or when its last call in flight ends.
+    pub fn end_session(&self, session_id: &str) {
+        let mut entries = self.inner.lock();
+        let Some(e) = entries.get_mut(session_id) else {
+            return;
+        };
+        e.ended = true;
+        if e.active == 0 {
+            let closing = entries.remove(session_id).map(|e| e.upstream);
+            drop(entries);
+            close_later(closing.into_iter().collect());
         }
     }
 

@@ -46,6 +46,7 @@ pub async fn serve(
 
 async fn metrics(State(cp): State<Arc<ControlPlane>>) -> impl IntoResponse {
     cp.metrics.observe_state(&cp.state.snapshot().gauges());
+    cp.metrics.observe_process(cp.state.store_keys());
     let families = cp.metrics.registry().gather();
     match prometheus::TextEncoder::new().encode_to_string(&families) {
         Ok(body) => (

@@ -3,7 +3,12 @@
 //! stream ends (the sidecar stopped, crashed or lost its connection), the
 //! lease is revoked at once; if this replica dies instead, the lease
 //! expires within its TTL. Either way the server is marked down and calls
-//! to it fail fast. `Interact` and `CompleteInteraction` carry a server's
+//! to it fail fast. A store outage (an etcd election, a timeout) does not
+//! drop a live sidecar: a failed keep-alive is tried again at the next
+//! ticks, and a report the store could not take is tried again, within the
+//! lease TTL; only a lease that is gone (not found, or not renewed for a
+//! whole TTL) ends the stream, without a revoke, and the sidecar registers
+//! again. `Interact` and `CompleteInteraction` carry a server's
 //! elicitations to the session's user ([`crate::interactions`]).
 //! `UpdateBackgroundCall` stores a background call's changes, and the
 //! report stream carries `adopt` messages for the tasks a sidecar is to
@@ -19,14 +24,16 @@ use crate::api::engine::registry_status;
 use crate::auth::check_server;
 use crate::call::route::DRAINING;
 use crate::model::{SidecarRecord, now_ms, sidecar_key};
+use crate::registry::RegistryError;
 use crate::state::Change;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use serde_json::Value;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_proto::v1 as pb;
 use switchyard_proto::v1::sidecar_registry_server::SidecarRegistry;
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -255,8 +262,17 @@ impl SidecarRegistry for SidecarApi {
             let _adoption = cp
                 .background
                 .register_stream(&server, &hello.sidecar_id, tx.clone());
-            let mut keepalive = tokio::time::interval((ttl / 3).max(Duration::from_millis(500)));
+            let period = (ttl / 3).max(Duration::from_millis(500));
+            let mut keepalive = tokio::time::interval(period);
+            keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             keepalive.tick().await;
+            // The lease was granted or renewed at most this long ago.
+            let mut kept_alive_at = Instant::now();
+            // A report the store could not take yet, tried again.
+            let mut pending: Option<Pending> = None;
+            // Whether the registration goes when the loop ends: not when
+            // its lease is already gone or the store is out of reach.
+            let mut revoke = true;
             // Push the effective hints now and whenever they change.
             let mut changes = cp.state.subscribe();
             let mut pushed = tool_settings(&cp.state.snapshot(), &server);
@@ -276,6 +292,19 @@ impl SidecarRegistry for SidecarApi {
             loop {
                 tokio::select! {
                     change = changes.recv() => {
+                        // A deleted session's upstream connection is closed
+                        // by every sidecar that keeps one.
+                        if let Ok(Change::SessionDeleted(session_id)) = &change {
+                            let ended = pb::ControlMessage {
+                                message: Some(pb::control_message::Message::SessionEnded(
+                                    pb::SessionEnded { session_id: session_id.clone() },
+                                )),
+                            };
+                            if tx.send(Ok(ended)).await.is_err() {
+                                break;
+                            }
+                            continue;
+                        }
                         let relevant = match &change {
                             Ok(Change::ToolsChanged { server: s, .. })
                             | Ok(Change::ToolSettingsChanged { server: s }) => *s == server,
@@ -292,12 +321,23 @@ impl SidecarRegistry for SidecarApi {
                             }
                         }
                     }
-                    msg = inbound.message() => match msg {
+                    // While a report waits for the store, the next ones wait
+                    // in the stream (in order, and HTTP/2 flow control
+                    // holds the sidecar back).
+                    msg = inbound.message(), if pending.is_none() => match msg {
                         Ok(Some(report)) => {
-                            if let Err(e) = handle_report(&cp, &server, &mut record, lease, report).await {
-                                tracing::warn!(%server, sidecar = %hello.sidecar_id, error = %e, "bad report from sidecar");
-                                let _ = tx.send(Err(e)).await;
-                                break;
+                            let outcome = handle_report(&cp, &server, &mut record, lease, &report).await;
+                            match settle(outcome, &server, &hello.sidecar_id, None, ttl) {
+                                Next::Done => {}
+                                Next::Retry(delay) => {
+                                    let now = Instant::now();
+                                    pending = Some(Pending { report, since: now, delay, at: now + delay });
+                                }
+                                Next::End { status, revoke: r } => {
+                                    revoke = r;
+                                    let _ = tx.send(Err(status)).await;
+                                    break;
+                                }
                             }
                         }
                         Ok(None) => break,
@@ -306,12 +346,54 @@ impl SidecarRegistry for SidecarApi {
                             break;
                         }
                     },
+                    _ = tokio::time::sleep_until(pending.as_ref().map_or_else(Instant::now, |p| p.at)), if pending.is_some() => {
+                        let Some(p) = pending.take() else { continue };
+                        let outcome = handle_report(&cp, &server, &mut record, lease, &p.report).await;
+                        match settle(outcome, &server, &hello.sidecar_id, Some(p.since), ttl) {
+                            Next::Done => {
+                                tracing::info!(%server, sidecar = %hello.sidecar_id, "the store took the report on a later try");
+                            }
+                            Next::Retry(_) => {
+                                let delay = (p.delay * 2).min(period);
+                                pending = Some(Pending { delay, at: Instant::now() + delay, ..p });
+                            }
+                            Next::End { status, revoke: r } => {
+                                revoke = r;
+                                let _ = tx.send(Err(status)).await;
+                                break;
+                            }
+                        }
+                    }
                     _ = keepalive.tick() => {
-                        if let Err(e) = cp.registry.keep_alive(lease).await {
-                            tracing::warn!(%server, sidecar = %hello.sidecar_id, error = %e, "lease keep-alive failed; closing the stream");
-                            let _ = tx.send(Err(Status::unavailable(format!("lease lost: {e}")))).await;
+                        // One attempt takes at most a tick, so a slow store
+                        // cannot hold the next one back past the lease.
+                        let error = match tokio::time::timeout(period, cp.registry.keep_alive(lease)).await {
+                            Ok(Ok(())) => {
+                                kept_alive_at = Instant::now();
+                                continue;
+                            }
+                            Ok(Err(e)) if lease_gone(&e) => {
+                                // The lease expired or was revoked: the
+                                // sidecar registers again (a new lease).
+                                tracing::warn!(%server, sidecar = %hello.sidecar_id, error = %e, "sidecar lease gone; closing the stream so that it registers again");
+                                let _ = tx.send(Err(Status::unavailable(format!("lease lost: {e}")))).await;
+                                revoke = false;
+                                break;
+                            }
+                            Ok(Err(e)) => e.to_string(),
+                            Err(_) => format!("store: keep_alive lease {}: no answer within {period:?}", lease.0),
+                        };
+                        if kept_alive_at.elapsed() >= ttl {
+                            // No renewal for a whole TTL: as far as this
+                            // replica can tell, the lease has expired.
+                            tracing::warn!(%server, sidecar = %hello.sidecar_id, %error, "no lease keep-alive succeeded for the lease TTL; closing the stream so that the sidecar registers again");
+                            let _ = tx.send(Err(Status::unavailable(format!("lease lost: not renewed for {ttl:?}: {error}")))).await;
+                            revoke = false;
                             break;
                         }
+                        // A store outage (an etcd election, a timeout): the
+                        // lease may well be alive; the next tick tries again.
+                        tracing::warn!(%server, sidecar = %hello.sidecar_id, %error, "lease keep-alive failed; trying again at the next tick");
                     }
                     _ = tx.closed() => break,
                     _ = cp.shutdown.cancelled() => {
@@ -322,6 +404,11 @@ impl SidecarRegistry for SidecarApi {
                         return;
                     }
                 }
+            }
+            if !revoke {
+                // Its lease is gone, or the store could not be reached
+                // for a TTL: the registration is left to its lease.
+                return;
             }
             tracing::info!(%server, sidecar = %hello.sidecar_id, "sidecar gone; revoking its registration");
             if let Err(e) = cp.registry.revoke(lease).await {
@@ -358,20 +445,130 @@ fn settings_message(settings: pb::ToolSettings) -> pb::ControlMessage {
     }
 }
 
+/// A report the store could not take yet: tried again after `delay`
+/// (doubling up to the keep-alive period), until the lease TTL has passed
+/// since its first try.
+struct Pending {
+    report: pb::SidecarReport,
+    since: Instant,
+    delay: Duration,
+    at: Instant,
+}
+
+/// Why a report was not taken.
+#[derive(Debug)]
+enum ReportError {
+    /// The report is wrong (or names what is not there): the stream ends
+    /// with this status and the registration goes.
+    Bad(Status),
+    /// The store could not take it now (unreachable, timed out, an etcd
+    /// election, contention): the report is tried again.
+    Unavailable(RegistryError),
+    /// The registration's lease is gone (expired or revoked): the stream
+    /// ends and the sidecar registers again.
+    LeaseGone(RegistryError),
+}
+
+impl From<Status> for ReportError {
+    fn from(status: Status) -> Self {
+        ReportError::Bad(status)
+    }
+}
+
+impl From<RegistryError> for ReportError {
+    fn from(e: RegistryError) -> Self {
+        match &e {
+            _ if lease_gone(&e) => ReportError::LeaseGone(e),
+            RegistryError::Store(StoreError::InvalidArgument { .. }) => {
+                ReportError::Bad(registry_status(e))
+            }
+            RegistryError::Store(_) | RegistryError::Contention(_) => ReportError::Unavailable(e),
+            _ => ReportError::Bad(registry_status(e)),
+        }
+    }
+}
+
+/// Whether `e` says the lease no longer exists.
+fn lease_gone(e: &RegistryError) -> bool {
+    matches!(e, RegistryError::Store(StoreError::LeaseNotFound { .. }))
+}
+
+/// What the report stream does after a report was handled.
+enum Next {
+    /// Taken.
+    Done,
+    /// Try the report again after this delay.
+    Retry(Duration),
+    /// End the stream with `status`; `revoke`: drop the registration.
+    End { status: Status, revoke: bool },
+}
+
+/// Decides what follows a report's `outcome`, logging it. `since`: when
+/// the report was first tried, for a retry.
+///
+/// Retry: a report the store could not take is tried again, within the
+/// lease TTL from its first try. This is safe because every report is a
+/// whole state (a status, a catalogue snapshot) written by put or
+/// compare-and-swap, so writing it twice stores the same; and the stream
+/// reads no later report meanwhile, so they stay in order. Past the TTL
+/// the stream ends without revoking the lease (the store is out of reach
+/// anyway) and the sidecar registers again.
+fn settle(
+    outcome: Result<(), ReportError>,
+    server: &str,
+    sidecar: &str,
+    since: Option<Instant>,
+    ttl: Duration,
+) -> Next {
+    match outcome {
+        Ok(()) => Next::Done,
+        Err(ReportError::Bad(status)) => {
+            tracing::warn!(%server, %sidecar, error = %status, "bad report from sidecar");
+            Next::End {
+                status,
+                revoke: true,
+            }
+        }
+        Err(ReportError::LeaseGone(e)) => {
+            tracing::warn!(%server, %sidecar, error = %e, "sidecar lease gone; closing the stream so that it registers again");
+            Next::End {
+                status: Status::unavailable(format!("lease lost: {e}")),
+                revoke: false,
+            }
+        }
+        Err(ReportError::Unavailable(e)) => {
+            let since = since.unwrap_or_else(Instant::now);
+            if since.elapsed() >= ttl {
+                tracing::warn!(%server, %sidecar, error = %e, "the store did not take the report within the lease TTL; closing the stream");
+                return Next::End {
+                    status: registry_status(e),
+                    revoke: false,
+                };
+            }
+            tracing::warn!(%server, %sidecar, error = %e, "the store did not take the report; trying again");
+            Next::Retry(FIRST_RETRY)
+        }
+    }
+}
+
+/// The first delay before a report is tried again.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+
 async fn handle_report(
     cp: &ControlPlane,
     server: &str,
     record: &mut SidecarRecord,
     lease: crate::store::LeaseId,
-    report: pb::SidecarReport,
-) -> Result<(), Status> {
-    match report.report {
+    report: &pb::SidecarReport,
+) -> Result<(), ReportError> {
+    match &report.report {
         Some(pb::sidecar_report::Report::Catalogue(c)) => {
             if c.server != server {
                 return Err(Status::invalid_argument(format!(
                     "catalogue.server {:?} is not this stream's server {server:?}",
                     c.server
-                )));
+                ))
+                .into());
             }
             let tools = c
                 .tools_json
@@ -385,44 +582,53 @@ async fn handle_report(
                 if !t.is_object() || name.is_empty() {
                     return Err(Status::invalid_argument(format!(
                         "catalogue.tools_json[{i}]: a tool definition is an object with a non-empty string `name`"
-                    )));
+                    )).into());
                 }
                 if !names.insert(name) {
                     return Err(Status::invalid_argument(format!(
                         "catalogue.tools_json[{i}]: tool name {name:?} appears twice"
-                    )));
+                    ))
+                    .into());
                 }
             }
             let capabilities = parse_json("catalogue.capabilities_json", &c.capabilities_json)?;
             if !(capabilities.is_object() || capabilities.is_null()) {
                 return Err(Status::invalid_argument(
                     "catalogue.capabilities_json: must be a JSON object",
-                ));
+                )
+                .into());
             }
             let server_info = parse_json("catalogue.server_info_json", &c.server_info_json)?;
             if !(server_info.is_object() || server_info.is_null()) {
                 return Err(Status::invalid_argument(
                     "catalogue.server_info_json: must be a JSON object",
-                ));
+                )
+                .into());
             }
             // A catalogue means the upstream is connected, unless the
             // sidecar already said it is draining (shutting down): that
             // state stays until the stream ends. Recorded before the
             // catalogue, so an engine woken by the catalogue's
             // `tools.changed` finds the server's tools offered.
+            // The record changes once stored: a report tried again writes
+            // it again.
             if record.upstream_state != "connected" && record.upstream_state != DRAINING {
-                record.upstream_state = "connected".into();
-                record.last_error.clear();
-                cp.registry
-                    .update_sidecar(record, lease)
-                    .await
-                    .map_err(registry_status)?;
+                let mut connected = record.clone();
+                connected.upstream_state = "connected".into();
+                connected.last_error.clear();
+                cp.registry.update_sidecar(&connected, lease).await?;
+                *record = connected;
             }
             let changed = cp
                 .registry
-                .update_catalogue(server, tools, capabilities, server_info, c.protocol_version)
-                .await
-                .map_err(registry_status)?;
+                .update_catalogue(
+                    server,
+                    tools,
+                    capabilities,
+                    server_info,
+                    c.protocol_version.clone(),
+                )
+                .await?;
             tracing::info!(%server, changed, "catalogue received");
             // Stage E: the server's resources, templates and prompts.
             let lists = [
@@ -437,11 +643,8 @@ async fn handle_report(
             ];
             let had = cp.state.snapshot().resource_catalogues.contains_key(server);
             if had || lists.iter().any(|l| !l.is_empty()) {
-                let (resources, prompts) = cp
-                    .registry
-                    .update_resource_catalogue(server, lists)
-                    .await
-                    .map_err(registry_status)?;
+                let (resources, prompts) =
+                    cp.registry.update_resource_catalogue(server, lists).await?;
                 tracing::info!(%server, resources_changed = resources, prompts_changed = prompts, "resources and prompts received");
             }
         }
@@ -451,20 +654,17 @@ async fn handle_report(
                 .await;
         }
         Some(pb::sidecar_report::Report::Status(s)) => {
-            if s.state == DRAINING && record.upstream_state != DRAINING {
+            let mut next = record.clone();
+            next.upstream_state = s.state.clone();
+            next.last_error = bounded(s.last_error.clone(), MAX_LAST_ERROR_BYTES);
+            cp.registry.update_sidecar(&next, lease).await?;
+            if next.upstream_state == DRAINING && record.upstream_state != DRAINING {
                 tracing::info!(%server, sidecar = %record.sidecar_id, "sidecar draining; routing new calls elsewhere");
             }
-            record.upstream_state = s.state;
-            record.last_error = bounded(s.last_error, MAX_LAST_ERROR_BYTES);
-            cp.registry
-                .update_sidecar(record, lease)
-                .await
-                .map_err(registry_status)?;
+            *record = next;
         }
         Some(pb::sidecar_report::Report::Hello(_)) => {
-            return Err(Status::invalid_argument(
-                "hello may only be the first message",
-            ));
+            return Err(Status::invalid_argument("hello may only be the first message").into());
         }
         None => {}
     }

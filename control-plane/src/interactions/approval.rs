@@ -81,7 +81,9 @@ impl Interactions {
     /// `limits.interactionTimeoutSec`. Deny, cancel, timeout or a failure
     /// mean the call must not go ahead; [`ApprovalOutcome::message`] says
     /// why. If the returned future is dropped first (the engine's call
-    /// ended), the approval is cancelled.
+    /// ended), the approval is cancelled; if this replica dies while it
+    /// waits, the other replicas cancel it once its liveness key is gone
+    /// (see `replica`).
     pub async fn request_approval(
         &self,
         session: &str,
@@ -112,6 +114,7 @@ impl Interactions {
             url_domain: String::new(),
             elicitation_id: String::new(),
             key: String::new(),
+            waiter: self.replica.to_string(),
             status: Status::Open,
             outcome: None,
             reason: String::new(),

@@ -26,6 +26,13 @@
 //!   [`SWEEP_EVERY`] for expired ones, so a dead replica cannot leave one open.
 //! - **Session deleted.** Its pending interactions are cancelled (by the
 //!   replica deleting it, and by the sweeper for whatever that one missed).
+//! - **Call ended.** An approval whose engine call ends first is cancelled
+//!   (reason `call_ended`) by the replica running the call. An approval
+//!   names that replica (`waiter`), which holds a leased liveness key
+//!   (`replica`); when the replica dies, the key goes within the lease TTL
+//!   and the sweeper of any replica cancels the approval the same way, so
+//!   an answer is refused instead of approving a call that no longer waits.
+//!   A server's questions (its sidecar waits) have no waiter.
 //! - **Kept.** A resolved record is kept for [`KEEP_RESOLVED`] (attached to a
 //!   store lease), then it vanishes. Open ones have no lease.
 //!
@@ -36,6 +43,7 @@ pub mod form;
 
 mod approval;
 mod machine;
+mod replica;
 mod request;
 #[cfg(test)]
 mod tests;
@@ -144,6 +152,9 @@ pub struct Interactions {
     timeout: Duration,
     shutdown: CancellationToken,
     lease: Arc<tokio::sync::Mutex<Option<(LeaseId, Instant)>>>,
+    /// This replica's id: the `waiter` of its approvals (see `replica`).
+    replica: Arc<str>,
+    started_at_ms: i64,
 }
 
 impl Interactions {
@@ -166,6 +177,8 @@ impl Interactions {
             timeout,
             shutdown,
             lease: Arc::default(),
+            replica: switchyard_common::ids::new_id().into(),
+            started_at_ms: now_ms(),
         }
     }
 
@@ -635,12 +648,15 @@ impl Interactions {
     }
 
     /// One sweep: resolves every pending interaction that expired (as
-    /// `timeout`) or whose session is gone (as `cancel`). Returns how many
-    /// this replica resolved.
+    /// `timeout`) or whose session is gone (as `cancel`), and every open
+    /// approval whose waiting replica is gone (its liveness key expired:
+    /// as `cancel`, reason `call_ended`). Returns how many this replica
+    /// resolved.
     pub async fn sweep(&self) -> usize {
         let snap = self.state.snapshot();
         let now = now_ms();
         let mut todo = Vec::new();
+        let mut waited = Vec::new();
         for (session, m) in &snap.interactions {
             let gone = !snap.sessions.contains_key(session);
             for r in m.values().filter(|r| r.is_pending()) {
@@ -648,6 +664,26 @@ impl Interactions {
                     todo.push((r.clone(), Outcome::Cancel, reason::SESSION_DELETED));
                 } else if r.expires_at_ms <= now {
                     todo.push((r.clone(), Outcome::Timeout, reason::TIMEOUT));
+                } else if r.status == Status::Open
+                    && !r.waiter.is_empty()
+                    && *r.waiter != *self.replica
+                {
+                    waited.push(r.clone());
+                }
+            }
+        }
+        // Another replica's approvals: read which replicas are alive only
+        // when there are some. A store that does not answer closes nothing.
+        if !waited.is_empty() {
+            match self.live_replicas().await {
+                Ok(live) => {
+                    for r in waited.into_iter().filter(|r| !live.contains(&r.waiter)) {
+                        tracing::info!(session = %r.session_id, interaction = %r.id, waiter = %r.waiter, "the replica whose call waited on this approval is gone; cancelling it");
+                        todo.push((r, Outcome::Cancel, reason::CALL_ENDED));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing the live replicas failed; their approvals are checked at the next sweep");
                 }
             }
         }

@@ -123,6 +123,7 @@ pub fn record_from_request(
         url_domain: String::new(),
         elicitation_id: String::new(),
         key: r.key.clone(),
+        waiter: String::new(),
         status: Status::Open,
         outcome: None,
         reason: String::new(),

@@ -379,3 +379,106 @@ fn roots_questions_take_root_objects_only() {
     let declined = apply_answer(&rec, Action::Decline, &Value::Null, 2_000).unwrap();
     assert_eq!(declined.elicit_result(), json!({"action": "decline"}));
 }
+
+/// Two replicas' interactions over one embedded store; the session `s1`.
+async fn two_replicas(dir: &std::path::Path) -> (Interactions, Interactions) {
+    use crate::store::{EmbeddedConfig, StoreConfig};
+    let store = Metered::new(
+        AnyStore::open(StoreConfig::Embedded(EmbeddedConfig::new(
+            dir.join("s.redb"),
+        )))
+        .await
+        .unwrap(),
+        Metrics::new(),
+    );
+    let session = SessionRecord {
+        id: "s1".into(),
+        enabled_servers: vec!["orders".into()],
+        permission_mode: Default::default(),
+        roots: vec![],
+        created_at_ms: 0,
+        updated_at_ms: 0,
+        owner: String::new(),
+    };
+    store
+        .put(
+            &session_key("s1"),
+            serde_json::to_vec(&session).unwrap(),
+            None,
+        )
+        .await
+        .unwrap();
+    let one = || async {
+        Interactions::new(
+            store.clone(),
+            State::start(store.clone()).await.unwrap(),
+            Metrics::new(),
+            Arc::new(Audit::to_log()),
+            T,
+            CancellationToken::new(),
+        )
+    };
+    (one().await, one().await)
+}
+
+fn waited_on(id: &str, waiter: &str) -> InteractionRecord {
+    InteractionRecord {
+        id: id.into(),
+        waiter: waiter.into(),
+        created_at_ms: now_ms(),
+        expires_at_ms: now_ms() + 600_000,
+        ..approval()
+    }
+}
+
+#[tokio::test]
+async fn the_sweeper_cancels_the_approvals_whose_replica_is_gone_and_only_those() {
+    let dir = tempfile::tempdir().unwrap();
+    let (this, other) = two_replicas(dir.path()).await;
+    let lease = other
+        .register_replica(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let form = InteractionRecord {
+        created_at_ms: now_ms(),
+        expires_at_ms: now_ms() + 600_000,
+        ..record_from_request(&form_request("form"), 0, T).unwrap()
+    };
+    for rec in [
+        waited_on("of-other", other.replica_id()),
+        waited_on("of-a-dead-one", "dead"),
+        // This replica's own: it is alive, whatever its key says.
+        waited_on("of-this", this.replica_id()),
+        form,
+    ] {
+        this.create(rec).await.unwrap();
+    }
+    let status = |id: &'static str| {
+        let this = this.clone();
+        async move { this.read("s1", id).await.unwrap().unwrap().0 }
+    };
+
+    assert_eq!(this.sweep().await, 1);
+    let dead = status("of-a-dead-one").await;
+    assert_eq!(dead.status, Status::Resolved);
+    assert_eq!(dead.outcome, Some(Outcome::Cancel));
+    assert_eq!(dead.reason, reason::CALL_ENDED);
+    for id in ["of-other", "of-this", "form"] {
+        assert_eq!(status(id).await.status, Status::Open, "{id}");
+    }
+
+    // The other replica's key goes (its lease ends): its approval is
+    // cancelled, and an answer to it refused.
+    other.store.revoke(lease).await.unwrap();
+    assert_eq!(this.sweep().await, 1);
+    assert_eq!(status("of-other").await.reason, reason::CALL_ENDED);
+    let refused = this.answer("s1", "of-other", "approve", "").await;
+    assert!(
+        matches!(refused, Err(InteractionError::Precondition(_))),
+        "{refused:?}"
+    );
+    for id in ["of-this", "form"] {
+        assert_eq!(status(id).await.status, Status::Open, "{id}");
+    }
+    assert_eq!(this.sweep().await, 0);
+}

@@ -466,6 +466,7 @@ mod tests {
             url_domain: String::new(),
             elicitation_id: String::new(),
             key: key.into(),
+            waiter: String::new(),
             status: Status::Open,
             outcome: None,
             reason: String::new(),

@@ -174,7 +174,8 @@ pub mod reason {
     pub const TIMEOUT: &str = "timeout";
     /// The session was deleted.
     pub const SESSION_DELETED: &str = "session_deleted";
-    /// The engine call waiting for an approval ended first.
+    /// The engine call waiting for an approval ended first (or the
+    /// replica it waited on is gone).
     pub const CALL_ENDED: &str = "call_ended";
     /// url: the server sent `notifications/elicitation/complete`.
     pub const COMPLETED: &str = "completed";
@@ -220,6 +221,13 @@ pub struct InteractionRecord {
     /// `inputRequests` key); empty for a 2025-11-25 server's request.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub key: String,
+    /// approval: the id of the replica whose call waits for the answer
+    /// (its liveness key is `replicas/<id>`, [`crate::model::replica`]);
+    /// once that key is gone, the approval is cancelled with reason
+    /// `call_ended`. Empty for a server's question (its sidecar waits, and
+    /// asks again elsewhere when its replica goes away).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub waiter: String,
     /// Status.
     pub status: Status,
     /// The outcome once answered (also set for an `accepted` URL).
@@ -255,6 +263,7 @@ impl PartialEq for InteractionRecord {
             && self.url_domain == o.url_domain
             && self.elicitation_id == o.elicitation_id
             && self.key == o.key
+            && self.waiter == o.waiter
             && self.status == o.status
             && self.outcome == o.outcome
             && self.reason == o.reason

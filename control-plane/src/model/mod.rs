@@ -19,6 +19,7 @@
 //! | `mcp-state-keys` | [`mrtr::StateKeyRing`] (the keys that seal the MCP endpoint's `requestState`s) | rotated daily |
 //! | `mcp-spent/<nonce>` | empty (a spent `requestState`) | leased: the state's lifetime |
 //! | `mcp-outcomes/<run>` | [`mrtr::OutcomeRecord`] (a call that asked its 2026-07-28 client) | leased: `limits.interactionTimeoutSec` |
+//! | `replicas/<id>` | [`replica::ReplicaRecord`] (a running replica, for the approvals its calls wait on) | leased: `control_plane.sidecar_lease_ttl_sec`, renewed by the replica |
 //!
 //! Every stored record is here, and the principal ([`principal`]): the
 //! modules that read and write them (`state`, `registry`, `background`,
@@ -29,6 +30,7 @@ pub mod interaction;
 pub mod mcp_session;
 pub mod mrtr;
 pub mod principal;
+pub mod replica;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

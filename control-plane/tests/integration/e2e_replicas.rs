@@ -14,6 +14,12 @@
 //! asked through the first; a 2025-11-25 client's session opened on one
 //! replica is served by the other, and its answer to a question on its
 //! stream, POSTed to the other replica, reaches the call.
+//!
+//! An approval card whose call waits on a replica that is killed is closed
+//! (`cancel`) by the other replica once the dead one's liveness lease has
+//! expired, and an answer to it is refused; the other replica's own cards,
+//! and a sidecar's question, stay open, also while it is frozen (SIGSTOP)
+//! for less than its lease.
 
 use crate::common::*;
 use std::path::Path;
@@ -503,4 +509,243 @@ async fn mcp_clients_are_served_by_any_replica() {
         result["result"]["structuredContent"]["content"]["carrier"], "ups",
         "{result}"
     );
+}
+
+/// A session enabling `servers` in `mode`, created through `endpoint`.
+async fn session_in(endpoint: &str, servers: &[&str], mode: pb::PermissionMode) -> String {
+    engine(endpoint)
+        .await
+        .expect("engine")
+        .create_session(pb::CreateSessionRequest {
+            enabled_servers: servers.iter().map(|s| s.to_string()).collect(),
+            permission_mode: mode as i32,
+            roots: vec![],
+        })
+        .await
+        .expect("CreateSession")
+        .into_inner()
+        .id
+}
+
+/// The session's interactions (resolved ones too) seen through `endpoint`,
+/// by run id.
+async fn cards_by_run(
+    endpoint: &str,
+    session: &str,
+) -> Result<std::collections::HashMap<String, pb::Interaction>, String> {
+    let listed = engine(endpoint)
+        .await?
+        .list_interactions(pb::ListInteractionsRequest {
+            session_id: session.to_owned(),
+            include_resolved: true,
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    Ok(listed
+        .interactions
+        .into_iter()
+        .map(|i| (i.run_id.clone(), i))
+        .collect())
+}
+
+/// Waits until the card of `run` in `session` is listed through `endpoint`
+/// and satisfies `ok`; returns it.
+async fn wait_card(
+    endpoint: &str,
+    session: &str,
+    run: &str,
+    what: &str,
+    limit: Duration,
+    ok: fn(&pb::Interaction) -> bool,
+) -> pb::Interaction {
+    eventually(
+        &format!("the card of {run}: {what}"),
+        limit,
+        || async move {
+            match cards_by_run(endpoint, session).await?.remove(run) {
+                Some(card) if ok(&card) => Ok(card),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+async fn answer(
+    endpoint: &str,
+    session: &str,
+    id: &str,
+    action: &str,
+    content_json: &str,
+) -> Result<pb::Interaction, tonic::Status> {
+    engine(endpoint)
+        .await
+        .expect("engine")
+        .answer_interaction(pb::AnswerInteractionRequest {
+            session_id: session.to_owned(),
+            interaction_id: id.to_owned(),
+            action: action.to_owned(),
+            content_json: content_json.to_owned(),
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// Issue 18, the replica-death case: an approval card whose call waits on
+/// a replica that is killed (SIGKILL) is closed by the surviving replica
+/// (`cancel`) once the dead replica's liveness lease expires, and an answer
+/// to it is refused; nothing runs. The surviving replica's own approval
+/// card, and a server's question relayed by a sidecar, stay open and are
+/// answered normally; a replica frozen (SIGSTOP) for less than its lease
+/// TTL keeps its card.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_card_is_closed_when_the_replica_its_call_waits_on_dies() {
+    // Long enough that freezing B below (longer than a sweep) stays well
+    // within it, even on a slow machine.
+    const TTL: u64 = 10;
+    const FROZEN: Duration = Duration::from_secs(3);
+    let _heavy = HEAVY.lock().await;
+    switchyard_test_support::init_tracing();
+    let etcd = start_etcd().await;
+    let dir = tempfile::Builder::new()
+        .prefix("switchyard-e2e-replicas-cards-")
+        .tempdir()
+        .expect("temp dir");
+    let reference = toml_str(reference_server_bin().to_string_lossy());
+    let shop_args = "\"--interactions\", \"--era\", \"2025-11-25\"";
+    let servers = format!(
+        "\n[[servers]]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = {reference}\nargs = [\"--era\", \"2026-07-28\"]\n\
+         \n[[servers]]\nname = \"shop\"\ntransport = \"stdio\"\ncommand = {reference}\nargs = [{shop_args}]\n"
+    );
+    let store = StoreKind::Etcd(etcd.url.clone());
+    let mut configs = Vec::new();
+    for name in ["a", "b"] {
+        let (text, _, _) = config_text(dir.path(), &store, TTL, &servers);
+        let path = dir.path().join(format!("replica-{name}.toml"));
+        std::fs::write(&path, text).expect("write the config");
+        configs.push(path);
+    }
+    let (mut replica_a, a) = replica("replica-a", dir.path(), &configs[0]).await;
+    let (replica_b, b) = replica("replica-b", dir.path(), &configs[1]).await;
+    // Both sidecars register with B, which survives.
+    let _orders = sidecar("orders-via-b", dir.path(), &b).await;
+    let _shop = sidecar_for("shop-via-b", dir.path(), &b, "shop", shop_args).await;
+    wait_sidecars(&a, &["orders-via-b"], LIMIT).await;
+    for endpoint in [&a, &b] {
+        let endpoint = endpoint.clone();
+        eventually("the shop sidecar through both replicas", LIMIT, || {
+            let endpoint = endpoint.clone();
+            async move { server_sidecars(&endpoint, "shop").await.map(|_| ()) }
+        })
+        .await;
+    }
+    let ask = session_in(&b, &["orders"], pb::PermissionMode::Ask).await;
+    let auto = session_in(&b, &["shop"], pb::PermissionMode::Auto).await;
+
+    // ---- two approvals, one waiting on each replica; a server's question
+    // (a form relayed by the shop's sidecar) through B.
+    let create_order = |endpoint: &str, run: &str| {
+        let (endpoint, run, session) = (endpoint.to_owned(), run.to_owned(), ask.clone());
+        tokio::spawn(async move {
+            let mut request = call_request(
+                "orders__create_order",
+                r#"{"customer_id":"C-1","items":[{"sku":"CABLE","quantity":1}]}"#,
+                &session,
+            );
+            request.run_id = run;
+            engine(&endpoint)
+                .await
+                .expect("engine")
+                .call_tool(request)
+                .await
+        })
+    };
+    let call_a = create_order(&a, "run-a");
+    let call_b = create_order(&b, "run-b");
+    let call_form = {
+        let (b, session) = (b.clone(), auto.clone());
+        tokio::spawn(async move {
+            let mut request = call_request("shop__confirm_order_form", "{}", &session);
+            request.run_id = "run-form".into();
+            engine(&b).await.expect("engine").call_tool(request).await
+        })
+    };
+    let open = |c: &pb::Interaction| c.status == "open";
+    let card_a = wait_card(&b, &ask, "run-a", "open", LIMIT, open).await;
+    let card_b = wait_card(&b, &ask, "run-b", "open", LIMIT, open).await;
+    let form = wait_card(&b, &auto, "run-form", "open", LIMIT, open).await;
+    assert_eq!(card_a.kind, "approval", "{card_a:?}");
+    assert_eq!(form.kind, "form", "{form:?}");
+
+    // ---- B frozen for longer than a sweep but less than its lease: A's
+    // sweeper leaves B's card alone.
+    signal(replica_b.pid, nix::sys::signal::Signal::SIGSTOP);
+    // The fault's duration, not an ordering wait.
+    tokio::time::sleep(FROZEN).await;
+    signal(replica_b.pid, nix::sys::signal::Signal::SIGCONT);
+
+    // ---- A dies: its call fails with the connection, and B closes the
+    // card that call waited on once A's lease has expired.
+    signal(replica_a.pid, nix::sys::signal::Signal::SIGKILL);
+    let _ = tokio::time::timeout(LIMIT, replica_a.child.wait()).await;
+    let ended = tokio::time::timeout(LIMIT, call_a)
+        .await
+        .expect("the call through A ends")
+        .expect("task");
+    assert!(ended.is_err(), "the call through A: {ended:?}");
+    let closed = wait_card(
+        &b,
+        &ask,
+        "run-a",
+        "closed",
+        Duration::from_secs(TTL) + LIMIT,
+        |c| c.status == "resolved",
+    )
+    .await;
+    assert_eq!(closed.outcome, "cancel", "{closed:?}");
+    assert!(
+        replica_b.log().contains("is gone; cancelling it"),
+        "{}",
+        replica_b.log()
+    );
+    let refused = answer(&b, &ask, &card_a.id, "approve", "")
+        .await
+        .expect_err("approving the closed card is refused");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+
+    // ---- B's own approval and the server's question were left open and
+    // are answered as usual.
+    let cards = cards_by_run(&b, &ask).await.expect("list through B");
+    assert_eq!(cards["run-b"].status, "open", "{cards:?}");
+    let forms = cards_by_run(&b, &auto).await.expect("list through B");
+    assert_eq!(forms["run-form"].status, "open", "{forms:?}");
+    answer(&b, &ask, &card_b.id, "approve", "")
+        .await
+        .expect("approve B's card");
+    let done = tokio::time::timeout(LIMIT, call_b)
+        .await
+        .expect("the call through B ends")
+        .expect("task")
+        .expect("CallTool through B")
+        .into_inner();
+    assert!(!done.is_error, "{}", done.result_json);
+    let content = serde_json::json!({"contact_name": "Ada Lovelace", "email": "ada@example.com",
+        "delivery_date": "2026-12-24", "quantity": 2, "shipping_speed": "express", "carrier": "ups",
+        "notify_via": ["sms"]});
+    answer(&b, &auto, &form.id, "accept", &content.to_string())
+        .await
+        .expect("accept the form");
+    let done = tokio::time::timeout(LIMIT, call_form)
+        .await
+        .expect("the form's call ends")
+        .expect("task")
+        .expect("CallTool of the form")
+        .into_inner();
+    assert!(!done.is_error, "{}", done.result_json);
+    assert!(done.structured_content_json.contains("ups"), "{done:?}");
 }

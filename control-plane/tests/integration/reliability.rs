@@ -242,3 +242,107 @@ async fn ctrl_c_in_a_terminal_lets_calls_in_flight_finish() {
     );
     gw.stop().await;
 }
+
+/// A store outage shorter than the sidecar lease (etcd killed and started
+/// again on its data: to a replica, like an etcd leader election) keeps a
+/// live sidecar registered on the same report stream (chaos defect 2): a
+/// failed lease keep-alive is tried again at the next ticks, and a report
+/// the store could not take is stored once the store is back, instead of
+/// being called bad and closing the stream. The fake sidecar never
+/// registers again, so a closed stream would leave its report unstored and
+/// its later reports unread.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_outage_keeps_a_live_sidecar_registered() {
+    use crate::common::background::{FAKE_SERVER, endpoint};
+    use switchyard_proto::v1 as pb;
+    use switchyard_test_support::fake_sidecar::FakeSidecar;
+    let mut etcd = start_etcd().await;
+    let dir = tempfile::tempdir().unwrap();
+    // A lease long enough to outlast etcd's restart on a slow machine.
+    let (text, _, _) = config_text(
+        dir.path(),
+        &StoreKind::Etcd(etcd.url.clone()),
+        20,
+        FAKE_SERVER,
+    );
+    let path = dir.path().join("a.toml");
+    std::fs::write(&path, text).unwrap();
+    let config = switchyard_control_plane::config::Config::load(&path).unwrap();
+    let replica = switchyard_control_plane::server::start(&config, true)
+        .await
+        .expect("replica starts");
+    let (endpoint, http) = (endpoint(&replica), replica.http_addr.to_string());
+    let sidecar = FakeSidecar::of(&endpoint, "s1").start().await;
+    let state = |want: &'static str, error: &'static str| {
+        let endpoint = endpoint.clone();
+        move || {
+            let endpoint = endpoint.clone();
+            async move {
+                let status = admin(&endpoint)
+                    .await?
+                    .get_server_status(pb::GetServerStatusRequest {
+                        name: "fake".into(),
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_inner();
+                match status.sidecars.as_slice() {
+                    [s] if s.upstream_state == want && s.last_error == error => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        }
+    };
+    let status = |state: &str, error: &str| pb::SidecarReport {
+        report: Some(pb::sidecar_report::Report::Status(pb::UpstreamStatus {
+            state: state.into(),
+            last_error: error.into(),
+        })),
+    };
+    eventually("the sidecar is connected", LIMIT, state("connected", "")).await;
+
+    etcd.stop().await;
+    sidecar.report(status("down", "upstream restarting")).await;
+    let errors = |op: &'static str| {
+        let http = http.clone();
+        async move {
+            scrape(
+                &http,
+                "switchyard_control_plane_store_errors_total",
+                &[("operation", op)],
+            )
+            .await
+        }
+    };
+    // A keep-alive failed (the old code closed the stream and revoked the
+    // lease at the first). Whether the report's write failed too, or went
+    // through before etcd stopped, depends on timing: either way it must be
+    // stored in the end.
+    eventually(
+        "a lease keep-alive failed",
+        Duration::from_secs(60),
+        || async {
+            let keep_alive = errors("keep_alive").await;
+            (keep_alive >= 1.0)
+                .then_some(())
+                .ok_or_else(|| format!("keep_alive errors {keep_alive}"))
+        },
+    )
+    .await;
+    etcd.restart().await;
+    eventually(
+        "the report sent during the outage is stored",
+        Duration::from_secs(60),
+        state("down", "upstream restarting"),
+    )
+    .await;
+    // The same stream is still read: a later report is stored too.
+    sidecar.report(status("connected", "")).await;
+    eventually(
+        "a report after the outage is stored",
+        Duration::from_secs(60),
+        state("connected", ""),
+    )
+    .await;
+    replica.stop(Duration::from_secs(2)).await;
+}

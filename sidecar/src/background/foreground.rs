@@ -287,6 +287,7 @@ impl Tasks {
                 lease,
                 task,
                 first: Instant::now() + interval,
+                adopted: false,
             });
             let _ = tx.send(Ok(stored));
         });

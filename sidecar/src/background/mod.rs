@@ -91,7 +91,19 @@ pub struct TaskSettings {
     pub failure_limit: Duration,
     /// This sidecar's id, written into the records it polls or holds.
     pub sidecar_id: String,
+    /// How long an adopted task the server does not know ("task not
+    /// found") is left to the sidecar that created it before it fails
+    /// ([`DEFAULT_NOT_FOUND_GRACE`]): that sidecar may be alive and still
+    /// polling it on its own connection (a stdio server's tasks live in
+    /// its process), its registration lost for a moment, and then it
+    /// reports the result.
+    pub not_found_grace: Duration,
 }
+
+/// Default [`TaskSettings::not_found_grace`]: three of the control plane's
+/// default sidecar lease TTLs (10 s), time for a sidecar whose
+/// registration lapsed to register again and report.
+pub const DEFAULT_NOT_FOUND_GRACE: Duration = Duration::from_secs(30);
 
 impl Default for TaskSettings {
     fn default() -> Self {
@@ -99,6 +111,7 @@ impl Default for TaskSettings {
             poll_min: DEFAULT_POLL_MIN,
             failure_limit: DEFAULT_FAILURE_LIMIT,
             sidecar_id: String::new(),
+            not_found_grace: DEFAULT_NOT_FOUND_GRACE,
         }
     }
 }
@@ -643,6 +656,7 @@ impl Tasks {
                 lease,
                 task,
                 first: Instant::now() + wait,
+                adopted: true,
             });
         }
     }

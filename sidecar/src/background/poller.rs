@@ -21,7 +21,10 @@
 //! Network errors are retried at the next poll; failing continuously for
 //! `task_poll_failure_limit_secs` (30 min), a task the server does not
 //! know ("task not found") or the call's `deadline_ms` passing fails the
-//! call (the last with `tasks/cancel`).
+//! call (the last with `tasks/cancel`). An adopted task the server does
+//! not know fails only after `TaskSettings::not_found_grace`, unless its
+//! stored record turns final meanwhile (the sidecar that created it, still
+//! alive, reported the result): `Tasks::left_to_creator`.
 
 use super::metrics::LiveGauge;
 use super::protocol::{
@@ -106,6 +109,10 @@ pub(super) struct Polled {
     pub task: Followed,
     /// When to poll first.
     pub first: Instant,
+    /// Handed to this sidecar by the control plane (`adopt`), not created
+    /// by it: a "task not found" is then not final at once
+    /// ([`TaskSettings::not_found_grace`](super::TaskSettings)).
+    pub adopted: bool,
 }
 
 impl Tasks {
@@ -346,6 +353,7 @@ impl Tasks {
             lease,
             mut task,
             first: mut next,
+            adopted,
         } = polled;
         let mut record = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let id = record.id.clone();
@@ -450,6 +458,13 @@ impl Tasks {
             next = Instant::now() + interval;
             record.poll_after_ms = now_ms() + interval.as_millis() as i64;
         };
+        if adopted
+            && matches!(finish, Finish::NotFound(_))
+            && self.left_to_creator(&mut record, &shared).await
+        {
+            self.stop(&task, &record).await;
+            return;
+        }
         if let Some(message) = &task.state.status_message {
             record.status_message = message.clone();
         }
@@ -482,6 +497,44 @@ impl Tasks {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// An adopted task the server does not know: its creator may be
+    /// alive, polling it on its own connection (a stdio server's tasks
+    /// live in its process), its registration lost for a moment. The task
+    /// is not polled any more; the stored record is checked (the unchanged
+    /// record reported, every poll interval) for
+    /// [`TaskSettings::not_found_grace`](super::TaskSettings). True, and
+    /// the caller stops without a result, when the stored record became
+    /// final (the creator reported the result, or a user cancelled) or
+    /// another sidecar owns it; false when the grace passed and this
+    /// sidecar still owns it: the call fails "task not found". The control
+    /// plane keeps the first terminal record, so a call has one result.
+    async fn left_to_creator(
+        &self,
+        record: &mut BackgroundCall,
+        shared: &Mutex<BackgroundCall>,
+    ) -> bool {
+        let me = self.settings().sidecar_id.clone();
+        let until = Instant::now() + self.settings().not_found_grace;
+        let every = Duration::from_millis(record.poll_interval_ms.max(1))
+            .clamp(self.settings().poll_min.min(POLL_MAX), POLL_MAX);
+        tracing::info!(id = %record.id, task = %record.task_id, grace_s = self.settings().not_found_grace.as_secs(), "the server does not know this adopted task; leaving it to the sidecar that created it for a while");
+        loop {
+            let Some(stored) = self.report(record).await else {
+                return false;
+            };
+            if status::is_terminal(&stored.status) || stored.sidecar_id != me {
+                tracing::info!(id = %record.id, status = %stored.status, owner = %stored.sidecar_id, "the adopted task was finished or taken by another sidecar; stopping");
+                *record = stored;
+                *shared.lock().unwrap_or_else(|e| e.into_inner()) = record.clone();
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(every.min(until - Instant::now())).await;
         }
     }
 

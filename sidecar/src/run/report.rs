@@ -52,14 +52,16 @@ fn reported_status(upstream: UpstreamStatus, draining: bool) -> UpstreamStatus {
 /// Registers and keeps the report stream open, forever (abort the task to
 /// stop). `health` learns whether the sidecar is registered.
 pub async fn report(settings: ControlSettings, view: UpstreamView, health: Arc<Health>) {
-    report_with(settings, view, health, None, Drain::new(), None).await
+    report_with(settings, view, health, None, Drain::new(), None, None).await
 }
 
 /// [`report`], handing background calls the control plane asks this
 /// sidecar to adopt (`ControlMessage.adopt`) to `tasks` (stage B),
 /// reporting the state [`DRAINING`] once `drain` is started, and, for an
 /// `auth = "oauth"` server (stage D), keeping the access tokens pushed in
-/// `oauth`'s [`Tokens`] and reporting its [`Rejections`].
+/// `oauth`'s [`Tokens`] and reporting its [`Rejections`], and closing
+/// the per-session connections of `pool` whose engine session the control
+/// plane says was deleted.
 pub async fn report_with(
     settings: ControlSettings,
     mut view: UpstreamView,
@@ -67,6 +69,7 @@ pub async fn report_with(
     tasks: Option<crate::background::Tasks>,
     drain: Drain,
     mut oauth: Option<(Tokens, Rejections)>,
+    pool: Option<crate::pool::SessionPool>,
 ) {
     let mut backoff = MIN_BACKOFF;
     let mut draining = drain.subscribe();
@@ -76,7 +79,10 @@ pub async fn report_with(
             &mut view,
             &health,
             &mut backoff,
-            tasks.as_ref(),
+            Targets {
+                tasks: tasks.as_ref(),
+                pool: pool.as_ref(),
+            },
             &mut draining,
             oauth
                 .as_mut()
@@ -96,6 +102,15 @@ pub async fn report_with(
     }
 }
 
+/// What the control plane's messages act on in this sidecar, when it has
+/// them: the background tasks (`adopt`) and the per-session upstream
+/// connections (`session_ended`).
+#[derive(Debug, Clone, Copy)]
+struct Targets<'a> {
+    tasks: Option<&'a crate::background::Tasks>,
+    pool: Option<&'a crate::pool::SessionPool>,
+}
+
 /// One registration and report stream; returns `Ok` only when the upstream
 /// watcher is gone (shutting down).
 async fn session(
@@ -103,7 +118,7 @@ async fn session(
     view: &mut UpstreamView,
     health: &Health,
     backoff: &mut Duration,
-    tasks: Option<&crate::background::Tasks>,
+    targets: Targets<'_>,
     draining: &mut watch::Receiver<bool>,
     oauth: Option<(&Tokens, &mut Rejections)>,
 ) -> Result<(), ControlError> {
@@ -174,7 +189,7 @@ async fn session(
                     }
                     Some(control_message::Message::Adopt(a)) => {
                         tracing::info!(calls = a.calls.len(), "background calls to adopt");
-                        match tasks {
+                        match targets.tasks {
                             Some(tasks) => tasks.adopt(a.calls),
                             None => tracing::warn!("no tasks machinery here; not adopting"),
                         }
@@ -184,6 +199,11 @@ async fn session(
                         Some(tokens) => tokens.set(AccessToken::from(t)),
                         None => tracing::warn!(state = %t.state, generation = t.generation, "an access token for a server that is not auth = \"oauth\"; ignored"),
                     },
+                    Some(control_message::Message::SessionEnded(e)) => {
+                        if let Some(pool) = targets.pool {
+                            pool.end_session(&e.session_id);
+                        }
+                    }
                     None => {}
                 },
                 Ok(None) => return Err(ControlError::StreamEnded),

@@ -97,6 +97,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
             poll_min: settings.task_poll_min,
             failure_limit: settings.task_poll_failure_limit,
             sidecar_id: settings.sidecar_id.clone(),
+            ..Default::default()
         },
         registry: Some(Arc::new(crate::background::GrpcRegistry::new(
             control::registry_client(&control_settings).map_err(|e| {
@@ -179,13 +180,12 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     );
     let http_stop = CancellationToken::new();
     let http_stop_signal = http_stop.clone();
+    let http_router = http_endpoints::router(health.clone(), registry)
+        .map_err(|source| RunError::Metrics { source })?;
     let mut http = tokio::spawn(
-        axum::serve(
-            http_listener,
-            http_endpoints::router(health.clone(), registry),
-        )
-        .with_graceful_shutdown(async move { http_stop_signal.cancelled().await })
-        .into_future(),
+        axum::serve(http_listener, http_router)
+            .with_graceful_shutdown(async move { http_stop_signal.cancelled().await })
+            .into_future(),
     );
 
     let (view, watcher) =
@@ -201,6 +201,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
         Some(tasks),
         drain.clone(),
         oauth,
+        Some(pool.clone()),
     ));
 
     let mut signals = Signals::listen();

@@ -1035,6 +1035,20 @@ async fn http_gets_one_mcp_session_per_engine_session() {
         }
     })
     .await;
+
+    // A deleted engine session's connection is closed at once, or, with a
+    // call in flight, when that call ends (the control plane's
+    // SessionEnded; without it both stayed open until idle for 10 min).
+    let pool = SessionPool::new(main.clone());
+    drop(pool.lease("gone"));
+    let busy = pool.lease("busy");
+    assert_eq!(pool.sessions(), ["busy", "gone"]);
+    pool.end_session("gone");
+    pool.end_session("busy");
+    pool.end_session("never-seen");
+    assert_eq!(pool.sessions(), ["busy"], "a call of it is in flight");
+    drop(busy);
+    assert!(pool.sessions().is_empty());
     main.shutdown(Duration::from_millis(500)).await;
     drop(server);
 }

@@ -509,6 +509,95 @@ async fn a_task_the_server_does_not_know_fails() {
     }
 }
 
+/// Waits (up to [`LIMIT`]) until `f` holds.
+async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while !f() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {LIMIT:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An adopted task the server does not know is not failed at once (chaos
+/// defect 1): the sidecar that created it may be alive, its registration
+/// lost for a moment, and still polling it in its own stdio server. That
+/// creator's result, reported while the adopter waits, is the call's one
+/// result; the adopter then stops without reporting a failure.
+#[tokio::test]
+async fn an_adopted_task_not_found_is_left_to_its_creator() {
+    let registry = FakeControlPlane::start().await;
+    let side = side(reference(Era::Modern), &registry).await;
+    let now = switchyard_common::time::now_ms();
+    let record = BackgroundCall {
+        id: "elsewhere".into(),
+        server: "ref".into(),
+        tool: "task_sleep".into(),
+        session_id: "S1".into(),
+        mode: "task".into(),
+        task_id: "task-00000000000000000000000000000001".into(),
+        status: "working".into(),
+        created_at_ms: now,
+        poll_after_ms: now,
+        poll_interval_ms: 100,
+        protocol_version: era_name(Era::Modern).into(),
+        ..Default::default()
+    };
+    side.tasks.adopt(vec![record.clone()]);
+    wait_until("the adopter's tasks/get answered not found", || {
+        side.polls("not_found") >= 1
+    })
+    .await;
+    // The creator reports the result.
+    let mut creator =
+        switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient::connect(
+            registry.url.clone(),
+        )
+        .await
+        .unwrap();
+    let mut done = record.clone();
+    done.sidecar_id = "sidecar-creator".into();
+    done.status = "completed".into();
+    done.result = Some(switchyard_proto::v1::BackgroundResult {
+        result_json: r#"{"content":[{"type":"text","text":"slept"}]}"#.into(),
+        model_text: "slept".into(),
+        ..Default::default()
+    });
+    creator
+        .update_background_call(switchyard_proto::v1::UpdateBackgroundCallRequest {
+            call: Some(done),
+        })
+        .await
+        .unwrap();
+    let after = registry.all_updates().len();
+    // The adopter checks the stored record, finds it final, and stops.
+    wait_until("the adopter checked the stored record again", || {
+        registry.all_updates()[after..]
+            .iter()
+            .any(|u| u.id == "elsewhere" && u.sidecar_id == "sidecar-test")
+    })
+    .await;
+    wait_until("the adopter stopped following the call", || {
+        side.tasks.live().is_empty()
+    })
+    .await;
+    let stored = registry.record("elsewhere").unwrap();
+    assert_eq!(stored.status, "completed", "{stored:?}");
+    assert_eq!(stored.sidecar_id, "sidecar-creator");
+    let failed: Vec<_> = registry
+        .updates("elsewhere")
+        .into_iter()
+        .filter(|u| u.status == "failed")
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "the adopter reported a failure: {failed:?}"
+    );
+    assert_eq!(side.polls("not_found"), 1, "the adopter polled on");
+}
+
 #[tokio::test]
 async fn poll_intervals_are_clamped_and_kept() {
     let registry = FakeControlPlane::start().await;

@@ -29,6 +29,10 @@ use tonic::{Response, Status};
 /// The poll interval floor the tests run with (`task_poll_min_ms`).
 pub const POLL_MIN: Duration = Duration::from_millis(100);
 
+/// How long an adopted task the server does not know waits for its
+/// creator's result before it fails (`TaskSettings::not_found_grace`).
+pub const NOT_FOUND_GRACE: Duration = Duration::from_secs(3);
+
 // ---- the sidecar in process -----------------------------------------------------
 
 pub struct Side {
@@ -102,6 +106,7 @@ pub async fn side_with(
                 poll_min: POLL_MIN,
                 failure_limit,
                 sidecar_id: "sidecar-test".into(),
+                not_found_grace: NOT_FOUND_GRACE,
             },
             registry: Some(Arc::new(GrpcRegistry::new(
                 registry_client(&settings).unwrap(),
