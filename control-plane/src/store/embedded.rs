@@ -551,6 +551,12 @@ impl Inner {
     }
 }
 
+/// redb's page cache, in bytes: the control plane reads its state from
+/// memory (the read model), so the cache only serves writes and replays;
+/// redb's default (1 GiB) let a long-running replica's RSS grow with the
+/// pages it wrote (docs/reliability.md, "Soak").
+const CACHE_BYTES: usize = 16 * 1024 * 1024;
+
 fn open_database(path: &Path) -> Result<Database, Fail> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(Fail::Io)?;
@@ -559,7 +565,7 @@ fn open_database(path: &Path) -> Result<Database, Fail> {
     // blocking task (the reaper's, say) and so hold the file for a moment.
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     let db = loop {
-        match Database::create(path) {
+        match redb::Builder::new().set_cache_size(CACHE_BYTES).create(path) {
             Ok(db) => break db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen)
                 if std::time::Instant::now() < deadline =>
