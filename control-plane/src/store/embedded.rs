@@ -565,7 +565,10 @@ fn open_database(path: &Path) -> Result<Database, Fail> {
     // blocking task (the reaper's, say) and so hold the file for a moment.
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     let db = loop {
-        match redb::Builder::new().set_cache_size(CACHE_BYTES).create(path) {
+        match redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+        {
             Ok(db) => break db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen)
                 if std::time::Instant::now() < deadline =>
