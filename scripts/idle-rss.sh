@@ -11,8 +11,9 @@
 #      orders and everything over stdio, orders-http over HTTP).
 # Nothing calls them. After SECONDS it prints, per process, VmRSS and its
 # parts (RssAnon: heap, stacks; RssFile: the mapped binary and libraries),
-# the threads, and the binary's size. Environment: CARGO_TARGET_DIR;
-# IDLE_RSS_BIN_DIR: measure the binaries in that directory instead (no build).
+# the threads, Pss (shared pages counted as a share) and the binary's size.
+# Environment: CARGO_TARGET_DIR; IDLE_RSS_BIN_DIR: measure the binaries in
+# that directory instead (no build).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -45,14 +46,19 @@ config() { # name
       -e "s|^path = .*|path = \"$work/$1/store.redb\"|" examples/quickstart.toml > "$work/$1.toml"
   mkdir -p "$work/$1"
 }
-# One line per process: name, VmRSS, RssAnon, RssFile, threads (KiB).
+# One line per process: name, VmRSS, RssAnon, RssFile, threads, then Pss
+# (file pages shared with other processes, such as the sidecars' one binary,
+# count a share each: what one more such process costs) and the binary's
+# size.
 show() { # name pid binary
   local f="/proc/$2/status"
   [ -r "$f" ] || { printf '%-28s gone\n' "$1"; return; }
   awk -v n="$1" -v size="$(stat -c %s "$3")" '
-    /^VmRSS:/ {rss=$2} /^RssAnon:/ {anon=$2} /^RssFile:/ {file=$2} /^Threads:/ {thr=$2}
-    END {printf "%-28s VmRSS %6.1f MiB  anon %5.1f  file %5.1f  threads %2d  binary %5.1f MiB\n",
-         n, rss/1024, anon/1024, file/1024, thr, size/1048576}' "$f"
+    FNR == NR && /^VmRSS:/ {rss=$2} FNR == NR && /^RssAnon:/ {anon=$2}
+    FNR == NR && /^RssFile:/ {file=$2} FNR == NR && /^Threads:/ {thr=$2}
+    FNR != NR && /^Pss:/ {pss=$2}
+    END {printf "%-32s VmRSS %6.1f MiB  anon %5.1f  file %5.1f  threads %2d  Pss %5.1f  binary %5.1f MiB\n",
+         n, rss/1024, anon/1024, file/1024, thr, pss/1024, size/1048576}' "$f" "/proc/$2/smaps_rollup"
 }
 
 orders_http=$(free_port)

@@ -148,6 +148,9 @@ pub struct BackgroundEntry {
     pub deadline_ms: i64,
     /// When it finished, ms since the epoch (0: running).
     pub finished_at_ms: i64,
+    /// The sidecar that created it, when another one owns it now (it was
+    /// adopted); empty otherwise (no allocation for the usual case).
+    pub creator_sidecar_id: String,
 }
 
 impl BackgroundEntry {
@@ -161,6 +164,11 @@ impl BackgroundEntry {
             status: rec.status.clone(),
             deadline_ms: rec.deadline_ms,
             finished_at_ms: rec.finished_at_ms,
+            creator_sidecar_id: if rec.creator_sidecar_id == rec.sidecar_id {
+                String::new()
+            } else {
+                rec.creator_sidecar_id.clone()
+            },
         }
     }
 }
@@ -867,6 +875,7 @@ mod tests {
             status: status.into(),
             deadline_ms: 0,
             finished_at_ms: 0,
+            creator_sidecar_id: String::new(),
         }
     }
 

@@ -29,7 +29,14 @@
 //!   by a live sidecar of the server whose report stream this replica holds
 //!   (`task` mode: `ControlMessage.adopt`); a sidecar saying hello adopts
 //!   at once. A task without any live sidecar for 30 minutes fails, and so
-//!   does a call past its deadline. Finished records older than
+//!   does a call past its deadline.
+//! - **Creators.** A record names the sidecar that created its task
+//!   (`creator_sidecar_id`): a stdio server's tasks live in that sidecar's
+//!   server process, where an adopter cannot find them. The creator gets
+//!   its calls back when it says hello again, and an adopter's "task not
+//!   found" failure (`task_not_found`) is not taken while the creator is
+//!   registered: the call goes back to the creator instead
+//!   ([`Background::upsert`]). Finished records older than
 //!   `backgroundCalls.retentionSec` are deleted.
 
 mod events;
@@ -383,6 +390,29 @@ impl Background {
                         tracing::info!(id = %rec.id, owner = %s.sidecar_id, from = %rec.sidecar_id, "ignoring an update from a sidecar that does not own the background call");
                         return Ok(Decision::Keep(s.clone()));
                     }
+                    // An adopter whose server does not know the task, while
+                    // the sidecar that created it is registered (and still
+                    // polls it): not a result. The call goes back to its
+                    // creator; the adopter stops.
+                    if rec.is_terminal()
+                        && rec.task_not_found
+                        && !s.creator_sidecar_id.is_empty()
+                        && rec.sidecar_id != s.creator_sidecar_id
+                        && self
+                            .sidecar_live(snap, &s.server, &s.creator_sidecar_id)
+                            .await
+                    {
+                        if s.sidecar_id == s.creator_sidecar_id {
+                            return Ok(Decision::Keep(s.clone()));
+                        }
+                        tracing::info!(id = %rec.id, server = %s.server, adopter = %rec.sidecar_id, creator = %s.creator_sidecar_id, "the adopter's server does not know the task; the call goes back to the sidecar that created it");
+                        let mut back = s.clone();
+                        back.sidecar_id = s.creator_sidecar_id.clone();
+                        back.updated_at_ms = now;
+                        let value = fit(&mut back)?;
+                        return Ok(Decision::Write(Write::put(value), back));
+                    }
+                    rec.creator_sidecar_id = s.creator_sidecar_id.clone();
                     rec.tool = s.tool.clone();
                     rec.engine_tool = s.engine_tool.clone();
                     rec.session_id = s.session_id.clone();
@@ -414,6 +444,7 @@ impl Background {
                             sidecar_id: rec.sidecar_id,
                         });
                     }
+                    rec.creator_sidecar_id = rec.sidecar_id.clone();
                     if rec.created_at_ms == 0 {
                         rec.created_at_ms = now;
                     }
@@ -665,10 +696,41 @@ impl Background {
         }
     }
 
+    /// Gives an adopted task-mode call back to `creator`, the sidecar
+    /// that created it, which said hello again. Returns the record if
+    /// `creator` owns it now; `None` if it is terminal, or was not created
+    /// by `creator`. The adopter stops when its report comes back owned by
+    /// another sidecar, or when its server does not know the task.
+    async fn give_back(
+        &self,
+        id: &str,
+        creator: &str,
+    ) -> Result<Option<BackgroundRecord>, BackgroundError> {
+        let back = self
+            .transition(id, |r| {
+                if r.creator_sidecar_id != creator || r.sidecar_id == creator {
+                    return false;
+                }
+                r.sidecar_id = creator.to_owned();
+                true
+            })
+            .await?;
+        Ok(match back {
+            Some((rec, changed)) if rec.sidecar_id == creator => {
+                if changed {
+                    tracing::info!(id = %rec.id, server = %rec.server, creator = %creator, "background task given back to the sidecar that created it");
+                }
+                Some(rec)
+            }
+            _ => None,
+        })
+    }
+
     /// A sidecar said hello on a report stream this replica holds: the
     /// calls it owns (a sidecar that reconnected, or restarted with the
-    /// same id: task mode and wait mode) and the task-mode calls whose
-    /// sidecar is gone are sent to it in `adopt` messages.
+    /// same id: task mode and wait mode), the task-mode calls it created
+    /// that another sidecar adopted (given back), and the task-mode calls
+    /// whose sidecar is gone are sent to it in `adopt` messages.
     pub async fn on_hello(
         &self,
         cp: &ControlPlane,
@@ -693,6 +755,10 @@ impl Background {
                 self.get(&id)
                     .await
                     .map(|r| r.filter(|r| !r.is_terminal() && r.sidecar_id == sidecar_id))
+            } else if e.mode == "task" && e.creator_sidecar_id == sidecar_id {
+                // Its creator is back: the one sidecar sure to know the
+                // task (a stdio server's tasks live in its process).
+                self.give_back(&id, sidecar_id).await
             } else if !self.sidecar_live(&snap, server, &e.sidecar_id).await {
                 self.adopt(&snap, &id, sidecar_id).await
             } else {

@@ -87,6 +87,15 @@ pub struct BackgroundRecord {
     pub protocol_version: String,
     /// failed: the server's JSON-RPC error object, JSON text.
     pub error_json: String,
+    /// task mode: the sidecar that created the task (set by the control
+    /// plane when the record is created; empty in records older than the
+    /// field). An adopter's "task not found" goes back to it
+    /// ([`crate::background`]).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub creator_sidecar_id: String,
+    /// failed: the reporting sidecar's server did not know the task.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub task_not_found: bool,
 }
 
 /// The processed result of a finished call (proto `BackgroundResult`).
@@ -190,6 +199,8 @@ impl BackgroundRecord {
             finished_at_ms: c.finished_at_ms,
             protocol_version: c.protocol_version,
             error_json: c.error_json,
+            creator_sidecar_id: c.creator_sidecar_id,
+            task_not_found: c.task_not_found,
         }
     }
 
@@ -238,6 +249,8 @@ impl BackgroundRecord {
             finished_at_ms: c.finished_at_ms,
             protocol_version: c.protocol_version,
             error_json: c.error_json,
+            creator_sidecar_id: c.creator_sidecar_id,
+            task_not_found: c.task_not_found,
         }
     }
 

@@ -1004,6 +1004,79 @@ async fn the_sweeper_fails_held_calls_and_adopts_tasks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopted_task_goes_back_to_its_creator_and_not_found_fails_it_only_without_one() {
+    switchyard_test_support::init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let r = start_background_replica(
+        dir.path(),
+        "a",
+        &StoreKind::Embedded,
+        "sweepIntervalMs = 200\n",
+    )
+    .await;
+    let ep = endpoint(&r);
+    let mut a = fake_sidecar(&ep, "sc-a").await;
+    let mut b = fake_sidecar(&ep, "sc-b").await;
+    wait_tool(&ep, TOOL).await;
+    let s = create_session(&ep).await;
+    let mut events = subscribe(&ep, &s, 0).await;
+    let task = update(&ep, record("task-1", &s, "task", "sc-a"))
+        .await
+        .unwrap();
+    assert_eq!(task.creator_sidecar_id, "sc-a", "{task:?}");
+
+    // ---- sc-a's registration goes: sc-b adopts the task.
+    a.close();
+    let adopted = b.next_adopt().await;
+    assert_eq!(adopted.len(), 1, "{adopted:?}");
+    assert_eq!(
+        (
+            adopted[0].sidecar_id.as_str(),
+            adopted[0].creator_sidecar_id.as_str()
+        ),
+        ("sc-b", "sc-a")
+    );
+    // ---- sc-a is back (it was alive, still polling its server's task):
+    // the call goes back to it at its hello.
+    let mut a = fake_sidecar(&ep, "sc-a").await;
+    let back = a.next_adopt().await;
+    assert_eq!(
+        back.iter()
+            .map(|x| (x.id.as_str(), x.sidecar_id.as_str()))
+            .collect::<Vec<_>>(),
+        [("task-1", "sc-a")]
+    );
+    assert_eq!(get(&ep, "task-1").await.unwrap().sidecar_id, "sc-a");
+
+    // ---- the adopter's server does not know the task: not a result while
+    // its creator is registered. The record stays running, the creator's.
+    let mut not_found = adopted[0].clone();
+    not_found.status = "failed".into();
+    not_found.status_message = "task not found: task-task-1".into();
+    not_found.task_not_found = true;
+    let kept = update(&ep, not_found.clone()).await.unwrap();
+    assert_eq!(
+        (kept.status.as_str(), kept.sidecar_id.as_str()),
+        ("working", "sc-a"),
+        "{kept:?}"
+    );
+    no_background(&mut events, Duration::from_millis(800)).await;
+
+    // ---- the creator is gone for good: the task moves to sc-b again, and
+    // now its "not found" fails the call (the task died with its process).
+    a.close();
+    let adopted = b.next_adopt().await;
+    assert_eq!(adopted[0].sidecar_id, "sc-b", "{adopted:?}");
+    let failed = update(&ep, not_found).await.unwrap();
+    assert_eq!(failed.status, "failed", "{failed:?}");
+    let (ev, data) = next_background(&mut events).await;
+    assert_eq!(ev.r#type, "background_call.failed");
+    assert_eq!(data["statusMessage"], "task not found: task-task-1");
+    drop(b);
+    r.stop(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlines_fail_calls_and_retention_deletes_them() {
     switchyard_test_support::init_tracing();
     let dir = tempfile::tempdir().unwrap();

@@ -509,8 +509,11 @@ impl Tasks {
     /// the caller stops without a result, when the stored record became
     /// final (the creator reported the result, or a user cancelled) or
     /// another sidecar owns it; false when the grace passed and this
-    /// sidecar still owns it: the call fails "task not found". The control
-    /// plane keeps the first terminal record, so a call has one result.
+    /// sidecar still owns it: the call is reported failed "task not found"
+    /// (`task_not_found`), which the control plane takes only when the
+    /// task's creator is not registered (else the call goes back to the
+    /// creator). The control plane keeps the first terminal record, so a
+    /// call has one result.
     async fn left_to_creator(
         &self,
         record: &mut BackgroundCall,

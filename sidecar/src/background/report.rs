@@ -172,6 +172,10 @@ impl Tasks {
             Finish::NotFound(message) => {
                 record.status = status::FAILED.into();
                 record.status_message = format!("task not found: {message}");
+                // An adopter's "not found" is not taken while the task's
+                // creator is registered: the control plane gives the call
+                // back to it.
+                record.task_not_found = true;
             }
         }
         record

@@ -63,10 +63,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     let control_settings = ControlSettings {
         control_plane: settings.control_plane.clone(),
         ca_pem: settings.control_plane_ca.clone(),
-        credentials: switchyard_common::tls::ClientCredentials {
-            identity: settings.tls_identity.clone(),
-            token: settings.token.clone(),
-        },
+        credentials: settings.credentials.clone(),
         server: settings.server.name.clone(),
         sidecar_id: settings.sidecar_id.clone(),
         call_address: String::new(), // known once the listener is bound
@@ -129,7 +126,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     let call_address = settings
         .advertise
         .clone()
-        .unwrap_or_else(|| derived_advertise(calls_addr, settings.tls_identity.is_some()));
+        .unwrap_or_else(|| derived_advertise(calls_addr, settings.credentials.identity.is_some()));
 
     let catalogue = Catalogue::new();
     let stop = CancellationToken::new();
@@ -142,7 +139,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     let incoming =
         tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
     let mut builder = tonic::transport::Server::builder();
-    if let Some(identity) = &settings.tls_identity {
+    if let Some(identity) = &settings.credentials.identity {
         // TLS on SidecarCalls; with a client CA, only clients with a
         // certificate it signed (the control plane's) get through.
         let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity.to_tonic());

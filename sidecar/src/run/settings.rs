@@ -39,13 +39,12 @@ pub struct Settings {
     pub control_plane: String,
     /// CA certificate(s) for an `https://` control plane.
     pub control_plane_ca: Option<Vec<u8>>,
-    /// Certificate and key served on `SidecarCalls`, and presented to the
-    /// control plane as client certificate.
-    pub tls_identity: Option<switchyard_common::tls::PemIdentity>,
+    /// What the sidecar presents to the control plane: its certificate and
+    /// key (also served on `SidecarCalls`) and its bearer token. `Debug`
+    /// shows neither the key nor the token.
+    pub credentials: switchyard_common::tls::ClientCredentials,
     /// CA that client certificates on `SidecarCalls` must chain to.
     pub client_ca: Option<Vec<u8>>,
-    /// Bearer token sent to the control plane.
-    pub token: Option<String>,
     /// The token `SidecarCalls` requires (`calls_token_file`, else random).
     pub calls_token: crate::guard::CallToken,
     /// gRPC listen address.
@@ -494,9 +493,11 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         secret_headers,
         control_plane,
         control_plane_ca,
-        tls_identity,
+        credentials: switchyard_common::tls::ClientCredentials {
+            identity: tls_identity,
+            token,
+        },
         client_ca,
-        token,
         calls_token,
         listen,
         advertise,

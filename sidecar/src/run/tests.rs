@@ -197,8 +197,12 @@ fn tls_and_token_settings_are_checked() {
     let path = f.path().to_str().unwrap();
     let s = settings(&args(&["--config", path])).unwrap();
     assert!(s.control_plane_ca.is_some() && s.client_ca.is_some());
-    assert!(s.tls_identity.is_some());
-    assert_eq!(s.token.as_deref(), Some("t0k3n"));
+    assert!(s.credentials.identity.is_some());
+    assert_eq!(s.credentials.token.as_deref(), Some("t0k3n"));
+    // Neither the token nor the key in debug output.
+    let shown = format!("{s:?}");
+    assert!(!shown.contains("t0k3n"), "{shown}");
+    assert!(!shown.contains("PRIVATE KEY"), "{shown}");
 
     // A key without its certificate; a client CA without TLS.
     let f = file(&format!(

@@ -505,6 +505,9 @@ async fn a_task_the_server_does_not_know_fails() {
             failed.status_message.contains("task not found"),
             "{failed:?}"
         );
+        // Says so, for the control plane: an adopter's "not found" goes back
+        // to the task's creator when it is registered.
+        assert!(failed.task_not_found, "{failed:?}");
         assert_eq!(side.polls("not_found"), 1);
     }
 }

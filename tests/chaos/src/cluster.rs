@@ -23,6 +23,10 @@ use crate::proxy::Proxy;
 /// Lease TTL of sidecar registrations, in seconds (the replicas' config).
 pub const LEASE_TTL_SECS: u64 = 3;
 
+/// How often each replica sweeps interactions, closing the approvals of a
+/// dead replica: `SWEEP_EVERY` of `control-plane/src/interactions/mod.rs`.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
+
 /// The server all the load goes to.
 pub const SERVER: &str = "orders";
 
