@@ -3,7 +3,9 @@
 //!
 //! - A token is refreshed at 80 % of its lifetime (30 s before expiry
 //!   when its issue time is unknown), or at once when a sidecar reports
-//!   that the server refused the current generation (a 401).
+//!   that the server refused the current generation (a 401), paced per
+//!   server ([`ForcedPace`]: a server that refuses every token costs one
+//!   token request per 5 minutes, not one per call).
 //! - One refresh per server at a time across replicas: the refresh lock
 //!   ([`RefreshLock`], a key on a [`LOCK_TTL`] lease) is taken, the tokens
 //!   are read again under it (another replica may just have refreshed),
@@ -82,6 +84,44 @@ enum Outcome {
 #[derive(Debug, Default)]
 pub(crate) struct Forced(Mutex<HashMap<String, u64>>);
 
+/// The least time between two refreshes a server's 401s ask for.
+pub const FORCED_MIN: Duration = Duration::from_secs(1);
+/// The most it grows to (doubling at each one that follows the last
+/// within [`FORCED_CALM`]).
+pub const FORCED_MAX: Duration = Duration::from_secs(300);
+/// After this long without one, the time between them is
+/// [`FORCED_MIN`] again.
+pub const FORCED_CALM: Duration = Duration::from_secs(360);
+
+/// Paces the refreshes that 401s ask for, per server: a server that
+/// refuses every token, even a fresh one, would otherwise cost one token
+/// request per call. The time between two grows from [`FORCED_MIN`] by
+/// doubling to [`FORCED_MAX`], and falls back after [`FORCED_CALM`]
+/// without one. A request that comes too early waits (the sidecar's call
+/// fails if no token comes within its wait, 10 s).
+#[derive(Debug, Default)]
+pub(crate) struct ForcedPace(HashMap<String, (Duration, Instant)>);
+
+impl ForcedPace {
+    /// Whether a forced refresh of `server` may start at `now`.
+    pub(crate) fn ready(&self, server: &str, now: Instant) -> bool {
+        self.0.get(server).is_none_or(|(gap, at)| now >= *at + *gap)
+    }
+
+    /// A forced refresh of `server` starts at `now`; answers the time the
+    /// next one must wait.
+    pub(crate) fn started(&mut self, server: &str, now: Instant) -> Duration {
+        let gap = match self.0.get(server) {
+            Some((gap, at)) if now.saturating_duration_since(*at) < FORCED_CALM => {
+                (*gap * 2).min(FORCED_MAX)
+            }
+            _ => FORCED_MIN,
+        };
+        self.0.insert(server.to_owned(), (gap, now));
+        gap
+    }
+}
+
 /// Runs the refresher of this replica until it stops.
 pub fn spawn(cp: Arc<ControlPlane>) {
     tokio::spawn(async move {
@@ -90,6 +130,7 @@ pub fn spawn(cp: Arc<ControlPlane>) {
         // no other server, and a look that fails (even by a panic) is
         // retried with backoff without stopping the refresher.
         let mut running: HashMap<String, tokio::task::JoinHandle<Outcome>> = HashMap::new();
+        let mut pace = ForcedPace::default();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}
@@ -137,13 +178,23 @@ pub fn spawn(cp: Arc<ControlPlane>) {
                 if running.contains_key(&server) {
                     continue;
                 }
-                let forced = cp
-                    .oauth
-                    .forced
-                    .0
-                    .lock()
-                    .expect("not poisoned")
-                    .remove(&server);
+                // A request that comes too early stays until it may start.
+                let now = Instant::now();
+                let forced = pace
+                    .ready(&server, now)
+                    .then(|| {
+                        cp.oauth
+                            .forced
+                            .0
+                            .lock()
+                            .expect("not poisoned")
+                            .remove(&server)
+                    })
+                    .flatten();
+                if forced.is_some() {
+                    let next = pace.started(&server, now);
+                    tracing::info!(%server, next_after_ms = next.as_millis() as u64, "refreshing the token the server refused; another refresh for a refusal waits at least next_after_ms");
+                }
                 if forced.is_none()
                     && backoff
                         .get(&server)
@@ -496,6 +547,32 @@ mod tests {
             authorized_at_ms: issued,
             server_url: "https://mcp.example/mcp".into(),
         }
+    }
+
+    #[test]
+    fn refreshes_for_refusals_are_paced_per_server_and_the_pace_calms_down() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut pace = ForcedPace::default();
+        assert!(pace.ready("a", t0));
+        assert_eq!(pace.started("a", t0), FORCED_MIN);
+        assert!(!pace.ready("a", t0 + Duration::from_millis(999)));
+        // Another server is not held back.
+        assert!(pace.ready("b", t0));
+        // Each one soon after the last doubles the wait, up to the most.
+        let mut at = t0 + s(1);
+        let mut gaps = Vec::new();
+        for _ in 0..10 {
+            assert!(pace.ready("a", at));
+            let gap = pace.started("a", at);
+            gaps.push(gap.as_secs());
+            at += gap;
+        }
+        assert_eq!(gaps, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        // A server that refuses every token: one refresh per 5 minutes.
+        assert!(!pace.ready("a", at - s(1)));
+        // Calm for long enough: back to the least.
+        assert_eq!(pace.started("a", at + FORCED_CALM), FORCED_MIN);
     }
 
     #[test]

@@ -315,6 +315,53 @@ async fn an_admin_authorizes_a_server_and_its_tokens_refresh_rotate_and_get_revo
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_refuses_every_token_gets_paced_refreshes_not_one_per_call() {
+    let as_ = start_as(&[]).await;
+    let issuer = as_.url.trim_end_matches('/').to_owned();
+    let stub = start_protected(&issuer).await;
+    let (_dir, r, ep) = embedded_replica(&oauth_server(&stub.url, "")).await;
+    let started = authorize(&ep).await.expect("AuthorizeServer");
+    let (code, page) = browse(&started.authorization_url).await;
+    assert_eq!(code, 200, "{page}");
+    let sidecar = switchyard_test_support::fake_sidecar::FakeSidecar::of(&ep, "sc")
+        .server("stub")
+        .start()
+        .await;
+    // For 6 s, every token is refused as soon as it is the current one,
+    // as a sidecar's calls to a server that refuses them all report it
+    // (a 401 per call). Tokens last an hour: no refresh is due otherwise.
+    let until = std::time::Instant::now() + Duration::from_secs(6);
+    while std::time::Instant::now() < until {
+        let generation = oauth_status(&ep).await.generation;
+        sidecar
+            .report(pb::SidecarReport {
+                report: Some(pb::sidecar_report::Report::TokenRejected(
+                    pb::TokenRejected {
+                        generation,
+                        http_status: 401,
+                        www_authenticate: "Bearer error=\"invalid_token\"".into(),
+                    },
+                )),
+            })
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Paced: at once, then 1 s and 2 s later (the next would wait 4 s).
+    let stats = get_json(&format!("{issuer}/_stats")).await;
+    let refreshes = stats["token_requests"]["refresh_token"].as_u64().unwrap();
+    assert!(
+        (2..=4).contains(&refreshes),
+        "{refreshes} refreshes: {}",
+        stats["token_requests"]
+    );
+    let st = oauth_status(&ep).await;
+    assert_eq!(st.state, "authorized", "{st:?}");
+    assert_eq!(st.generation, refreshes + 1, "{st:?}");
+    drop(sidecar);
+    r.stop(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn two_replicas_on_etcd_refresh_one_server_without_replaying_a_token() {
     let etcd = start_etcd().await;
     let store = StoreKind::Etcd(format!("http://127.0.0.1:{}", etcd.client_port()));
