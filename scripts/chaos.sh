@@ -13,7 +13,7 @@
 # doubled its result, a card was lost, or a call that is not read-only ran
 # twice upstream, printing why (and where the processes' logs are).
 #
-# Binaries: ${CARGO_TARGET_DIR:-target}/debug (built when one is missing).
+# Binaries: ${CARGO_TARGET_DIR:-target}/debug (built first; a no-op when up to date).
 # Environment: CHAOS_REPORT (the --full report file, default
 # ${CARGO_TARGET_DIR:-target}/chaos-report.md),
 # CHAOS_WORK_DIR (keep the logs and data there), CHAOS_STRICT=1 (also fail
@@ -45,15 +45,10 @@ fi
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
 bin_dir="$target_dir/debug"
-need=(switchyard-control-plane switchyard-sidecar switchyard-reference-server switchyard-chaos)
-for b in "${need[@]}"; do
-    if [[ ! -x "$bin_dir/$b" ]]; then
-        echo "== chaos: building the binaries (missing $bin_dir/$b)"
-        cargo build --locked -p switchyard-control-plane -p switchyard-sidecar \
-            -p switchyard-reference-server -p switchyard-chaos --bins
-        break
-    fi
-done
+# Always built (a no-op when they are up to date), so a run never uses a
+# stale binary.
+cargo build --locked --quiet -p switchyard-control-plane -p switchyard-sidecar \
+    -p switchyard-reference-server -p switchyard-chaos --bins
 command -v etcd >/dev/null || { echo "chaos.sh: etcd is missing: run scripts/install-test-peers.sh" >&2; exit 2; }
 
 args=(--bin-dir "$bin_dir")

@@ -4,7 +4,8 @@
 //! `orders__echo`, read-only, and `orders__task_sleep` kept in the
 //! foreground, 1.5 s), background calls (`orders__task_sleep`, an
 //! MCP task, moved to the background at once), calls waiting for an
-//! approval card in an `ask` session, a quick probe call every 100 ms
+//! approval card in an `ask` session, foreground calls on one long-lived
+//! `CallToolStream` per replica, a quick probe call every 100 ms
 //! through each replica (for the recovery time), and one event subscription per
 //! replica that subscribes again whenever its stream breaks. Every call
 //! carries a unique execution key in `_meta`, which the reference server
@@ -56,6 +57,8 @@ pub enum Kind {
     /// the recovery.
     Probe,
     Foreground,
+    /// A foreground call on a long-lived `CallToolStream`.
+    Stream,
     Background,
     Approval,
 }
@@ -210,6 +213,149 @@ pub async fn foreground_worker(
         tokio::time::sleep(Duration::from_millis(pause)).await;
     }
 }
+
+/// Calls on one long-lived `CallToolStream` through replica `via` until
+/// `stop`: `create_order`, `echo` and `task_sleep` (1.5 s, an MCP task in
+/// the foreground) in turn, [`STREAM_IN_FLIGHT`] at a time. When the
+/// stream breaks, each call in flight is recorded with the stream's error
+/// (its calls are cancelled with it: "connection lost" when the replica's
+/// connection broke), and a new stream is opened. A stream that ends
+/// cleanly with calls in flight leaves them without an outcome (a
+/// problem).
+pub async fn stream_worker(
+    seen: Arc<Seen>,
+    endpoints: Arc<Vec<String>>,
+    round: String,
+    session: String,
+    via: usize,
+    stop: CancellationToken,
+) {
+    use std::collections::HashMap;
+    let mut n = 0u64;
+    while !stop.is_cancelled() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<pb::CallToolFrame>(STREAM_IN_FLIGHT * 2);
+        let mut engine = engine(&endpoints[via]);
+        let opened = tokio::time::timeout(
+            Duration::from_secs(5),
+            engine.call_tool_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
+        )
+        .await;
+        let Ok(Ok(outcomes)) = opened else {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(250)) => continue,
+            }
+        };
+        let mut outcomes = outcomes.into_inner();
+        // id -> (key, tool, started)
+        let mut pending: HashMap<u64, (String, &'static str, Instant)> = HashMap::new();
+        let broke: Option<(tonic::Code, String)> = loop {
+            while pending.len() < STREAM_IN_FLIGHT && !stop.is_cancelled() {
+                n += 1;
+                let key = format!("{round}-s{via}-{n}");
+                let (tool, args) = match n % 3 {
+                    1 => (
+                        "create_order",
+                        json!({"customer_id": "C-3", "items": [{"sku": "CABLE", "quantity": 1}]}),
+                    ),
+                    2 => ("echo", json!({"message": key})),
+                    _ => (
+                        "task_sleep",
+                        json!({"ms": 1500, "text": key, "pollIntervalMs": 200}),
+                    ),
+                };
+                let frame = pb::CallToolFrame {
+                    id: n,
+                    frame: Some(pb::call_tool_frame::Frame::Call(pb::CallToolRequest {
+                        session_id: session.clone(),
+                        run_id: key.clone(),
+                        tool: format!("orders__{tool}"),
+                        arguments_json: args.to_string(),
+                        meta_json: meta(&key),
+                        timeout_ms: 30_000,
+                        foreground: true,
+                        ..Default::default()
+                    })),
+                };
+                pending.insert(n, (key, tool, Instant::now()));
+                seen.in_flight.fetch_add(1, Ordering::SeqCst);
+                if tx.send(frame).await.is_err() {
+                    break;
+                }
+            }
+            if stop.is_cancelled() && pending.is_empty() {
+                break None;
+            }
+            let next = tokio::time::timeout(CALL_LIMIT, outcomes.message()).await;
+            let outcome = match next {
+                Err(_) => break Some((tonic::Code::Unknown, String::new())),
+                Ok(Err(status)) => break Some((status.code(), status.message().to_owned())),
+                Ok(Ok(None)) => break Some((tonic::Code::Ok, String::new())),
+                Ok(Ok(Some(o))) => o,
+            };
+            let Some((key, tool, started)) = pending.remove(&outcome.id) else {
+                continue;
+            };
+            seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let (outcome, message) = match outcome.outcome {
+                Some(pb::call_tool_outcome::Outcome::Response(r)) => match r.background {
+                    Some(b) => (Outcome::Backgrounded(b.id), String::new()),
+                    None if r.is_error => (Outcome::ToolError, r.text),
+                    None => (Outcome::Ok, String::new()),
+                },
+                Some(pb::call_tool_outcome::Outcome::Error(e)) => {
+                    (Outcome::Error(tonic::Code::from(e.code)), e.message)
+                }
+                _ => continue,
+            };
+            seen.push(CallRecord {
+                key,
+                tool,
+                kind: Kind::Stream,
+                via,
+                started,
+                ended: Instant::now(),
+                outcome,
+                message,
+            });
+        };
+        drop(tx);
+        // The calls the stream took with it.
+        for (_, (key, tool, started)) in pending.drain() {
+            seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let (outcome, message) = match &broke {
+                Some((tonic::Code::Ok, _)) => (
+                    Outcome::None,
+                    "the stream ended without its outcome".to_owned(),
+                ),
+                Some((tonic::Code::Unknown, m)) if m.is_empty() => {
+                    (Outcome::None, format!("no outcome within {CALL_LIMIT:?}"))
+                }
+                Some((code, m)) => (Outcome::Error(*code), m.clone()),
+                None => continue,
+            };
+            seen.push(CallRecord {
+                key,
+                tool,
+                kind: Kind::Stream,
+                via,
+                started,
+                ended: Instant::now(),
+                outcome,
+                message,
+            });
+        }
+        if broke.is_some() {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+        }
+    }
+}
+
+/// Calls a [`stream_worker`] keeps in flight on its stream.
+pub const STREAM_IN_FLIGHT: usize = 4;
 
 /// Calls `orders__echo` (read-only, quick) every 100 ms through replica
 /// `via` until `stop`: the recovery time is read from these.

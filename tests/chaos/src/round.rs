@@ -246,6 +246,16 @@ pub async fn run(
             stop_load.clone(),
         ));
     }
+    for via in 0..endpoints.len() {
+        workers.spawn(load::stream_worker(
+            seen.clone(),
+            endpoints.clone(),
+            round.clone(),
+            sessions.auto.clone(),
+            via,
+            stop_load.clone(),
+        ));
+    }
     workers.spawn(load::background_launcher(
         seen.clone(),
         endpoints.clone(),
@@ -318,7 +328,7 @@ pub async fn run(
                     let ok_via: BTreeSet<usize> = calls
                         .iter()
                         .filter(|c| {
-                            matches!(c.kind, Kind::Foreground | Kind::Probe)
+                            matches!(c.kind, Kind::Foreground | Kind::Stream | Kind::Probe)
                                 && c.outcome == Outcome::Ok
                                 && c.started >= healed_at
                         })
@@ -695,9 +705,13 @@ fn count_outcomes(calls: &[CallRecord], fault_at: Instant, report: &mut RoundRep
             }
             Outcome::Backgrounded(_) => report.backgrounded += 1,
             Outcome::Error(code) => {
-                // tonic's own error when the connection to the replica broke.
-                let lost_connection =
-                    *code == tonic::Code::Unknown && c.message == "transport error";
+                // tonic's own error when the connection to the replica broke
+                // (a unary call's, and a CallToolStream's for its calls in
+                // flight).
+                let lost_connection = *code == tonic::Code::Unknown
+                    && (c.message == "transport error"
+                        || c.message
+                            .starts_with("h2 protocol error: error reading a body"));
                 let kind = if lost_connection {
                     "connection lost".to_owned()
                 } else {
