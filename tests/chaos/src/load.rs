@@ -125,6 +125,40 @@ fn meta(key: &str) -> String {
     json!({ EXECUTION_KEY: key }).to_string()
 }
 
+/// Foreground call `n` (key `key`) of `session`: `create_order` (for
+/// `customer`), `echo` and `task_sleep` in turn. The last is a slow call (an
+/// MCP task run in the foreground), in flight at the sidecar and upstream
+/// when the fault comes.
+fn foreground_request(
+    n: u64,
+    key: &str,
+    customer: &str,
+    session: &str,
+) -> (&'static str, pb::CallToolRequest) {
+    let (tool, args) = match n % 3 {
+        1 => (
+            "create_order",
+            json!({"customer_id": customer, "items": [{"sku": "CABLE", "quantity": 1}]}),
+        ),
+        2 => ("echo", json!({"message": key})),
+        _ => (
+            "task_sleep",
+            json!({"ms": 1500, "text": key, "pollIntervalMs": 200}),
+        ),
+    };
+    let request = pb::CallToolRequest {
+        session_id: session.to_owned(),
+        run_id: key.to_owned(),
+        tool: format!("orders__{tool}"),
+        arguments_json: args.to_string(),
+        meta_json: meta(key),
+        timeout_ms: 30_000,
+        foreground: true,
+        ..Default::default()
+    };
+    (tool, request)
+}
+
 /// Makes one call and records it.
 async fn call(
     seen: &Seen,
@@ -179,29 +213,7 @@ pub async fn foreground_worker(
     while !stop.is_cancelled() {
         n += 1;
         let key = format!("{round}-f{w}-{n}");
-        let (tool, args) = match n % 3 {
-            1 => (
-                "create_order",
-                json!({"customer_id": "C-1", "items": [{"sku": "CABLE", "quantity": 1}]}),
-            ),
-            2 => ("echo", json!({"message": key})),
-            // A slow call (an MCP task run in the foreground), in flight at
-            // the sidecar and upstream when the fault comes.
-            _ => (
-                "task_sleep",
-                json!({"ms": 1500, "text": key, "pollIntervalMs": 200}),
-            ),
-        };
-        let request = pb::CallToolRequest {
-            session_id: session.clone(),
-            run_id: key.clone(),
-            tool: format!("orders__{tool}"),
-            arguments_json: args.to_string(),
-            meta_json: meta(&key),
-            timeout_ms: 30_000,
-            foreground: true,
-            ..Default::default()
-        };
+        let (tool, request) = foreground_request(n.into(), &key, "C-1", &session);
         call(&seen, &endpoints, via, Kind::Foreground, tool, key, request).await;
         let failed = seen
             .calls
@@ -253,29 +265,10 @@ pub async fn stream_worker(
             while pending.len() < STREAM_IN_FLIGHT && !stop.is_cancelled() {
                 n += 1;
                 let key = format!("{round}-s{via}-{n}");
-                let (tool, args) = match n % 3 {
-                    1 => (
-                        "create_order",
-                        json!({"customer_id": "C-3", "items": [{"sku": "CABLE", "quantity": 1}]}),
-                    ),
-                    2 => ("echo", json!({"message": key})),
-                    _ => (
-                        "task_sleep",
-                        json!({"ms": 1500, "text": key, "pollIntervalMs": 200}),
-                    ),
-                };
+                let (tool, request) = foreground_request(n, &key, "C-3", &session);
                 let frame = pb::CallToolFrame {
                     id: n,
-                    frame: Some(pb::call_tool_frame::Frame::Call(pb::CallToolRequest {
-                        session_id: session.clone(),
-                        run_id: key.clone(),
-                        tool: format!("orders__{tool}"),
-                        arguments_json: args.to_string(),
-                        meta_json: meta(&key),
-                        timeout_ms: 30_000,
-                        foreground: true,
-                        ..Default::default()
-                    })),
+                    frame: Some(pb::call_tool_frame::Frame::Call(request)),
                 };
                 pending.insert(n, (key, tool, Instant::now()));
                 seen.in_flight.fetch_add(1, Ordering::SeqCst);
