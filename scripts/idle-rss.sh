@@ -12,6 +12,11 @@
 # Nothing calls them. After SECONDS it prints, per process, VmRSS and its
 # parts (RssAnon: heap, stacks; RssFile: the mapped binary and libraries),
 # the threads, Pss (shared pages counted as a share) and the binary's size.
+# Then it calls, once through the gateway, one tool with an outputSchema on
+# each server (orders__get_order, orders-http__get_order,
+# everything__get-structured-content: the sidecar compiles a schema on its
+# tool's first result, tools::results), waits 5 s and prints the sidecars
+# again.
 # Environment: CARGO_TARGET_DIR; IDLE_RSS_BIN_DIR: measure the binaries in
 # that directory instead (no build).
 set -euo pipefail
@@ -76,8 +81,20 @@ sleep "$wait_secs"
 echo "idle for ${wait_secs} s; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 show "switchyard-control-plane" "$cp" "$bin/switchyard-control-plane"
 show "switchyard up" "$up" "$bin/switchyard"
-for s in $(pgrep -P "$up" || true); do
-  tr '\0' ' ' < "/proc/$s/cmdline" | grep -q 'switchyard-sidecar run' || continue
-  name=$(tr '\0' '\n' < "/proc/$s/cmdline" | sed -n '/--config/{n;p}' | xargs basename | sed 's/\.toml$//')
-  show "switchyard-sidecar ($name)" "$s" "$bin/switchyard-sidecar"
+sidecars() {
+  for s in $(pgrep -P "$up" || true); do
+    tr '\0' ' ' < "/proc/$s/cmdline" | grep -q 'switchyard-sidecar run' || continue
+    name=$(tr '\0' '\n' < "/proc/$s/cmdline" | sed -n '/--config/{n;p}' | xargs basename | sed 's/\.toml$//')
+    show "switchyard-sidecar ($name)" "$s" "$bin/switchyard-sidecar"
+  done
+}
+sidecars
+
+endpoint="http://$(sed -n 's/^listen = "\(.*\)".*/\1/p' "$work/up.toml" | head -1)"
+for call in 'orders__get_order {"order_id":"O-1001"}' 'orders-http__get_order {"order_id":"O-1001"}' \
+            'everything__get-structured-content {"location":"New York"}'; do
+  switchyard call --endpoint "$endpoint" "${call%% *}" --args "${call#* }" --json > /dev/null
 done
+sleep 5
+echo "after one call of a tool with an outputSchema on each server"
+sidecars

@@ -19,6 +19,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== build"
 cargo build --workspace --bins --locked
 
+echo "== glibc the binaries need (at most 2.34: docs/operations.md)"
+scripts/check-glibc.sh
+
 echo "== cargo test"
 cargo test --workspace --locked -- --test-threads "${SWITCHYARD_TEST_THREADS:-4}"
 

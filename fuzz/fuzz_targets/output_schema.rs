@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
     };
 
     let tools = [json!({ "name": "t", "outputSchema": schema })];
-    let validators = OutputValidators::compile("fuzz", &tools);
+    let validators = OutputValidators::new("fuzz", &tools);
     let compiled = compile_schema(&schema);
     let broken = !schema.is_null() && compiled.is_err();
     assert_eq!(validators.broken() == ["t"], broken);

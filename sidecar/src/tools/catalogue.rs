@@ -3,8 +3,9 @@
 //! plane pushed ([`Catalogue`], shared by the call pipeline and the
 //! upstream watcher, [`crate::watch`], which keeps it current).
 //!
-//! Validators are compiled once per catalogue: [`Catalogue::update`] only
-//! recompiles when the tool definitions differ from the last listing.
+//! Validators are compiled at most once per catalogue, each on its first
+//! use: [`Catalogue::update`] only replaces them when the tool definitions
+//! differ from the last listing.
 
 use crate::tools::results::OutputValidators;
 use serde_json::Value;
@@ -70,14 +71,15 @@ impl Catalogue {
             .cloned()
     }
 
-    /// Takes a new listing of `server`'s tools; recompiles the validators
-    /// only when the definitions changed. Returns whether they did.
+    /// Takes a new listing of `server`'s tools; replaces the validators
+    /// (compiled again on first use) only when the definitions changed.
+    /// Returns whether they did.
     pub fn update(&self, server: &str, tools: &[Value]) -> bool {
         let mut last = self.tools.lock().unwrap_or_else(|e| e.into_inner());
         if last.as_deref() == Some(tools) {
             return false;
         }
-        let compiled = Arc::new(OutputValidators::compile(server, tools));
+        let compiled = Arc::new(OutputValidators::new(server, tools));
         *self.validators.write().unwrap_or_else(|e| e.into_inner()) = compiled;
         *last = Some(tools.to_vec());
         true

@@ -15,17 +15,22 @@
 //!   stays inline, with a note naming the attachment;
 //! - `isError` results are processed the same way but never validated.
 //!
-//! [`OutputValidators`] compiles each tool's `outputSchema` once per
-//! catalogue (JSON Schema 2020-12 unless `$schema` names draft-07 or
+//! [`OutputValidators`] holds each tool's `outputSchema` of one catalogue
+//! and compiles it the first time a result of that tool is validated, once
+//! per catalogue (JSON Schema 2020-12 unless `$schema` names draft-07 or
 //! another draft; local `$ref`/`$defs`, recursive ones included). Remote
 //! references are never fetched: a schema that needs one cannot be
 //! compiled, so it counts as broken. A broken schema disables validation
-//! for that tool only, with a warning. [`audit_structured`] truncates the
-//! structured result kept in audit records.
+//! for that tool only, with a warning. Compiling on first use keeps a
+//! sidecar whose tools are not called from paying for the validators and
+//! for the `jsonschema` crate's meta-schemas (about 3 MiB of resident
+//! memory; docs/reliability.md, "Idle RSS"). [`audit_structured`]
+//! truncates the structured result kept in audit records.
 
 use base64::Engine;
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 #[cfg(test)]
 mod tests;
@@ -306,15 +311,26 @@ enum ToolSchema {
     Broken,
 }
 
-/// Compiled `outputSchema` validators of one catalogue, by tool name.
+/// One tool's `outputSchema`, compiled on first use.
+struct ToolEntry {
+    schema: Value,
+    compiled: OnceLock<ToolSchema>,
+}
+
+/// The `outputSchema` validators of one catalogue, by tool name. Each is
+/// compiled the first time it is needed ([`OutputValidators::validate`],
+/// [`OutputValidators::validates`], [`OutputValidators::broken`]) and
+/// kept; concurrent first uses compile once.
 #[derive(Default)]
 pub struct OutputValidators {
-    tools: HashMap<String, ToolSchema>,
+    server: String,
+    tools: HashMap<String, ToolEntry>,
 }
 
 impl std::fmt::Debug for OutputValidators {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OutputValidators")
+            .field("server", &self.server)
             .field("tools", &self.tools.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -346,52 +362,65 @@ impl Validation {
 const MAX_VALIDATION_ERRORS: usize = 20;
 
 impl OutputValidators {
-    /// Compiles the `outputSchema` of every tool in `tools` (definitions as
-    /// listed). `server` names the server in warnings.
-    pub fn compile(server: &str, tools: &[Value]) -> Self {
-        let mut out = OutputValidators::default();
-        for tool in tools {
-            let (Some(name), Some(schema)) = (
-                tool.get("name").and_then(Value::as_str),
-                tool.get("outputSchema").filter(|s| !s.is_null()),
-            ) else {
-                continue;
-            };
-            let entry = match compile_schema(schema) {
-                Ok(v) => ToolSchema::Valid(Box::new(v)),
-                Err(e) => {
-                    tracing::warn!(%server, tool = %name, error = %e, "the tool's outputSchema cannot be compiled; its results are not validated");
-                    ToolSchema::Broken
-                }
-            };
-            out.tools.insert(name.to_owned(), entry);
+    /// Takes the `outputSchema` of every tool in `tools` (definitions as
+    /// listed); nothing is compiled yet. `server` names the server in the
+    /// warning a broken schema logs when it is first compiled.
+    pub fn new(server: &str, tools: &[Value]) -> Self {
+        let tools = tools
+            .iter()
+            .filter_map(|tool| {
+                let name = tool.get("name").and_then(Value::as_str)?;
+                let schema = tool.get("outputSchema").filter(|s| !s.is_null())?;
+                let entry = ToolEntry {
+                    schema: schema.clone(),
+                    compiled: OnceLock::new(),
+                };
+                Some((name.to_owned(), entry))
+            })
+            .collect();
+        OutputValidators {
+            server: server.to_owned(),
+            tools,
         }
-        out
     }
 
-    /// Tools whose outputSchema is broken.
+    /// The compiled schema of `tool` (compiling it now if it is the first
+    /// use); `None` when the tool has no outputSchema.
+    fn schema(&self, tool: &str) -> Option<&ToolSchema> {
+        let entry = self.tools.get(tool)?;
+        Some(entry.compiled.get_or_init(|| match compile_schema(&entry.schema) {
+            Ok(v) => ToolSchema::Valid(Box::new(v)),
+            Err(e) => {
+                tracing::warn!(server = %self.server, %tool, error = %e, "the tool's outputSchema cannot be compiled; its results are not validated");
+                ToolSchema::Broken
+            }
+        }))
+    }
+
+    /// Tools whose outputSchema is broken (compiles every schema).
     pub fn broken(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self
             .tools
-            .iter()
-            .filter(|(_, s)| matches!(s, ToolSchema::Broken))
-            .map(|(n, _)| n.as_str())
+            .keys()
+            .filter(|n| matches!(self.schema(n), Some(ToolSchema::Broken)))
+            .map(String::as_str)
             .collect();
         names.sort_unstable();
         names
     }
 
-    /// Whether `tool` has a usable validator.
+    /// Whether `tool` has a usable validator (compiles its schema).
     pub fn validates(&self, tool: &str) -> bool {
-        matches!(self.tools.get(tool), Some(ToolSchema::Valid(_)))
+        matches!(self.schema(tool), Some(ToolSchema::Valid(_)))
     }
 
-    /// Validates a processed result of `tool` (never an `isError` one).
+    /// Validates a processed result of `tool` (never an `isError` one);
+    /// compiles the tool's schema on its first result.
     pub fn validate(&self, tool: &str, processed: &Processed) -> Validation {
         if processed.is_error {
             return Validation::NotValidated;
         }
-        let Some(ToolSchema::Valid(validator)) = self.tools.get(tool) else {
+        let Some(ToolSchema::Valid(validator)) = self.schema(tool) else {
             return Validation::NotValidated;
         };
         let Some(structured) = &processed.structured else {

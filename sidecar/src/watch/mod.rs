@@ -13,8 +13,8 @@
 //! (`notifications/tools/list_changed`, `.../resources/list_changed` for
 //! the resources and their templates, `.../prompts/list_changed`), each
 //! list coalesced on its own ([`coalesce`]: at most one re-list per list
-//! per window); compiles the tools' output schemas into the shared
-//! [`Catalogue`]; keeps a 2026-07-28 `subscriptions/listen` stream open
+//! per window); hands the tools' output schemas to the shared
+//! [`Catalogue`] (which compiles each on first use); keeps a 2026-07-28 `subscriptions/listen` stream open
 //! opting in to the list changes the server declares ([`listen`]); and
 //! publishes the latest [`UpstreamStatus`] and [`CatalogueSnapshot`] on
 //! watch channels (an [`UpstreamView`]), which the report stream sends to

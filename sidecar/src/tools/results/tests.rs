@@ -185,7 +185,7 @@ fn oversized_text_goes_to_an_attachment() {
 #[test]
 fn errors_are_passed_on_and_not_validated() {
     let tools = [json!({"name": "t", "outputSchema": {"type": "object", "required": ["a"]}})];
-    let v = OutputValidators::compile("s", &tools);
+    let v = OutputValidators::new("s", &tools);
     let p = process(
         &json!({"content": [text("boom")], "isError": true}),
         &ResultLimits::default(),
@@ -219,7 +219,7 @@ fn validation_table() {
         json!({"name": "dangling", "outputSchema": {"$ref": "#/$defs/missing"}}),
         json!({"name": "plain"}),
     ];
-    let v = OutputValidators::compile("s", &tools);
+    let v = OutputValidators::new("s", &tools);
     assert_eq!(v.broken(), ["broken", "dangling", "remote"]);
     let deep = json!({"value": 1, "children": [{"value": 2, "children": [{"value": 3}]}]});
     let deep_bad = json!({"value": 1, "children": [{"value": 2, "children": [{"value": "x"}]}]});
@@ -275,4 +275,45 @@ fn audit_keeps_a_truncated_structured_result() {
     assert_eq!(t["truncated"], true);
     assert_eq!(t["bytes"], big.to_string().len());
     assert_eq!(t["head"].as_str().unwrap().len(), 20);
+}
+
+#[test]
+fn a_schema_is_compiled_on_its_tools_first_result_and_only_once() {
+    let tools = [
+        json!({"name": "a", "outputSchema": {"type": "object", "required": ["x"]}}),
+        json!({"name": "b", "outputSchema": {"type": 12}}),
+        json!({"name": "plain"}),
+    ];
+    let v = OutputValidators::new("s", &tools);
+    let compiled = |tool: &str| v.tools[tool].compiled.get().is_some();
+    assert!(!v.tools.contains_key("plain"));
+    assert!(
+        !compiled("a") && !compiled("b"),
+        "nothing compiled at listing"
+    );
+
+    let ok = process(
+        &json!({"content": [], "structuredContent": {"x": 1}}),
+        &ResultLimits::default(),
+    );
+    assert_eq!(v.validate("a", &ok), Validation::Valid);
+    assert!(compiled("a") && !compiled("b"), "only the called tool");
+    let Some(ToolSchema::Valid(first)) = v.tools["a"].compiled.get() else {
+        panic!("a compiles");
+    };
+    let first: *const jsonschema::Validator = &**first;
+    let bad = process(
+        &json!({"content": [], "structuredContent": {}}),
+        &ResultLimits::default(),
+    );
+    assert!(matches!(v.validate("a", &bad), Validation::Invalid(_)));
+    let Some(ToolSchema::Valid(again)) = v.tools["a"].compiled.get() else {
+        panic!("a stays compiled");
+    };
+    assert!(std::ptr::eq(first, &**again), "compiled once");
+
+    // A broken schema is found on first use too, and validates nothing.
+    assert_eq!(v.validate("b", &ok), Validation::NotValidated);
+    assert!(compiled("b"));
+    assert_eq!(v.broken(), ["b"]);
 }
