@@ -7,7 +7,7 @@
 
 FROM rust:1.95-slim-bookworm AS build
 # The `dist` profile (Cargo.toml): release with fat LTO and one codegen
-# unit. Less resident memory per process and less CPU per call than
+# unit. Less resident memory per process and no more CPU per call than
 # `release`, for a build of about 17 minutes on 2 cores
 # (docs/reliability.md, "Idle RSS").
 # protoc builds the gRPC contracts (tonic/prost) and etcd-client.
@@ -21,7 +21,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --profile dist --locked -p switchyard-control-plane -p switchyard-sidecar --bins \
  && mkdir -p /out \
  && cp target/dist/switchyard target/dist/switchyard-control-plane \
-       target/dist/switchyard-sidecar /out/
+       target/dist/switchyard-sidecar /out/ \
+ && scripts/check-glibc.sh /out
 
 FROM debian:bookworm-slim
 # ca-certificates: trust for https:// MCP servers and OAuth endpoints.

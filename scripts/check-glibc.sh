@@ -14,8 +14,14 @@ max="2.34"
 status=0
 for b in switchyard switchyard-control-plane switchyard-sidecar; do
   [ -x "$dir/$b" ] || { echo "check-glibc: $dir/$b is not built" >&2; exit 1; }
-  needs=$(objdump -p "$dir/$b" | grep -o 'GLIBC_[A-Z_0-9.]*' | sort -u)
+  headers=$(objdump -p "$dir/$b") || { echo "check-glibc: objdump cannot read $dir/$b" >&2; exit 1; }
+  needs=$(grep -o 'GLIBC_[A-Z_0-9.]*' <<< "$headers" | sort -u || true)
   newest=$(sed -n 's/^GLIBC_\([0-9.]*\)$/\1/p' <<< "$needs" | sort -V | tail -1)
+  if [ -z "$newest" ]; then
+    echo "check-glibc: $b needs no GLIBC_ symbol version (not a binary linked against glibc?)" >&2
+    status=1
+    continue
+  fi
   markers=$(grep -v '^GLIBC_[0-9.]*$' <<< "$needs" || true)
   if [ "$(printf '%s\n%s\n' "$newest" "$max" | sort -V | tail -1)" != "$max" ] || [ -n "$markers" ]; then
     echo "check-glibc: $b needs GLIBC_$newest ${markers//$'\n'/ } (at most GLIBC_$max, no markers)" >&2

@@ -9,7 +9,7 @@
 #   1. switchyard-control-plane alone (no sidecars: its servers stay down);
 #   2. switchyard up (the control plane in-process, one sidecar per server:
 #      orders and everything over stdio, orders-http over HTTP).
-# Nothing calls them. After SECONDS it prints, per process, VmRSS and its
+# Nothing calls them at first. After SECONDS it prints, per process, VmRSS and its
 # parts (RssAnon: heap, stacks; RssFile: the mapped binary and libraries),
 # the threads, Pss (shared pages counted as a share) and the binary's size.
 # Then it calls, once through the gateway, one tool with an outputSchema on
@@ -18,7 +18,10 @@
 # tool's first result, tools::results), waits 5 s and prints the sidecars
 # again.
 # Environment: CARGO_TARGET_DIR; IDLE_RSS_BIN_DIR: measure the binaries in
-# that directory instead (no build).
+# that directory instead (no build; it must hold switchyard,
+# switchyard-control-plane, switchyard-sidecar and
+# switchyard-reference-server: copy the last one from target/release to
+# measure a `--profile dist` build).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -26,6 +29,9 @@ wait_secs="${1:-40}"
 scripts/install-test-peers.sh >&2
 if [ -n "${IDLE_RSS_BIN_DIR:-}" ]; then
   bin="$(cd "$IDLE_RSS_BIN_DIR" && pwd)"
+  for b in switchyard switchyard-control-plane switchyard-sidecar switchyard-reference-server; do
+    [ -x "$bin/$b" ] || { echo "idle-rss: $bin/$b is missing (IDLE_RSS_BIN_DIR must hold all four binaries)" >&2; exit 1; }
+  done
 else
   cargo build --release --quiet --bins \
     -p switchyard-control-plane -p switchyard-sidecar -p switchyard-reference-server
@@ -93,7 +99,8 @@ sidecars
 endpoint="http://$(sed -n 's/^listen = "\(.*\)".*/\1/p' "$work/up.toml" | head -1)"
 for call in 'orders__get_order {"order_id":"O-1001"}' 'orders-http__get_order {"order_id":"O-1001"}' \
             'everything__get-structured-content {"location":"New York"}'; do
-  switchyard call --endpoint "$endpoint" "${call%% *}" --args "${call#* }" --json > /dev/null
+  switchyard call --endpoint "$endpoint" "${call%% *}" --args "${call#* }" --json > /dev/null ||
+    echo "idle-rss: the call of ${call%% *} failed; its sidecar's figures below are without a call" >&2
 done
 sleep 5
 echo "after one call of a tool with an outputSchema on each server"

@@ -72,15 +72,16 @@ impl Catalogue {
     }
 
     /// Takes a new listing of `server`'s tools; replaces the validators
-    /// (compiled again on first use) only when the definitions changed.
-    /// Returns whether they did.
+    /// only when the definitions changed, keeping those of the tools whose
+    /// schema did not (the others compile on first use). Returns whether
+    /// they changed.
     pub fn update(&self, server: &str, tools: &[Value]) -> bool {
         let mut last = self.tools.lock().unwrap_or_else(|e| e.into_inner());
         if last.as_deref() == Some(tools) {
             return false;
         }
-        let compiled = Arc::new(OutputValidators::new(server, tools));
-        *self.validators.write().unwrap_or_else(|e| e.into_inner()) = compiled;
+        let mut validators = self.validators.write().unwrap_or_else(|e| e.into_inner());
+        *validators = Arc::new(OutputValidators::next(server, tools, &validators));
         *last = Some(tools.to_vec());
         true
     }

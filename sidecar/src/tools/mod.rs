@@ -6,7 +6,8 @@
 //!   current by the upstream watcher, [`crate::watch`], which re-lists the
 //!   tools after each connection and each coalesced list change);
 //! - [`results`]: result processing (model text, attachments, structured
-//!   content) and `outputSchema` validation, pure functions;
+//!   content), pure functions, and `outputSchema` validation (each schema
+//!   compiled on its first use);
 //! - [`respond`]: the [`respond::Responder`] that turns a raw result into
 //!   the call's response and its `tool.result` audit record;
 //! - [`retry`]: the one retry of a read-only or idempotent call after a

@@ -1,5 +1,6 @@
 //! Stage A result processing, shared by foreground calls and background
-//! results: pure functions on the raw `CallToolResult`.
+//! results: pure functions on the raw `CallToolResult`, and the tools'
+//! `outputSchema` validators, compiled on first use.
 //!
 //! [`process`] turns a result into what the model reads ([`Processed`]):
 //!
@@ -30,7 +31,7 @@
 use base64::Engine;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 #[cfg(test)]
 mod tests;
@@ -311,7 +312,8 @@ enum ToolSchema {
     Broken,
 }
 
-/// One tool's `outputSchema`, compiled on first use.
+/// One tool's `outputSchema`, compiled on first use. Shared (`Arc`) with
+/// the next catalogue when the tool's schema is unchanged.
 struct ToolEntry {
     schema: Value,
     compiled: OnceLock<ToolSchema>,
@@ -324,7 +326,7 @@ struct ToolEntry {
 #[derive(Default)]
 pub struct OutputValidators {
     server: String,
-    tools: HashMap<String, ToolEntry>,
+    tools: HashMap<String, Arc<ToolEntry>>,
 }
 
 impl std::fmt::Debug for OutputValidators {
@@ -366,14 +368,24 @@ impl OutputValidators {
     /// listed); nothing is compiled yet. `server` names the server in the
     /// warning a broken schema logs when it is first compiled.
     pub fn new(server: &str, tools: &[Value]) -> Self {
+        Self::next(server, tools, &OutputValidators::default())
+    }
+
+    /// Like [`OutputValidators::new`], keeping from `previous` (the last
+    /// catalogue) each tool whose schema is unchanged, compiled or not: a
+    /// list change compiles again only the schemas that changed.
+    pub fn next(server: &str, tools: &[Value], previous: &OutputValidators) -> Self {
         let tools = tools
             .iter()
             .filter_map(|tool| {
                 let name = tool.get("name").and_then(Value::as_str)?;
                 let schema = tool.get("outputSchema").filter(|s| !s.is_null())?;
-                let entry = ToolEntry {
-                    schema: schema.clone(),
-                    compiled: OnceLock::new(),
+                let entry = match previous.tools.get(name) {
+                    Some(kept) if kept.schema == *schema => kept.clone(),
+                    _ => Arc::new(ToolEntry {
+                        schema: schema.clone(),
+                        compiled: OnceLock::new(),
+                    }),
                 };
                 Some((name.to_owned(), entry))
             })
@@ -384,15 +396,40 @@ impl OutputValidators {
         }
     }
 
+    /// The tools whose schema has been compiled so far, sorted.
+    pub fn compiled(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .tools
+            .iter()
+            .filter(|(_, e)| e.compiled.get().is_some())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
     /// The compiled schema of `tool` (compiling it now if it is the first
-    /// use); `None` when the tool has no outputSchema.
+    /// use); `None` when the tool has no outputSchema. A panic inside the
+    /// `jsonschema` crate counts as a broken schema: the result is still
+    /// delivered, unvalidated, and the schema is not tried again.
     fn schema(&self, tool: &str) -> Option<&ToolSchema> {
         let entry = self.tools.get(tool)?;
-        Some(entry.compiled.get_or_init(|| match compile_schema(&entry.schema) {
-            Ok(v) => ToolSchema::Valid(Box::new(v)),
-            Err(e) => {
-                tracing::warn!(server = %self.server, %tool, error = %e, "the tool's outputSchema cannot be compiled; its results are not validated");
-                ToolSchema::Broken
+        Some(entry.compiled.get_or_init(|| {
+            let started = std::time::Instant::now();
+            let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                compile_schema(&entry.schema)
+            }))
+            .unwrap_or_else(|_| Err("the schema compiler panicked".to_owned()));
+            let us = started.elapsed().as_micros();
+            match compiled {
+                Ok(v) => {
+                    tracing::debug!(server = %self.server, %tool, us, "outputSchema compiled");
+                    ToolSchema::Valid(Box::new(v))
+                }
+                Err(e) => {
+                    tracing::warn!(server = %self.server, %tool, error = %e, "the tool's outputSchema cannot be compiled; its results are not validated");
+                    ToolSchema::Broken
+                }
             }
         }))
     }

@@ -348,7 +348,7 @@ impl UpstreamWatcher {
                 match upstream.list_tools().await {
                     Ok(tools) => {
                         if self.compiled.update(upstream.name(), &tools) {
-                            tracing::debug!(server = %upstream.name(), "output schemas compiled");
+                            tracing::debug!(server = %upstream.name(), "new tool list: output schemas taken");
                         }
                         self.tools = Some(tools);
                     }

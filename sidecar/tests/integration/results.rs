@@ -24,7 +24,9 @@ async fn server_everything_structured_and_annotated() {
         WINDOW,
     )
     .await;
-    assert!(h.catalogue.validators().validates("get-structured-content"));
+    // Listed, not compiled: the schema is compiled for the first result.
+    assert!(h.catalogue.is_listed());
+    assert!(h.catalogue.validators().compiled().is_empty());
     let r = h
         .call(
             "get-structured-content",
@@ -34,6 +36,10 @@ async fn server_everything_structured_and_annotated() {
         .await
         .unwrap();
     assert!(r.validation_errors.is_empty(), "{:?}", r.validation_errors);
+    assert_eq!(
+        h.catalogue.validators().compiled(),
+        ["get-structured-content"]
+    );
     let s = structured(&r);
     assert_eq!(s["temperature"], 36);
     // The text already is that JSON: not appended again.

@@ -317,3 +317,37 @@ fn a_schema_is_compiled_on_its_tools_first_result_and_only_once() {
     assert!(compiled("b"));
     assert_eq!(v.broken(), ["b"]);
 }
+
+#[test]
+fn a_new_tool_list_keeps_the_compiled_schemas_that_did_not_change() {
+    let object = json!({"type": "object"});
+    let first = OutputValidators::new(
+        "s",
+        &[
+            json!({"name": "same", "outputSchema": object}),
+            json!({"name": "changed", "outputSchema": object}),
+        ],
+    );
+    assert!(first.validates("same") && first.validates("changed"));
+    assert_eq!(first.compiled(), ["changed", "same"]);
+    let next = OutputValidators::next(
+        "s",
+        &[
+            json!({"name": "same", "outputSchema": object, "description": "new text"}),
+            json!({"name": "changed", "outputSchema": {"type": "array"}}),
+            json!({"name": "added", "outputSchema": object}),
+        ],
+        &first,
+    );
+    assert_eq!(next.compiled(), ["same"], "only the unchanged one is kept");
+    assert!(Arc::ptr_eq(&first.tools["same"], &next.tools["same"]));
+    let p = process(
+        &json!({"content": [], "structuredContent": {}}),
+        &ResultLimits::default(),
+    );
+    assert!(matches!(
+        next.validate("changed", &p),
+        Validation::Invalid(_)
+    ));
+    assert_eq!(next.validate("added", &p), Validation::Valid);
+}
