@@ -398,10 +398,15 @@ impl OutputValidators {
 
     /// The tools whose schema has been compiled so far, sorted.
     pub fn compiled(&self) -> Vec<&str> {
+        self.names_where(|_, e| e.compiled.get().is_some())
+    }
+
+    /// The names of the tools `keep` says yes to, sorted.
+    fn names_where(&self, keep: impl Fn(&str, &ToolEntry) -> bool) -> Vec<&str> {
         let mut names: Vec<&str> = self
             .tools
             .iter()
-            .filter(|(_, e)| e.compiled.get().is_some())
+            .filter(|(n, e)| keep(n, e))
             .map(|(n, _)| n.as_str())
             .collect();
         names.sort_unstable();
@@ -436,14 +441,7 @@ impl OutputValidators {
 
     /// Tools whose outputSchema is broken (compiles every schema).
     pub fn broken(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self
-            .tools
-            .keys()
-            .filter(|n| matches!(self.schema(n), Some(ToolSchema::Broken)))
-            .map(String::as_str)
-            .collect();
-        names.sort_unstable();
-        names
+        self.names_where(|n, _| matches!(self.schema(n), Some(ToolSchema::Broken)))
     }
 
     /// Whether `tool` has a usable validator (compiles its schema).
