@@ -19,8 +19,13 @@
 //! connection, `ClientLifecycleMode::Discover`, so it speaks 2026-07-28
 //! too). `mcp` is an MCP client on the MCP endpoint instead of the engine
 //! API: rmcp's Streamable HTTP client (2026-07-28) on a reqwest client
-//! that keeps connections alive (rmcp's default opens one per request) calling `orders__echo` on `/mcp`, through the same control
-//! plane, sidecar and server. More clients tell the hops apart: `unary` is the same gateway
+//! that keeps connections alive (rmcp's default opens one per request)
+//! calling `orders__echo` on `/mcp`, through the same control plane,
+//! sidecar and server. `mcp-lean` and `mcp-h2` are a lean client on the
+//! same path (the same 2026-07-28 request written by hand on a pooled
+//! reqwest client; HTTP/1.1, and HTTP/2 with prior knowledge on one
+//! connection): they tell rmcp's client costs from the endpoint's. More
+//! clients tell the hops apart: `unary` is the same gateway
 //! path with one `CallTool` RPC per call, `sidecar` calls the sidecar's
 //! `SidecarCalls.CallTool` directly (engine-side gRPC -> sidecar -> server,
 //! no control plane), and `cp-only` calls the control plane's
@@ -45,7 +50,8 @@
 //!   when the binary is started without `--bench`, as `cargo test --benches`
 //!   does.
 //! * `--no-hops`: leave out the `unary`, `sidecar` and `cp-only` clients.
-//! * `--only gateway|direct|unary|sidecar|cp-only` and `--measure-ms N`: run one
+//! * `--no-lean`: leave out the `mcp-lean` and `mcp-h2` clients.
+//! * `--only gateway|direct|mcp|mcp-lean|mcp-h2|unary|sidecar|cp-only` and `--measure-ms N`: run one
 //!   client, N ms per round, e.g. under `perf record` (no ratios then).
 //! * `--concurrency 1|64`: run only that concurrency.
 //! * `--current-thread`: run the bench's clients (the engine and rmcp's
@@ -106,6 +112,8 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 struct Settings {
     quick: bool,
     hops: bool,
+    /// The lean MCP clients (`mcp-lean`, `mcp-h2`); `--no-lean` drops them.
+    lean: bool,
     /// `--only LABEL`: run just that client (for profiling).
     only: Option<String>,
     /// `--gateway-workers N`: tokio workers of the gateway processes.
@@ -129,6 +137,7 @@ impl Settings {
             || args.iter().any(|a| a == "--quick")
             || !args.iter().any(|a| a == "--bench");
         let hops = !args.iter().any(|a| a == "--no-hops");
+        let lean = !args.iter().any(|a| a == "--no-lean");
         let current_thread = args.iter().any(|a| a == "--current-thread");
         let value = |flag: &str| {
             args.iter()
@@ -150,6 +159,7 @@ impl Settings {
             Settings {
                 quick,
                 hops,
+                lean,
                 only,
                 gateway_workers,
                 concurrency,
@@ -162,6 +172,7 @@ impl Settings {
             Settings {
                 quick,
                 hops,
+                lean,
                 only,
                 gateway_workers,
                 concurrency,
@@ -474,6 +485,10 @@ enum Client {
     Direct(Peer<RoleClient>),
     /// rmcp over Streamable HTTP -> the MCP endpoint -> sidecar -> server.
     Mcp(Peer<RoleClient>),
+    /// A lean 2026-07-28 client on the same path: pooled HTTP/1.1.
+    McpLean(Arc<Lean>),
+    /// The lean client over HTTP/2 (prior knowledge, one connection).
+    McpH2(Arc<Lean>),
     /// Engine -> control plane and back: `ListSessions`, no sidecar.
     CpOnly(EngineServiceClient<Channel>),
 }
@@ -486,6 +501,8 @@ impl Client {
             Client::Sidecar(_) => "sidecar",
             Client::Direct(_) => "direct",
             Client::Mcp(_) => "mcp",
+            Client::McpLean(_) => "mcp-lean",
+            Client::McpH2(_) => "mcp-h2",
             Client::CpOnly(_) => "cp-only",
         }
     }
@@ -553,6 +570,7 @@ impl Client {
                 // Nothing to echo: count it as checked.
                 Ok(check.then(|| MESSAGE.to_owned()))
             }
+            Client::McpLean(lean) | Client::McpH2(lean) => lean.call(check).await,
             Client::Direct(peer) | Client::Mcp(peer) => {
                 let mut arguments = JsonObject::new();
                 arguments.insert("message".into(), MESSAGE.into());
@@ -568,6 +586,78 @@ impl Client {
                 Ok(check.then(|| first_text(&serde_json::to_value(&result).unwrap_or_default())))
             }
         }
+    }
+}
+
+/// A lean MCP client: the 2026-07-28 `tools/call` request written by hand
+/// (the headers and `_meta` the era requires) on a pooled reqwest client,
+/// the answer read as JSON. It measures the endpoint without rmcp's
+/// client costs (its worker task, its message types).
+#[derive(Debug)]
+struct Lean {
+    http: reqwest::Client,
+    url: String,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+impl Lean {
+    fn new(url: String, h2: bool) -> Lean {
+        let builder = reqwest::Client::builder().tcp_nodelay(true);
+        let builder = if h2 {
+            builder.http2_prior_knowledge()
+        } else {
+            builder.http1_only()
+        };
+        Lean {
+            http: builder.build().expect("HTTP client"),
+            url,
+            next_id: 1.into(),
+        }
+    }
+
+    async fn call(&self, check: bool) -> Result<Option<String>, String> {
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "tools/call",
+            "params": {
+                "name": TOOL,
+                "arguments": {"message": MESSAGE},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": ERA,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        });
+        let response = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", ERA)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", TOOL)
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!(
+                "HTTP {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            ));
+        }
+        let answer: Value =
+            serde_json::from_slice(&bytes).map_err(|e| format!("answer is not JSON: {e}"))?;
+        if answer["id"] != json!(id) || answer["result"]["isError"] == json!(true) {
+            return Err(format!("unexpected answer: {answer}"));
+        }
+        Ok(check.then(|| first_text(&answer["result"])))
     }
 }
 
@@ -832,6 +922,12 @@ async fn bench(settings: Settings, bins: Binaries) {
         (Client::Direct(direct.peer().clone()), direct_pids),
         (Client::Mcp(mcp.peer().clone()), gateway_pids),
     ];
+    if settings.lean {
+        let url = format!("{}/mcp", gateway.mcp);
+        let lean = Client::McpLean(Arc::new(Lean::new(url.clone(), false)));
+        clients.push((lean, gateway_pids));
+        clients.push((Client::McpH2(Arc::new(Lean::new(url, true))), gateway_pids));
+    }
     if settings.hops {
         clients.push((Client::Unary(gateway.engine.clone()), gateway_pids));
         clients.push((Client::Sidecar(gateway.calls.clone()), sidecar_pids));
@@ -936,27 +1032,43 @@ async fn bench(settings: Settings, bins: Binaries) {
         if concurrency == 1 {
             goals.push(("p50 at 1", p50, p50 <= P50_GOAL, "<=", P50_GOAL));
         }
-        let mcp = &summaries[2].median;
-        let tput = mcp.throughput() / direct.throughput();
-        let p50 = mcp.percentile_us(50.0) / direct.percentile_us(50.0);
-        let p99 = mcp.percentile_us(99.0) / direct.percentile_us(99.0);
-        let cpu_total = mcp.cpu_per_call_us().iter().sum::<f64>()
-            / direct.cpu_per_call_us().iter().sum::<f64>();
-        println!(
-            "{:>5}  {:<8} {:>9.2} {:>9.2} {:>9.2}  {:>7} {:>7} {:>7} {:>7} {:>7.2}  (mcp / direct)",
-            concurrency, "ratio", tput, p50, p99, "", "", "", "", cpu_total,
-        );
-        if concurrency == 64 {
-            mcp_goals.push((
-                "calls/s at 64",
-                tput,
-                tput >= MCP_THROUGHPUT_GOAL,
-                ">=",
-                MCP_THROUGHPUT_GOAL,
-            ));
-        }
-        if concurrency == 1 {
-            mcp_goals.push(("p50 at 1", p50, p50 <= MCP_P50_GOAL, "<=", MCP_P50_GOAL));
+        // The MCP clients against the same direct baseline: rmcp's, and
+        // the lean ones when they ran.
+        for (i, (client, _)) in clients.iter().enumerate() {
+            let label = client.label();
+            if !label.starts_with("mcp") {
+                continue;
+            }
+            let mcp = &summaries[i].median;
+            let tput = mcp.throughput() / direct.throughput();
+            let p50 = mcp.percentile_us(50.0) / direct.percentile_us(50.0);
+            let p99 = mcp.percentile_us(99.0) / direct.percentile_us(99.0);
+            let cpu_total = mcp.cpu_per_call_us().iter().sum::<f64>()
+                / direct.cpu_per_call_us().iter().sum::<f64>();
+            println!(
+                "{:>5}  {:<8} {:>9.2} {:>9.2} {:>9.2}  {:>7} {:>7} {:>7} {:>7} {:>7.2}  ({label} / direct)",
+                concurrency, "ratio", tput, p50, p99, "", "", "", "", cpu_total,
+            );
+            if concurrency == 64 {
+                mcp_goals.push((
+                    label,
+                    "calls/s at 64",
+                    tput,
+                    tput >= MCP_THROUGHPUT_GOAL,
+                    ">=",
+                    MCP_THROUGHPUT_GOAL,
+                ));
+            }
+            if concurrency == 1 {
+                mcp_goals.push((
+                    label,
+                    "p50 at 1",
+                    p50,
+                    p50 <= MCP_P50_GOAL,
+                    "<=",
+                    MCP_P50_GOAL,
+                ));
+            }
         }
     }
     println!();
@@ -973,9 +1085,9 @@ async fn bench(settings: Settings, bins: Binaries) {
             if met { "met" } else { "NOT met" }
         );
     }
-    for (what, ratio, met, op, goal) in mcp_goals {
+    for (label, what, ratio, met, op, goal) in mcp_goals {
         println!(
-            "goal: mcp / direct {what} {op} {goal}: {ratio:.2}, {}",
+            "goal: {label} / direct {what} {op} {goal}: {ratio:.2}, {}",
             if met { "met" } else { "NOT met" }
         );
     }

@@ -35,6 +35,9 @@
 //! its server's log messages (a level: [`logging`]) once one of those
 //! comes ([`respond::progress_stream`]; JSON when none does), and for
 //! `subscriptions/listen` ([`listen`]).
+//!
+//! HTTP/1.1 and HTTP/2 (cleartext, prior knowledge: many requests on one
+//! connection) are both served; HTTP/2's `:authority` is checked as `Host`.
 
 pub mod discover;
 pub mod ingress;
@@ -58,7 +61,7 @@ use crate::model::mcp_session::Scope;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use ingress::Message;
 use respond::McpError;
@@ -178,30 +181,33 @@ pub async fn serve(
 async fn all(
     State(ep): State<Arc<Endpoint>>,
     method: Method,
+    uri: Uri,
     h: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(ep, Scope::All, method, h, body).await
+    handle(ep, Scope::All, method, &uri, h, body).await
 }
 
 async fn session(
     State(ep): State<Arc<Endpoint>>,
     Path(id): Path<String>,
     method: Method,
+    uri: Uri,
     h: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(ep, Scope::Session(id), method, h, body).await
+    handle(ep, Scope::Session(id), method, &uri, h, body).await
 }
 
 async fn server(
     State(ep): State<Arc<Endpoint>>,
     Path(name): Path<String>,
     method: Method,
+    uri: Uri,
     h: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(ep, Scope::Server(name), method, h, body).await
+    handle(ep, Scope::Server(name), method, &uri, h, body).await
 }
 
 /// One HTTP request on `scope`'s URL.
@@ -209,10 +215,19 @@ async fn handle(
     ep: Arc<Endpoint>,
     scope: Scope,
     method: Method,
-    h: HeaderMap,
+    uri: &Uri,
+    mut h: HeaderMap,
     body: Body,
 ) -> Response {
     let started = Instant::now();
+    // HTTP/2 names the host in `:authority` (the URI), not `Host`: the
+    // Host checks read it the same (RFC 9113 §8.3.1).
+    if !h.contains_key(header::HOST)
+        && let Some(authority) = uri.authority()
+        && let Ok(host) = HeaderValue::from_str(authority.as_str())
+    {
+        h.insert(header::HOST, host);
+    }
     let mut served = Served {
         method: "-",
         era: "-",

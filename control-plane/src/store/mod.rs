@@ -497,11 +497,16 @@ impl AnyStore {
     }
 }
 
+// Each backend's future is boxed: etcd-client's are 4 to 7 KB, and every
+// caller's future would otherwise carry that much inline (a registry call
+// became 12 KB, and every request future of the MCP endpoint with it, moved
+// by memcpy at each box and spawn on the way). One allocation per store
+// operation costs less than those copies.
 impl Store for AnyStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StoreError> {
         match self {
-            AnyStore::Embedded(s) => s.get(key).await,
-            AnyStore::Etcd(s) => s.get(key).await,
+            AnyStore::Embedded(s) => Box::pin(s.get(key)).await,
+            AnyStore::Etcd(s) => Box::pin(s.get(key)).await,
         }
     }
 
@@ -512,29 +517,29 @@ impl Store for AnyStore {
         lease: Option<LeaseId>,
     ) -> Result<Revision, StoreError> {
         match self {
-            AnyStore::Embedded(s) => s.put(key, value, lease).await,
-            AnyStore::Etcd(s) => s.put(key, value, lease).await,
+            AnyStore::Embedded(s) => Box::pin(s.put(key, value, lease)).await,
+            AnyStore::Etcd(s) => Box::pin(s.put(key, value, lease)).await,
         }
     }
 
     async fn delete(&self, key: &str) -> Result<bool, StoreError> {
         match self {
-            AnyStore::Embedded(s) => s.delete(key).await,
-            AnyStore::Etcd(s) => s.delete(key).await,
+            AnyStore::Embedded(s) => Box::pin(s.delete(key)).await,
+            AnyStore::Etcd(s) => Box::pin(s.delete(key)).await,
         }
     }
 
     async fn list(&self, prefix: &str) -> Result<Listing, StoreError> {
         match self {
-            AnyStore::Embedded(s) => s.list(prefix).await,
-            AnyStore::Etcd(s) => s.list(prefix).await,
+            AnyStore::Embedded(s) => Box::pin(s.list(prefix)).await,
+            AnyStore::Etcd(s) => Box::pin(s.list(prefix)).await,
         }
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResult, StoreError> {
         match self {
-            AnyStore::Embedded(s) => s.txn(txn).await,
-            AnyStore::Etcd(s) => s.txn(txn).await,
+            AnyStore::Embedded(s) => Box::pin(s.txn(txn)).await,
+            AnyStore::Etcd(s) => Box::pin(s.txn(txn)).await,
         }
     }
 
@@ -544,29 +549,29 @@ impl Store for AnyStore {
         from_revision: Option<Revision>,
     ) -> Result<WatchStream, StoreError> {
         match self {
-            AnyStore::Embedded(s) => s.watch(prefix, from_revision).await,
-            AnyStore::Etcd(s) => s.watch(prefix, from_revision).await,
+            AnyStore::Embedded(s) => Box::pin(s.watch(prefix, from_revision)).await,
+            AnyStore::Etcd(s) => Box::pin(s.watch(prefix, from_revision)).await,
         }
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {
         match self {
-            AnyStore::Embedded(s) => s.grant_lease(ttl).await,
-            AnyStore::Etcd(s) => s.grant_lease(ttl).await,
+            AnyStore::Embedded(s) => Box::pin(s.grant_lease(ttl)).await,
+            AnyStore::Etcd(s) => Box::pin(s.grant_lease(ttl)).await,
         }
     }
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<(), StoreError> {
         match self {
-            AnyStore::Embedded(s) => s.keep_alive(lease).await,
-            AnyStore::Etcd(s) => s.keep_alive(lease).await,
+            AnyStore::Embedded(s) => Box::pin(s.keep_alive(lease)).await,
+            AnyStore::Etcd(s) => Box::pin(s.keep_alive(lease)).await,
         }
     }
 
     async fn revoke(&self, lease: LeaseId) -> Result<(), StoreError> {
         match self {
-            AnyStore::Embedded(s) => s.revoke(lease).await,
-            AnyStore::Etcd(s) => s.revoke(lease).await,
+            AnyStore::Embedded(s) => Box::pin(s.revoke(lease)).await,
+            AnyStore::Etcd(s) => Box::pin(s.revoke(lease)).await,
         }
     }
 }

@@ -15,7 +15,8 @@
 //! level (2025-11-25 `logging/setLevel`, 2026-07-28 `_meta`), only to the
 //! client whose call caused them, never a stdio server's; and tasks
 //! (background calls) for clients that declare them, in both eras, with a
-//! task's question asked and answered.
+//! task's question asked and answered; and HTTP/2 clients (prior
+//! knowledge), whose `:authority` is checked as `Host` is.
 
 use crate::common::*;
 use reqwest::header::HeaderMap;
@@ -2704,4 +2705,177 @@ fn legacy_headers(session: &str) -> Vec<(&'static str, &str)> {
     h.push(("mcp-session-id", session));
     h.push(("mcp-protocol-version", "2025-11-25"));
     h
+}
+
+/// An HTTP/2 client (cleartext, prior knowledge) on the endpoint: many
+/// calls on one connection, a call's progress stream, a 2025-11-25
+/// session's GET stream and DELETE; and `:authority` is checked as `Host`
+/// is (DNS rebinding protection), in HTTP/2 and HTTP/1.1 alike.
+#[tokio::test(flavor = "multi_thread")]
+async fn http2_clients_are_served_and_their_authority_is_checked() {
+    let _heavy = HEAVY.lock().await;
+    let port = switchyard_test_support::free_port();
+    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\n");
+    let gw = Gateway::start_stdio(
+        "everything",
+        &switchyard_test_support::everything_bin(),
+        &["stdio"],
+        &extra,
+    )
+    .await;
+    let base = format!("http://127.0.0.1:{port}");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // `resolve`: the URL's host name is what the client sends, the
+    // connection goes to the endpoint.
+    let client_for = |h2: bool| {
+        let b = reqwest::Client::builder()
+            .timeout(LIMIT)
+            .resolve("evil.example.com", addr)
+            .resolve("localhost", addr);
+        let b = if h2 {
+            b.http2_prior_knowledge()
+        } else {
+            b.http1_only()
+        };
+        b.build().unwrap()
+    };
+    let h2 = client_for(true);
+    let modern_post =
+        |client: &reqwest::Client, url: String, method: &str, name: Option<&str>, params: Value| {
+            let mut params = params;
+            params["_meta"][VERSION] = json!("2026-07-28");
+            params["_meta"][CAPS] = json!({});
+            let mut req = client
+                .post(url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", method);
+            if let Some(n) = name {
+                req = req.header("mcp-name", n);
+            }
+            req.body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string(),
+            )
+            .send()
+        };
+    let tool = "everything__trigger-long-running-operation";
+    eventually("server-everything's tools over HTTP/2", LIMIT, || {
+        let fut = modern_post(&h2, format!("{base}/mcp"), "tools/list", None, json!({}));
+        async move {
+            let resp = fut.await.map_err(|e| e.to_string())?;
+            if resp.version() != reqwest::Version::HTTP_2 {
+                return Err(format!("answered in {:?}", resp.version()));
+            }
+            let t: Value = resp.json().await.map_err(|e| e.to_string())?;
+            match t["result"]["tools"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|t| t["name"] == tool))
+            {
+                true => Ok(()),
+                false => Err(t.to_string()),
+            }
+        }
+    })
+    .await;
+
+    // Many calls at once on the one HTTP/2 client, each answered as its own.
+    let calls = (0..16).map(|i| {
+        modern_post(
+            &h2,
+            format!("{base}/mcp"),
+            "tools/call",
+            Some("everything__echo"),
+            json!({"name": "everything__echo", "arguments": {"message": format!("m{i}")}}),
+        )
+    });
+    for (i, resp) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let resp = resp.expect("an answer");
+        assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+        let r: Value = resp.json().await.unwrap();
+        let text = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+        assert!(text.ends_with(&format!("m{i}")), "call {i}: {r}");
+    }
+
+    // A call's progress, streamed over HTTP/2.
+    let resp = modern_post(
+        &h2,
+        format!("{base}/mcp"),
+        "tools/call",
+        Some(tool),
+        json!({"name": tool, "arguments": {"duration": 0.3, "steps": 3},
+               "_meta": {"progressToken": 5}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    let (notes, response) = streamed(resp).await;
+    three_steps(&notes, &response, &json!(5), &json!(1));
+
+    // A 2025-11-25 session over HTTP/2: initialize, its GET stream, DELETE.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "h2", "version": "1"}}});
+    let resp = h2
+        .post(format!("{base}/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let session = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let stream = h2
+        .get(format!("{base}/mcp"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let deleted = h2
+        .delete(format!("{base}/mcp"))
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    drop(stream);
+
+    // The authority: a loopback endpoint serves loopback names only, over
+    // either protocol, and says which name it refused.
+    for h2 in [true, false] {
+        let client = client_for(h2);
+        let url = |host: &str| format!("http://{host}:{port}/mcp");
+        let ok = modern_post(&client, url("localhost"), "tools/list", None, json!({}))
+            .await
+            .unwrap();
+        assert_eq!(ok.status(), 200, "localhost, HTTP/2 {h2}");
+        let refused = modern_post(
+            &client,
+            url("evil.example.com"),
+            "tools/list",
+            None,
+            json!({}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(refused.status(), 403, "evil.example.com, HTTP/2 {h2}");
+        let body: Value = refused.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains("evil.example.com"), "{body}");
+    }
+    gw.stop().await;
 }
