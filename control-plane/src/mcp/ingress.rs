@@ -2,7 +2,9 @@
 //! JSON-RPC, and the one message a POST carries.
 //!
 //! - `Host` and `Origin` (DNS rebinding protection, streamable-http
-//!   "Security Warning"): 403 ([`check_host_and_origin`]);
+//!   "Security Warning"): 403 ([`check_host_and_origin`]); HTTP/2's
+//!   `:authority` is the `Host`, and a `Host` naming another authority
+//!   is 400 ([`authority_as_host`]);
 //! - `Content-Type` must be JSON (415) and `Accept` must take JSON or SSE
 //!   (406) ([`check_media`]);
 //! - the body is at most `mcp.max_body_bytes` (413) ([`read_body`]);
@@ -12,7 +14,7 @@
 use super::respond::{INVALID_REQUEST, McpError, PARSE_ERROR};
 use crate::config::McpConfig;
 use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde_json::{Map, Value};
@@ -52,6 +54,39 @@ pub fn is_loopback_host(host: &str) -> bool {
         name.to_ascii_lowercase().as_str(),
         "localhost" | "127.0.0.1" | "::1"
     )
+}
+
+/// Makes the request's authority its `Host`, for [`check_host_and_origin`]:
+/// HTTP/2 carries it in `:authority` (RFC 9113 §8.3.1), an HTTP/1.1
+/// request in absolute form in its target (RFC 9112 §3.2.2); `authority`
+/// is that, when the request has one. A `Host` that names another
+/// authority is 400 (a malformed request: which one would be served?).
+pub fn authority_as_host(headers: &mut HeaderMap, authority: Option<&str>) -> Result<(), McpError> {
+    let Some(authority) = authority else {
+        return Ok(());
+    };
+    match headers.get(header::HOST) {
+        None => {
+            let value = HeaderValue::from_str(authority).map_err(|_| {
+                McpError::new(
+                    StatusCode::BAD_REQUEST,
+                    INVALID_REQUEST,
+                    format!("the request's authority {authority:?} is not a valid host"),
+                )
+            })?;
+            headers.insert(header::HOST, value);
+            Ok(())
+        }
+        Some(host) if host.as_bytes().eq_ignore_ascii_case(authority.as_bytes()) => Ok(()),
+        Some(host) => Err(McpError::new(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            format!(
+                "Host {:?} names another authority than the request's, {authority:?}",
+                host.to_str().unwrap_or("\u{fffd}")
+            ),
+        )),
+    }
 }
 
 /// 403 unless `Host` and `Origin` are allowed (see `McpConfig`):
@@ -257,6 +292,31 @@ mod tests {
             h.append(*k, HeaderValue::from_str(v).unwrap());
         }
         h
+    }
+
+    #[test]
+    fn the_authority_is_the_host() {
+        // HTTP/2 (no Host): the authority becomes the Host.
+        let mut h = headers(&[]);
+        authority_as_host(&mut h, Some("localhost:7790")).unwrap();
+        assert_eq!(h[header::HOST], "localhost:7790");
+        // Both, the same (case aside): unchanged.
+        let mut h = headers(&[("host", "LocalHost:7790")]);
+        authority_as_host(&mut h, Some("localhost:7790")).unwrap();
+        assert_eq!(h[header::HOST], "LocalHost:7790");
+        // No authority (HTTP/1.1 in origin form): Host alone decides.
+        let mut h = headers(&[("host", "evil.example.com")]);
+        authority_as_host(&mut h, None).unwrap();
+        assert_eq!(h[header::HOST], "evil.example.com");
+        // Both, naming different hosts: refused, naming both.
+        let mut h = headers(&[("host", "localhost:7790")]);
+        let e = authority_as_host(&mut h, Some("evil.example.com:7790")).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(
+            e.message.contains("localhost:7790") && e.message.contains("evil.example.com:7790"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

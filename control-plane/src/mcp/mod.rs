@@ -220,20 +220,18 @@ async fn handle(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    // HTTP/2 names the host in `:authority` (the URI), not `Host`: the
-    // Host checks read it the same (RFC 9113 §8.3.1).
-    if !h.contains_key(header::HOST)
-        && let Some(authority) = uri.authority()
-        && let Ok(host) = HeaderValue::from_str(authority.as_str())
-    {
-        h.insert(header::HOST, host);
-    }
     let mut served = Served {
         method: "-",
         era: "-",
         outcome: "rejected",
     };
-    let response = match handled(&ep, &scope, &method, &h, body, &mut served).await {
+    // HTTP/2 names the host in `:authority`, which the Host check reads too.
+    let authority = uri.authority().map(|a| a.as_str());
+    let outcome = match ingress::authority_as_host(&mut h, authority) {
+        Ok(()) => handled(&ep, &scope, &method, &h, body, &mut served).await,
+        Err(e) => Err(e),
+    };
+    let response = match outcome {
         Ok(r) => r,
         Err(e) => {
             served.outcome = e.outcome();

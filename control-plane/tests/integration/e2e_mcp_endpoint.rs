@@ -2877,5 +2877,42 @@ async fn http2_clients_are_served_and_their_authority_is_checked() {
         let message = body["error"]["message"].as_str().unwrap_or("");
         assert!(message.contains("evil.example.com"), "{body}");
     }
+
+    // HTTP/1.1 in absolute form: the target's authority is the host, and
+    // a Host naming another one is refused (400), not served as Host says.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {
+        "_meta": {VERSION: "2026-07-28", CAPS: {}}}})
+    .to_string();
+    for (target, host, status) in [
+        (
+            format!("http://evil.example.com:{port}/mcp"),
+            format!("localhost:{port}"),
+            "400",
+        ),
+        (
+            format!("http://localhost:{port}/mcp"),
+            format!("localhost:{port}"),
+            "200",
+        ),
+    ] {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST {target} HTTP/1.1\r\nHost: {host}\r\ncontent-type: application/json\r\n\
+             accept: application/json\r\nmcp-protocol-version: 2026-07-28\r\n\
+             mcp-method: server/discover\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(LIMIT, tcp.read_to_string(&mut answer))
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{target} with Host {host}: {answer}"
+        );
+    }
     gw.stop().await;
 }
