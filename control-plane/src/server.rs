@@ -388,6 +388,8 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         let result = builder
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            // A handler that panics answers its request INTERNAL.
+            .layer(switchyard_proto::panics::layer("control plane"))
             .add_service(engine)
             .add_service(admin)
             .add_service(sidecars)

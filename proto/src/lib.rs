@@ -5,9 +5,11 @@
 //! (`AdminService`). MCP JSON travels as JSON text in `*_json` fields so
 //! nothing is lost in transit. [`calls`] holds both halves of the
 //! streams of calls (`CallToolStream`, `CallStream`); [`status`] builds
-//! statuses that fit in HTTP/2 headers.
+//! statuses that fit in HTTP/2 headers; [`panics`] answers a panicking
+//! handler's request with `INTERNAL`.
 
 pub mod calls;
+pub mod panics;
 pub mod status;
 
 /// The encoded `FileDescriptorSet` of `switchyard.v1`, for gRPC server

@@ -168,6 +168,8 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     let drained_tasks = tasks.clone();
     let mut grpc = tokio::spawn(
         builder
+            // A handler that panics answers its request INTERNAL.
+            .layer(switchyard_proto::panics::layer("sidecar"))
             // Only the control plane (its token, or mTLS) gets in.
             .add_service(tonic::service::interceptor::InterceptedService::new(
                 service.into_server(),
