@@ -302,6 +302,12 @@ pub struct McpConfig {
     /// The largest request body, bytes (default 4 MiB; 413 above).
     #[serde(default = "default_mcp_max_body")]
     pub max_body_bytes: u64,
+    /// How long a request's body may take to arrive, seconds (default 30,
+    /// 1 to 3600; 408 after it): a body that stalls would hold its buffer
+    /// (up to `max_body_bytes`, per request and per HTTP/2 stream) for as
+    /// long as its client likes.
+    #[serde(default = "default_mcp_body_timeout")]
+    pub body_timeout_sec: u64,
     /// A 2025-11-25 session not used for this long ends, seconds (default
     /// 86400).
     #[serde(default = "default_mcp_idle")]
@@ -320,6 +326,7 @@ impl Default for McpConfig {
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_body_bytes: default_mcp_max_body(),
+            body_timeout_sec: default_mcp_body_timeout(),
             session_idle_timeout_sec: default_mcp_idle(),
             request_state_ttl_sec: default_mcp_state_ttl(),
         }
@@ -328,6 +335,9 @@ impl Default for McpConfig {
 
 fn default_mcp_max_body() -> u64 {
     4 * 1024 * 1024
+}
+fn default_mcp_body_timeout() -> u64 {
+    30
 }
 fn default_mcp_idle() -> u64 {
     86_400
@@ -654,6 +664,12 @@ impl Config {
             return Err((
                 "mcp.max_body_bytes".into(),
                 "must be between 1024 and 268435456 (256 MiB)".into(),
+            ));
+        }
+        if !(1..=3600).contains(&self.mcp.body_timeout_sec) {
+            return Err((
+                "mcp.body_timeout_sec".into(),
+                "must be between 1 and 3600".into(),
             ));
         }
         if !(60..=30 * 24 * 3600).contains(&self.mcp.session_idle_timeout_sec) {
@@ -1151,6 +1167,7 @@ mod tests {
                 "no path",
             ),
             ("max_body_bytes = 10", "mcp.max_body_bytes", "between 1024"),
+            ("body_timeout_sec = 0", "mcp.body_timeout_sec", "between 1"),
             (
                 "request_state_ttl_sec = 1",
                 "mcp.request_state_ttl_sec",

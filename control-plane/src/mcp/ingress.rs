@@ -2,12 +2,15 @@
 //! JSON-RPC, and the one message a POST carries.
 //!
 //! - `Host` and `Origin` (DNS rebinding protection, streamable-http
-//!   "Security Warning"): 403 ([`check_host_and_origin`]); HTTP/2's
-//!   `:authority` is the `Host`, and a `Host` naming another authority
+//!   "Security Warning"): 403 ([`check_host_and_origin`]); no `Host`, two,
+//!   or one that is not `host[:port]` is 400 ([`host_port`]); HTTP/2's
+//!   `:authority` (or an absolute-form target) is the `Host`, and a `Host`
+//!   naming another authority, user info or a scheme other than http(s)
 //!   is 400 ([`authority_as_host`]);
 //! - `Content-Type` must be JSON (415) and `Accept` must take JSON or SSE
 //!   (406) ([`check_media`]);
-//! - the body is at most `mcp.max_body_bytes` (413) ([`read_body`]);
+//! - the body is at most `mcp.max_body_bytes` (413) and arrives within
+//!   `mcp.body_timeout_sec` (408) ([`read_body`]);
 //! - it is one JSON-RPC request, notification or response: not JSON is
 //!   -32700, a batch or anything else -32600, both with 400 ([`parse`]).
 
@@ -18,6 +21,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde_json::{Map, Value};
+use std::time::Duration;
 use switchyard_mcp::jsonrpc::{self, Kind};
 
 /// One JSON-RPC message, as a POST carried it.
@@ -43,78 +47,120 @@ impl Message {
     }
 }
 
-/// Loopback host names: `localhost`, `127.0.0.1`, `[::1]`, with or without
-/// a port.
-pub fn is_loopback_host(host: &str) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+/// A `Host` value or a request's authority, read strictly (RFC 9110 §7.2,
+/// RFC 3986 §3.2): `host[:port]` with no user info, a port of digits
+/// within 65535, an IPv6 host in brackets and nothing after them. The host
+/// comes back lowercased (brackets kept), with the port when there is one;
+/// `None`: not such a value.
+pub fn host_port(value: &str) -> Option<(String, Option<u16>)> {
+    if value.is_empty() || value.contains('@') {
+        return None;
+    }
+    let authority: axum::http::uri::Authority = value.parse().ok()?;
+    let host = authority.host();
+    if host.is_empty() || (host.starts_with('[') && !host.ends_with(']')) {
+        return None;
+    }
+    let port = match authority.port() {
+        None => None,
+        Some(p) => Some(p.as_str().parse::<u16>().ok()?),
     };
-    matches!(
-        name.to_ascii_lowercase().as_str(),
-        "localhost" | "127.0.0.1" | "::1"
-    )
+    // Whatever the parser let through that is neither host nor port.
+    let rebuilt = match port {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    };
+    if !rebuilt.eq_ignore_ascii_case(value) {
+        return None;
+    }
+    Some((host.to_ascii_lowercase(), port))
+}
+
+/// Loopback host names: `localhost`, `127.0.0.1`, `[::1]`, with or without
+/// a port ([`host_port`]: anything else, user info included, is not).
+pub fn is_loopback_host(host: &str) -> bool {
+    host_port(host)
+        .is_some_and(|(name, _)| matches!(name.as_str(), "localhost" | "127.0.0.1" | "[::1]"))
 }
 
 /// Makes the request's authority its `Host`, for [`check_host_and_origin`]:
 /// HTTP/2 carries it in `:authority` (RFC 9113 §8.3.1), an HTTP/1.1
-/// request in absolute form in its target (RFC 9112 §3.2.2); `authority`
-/// is that, when the request has one. A `Host` that names another
-/// authority is 400 (a malformed request: which one would be served?).
-pub fn authority_as_host(headers: &mut HeaderMap, authority: Option<&str>) -> Result<(), McpError> {
-    let Some(authority) = authority else {
+/// request in absolute form in its target (RFC 9112 §3.2.2); `uri` is the
+/// request's. 400 for a target whose scheme is not `http` or `https`, an
+/// authority with user info, and a `Host` that names another authority
+/// (a malformed request: which one would be served?).
+pub fn authority_as_host(headers: &mut HeaderMap, uri: &axum::http::Uri) -> Result<(), McpError> {
+    let bad = |what: String| McpError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, what);
+    if let Some(scheme) = uri.scheme_str()
+        && !matches!(scheme, "http" | "https")
+    {
+        return Err(bad(format!(
+            "the request's scheme {scheme:?} is not served here (http or https)"
+        )));
+    }
+    let Some(authority) = uri.authority().map(|a| a.as_str()) else {
         return Ok(());
     };
+    if authority.contains('@') {
+        return Err(bad(format!(
+            "the request's authority {authority:?} carries user info (RFC 9110 §4.2.4)"
+        )));
+    }
     match headers.get(header::HOST) {
         None => {
             let value = HeaderValue::from_str(authority).map_err(|_| {
-                McpError::new(
-                    StatusCode::BAD_REQUEST,
-                    INVALID_REQUEST,
-                    format!("the request's authority {authority:?} is not a valid host"),
-                )
+                bad(format!(
+                    "the request's authority {authority:?} is not a valid host"
+                ))
             })?;
             headers.insert(header::HOST, value);
             Ok(())
         }
         Some(host) if host.as_bytes().eq_ignore_ascii_case(authority.as_bytes()) => Ok(()),
-        Some(host) => Err(McpError::new(
-            StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            format!(
-                "Host {:?} names another authority than the request's, {authority:?}",
-                host.to_str().unwrap_or("\u{fffd}")
-            ),
-        )),
+        Some(host) => Err(bad(format!(
+            "Host {:?} names another authority than the request's, {authority:?}",
+            host.to_str().unwrap_or("\u{fffd}")
+        ))),
     }
 }
 
-/// 403 unless `Host` and `Origin` are allowed (see `McpConfig`):
-/// `loopback` says whether the endpoint listens on a loopback address.
+/// The one `Host` of a request, checked (RFC 9112 §3.2: exactly one, and a
+/// valid one; 400 otherwise), then 403 unless it and `Origin` are allowed
+/// (see `McpConfig`): `loopback` says whether the endpoint listens on a
+/// loopback address.
 pub fn check_host_and_origin(
     headers: &HeaderMap,
     config: &McpConfig,
     loopback: bool,
 ) -> Result<(), McpError> {
     let forbidden = |what: String| McpError::new(StatusCode::FORBIDDEN, INVALID_REQUEST, what);
-    let host = headers
-        .get(header::HOST)
-        .map(|h| h.to_str().unwrap_or("\u{fffd}"));
-    if let Some(host) = host {
-        let listed = config
-            .allowed_hosts
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(host) || host.split(':').next() == Some(a));
-        let allowed = if config.allowed_hosts.is_empty() {
-            !loopback || is_loopback_host(host)
-        } else {
-            listed || (loopback && is_loopback_host(host))
-        };
-        if !allowed {
-            return Err(forbidden(format!(
-                "Host {host:?} is not served here (DNS rebinding protection; see mcp.allowed_hosts)"
-            )));
+    let bad = |what: String| McpError::new(StatusCode::BAD_REQUEST, INVALID_REQUEST, what);
+    let hosts: Vec<_> = headers.get_all(header::HOST).iter().collect();
+    let host = match hosts.as_slice() {
+        [] => {
+            return Err(bad(
+                "no Host header (nor :authority): which host is asked for?".into(),
+            ));
         }
+        [one] => one.to_str().unwrap_or("\u{fffd}"),
+        _ => return Err(bad("more than one Host header".into())),
+    };
+    let Some((name, port)) = host_port(host) else {
+        return Err(bad(format!("Host {host:?} is not a host[:port]")));
+    };
+    let listed = config.allowed_hosts.iter().any(|a| {
+        host_port(a)
+            .is_some_and(|(a_name, a_port)| a_name == name && (a_port.is_none() || a_port == port))
+    });
+    let allowed = if config.allowed_hosts.is_empty() {
+        !loopback || is_loopback_host(host)
+    } else {
+        listed || (loopback && is_loopback_host(host))
+    };
+    if !allowed {
+        return Err(forbidden(format!(
+            "Host {host:?} is not served here (DNS rebinding protection; see mcp.allowed_hosts)"
+        )));
     }
     let origins: Vec<_> = headers.get_all(header::ORIGIN).iter().collect();
     match origins.as_slice() {
@@ -122,10 +168,7 @@ pub fn check_host_and_origin(
         [origin] => {
             let origin = origin.to_str().unwrap_or("\u{fffd}");
             let listed = config.allowed_origins.iter().any(|a| a == origin);
-            let local = loopback
-                && origin
-                    .split_once("://")
-                    .is_some_and(|(s, h)| matches!(s, "http" | "https") && is_loopback_host(h));
+            let local = loopback && is_loopback_origin(origin);
             if listed || local {
                 Ok(())
             } else {
@@ -136,6 +179,14 @@ pub fn check_host_and_origin(
         }
         _ => Err(forbidden("more than one Origin header".into())),
     }
+}
+
+/// Whether `origin` is `http://` or `https://` and a loopback host
+/// ([`is_loopback_host`]), with nothing after it (RFC 6454 §6.1).
+fn is_loopback_origin(origin: &str) -> bool {
+    origin
+        .split_once("://")
+        .is_some_and(|(scheme, rest)| matches!(scheme, "http" | "https") && is_loopback_host(rest))
 }
 
 /// Whether the media range list `accept` takes `media` (`type/subtype`),
@@ -194,8 +245,9 @@ pub fn check_media(headers: &HeaderMap) -> Result<Accepts, McpError> {
     Ok(took)
 }
 
-/// The body, at most `limit` bytes: 413 past it (the rest is not read).
-pub async fn read_body(body: Body, limit: u64) -> Result<Bytes, McpError> {
+/// The body, at most `limit` bytes: 413 past it (the rest is not read);
+/// 408 when all of it has not come `within` (from the first read).
+pub async fn read_body(body: Body, limit: u64, within: Duration) -> Result<Bytes, McpError> {
     let too_large = || {
         McpError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -203,9 +255,24 @@ pub async fn read_body(body: Body, limit: u64) -> Result<Bytes, McpError> {
             format!("the request body is over {limit} bytes (mcp.max_body_bytes)"),
         )
     };
+    let deadline = tokio::time::Instant::now() + within;
     let mut out = BytesMut::new();
     let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(_) => {
+                return Err(McpError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    INVALID_REQUEST,
+                    format!(
+                        "the request body did not arrive within {} s (mcp.body_timeout_sec)",
+                        within.as_secs()
+                    ),
+                ));
+            }
+        };
         let chunk = chunk.map_err(|e| {
             McpError::bad_request(format!("the request body could not be read: {e}"))
         })?;
@@ -296,27 +363,124 @@ mod tests {
 
     #[test]
     fn the_authority_is_the_host() {
+        let uri = |u: &str| u.parse::<axum::http::Uri>().unwrap();
         // HTTP/2 (no Host): the authority becomes the Host.
         let mut h = headers(&[]);
-        authority_as_host(&mut h, Some("localhost:7790")).unwrap();
+        authority_as_host(&mut h, &uri("http://localhost:7790/mcp")).unwrap();
         assert_eq!(h[header::HOST], "localhost:7790");
         // Both, the same (case aside): unchanged.
         let mut h = headers(&[("host", "LocalHost:7790")]);
-        authority_as_host(&mut h, Some("localhost:7790")).unwrap();
+        authority_as_host(&mut h, &uri("http://localhost:7790/mcp")).unwrap();
         assert_eq!(h[header::HOST], "LocalHost:7790");
         // No authority (HTTP/1.1 in origin form): Host alone decides.
         let mut h = headers(&[("host", "evil.example.com")]);
-        authority_as_host(&mut h, None).unwrap();
+        authority_as_host(&mut h, &uri("/mcp")).unwrap();
         assert_eq!(h[header::HOST], "evil.example.com");
-        // Both, naming different hosts: refused, naming both.
-        let mut h = headers(&[("host", "localhost:7790")]);
-        let e = authority_as_host(&mut h, Some("evil.example.com:7790")).unwrap_err();
-        assert_eq!(e.status, StatusCode::BAD_REQUEST);
-        assert!(
-            e.message.contains("localhost:7790") && e.message.contains("evil.example.com:7790"),
-            "{}",
-            e.message
+        // Refused (400), each saying why: another authority than Host's,
+        // user info, a scheme other than http(s).
+        for (target, host, says) in [
+            (
+                "http://evil.example.com:7790/mcp",
+                Some("localhost:7790"),
+                "another authority",
+            ),
+            (
+                "http://localhost:80@evil.example.com/mcp",
+                None,
+                "user info",
+            ),
+            ("ftp://localhost:7790/mcp", None, "scheme \"ftp\""),
+            ("javascript://localhost/mcp", None, "scheme"),
+        ] {
+            let mut h = headers(&host.map(|v| vec![("host", v)]).unwrap_or_default());
+            let e = authority_as_host(&mut h, &uri(target)).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{target}");
+            assert!(e.message.contains(says), "{target}: {}", e.message);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stalled_body_is_given_up_on() {
+        let one = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"{\"a\":"))]);
+        let stalled = Body::from_stream(one.chain(futures::stream::pending()));
+        let started = std::time::Instant::now();
+        let e = read_body(stalled, 1024, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert_eq!(e.status, StatusCode::REQUEST_TIMEOUT);
+        assert!(e.message.contains("mcp.body_timeout_sec"), "{}", e.message);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        // A body that comes in time is read whole.
+        let whole = Body::from(r#"{"a":1}"#);
+        let got = read_body(whole, 1024, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(&got[..], br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn hosts_are_read_strictly() {
+        assert_eq!(
+            host_port("LocalHost:7790"),
+            Some(("localhost".into(), Some(7790)))
         );
+        assert_eq!(host_port("[::1]"), Some(("[::1]".into(), None)));
+        assert_eq!(
+            host_port("gw.example.com"),
+            Some(("gw.example.com".into(), None))
+        );
+        for bad in [
+            "",
+            "localhost:80@evil.example.com",
+            "[::1]evil.example.com",
+            "[::1].evil.example.com",
+            "localhost:evil.example.com",
+            "localhost:99999",
+            "localhost:7790, evil.example.com",
+            "localhost:",
+        ] {
+            assert_eq!(host_port(bad), None, "{bad:?}");
+            assert!(!is_loopback_host(bad), "{bad:?}");
+        }
+        assert!(is_loopback_host("[::1]:7790") && is_loopback_host("127.0.0.1"));
+        assert!(!is_loopback_host("localhost.") && !is_loopback_host("127.1"));
+        assert!(is_loopback_origin("http://localhost:3000"));
+        for bad in [
+            "http://localhost:80@evil.example.com",
+            "http://[::1]evil.example.com",
+            "http://localhost/path",
+            "ftp://localhost",
+            "null",
+        ] {
+            assert!(!is_loopback_origin(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_host_header_is_one_and_valid() {
+        let c = McpConfig::default();
+        let status = |pairs: &[(&'static str, &str)]| {
+            check_host_and_origin(&headers(pairs), &c, true).map_err(|e| (e.status, e.message))
+        };
+        let (code, says) = status(&[]).unwrap_err();
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert!(says.contains("no Host"), "{says}");
+        let (code, says) =
+            status(&[("host", "localhost"), ("host", "evil.example.com")]).unwrap_err();
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert!(says.contains("more than one Host"), "{says}");
+        let (code, says) = status(&[("host", "localhost:80@evil.example.com")]).unwrap_err();
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert!(says.contains("not a host[:port]"), "{says}");
+        // allowed_hosts: the host without regard to case, any port unless
+        // the entry names one.
+        let c = McpConfig {
+            allowed_hosts: vec!["gw.example.com".into(), "api.example.com:443".into()],
+            ..McpConfig::default()
+        };
+        let ok = |host: &str| check_host_and_origin(&headers(&[("host", host)]), &c, false).is_ok();
+        assert!(ok("GW.EXAMPLE.COM:443") && ok("gw.example.com") && ok("api.example.com:443"));
+        assert!(!ok("api.example.com:8443") && !ok("gw.example.com:1@evil.example.com"));
     }
 
     #[test]

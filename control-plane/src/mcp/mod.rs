@@ -226,8 +226,7 @@ async fn handle(
         outcome: "rejected",
     };
     // HTTP/2 names the host in `:authority`, which the Host check reads too.
-    let authority = uri.authority().map(|a| a.as_str());
-    let outcome = match ingress::authority_as_host(&mut h, authority) {
+    let outcome = match ingress::authority_as_host(&mut h, uri) {
         Ok(()) => handled(&ep, &scope, &method, &h, body, &mut served).await,
         Err(e) => Err(e),
     };
@@ -349,7 +348,8 @@ async fn handled(
     }
     // 2. The one message.
     let accepts = ingress::check_media(h)?;
-    let bytes = ingress::read_body(body, ep.config.max_body_bytes).await?;
+    let within = Duration::from_secs(ep.config.body_timeout_sec);
+    let bytes = ingress::read_body(body, ep.config.max_body_bytes, within).await?;
     let msg = ingress::parse(&bytes)?;
     served.method = method_label(&msg.method);
     // 3. The era, and the session of a 2025-11-25 client.

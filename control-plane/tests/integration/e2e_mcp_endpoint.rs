@@ -2884,21 +2884,32 @@ async fn http2_clients_are_served_and_their_authority_is_checked() {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {
         "_meta": {VERSION: "2026-07-28", CAPS: {}}}})
     .to_string();
-    for (target, host, status) in [
+    // And the Host lines themselves: exactly one, and a host[:port].
+    let local = format!("Host: localhost:{port}\r\n");
+    for (target, hosts, status) in [
         (
             format!("http://evil.example.com:{port}/mcp"),
-            format!("localhost:{port}"),
+            local.clone(),
+            "400",
+        ),
+        (format!("http://localhost:{port}/mcp"), local.clone(), "200"),
+        ("/mcp".to_owned(), local.clone(), "200"),
+        ("/mcp".to_owned(), String::new(), "400"),
+        (
+            "/mcp".to_owned(),
+            format!("{local}Host: evil.example.com\r\n"),
             "400",
         ),
         (
-            format!("http://localhost:{port}/mcp"),
-            format!("localhost:{port}"),
-            "200",
+            "/mcp".to_owned(),
+            "Host: localhost:80@evil.example.com\r\n".to_owned(),
+            "400",
         ),
+        (format!("ftp://localhost:{port}/mcp"), local.clone(), "400"),
     ] {
         let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let request = format!(
-            "POST {target} HTTP/1.1\r\nHost: {host}\r\ncontent-type: application/json\r\n\
+            "POST {target} HTTP/1.1\r\n{hosts}content-type: application/json\r\n\
              accept: application/json\r\nmcp-protocol-version: 2026-07-28\r\n\
              mcp-method: server/discover\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
@@ -2911,7 +2922,7 @@ async fn http2_clients_are_served_and_their_authority_is_checked() {
             .unwrap();
         assert!(
             answer.starts_with(&format!("HTTP/1.1 {status}")),
-            "{target} with Host {host}: {answer}"
+            "{target} with {hosts:?}: {answer}"
         );
     }
     gw.stop().await;
