@@ -7,11 +7,14 @@
 //! - [`logging`] and [`audit`]: log initialisation and the one audit sink
 //!   (JSON lines to a file or the log);
 //! - [`runtime`]: the tokio runtime built from `worker_threads`;
+//! - [`http_serve`]: serving an axum router with header and keep-alive
+//!   timeouts;
 //! - [`time`] and [`ids`]: wall-clock milliseconds and RFC 3339 text; ids
 //!   and their checks;
 //! - [`error_chain`]: an error and its causes on one line.
 
 pub mod audit;
+pub mod http_serve;
 pub mod ids;
 pub mod logging;
 pub mod runtime;

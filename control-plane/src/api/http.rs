@@ -33,15 +33,9 @@ pub async fn serve(
     if let Some(extra) = extra {
         app = app.merge(extra);
     }
-    // The client's address is known to the handlers (the console limits
-    // failed logins per client).
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-    {
-        tracing::error!(error = %e, "HTTP server failed");
-    }
+    // The client's address is known to the handlers as `ConnectInfo` (the
+    // console limits failed logins per client).
+    switchyard_common::http_serve::serve(listener, app, "HTTP", shutdown.cancelled_owned()).await;
 }
 
 async fn metrics(State(cp): State<Arc<ControlPlane>>) -> impl IntoResponse {

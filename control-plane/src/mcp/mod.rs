@@ -162,19 +162,10 @@ pub async fn serve(
         .route("/mcp/sessions/{id}", axum::routing::any(session))
         .route("/mcp/servers/{name}", axum::routing::any(server))
         .with_state(ep);
-    // No Nagle: a response's last segment must not wait for the client's
-    // delayed ACK (up to 40 ms) on a kept-alive connection.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY on an MCP connection");
-        }
-    });
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-    {
-        tracing::error!(error = %e, "MCP endpoint failed");
-    }
+    // With header and keep-alive timeouts, TCP_NODELAY, HTTP/1.1 and
+    // HTTP/2 (`switchyard_common::http_serve`).
+    switchyard_common::http_serve::serve(listener, app, "MCP endpoint", shutdown.cancelled_owned())
+        .await;
     sweeper.abort();
 }
 

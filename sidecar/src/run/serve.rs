@@ -181,11 +181,13 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     let http_stop_signal = http_stop.clone();
     let http_router = http_endpoints::router(health.clone(), registry)
         .map_err(|source| RunError::Metrics { source })?;
-    let mut http = tokio::spawn(
-        axum::serve(http_listener, http_router)
-            .with_graceful_shutdown(async move { http_stop_signal.cancelled().await })
-            .into_future(),
-    );
+    let mut http = tokio::spawn(async move {
+        switchyard_common::http_serve::serve(http_listener, http_router, "HTTP", async move {
+            http_stop_signal.cancelled().await
+        })
+        .await;
+        Ok::<(), std::io::Error>(())
+    });
 
     let (view, watcher) =
         watch_upstream_with(upstream.clone(), catalogue, settings.list_changed_window);

@@ -1,0 +1,275 @@
+//! Serving an axum router on a TCP listener with the limits a listener
+//! open to untrusted clients needs and that `axum::serve` does not set:
+//!
+//! - a request's header block must arrive within [`HEADER_READ_TIMEOUT`]
+//!   (HTTP/1.1; hyper closes the connection otherwise), which also ends a
+//!   kept-alive connection that sends nothing for that long; before, a
+//!   client could hold a connection, and its file descriptor, forever with
+//!   a half-sent request;
+//! - HTTP/2 connections are pinged every [`HTTP2_KEEP_ALIVE`] and closed
+//!   when a ping goes unanswered as long (a peer that vanished);
+//! - `TCP_NODELAY` on every connection (small responses must not wait for
+//!   the peer's delayed ACK);
+//! - the client's address is in each request's extensions as axum's
+//!   `ConnectInfo<SocketAddr>`;
+//! - a failed `accept` (out of file descriptors, say) is logged and retried
+//!   a moment later, not spun on.
+//!
+//! HTTP/1.1 and HTTP/2 (prior knowledge) are both served. On shutdown the
+//! listener closes, every connection is asked to finish gracefully, and
+//! [`serve`] returns once they have.
+
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// How long a request's header block may take to arrive, and how long a
+/// kept-alive HTTP/1.1 connection may stay silent.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often an HTTP/2 connection is pinged, and how long an answer may
+/// take.
+pub const HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(30);
+
+/// The timeouts of [`serve_with`].
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// See [`HEADER_READ_TIMEOUT`].
+    pub header_read_timeout: Duration,
+    /// See [`HTTP2_KEEP_ALIVE`].
+    pub http2_keep_alive: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            http2_keep_alive: HTTP2_KEEP_ALIVE,
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then lets the
+/// connections finish (module docs). `what` names the listener in logs.
+pub async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    what: &'static str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    serve_with(listener, app, what, Limits::default(), shutdown).await;
+}
+
+/// [`serve`] with other timeouts than the defaults.
+pub async fn serve_with(
+    listener: TcpListener,
+    app: axum::Router,
+    what: &'static str,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    // Dropped receivers tell the connections to finish; the last closed
+    // `done` receiver tells `serve` they have.
+    let (stop_tx, stop_rx) = watch::channel(());
+    let (done_tx, done_rx) = watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!(listener = what, error = %e, "could not accept a connection; trying again in a moment");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(listener = what, error = %e, "TCP_NODELAY");
+        }
+        let service = tower::ServiceExt::map_request(
+            app.clone(),
+            move |mut req: http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req
+            },
+        );
+        let mut stop = stop_rx.clone();
+        let done = done_rx.clone();
+        tokio::spawn(async move {
+            let mut builder = Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .keep_alive_interval(limits.http2_keep_alive)
+                .keep_alive_timeout(limits.http2_keep_alive);
+            let conn = builder.serve_connection_with_upgrades(
+                TokioIo::new(tcp),
+                TowerToHyperService::new(service),
+            );
+            let mut conn = std::pin::pin!(conn);
+            let mut stopping = false;
+            loop {
+                tokio::select! {
+                    result = conn.as_mut() => {
+                        if let Err(e) = result {
+                            tracing::debug!(listener = what, error = %e, "connection ended with an error");
+                        }
+                        break;
+                    }
+                    _ = stop.changed(), if !stopping => {
+                        stopping = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+            drop(done);
+        });
+    }
+    drop(listener);
+    drop(stop_tx);
+    drop(done_rx);
+    done_tx.closed().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server answering its caller's address on `/`, with 1 s timeouts;
+    /// sending on the sender stops it.
+    async fn server() -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new()
+            .route(
+                "/",
+                axum::routing::get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
+                    peer.to_string()
+                }),
+            )
+            // Ten chunks 300 ms apart: a stream outlasting the timeouts.
+            .route(
+                "/stream",
+                axum::routing::get(|| async {
+                    let ticks = ticks();
+                    axum::body::Body::from_stream(ticks)
+                }),
+            );
+        let limits = Limits {
+            header_read_timeout: Duration::from_secs(1),
+            http2_keep_alive: Duration::from_secs(1),
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve_with(listener, app, "test", limits, async move {
+            let _ = rx.await;
+        }));
+        (addr, tx, task)
+    }
+
+    fn ticks() -> impl futures::Stream<Item = Result<String, std::io::Error>> {
+        futures::stream::unfold(0u32, |n| async move {
+            if n == 10 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Some((Ok(format!("tick {n}\n")), n + 1))
+        })
+    }
+
+    /// Reads until the peer closes; the bytes read.
+    async fn read_to_close(tcp: &mut tokio::net::TcpStream) -> String {
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut out))
+            .await
+            .expect("the server closes the connection in time");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn requests_are_served_with_the_callers_address() {
+        let (addr, _stop, _task) = server().await;
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let local = tcp.local_addr().unwrap();
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut tcp).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with(&local.to_string()), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_half_sent_request_and_a_silent_connection_are_closed() {
+        let (addr, _stop, _task) = server().await;
+        // A request head that never ends.
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
+        // A kept-alive connection that sends nothing after its request.
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let slow_answer = read_to_close(&mut slow).await;
+        let idle_answer = read_to_close(&mut idle).await;
+        assert!(!slow_answer.contains("200"), "{slow_answer}");
+        assert!(idle_answer.starts_with("HTTP/1.1 200"), "{idle_answer}");
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_response_may_stream_for_longer_than_the_timeouts() {
+        let (addr, _stop, _task) = server().await;
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut tcp).await;
+        assert!(
+            answer.contains("tick 0") && answer.contains("tick 9"),
+            "{answer}"
+        );
+    }
+
+    #[tokio::test]
+    async fn shutdown_lets_connections_finish_and_returns() {
+        let (addr, stop, task) = server().await;
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut first = [0u8; 12];
+        tcp.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"HTTP/1.1 200");
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("serve returns once its connections are done")
+            .unwrap();
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "the listener is closed"
+        );
+    }
+}
