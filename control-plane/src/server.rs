@@ -408,6 +408,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             auth: auth.clone(),
             config: config.mcp.clone(),
             loopback: mcp_addr.is_some_and(|a| a.ip().is_loopback()),
+            bodies: crate::mcp::ingress::body_budget(&config.mcp),
         });
         tokio::spawn(crate::mcp::serve(listener, endpoint, shutdown.clone()))
     });

@@ -10,7 +10,8 @@
 //! - `Content-Type` must be JSON (415) and `Accept` must take JSON or SSE
 //!   (406) ([`check_media`]);
 //! - the body is at most `mcp.max_body_bytes` (413) and arrives within
-//!   `mcp.body_timeout_sec` (408) ([`read_body`]);
+//!   `mcp.body_timeout_sec` (408); the bodies being read at once hold at
+//!   most [`BODIES_AT_ONCE`] times that (503) ([`read_body`]);
 //! - it is one JSON-RPC request, notification or response: not JSON is
 //!   -32700, a batch or anything else -32600, both with 400 ([`parse`]).
 
@@ -245,9 +246,31 @@ pub fn check_media(headers: &HeaderMap) -> Result<Accepts, McpError> {
     Ok(took)
 }
 
+/// How many request bodies may be read at once, in
+/// `mcp.max_body_bytes`: the endpoint buffers at most this many times
+/// that, across all requests and connections (64 MiB by default).
+pub const BODIES_AT_ONCE: u64 = 16;
+
+/// The budget [`read_body`] draws on: [`BODIES_AT_ONCE`] ×
+/// `max_body_bytes` bytes, one permit a byte.
+pub fn body_budget(config: &McpConfig) -> std::sync::Arc<tokio::sync::Semaphore> {
+    let bytes = config.max_body_bytes.saturating_mul(BODIES_AT_ONCE);
+    let permits = usize::try_from(bytes)
+        .unwrap_or(usize::MAX)
+        .min(tokio::sync::Semaphore::MAX_PERMITS);
+    std::sync::Arc::new(tokio::sync::Semaphore::new(permits))
+}
+
 /// The body, at most `limit` bytes: 413 past it (the rest is not read);
-/// 408 when all of it has not come `within` (from the first read).
-pub async fn read_body(body: Body, limit: u64, within: Duration) -> Result<Bytes, McpError> {
+/// 408 when all of it has not come `within` (from the first read); 503
+/// when the bodies being read at once would hold more than `budget` has
+/// (its bytes are returned once the body is read or refused).
+pub async fn read_body(
+    body: Body,
+    limit: u64,
+    within: Duration,
+    budget: &tokio::sync::Semaphore,
+) -> Result<Bytes, McpError> {
     let too_large = || {
         McpError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -257,6 +280,7 @@ pub async fn read_body(body: Body, limit: u64, within: Duration) -> Result<Bytes
     };
     let deadline = tokio::time::Instant::now() + within;
     let mut out = BytesMut::new();
+    let mut held: Option<tokio::sync::SemaphorePermit<'_>> = None;
     let mut stream = body.into_data_stream();
     loop {
         let chunk = match tokio::time::timeout_at(deadline, stream.next()).await {
@@ -278,6 +302,20 @@ pub async fn read_body(body: Body, limit: u64, within: Duration) -> Result<Bytes
         })?;
         if (out.len() + chunk.len()) as u64 > limit {
             return Err(too_large());
+        }
+        let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+        match budget.try_acquire_many(n) {
+            Ok(permit) => match &mut held {
+                Some(h) => h.merge(permit),
+                None => held = Some(permit),
+            },
+            Err(_) => {
+                return Err(McpError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    INVALID_REQUEST,
+                    "too many request bodies are being read at once; send the request again in a moment",
+                ));
+            }
         }
         out.extend_from_slice(&chunk);
     }
@@ -404,7 +442,8 @@ mod tests {
         let one = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"{\"a\":"))]);
         let stalled = Body::from_stream(one.chain(futures::stream::pending()));
         let started = std::time::Instant::now();
-        let e = read_body(stalled, 1024, Duration::from_secs(1))
+        let budget = tokio::sync::Semaphore::new(1 << 20);
+        let e = read_body(stalled, 1024, Duration::from_secs(1), &budget)
             .await
             .unwrap_err();
         assert_eq!(e.status, StatusCode::REQUEST_TIMEOUT);
@@ -412,10 +451,39 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(10));
         // A body that comes in time is read whole.
         let whole = Body::from(r#"{"a":1}"#);
-        let got = read_body(whole, 1024, Duration::from_secs(1))
+        let got = read_body(whole, 1024, Duration::from_secs(1), &budget)
             .await
             .unwrap();
         assert_eq!(&got[..], br#"{"a":1}"#);
+        // Every byte is given back, refused or read.
+        assert_eq!(budget.available_permits(), 1 << 20);
+    }
+
+    #[tokio::test]
+    async fn bodies_read_at_once_share_one_budget() {
+        // Room for 10 bytes: a stalled body holds 6 of them...
+        let budget = std::sync::Arc::new(tokio::sync::Semaphore::new(10));
+        let six = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"123456"))]);
+        let stalled = Body::from_stream(six.chain(futures::stream::pending()));
+        let b = budget.clone();
+        let reading =
+            tokio::spawn(
+                async move { read_body(stalled, 1024, Duration::from_secs(30), &b).await },
+            );
+        while budget.available_permits() != 4 {
+            tokio::task::yield_now().await;
+        }
+        // ... so another 6 is refused at once, with 503; 4 still fit.
+        let e = read_body(Body::from("abcdef"), 1024, Duration::from_secs(1), &budget)
+            .await
+            .unwrap_err();
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE, "{}", e.message);
+        let four = read_body(Body::from("abcd"), 1024, Duration::from_secs(1), &budget).await;
+        assert!(four.is_ok());
+        // The stalled one's bytes come back when it is given up on.
+        reading.abort();
+        let _ = reading.await;
+        assert_eq!(budget.available_permits(), 10);
     }
 
     #[test]

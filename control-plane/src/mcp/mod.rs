@@ -84,6 +84,9 @@ pub struct Endpoint {
     pub config: McpConfig,
     /// Whether it listens on a loopback address (DNS rebinding rules).
     pub loopback: bool,
+    /// The bytes of request bodies being read at once, across requests
+    /// ([`ingress::body_budget`]).
+    pub bodies: Arc<tokio::sync::Semaphore>,
 }
 
 /// One request's context: who asks, on which URL, in which era, in which
@@ -340,7 +343,7 @@ async fn handled(
     // 2. The one message.
     let accepts = ingress::check_media(h)?;
     let within = Duration::from_secs(ep.config.body_timeout_sec);
-    let bytes = ingress::read_body(body, ep.config.max_body_bytes, within).await?;
+    let bytes = ingress::read_body(body, ep.config.max_body_bytes, within, &ep.bodies).await?;
     let msg = ingress::parse(&bytes)?;
     served.method = method_label(&msg.method);
     // 3. The era, and the session of a 2025-11-25 client.
