@@ -208,7 +208,16 @@ impl UpstreamWatcher {
                 result = async { keeper.as_mut().expect("guarded").await }, if keeper.is_some() => {
                     keeper = None;
                     match result {
-                        Ok(()) => {}
+                        // Connected; but the connection may be gone again
+                        // already (a token withdrawn while this branch
+                        // waited its turn behind the link's branch, which
+                        // then saw a keeper and started none): connect
+                        // again, or nothing would until the link changed.
+                        Ok(()) => {
+                            if !link.borrow().connected {
+                                keeper = Some(self.connect());
+                            }
+                        }
                         Err(UpstreamError::Closed { .. }) => return,
                         Err(e) => {
                             self.set_status("down", e.to_string());
