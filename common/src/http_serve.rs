@@ -13,17 +13,22 @@
 //! - the client's address is in each request's extensions as axum's
 //!   `ConnectInfo<SocketAddr>`;
 //! - a failed `accept` (out of file descriptors, say) is logged and retried
-//!   a moment later, not spun on.
+//!   a moment later, not spun on;
+//! - at most as many connections served at once as the listener's
+//!   [`ConnectionLimit`] allows; beyond it new ones wait to be served
+//!   ([`crate::connections`]).
 //!
 //! HTTP/1.1 and HTTP/2 (prior knowledge) are both served. On shutdown the
 //! listener closes, every connection is asked to finish gracefully, and
 //! [`serve`] returns once they have.
 
+use crate::connections::{ConnectionLimit, accept_with_peer};
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -54,45 +59,42 @@ impl Default for Limits {
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets the
-/// connections finish (module docs). `what` names the listener in logs.
+/// connections finish (module docs). The limit names the listener in
+/// logs.
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
-    what: &'static str,
+    connections: Arc<ConnectionLimit>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    serve_with(listener, app, what, Limits::default(), shutdown).await;
+    serve_with(listener, app, connections, Limits::default(), shutdown).await;
 }
 
 /// [`serve`] with other timeouts than the defaults.
 pub async fn serve_with(
     listener: TcpListener,
     app: axum::Router,
-    what: &'static str,
+    connections: Arc<ConnectionLimit>,
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    let what = connections.what();
     // Dropped receivers tell the connections to finish; the last closed
     // `done` receiver tells `serve` they have.
     let (stop_tx, stop_rx) = watch::channel(());
     let (done_tx, done_rx) = watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+        let (tcp, peer) = tokio::select! {
+            accepted = accept_with_peer(&listener, what) => accepted,
             () = &mut shutdown => break,
         };
-        let (tcp, peer) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::warn!(listener = what, error = %e, "could not accept a connection; trying again in a moment");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
+        // Its place under the limit: at the limit, it waits for one (and
+        // the connections after it, in the kernel's backlog).
+        let permit = tokio::select! {
+            permit = connections.acquire() => permit,
+            () = &mut shutdown => break,
         };
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(listener = what, error = %e, "TCP_NODELAY");
-        }
         let service = tower::ServiceExt::map_request(
             app.clone(),
             move |mut req: http::Request<hyper::body::Incoming>| {
@@ -133,7 +135,7 @@ pub async fn serve_with(
                     }
                 }
             }
-            drop(done);
+            drop((done, permit));
         });
     }
     drop(listener);
@@ -151,6 +153,17 @@ mod tests {
     /// A server answering its caller's address on `/`, with 1 s timeouts;
     /// sending on the sender stops it.
     async fn server() -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        server_limited(Arc::new(ConnectionLimit::new("test", 64))).await
+    }
+
+    /// [`server`], under `limit`.
+    async fn server_limited(
+        limit: Arc<ConnectionLimit>,
+    ) -> (
         SocketAddr,
         tokio::sync::oneshot::Sender<()>,
         tokio::task::JoinHandle<()>,
@@ -177,7 +190,7 @@ mod tests {
             http2_keep_alive: Duration::from_secs(1),
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve_with(listener, app, "test", limits, async move {
+        let task = tokio::spawn(serve_with(listener, app, limit, limits, async move {
             let _ = rx.await;
         }));
         (addr, tx, task)
@@ -213,6 +226,32 @@ mod tests {
         let answer = read_to_close(&mut tcp).await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(answer.ends_with(&local.to_string()), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_limit_wait_for_a_place() {
+        let limit = Arc::new(ConnectionLimit::new("test", 1));
+        let (addr, _stop, _task) = server_limited(limit.clone()).await;
+        let get = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        first.write_all(get).await.unwrap();
+        let mut head = [0u8; 12];
+        first.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        // The second connection is not served while the first is open...
+        let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+        second.write_all(get).await.unwrap();
+        let waited =
+            tokio::time::timeout(Duration::from_millis(500), second.read_exact(&mut head)).await;
+        assert!(waited.is_err(), "served beyond the limit");
+        assert_eq!(limit.open(), 1);
+        // ...and is once it closes.
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(5), second.read_exact(&mut head))
+            .await
+            .expect("served once the first connection closed")
+            .unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
     }
 
     #[tokio::test]

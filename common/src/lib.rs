@@ -9,11 +9,13 @@
 //! - [`runtime`]: the tokio runtime built from `worker_threads`;
 //! - [`http_serve`]: serving an axum router with header and keep-alive
 //!   timeouts;
+//! - [`connections`]: the cap on each listener's open connections;
 //! - [`time`] and [`ids`]: wall-clock milliseconds and RFC 3339 text; ids
 //!   and their checks;
 //! - [`error_chain`]: an error and its causes on one line.
 
 pub mod audit;
+pub mod connections;
 pub mod http_serve;
 pub mod ids;
 pub mod logging;

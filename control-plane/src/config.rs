@@ -83,6 +83,11 @@ pub struct ControlPlaneConfig {
     /// files.
     #[serde(default)]
     pub prune_config_servers: bool,
+    /// The most connections the gRPC listener serves at once (default
+    /// 4096, 1 to 1000000); beyond it new connections wait to be served
+    /// until one closes (`switchyard_common::connections`).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
 }
 
 impl Default for ControlPlaneConfig {
@@ -93,6 +98,7 @@ impl Default for ControlPlaneConfig {
             sidecar_lease_ttl_sec: default_lease_ttl(),
             call_timeout_sec: default_call_timeout(),
             prune_config_servers: false,
+            max_connections: default_max_connections(),
         }
     }
 }
@@ -308,6 +314,11 @@ pub struct McpConfig {
     /// long as its client likes.
     #[serde(default = "default_mcp_body_timeout")]
     pub body_timeout_sec: u64,
+    /// The most connections the endpoint serves at once (default 4096,
+    /// 1 to 1000000); beyond it new connections wait to be served until
+    /// one closes. An HTTP/1.1 client holds one per request in flight.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
     /// A 2025-11-25 session not used for this long ends, seconds (default
     /// 86400).
     #[serde(default = "default_mcp_idle")]
@@ -327,12 +338,16 @@ impl Default for McpConfig {
             allowed_hosts: Vec::new(),
             max_body_bytes: default_mcp_max_body(),
             body_timeout_sec: default_mcp_body_timeout(),
+            max_connections: default_max_connections(),
             session_idle_timeout_sec: default_mcp_idle(),
             request_state_ttl_sec: default_mcp_state_ttl(),
         }
     }
 }
 
+fn default_max_connections() -> usize {
+    switchyard_common::connections::DEFAULT_MAX_CONNECTIONS
+}
 fn default_mcp_max_body() -> u64 {
     4 * 1024 * 1024
 }
@@ -708,6 +723,17 @@ impl Config {
                 "control_plane.call_timeout_sec".into(),
                 format!("must be between 1 and {max} (7 days)"),
             ));
+        }
+        for (key, max) in [
+            (
+                "control_plane.max_connections",
+                self.control_plane.max_connections,
+            ),
+            ("mcp.max_connections", self.mcp.max_connections),
+        ] {
+            if !(1..=1_000_000).contains(&max) {
+                return Err((key.into(), "must be between 1 and 1000000".into()));
+            }
         }
         if !(1..=7 * 24 * 3600).contains(&self.limits.interaction_timeout_sec) {
             return Err((
@@ -1168,6 +1194,12 @@ mod tests {
             ),
             ("max_body_bytes = 10", "mcp.max_body_bytes", "between 1024"),
             ("body_timeout_sec = 0", "mcp.body_timeout_sec", "between 1"),
+            ("max_connections = 0", "mcp.max_connections", "between 1"),
+            (
+                "max_connections = 1000001",
+                "mcp.max_connections",
+                "between 1",
+            ),
             (
                 "request_state_ttl_sec = 1",
                 "mcp.request_state_ttl_sec",
@@ -1189,6 +1221,20 @@ mod tests {
                 other => panic!("{text}: {other}"),
             }
         }
+        match Config::parse("[control_plane]\nmax_connections = 0\n").unwrap_err() {
+            ConfigFileError::Invalid { key, .. } => {
+                assert_eq!(key, "control_plane.max_connections")
+            }
+            other => panic!("{other}"),
+        }
+        let c =
+            Config::parse("[control_plane]\nmax_connections = 10\n[mcp]\nmax_connections = 20\n")
+                .unwrap();
+        assert_eq!(
+            (c.control_plane.max_connections, c.mcp.max_connections),
+            (10, 20)
+        );
+        assert_eq!(Config::default().mcp.max_connections, 4096);
         assert!(matches!(
             Config::parse("[mcp]\nlisten_on = \"x\"\n").unwrap_err(),
             ConfigFileError::Parse { .. }

@@ -5,7 +5,9 @@
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_common::connections::ConnectionLimit;
 
 /// The control plane's metrics.
 #[derive(Debug, Clone)]
@@ -35,6 +37,10 @@ pub struct Metrics {
     oauth_state: IntGaugeVec,
     runtime_alive_tasks: IntGauge,
     store_keys: IntGauge,
+    connections: IntGaugeVec,
+    connections_max: IntGaugeVec,
+    connection_waits: IntCounterVec,
+    listeners: Arc<Mutex<Vec<Arc<ConnectionLimit>>>>,
 }
 
 /// One open stream counted in a gauge while it lives.
@@ -248,8 +254,35 @@ impl Metrics {
             "Keys in the store under its root, as this replica's read model has seen them.",
         )
         .expect("valid");
+        let connections = IntGaugeVec::new(
+            Opts::new(
+                "switchyard_control_plane_connections",
+                "Open connections by listener (`grpc`, `http`, `mcp`), read at scrape time.",
+            ),
+            &["listener"],
+        )
+        .expect("valid metric");
+        let connections_max = IntGaugeVec::new(
+            Opts::new(
+                "switchyard_control_plane_connections_max",
+                "The most connections each listener holds open at once (`control_plane.max_connections`, `mcp.max_connections`; 1024 for `http`).",
+            ),
+            &["listener"],
+        )
+        .expect("valid metric");
+        let connection_waits = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_connection_waits_total",
+                "Connections that found their listener at its limit and waited to be served, by listener.",
+            ),
+            &["listener"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(connections.clone()),
+            Box::new(connections_max.clone()),
+            Box::new(connection_waits.clone()),
             Box::new(runtime_alive_tasks.clone()),
             Box::new(store_keys.clone()),
             Box::new(oauth_events.clone()),
@@ -302,6 +335,10 @@ impl Metrics {
             oauth_state,
             runtime_alive_tasks,
             store_keys,
+            connections,
+            connections_max,
+            connection_waits,
+            listeners: Arc::default(),
         }
     }
 
@@ -331,6 +368,23 @@ impl Metrics {
                 }
             }
         }
+    }
+
+    /// The connection limit of the listener `name` (`grpc`, `http`,
+    /// `mcp`: the metrics' label and the logs' `listener`), counted in the
+    /// `connections*` metrics.
+    pub fn listener(&self, name: &'static str, max: usize) -> Arc<ConnectionLimit> {
+        let waits = self.connection_waits.with_label_values(&[name]);
+        let limit = Arc::new(ConnectionLimit::new(name, max).on_wait(move || waits.inc()));
+        self.connections_max
+            .with_label_values(&[name])
+            .set(limit.max() as i64);
+        self.connections.with_label_values(&[name]).set(0);
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(limit.clone());
+        limit
     }
 
     /// Counts an open change-notification stream of the MCP endpoint until
@@ -424,12 +478,23 @@ impl Metrics {
 
     /// Sets the gauges read at scrape time that are not the read model's
     /// snapshot: the tasks alive in the current tokio runtime (0 outside
-    /// one) and the store's key count (`state::State::store_keys`).
+    /// one), the store's key count (`state::State::store_keys`) and each
+    /// listener's open connections.
     pub fn observe_process(&self, store_keys: i64) {
         let alive = tokio::runtime::Handle::try_current()
             .map_or(0, |handle| handle.metrics().num_alive_tasks());
         self.runtime_alive_tasks.set(alive as i64);
         self.store_keys.set(store_keys);
+        for limit in self
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            self.connections
+                .with_label_values(&[limit.what()])
+                .set(limit.open() as i64);
+        }
     }
 
     /// Sets the gauges from the read model's counts.

@@ -188,6 +188,17 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     if let Some(problem) = config.oauth_key_problem() {
         return Err(StartError::OAuth(problem));
     }
+    // Room for the listeners' connections (one descriptor each), the
+    // store's and the sidecars'.
+    let mcp_connections = if config.mcp.listen.is_some() {
+        config.mcp.max_connections
+    } else {
+        0
+    };
+    let needed = config.control_plane.max_connections
+        + mcp_connections
+        + switchyard_common::connections::INTERNAL_MAX_CONNECTIONS;
+    switchyard_common::connections::raise_open_files_limit(needed as u64 + 256);
     let mut builder = tonic::transport::Server::builder();
     if let Some(server_tls) = tls.server() {
         builder = builder.tls_config(server_tls).map_err(StartError::Tls)?;
@@ -376,6 +387,9 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             .expect("the compiled descriptors are valid"),
         auth.guard(Service::Engine),
     );
+    let grpc_connections = cp
+        .metrics
+        .listener("grpc", config.control_plane.max_connections);
     let stop = shutdown.clone();
     let grpc = tokio::spawn(async move {
         // `Server::tcp_nodelay` only applies to sockets tonic accepts itself,
@@ -383,8 +397,8 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         // Without it, Nagle holds back the small response frames (headers,
         // data and trailers go out in separate writes) until the peer's
         // delayed ACK, up to 40 ms.
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
+        // At most `control_plane.max_connections` at once.
+        let incoming = grpc_connections.incoming(grpc_listener);
         let result = builder
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
@@ -410,7 +424,13 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             loopback: mcp_addr.is_some_and(|a| a.ip().is_loopback()),
             bodies: crate::mcp::ingress::body_budget(&config.mcp),
         });
-        tokio::spawn(crate::mcp::serve(listener, endpoint, shutdown.clone()))
+        let connections = cp.metrics.listener("mcp", config.mcp.max_connections);
+        tokio::spawn(crate::mcp::serve(
+            listener,
+            endpoint,
+            connections,
+            shutdown.clone(),
+        ))
     });
     // The HTTP endpoints outlive the gRPC drain (see `Running::stop`).
     let http_stop = CancellationToken::new();

@@ -29,13 +29,19 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route(crate::oauth::CALLBACK_PATH, get(oauth_callback))
-        .with_state(cp);
+        .with_state(cp.clone());
     if let Some(extra) = extra {
         app = app.merge(extra);
     }
     // The client's address is known to the handlers as `ConnectInfo` (the
-    // console limits failed logins per client).
-    switchyard_common::http_serve::serve(listener, app, "HTTP", shutdown.cancelled_owned()).await;
+    // console limits failed logins per client). A fixed cap on
+    // connections: its clients are scrapers, probes and admins.
+    let connections = cp.metrics.listener(
+        "http",
+        switchyard_common::connections::INTERNAL_MAX_CONNECTIONS,
+    );
+    switchyard_common::http_serve::serve(listener, app, connections, shutdown.cancelled_owned())
+        .await;
 }
 
 async fn metrics(State(cp): State<Arc<ControlPlane>>) -> impl IntoResponse {

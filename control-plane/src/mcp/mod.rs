@@ -145,6 +145,7 @@ impl Ctx<'_> {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     ep: Arc<Endpoint>,
+    connections: Arc<switchyard_common::connections::ConnectionLimit>,
     shutdown: CancellationToken,
 ) {
     let sweeper = {
@@ -166,8 +167,9 @@ pub async fn serve(
         .route("/mcp/servers/{name}", axum::routing::any(server))
         .with_state(ep);
     // With header and keep-alive timeouts, TCP_NODELAY, HTTP/1.1 and
-    // HTTP/2 (`switchyard_common::http_serve`).
-    switchyard_common::http_serve::serve(listener, app, "MCP endpoint", shutdown.cancelled_owned())
+    // HTTP/2, and at most `mcp.max_connections` connections
+    // (`switchyard_common::http_serve`).
+    switchyard_common::http_serve::serve(listener, app, connections, shutdown.cancelled_owned())
         .await;
     sweeper.abort();
 }

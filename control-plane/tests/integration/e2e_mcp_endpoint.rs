@@ -16,7 +16,8 @@
 //! client whose call caused them, never a stdio server's; and tasks
 //! (background calls) for clients that declare them, in both eras, with a
 //! task's question asked and answered; and HTTP/2 clients (prior
-//! knowledge), whose `:authority` is checked as `Host` is.
+//! knowledge), whose `:authority` is checked as `Host` is; and
+//! `mcp.max_connections`, beyond which connections wait.
 
 use crate::common::*;
 use reqwest::header::HeaderMap;
@@ -1854,19 +1855,7 @@ fn three_steps(notes: &[Value], response: &Value, token: &Value, id: &Value) {
 #[tokio::test(flavor = "multi_thread")]
 async fn progress_reaches_the_client_on_its_request_stream_in_both_eras() {
     let _heavy = HEAVY.lock().await;
-    let port = switchyard_test_support::free_port();
-    let extra = format!(
-        "[mcp]
-listen = \"127.0.0.1:{port}\"
-"
-    );
-    let gw = Gateway::start_stdio(
-        "everything",
-        &switchyard_test_support::everything_bin(),
-        &["stdio"],
-        &extra,
-    )
-    .await;
+    let (gw, port) = everything_behind_the_endpoint("").await;
     let base = format!("http://127.0.0.1:{port}");
     let tool = "everything__trigger-long-running-operation";
     eventually("server-everything's tools over MCP", LIMIT, || {
@@ -2714,15 +2703,7 @@ fn legacy_headers(session: &str) -> Vec<(&'static str, &str)> {
 #[tokio::test(flavor = "multi_thread")]
 async fn http2_clients_are_served_and_their_authority_is_checked() {
     let _heavy = HEAVY.lock().await;
-    let port = switchyard_test_support::free_port();
-    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\n");
-    let gw = Gateway::start_stdio(
-        "everything",
-        &switchyard_test_support::everything_bin(),
-        &["stdio"],
-        &extra,
-    )
-    .await;
+    let (gw, port) = everything_behind_the_endpoint("").await;
     let base = format!("http://127.0.0.1:{port}");
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -2926,4 +2907,100 @@ async fn http2_clients_are_served_and_their_authority_is_checked() {
         );
     }
     gw.stop().await;
+}
+
+/// `switchyard up` with server-everything over stdio and the MCP endpoint
+/// on a free port, with `mcp` (more `[mcp]` keys); and the port.
+async fn everything_behind_the_endpoint(mcp: &str) -> (Gateway, u16) {
+    let port = switchyard_test_support::free_port();
+    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\n{mcp}");
+    let gw = Gateway::start_stdio(
+        "everything",
+        &switchyard_test_support::everything_bin(),
+        &["stdio"],
+        &extra,
+    )
+    .await;
+    (gw, port)
+}
+
+/// `mcp.max_connections`: a connection beyond it waits, unanswered, until
+/// another closes, and is counted; the gauges show the open connections
+/// and each listener's limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_beyond_max_connections_wait_and_are_counted() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _heavy = HEAVY.lock().await;
+    let (gw, port) = everything_behind_the_endpoint("max_connections = 2\n").await;
+    let addr = format!("127.0.0.1:{port}");
+    // A GET on /mcp is answered at once (405) and the connection kept.
+    let get = format!("GET /mcp HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    async fn answered(tcp: &mut tokio::net::TcpStream) -> std::io::Result<[u8; 12]> {
+        let mut head = [0u8; 12];
+        tcp.read_exact(&mut head).await.map(|_| head)
+    }
+    let mut first = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut second = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    for tcp in [&mut first, &mut second] {
+        tcp.write_all(get.as_bytes()).await.unwrap();
+        assert_eq!(&answered(tcp).await.unwrap(), b"HTTP/1.1 405");
+    }
+    let connections = |listener: &'static str| {
+        let http = gw.http_addr.clone();
+        async move {
+            (
+                scrape(
+                    &http,
+                    "switchyard_control_plane_connections",
+                    &[("listener", listener)],
+                )
+                .await,
+                scrape(
+                    &http,
+                    "switchyard_control_plane_connections_max",
+                    &[("listener", listener)],
+                )
+                .await,
+                scrape(
+                    &http,
+                    "switchyard_control_plane_connection_waits_total",
+                    &[("listener", listener)],
+                )
+                .await,
+            )
+        }
+    };
+    assert_eq!(connections("mcp").await, (2.0, 2.0, 0.0));
+    assert_eq!(connections("grpc").await.1, 4096.0);
+    assert_eq!(connections("http").await.1, 1024.0);
+
+    // The third waits: connected (the backlog), not answered.
+    let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    third.write_all(get.as_bytes()).await.unwrap();
+    let early = tokio::time::timeout(Duration::from_secs(1), answered(&mut third)).await;
+    assert!(early.is_err(), "answered beyond max_connections: {early:?}");
+    assert_eq!(connections("mcp").await, (2.0, 2.0, 1.0));
+
+    // One closes; the third is served.
+    drop(first);
+    let head = tokio::time::timeout(LIMIT, answered(&mut third))
+        .await
+        .expect("served once a connection closed")
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 405");
+    // The other connections kept working all along.
+    second.write_all(get.as_bytes()).await.unwrap();
+    let mut rest = vec![0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_millis(200), second.read(&mut rest)).await;
+    drop((second, third));
+    eventually("the closed connections given back", LIMIT, || {
+        let c = connections("mcp");
+        async move {
+            match c.await {
+                (0.0, 2.0, 1.0) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
 }

@@ -20,6 +20,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use switchyard_common::audit::Audit;
+use switchyard_common::connections::{ConnectionLimit, INTERNAL_MAX_CONNECTIONS};
 use switchyard_common::server_spec::AuthKind;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -57,6 +58,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 /// them first, to build the runtime `worker_threads` asks for).
 pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     switchyard_common::tls::install_crypto_provider();
+    // Room for its two listeners' connections and the server's.
+    switchyard_common::connections::raise_open_files_limit(
+        2 * INTERNAL_MAX_CONNECTIONS as u64 + 256,
+    );
     let registry = prometheus::Registry::new();
     let metrics =
         UpstreamMetrics::register(&registry).map_err(|source| RunError::Metrics { source })?;
@@ -135,9 +140,10 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     let grpc_stop = stop.clone();
     // TCP_NODELAY on the accepted sockets: calls are small request/response
     // messages, and Nagle would hold back the response frames until the
-    // control plane's delayed ACK.
+    // control plane's delayed ACK. Its callers are control plane replicas:
+    // a fixed cap on connections.
     let incoming =
-        tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
+        Arc::new(ConnectionLimit::new("gRPC", INTERNAL_MAX_CONNECTIONS)).incoming(grpc_listener);
     let mut builder = tonic::transport::Server::builder();
     if let Some(identity) = &settings.credentials.identity {
         // TLS on SidecarCalls; with a client CA, only clients with a
@@ -182,7 +188,8 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     let http_router = http_endpoints::router(health.clone(), registry)
         .map_err(|source| RunError::Metrics { source })?;
     let mut http = tokio::spawn(async move {
-        switchyard_common::http_serve::serve(http_listener, http_router, "HTTP", async move {
+        let connections = Arc::new(ConnectionLimit::new("HTTP", INTERNAL_MAX_CONNECTIONS));
+        switchyard_common::http_serve::serve(http_listener, http_router, connections, async move {
             http_stop_signal.cancelled().await
         })
         .await;
