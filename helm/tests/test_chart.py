@@ -52,8 +52,8 @@ KUBE_VERSION = "1.30.0"
 # Every values file is a value set; "defaults" is values.yaml alone, and
 # "tls-inline" is tls.yaml with the PEM text in the values, so the chart
 # creates the TLS Secret itself.
-VALUE_SETS = ["defaults", "embedded", "etcd-bundled", "etcd-external", "header-secrets", "key-rotation", "oauth",
-              "servers", "tls", "tls-inline"]
+VALUE_SETS = ["defaults", "embedded", "etcd-bundled", "etcd-external", "header-secrets", "key-rotation", "mcp",
+              "oauth", "servers", "tls", "tls-inline"]
 
 # Part of every secret header value the test's Secrets hold: it must never
 # appear in a rendered manifest nor in a check's output.
@@ -569,6 +569,54 @@ class Render(unittest.TestCase):
         with self.assertRaisesRegex(Exception, "less than the minimum|minimum"):
             chart_render.render({"console": {"sessionTtlSec": 5}}, name=RELEASE, namespace=NAMESPACE)
 
+    def test_mcp_endpoint(self) -> None:
+        """controlPlane.mcp.enabled: the [mcp] table with every value, a
+        container and Service port named mcp, a NetworkPolicy rule from
+        networkPolicy.mcpFrom, and the endpoint in NOTES.txt;
+        controlPlane.maxConnections is control_plane.max_connections."""
+        config = cp_config("mcp")
+        self.assertIn("prune_config_servers = false\nmax_connections = 2048\n", config)
+        self.assertIn('[mcp]\nlisten = "0.0.0.0:8701"\n'
+                      'allowed_origins = ["https://inspector.example.com","http://localhost:6274"]\n'
+                      'allowed_hosts = ["switchyard.switchyard.svc","mcp.example.com","127.0.0.1:8701"]\n'
+                      "max_body_bytes = 1048576\nbody_timeout_sec = 10\nsession_idle_timeout_sec = 3600\n"
+                      "request_state_ttl_sec = 120\nmax_connections = 512\n", config)
+        (container,) = one("mcp", "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
+        self.assertIn({"name": "mcp", "containerPort": 8701, "protocol": "TCP"}, container["ports"])
+        service = one("mcp", "Service", RELEASE)
+        self.assertIn({"name": "mcp", "port": 8701, "targetPort": "mcp", "protocol": "TCP", "appProtocol": "http"},
+                      service["spec"]["ports"])
+        policy = one("mcp", "NetworkPolicy", f"{RELEASE}-control-plane")
+        rules = {r["ports"][0]["port"]: r for r in policy["spec"]["ingress"]}
+        self.assertEqual(rules[8701], {"ports": [{"port": 8701, "protocol": "TCP"}], "from": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ide"}}}]})
+        notes = next(text for path, text in rendered("mcp").items() if path.endswith("NOTES.txt"))
+        self.assertIn(f"  http://{RELEASE}.{NAMESPACE}.svc:8701/mcp\n", notes)
+        self.assertIn(f"kubectl -n {NAMESPACE} port-forward svc/{RELEASE} 8701:8701\n", notes)
+        self.assertIn('http://127.0.0.1:8701/mcp --header "Authorization: Bearer $SWITCHYARD_TOKEN"', notes)
+        # mcpFrom empty: any pod of the namespace, as engineFrom.
+        out = chart_render.render(merge_values(values_for("mcp"), {"networkPolicy": {"mcpFrom": []}}),
+                                  name=RELEASE, namespace=NAMESPACE)
+        docs = [d for path, text in out.items() if not path.endswith("NOTES.txt")
+                for d in yaml.safe_load_all(text) if d]
+        policy = next(o for o in docs if o["kind"] == "NetworkPolicy"
+                      and o["metadata"]["name"] == f"{RELEASE}-control-plane")
+        self.assertIn({"ports": [{"port": 8701, "protocol": "TCP"}], "from": [{"podSelector": {}}]},
+                      policy["spec"]["ingress"])
+        # Off by default: none of it, and the gRPC cap at its default.
+        for value_set in ["defaults", "etcd-bundled", "tls"]:
+            with self.subTest(value_set=value_set):
+                self.assertNotIn("[mcp]", cp_config(value_set))
+                self.assertIn("max_connections = 4096\n", cp_config(value_set))
+                (container,) = one(value_set, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
+                self.assertEqual([p["name"] for p in container["ports"]], ["grpc", "metrics"])
+                self.assertEqual([p["name"] for p in one(value_set, "Service", RELEASE)["spec"]["ports"]],
+                                 ["grpc", "metrics"])
+                notes = next(text for path, text in rendered(value_set).items() if path.endswith("NOTES.txt"))
+                self.assertNotIn("MCP endpoint", notes)
+        policy = one("etcd-bundled", "NetworkPolicy", f"{RELEASE}-control-plane")
+        self.assertEqual([r["ports"][0]["port"] for r in policy["spec"]["ingress"]], [7700, 7780])
+
     def test_token_encryption_key_is_generated_once(self) -> None:
         s = one("embedded", "Secret", f"{RELEASE}-token-encryption")
         self.assertEqual(s["metadata"]["annotations"]["helm.sh/resource-policy"], "keep")
@@ -699,6 +747,20 @@ class Render(unittest.TestCase):
             ({"oauth": {"adminBaseUrl": "https://switchyard.example.com/?a=b"}}, "at '/oauth/adminBaseUrl'"),
             ({"oauth": {"allowPrivateAddresses": "true"}}, "at '/oauth/allowPrivateAddresses'"),
             ({"oauth": {"admin_base_url": "https://x"}}, "additional properties 'admin_base_url' not allowed"),
+            # The MCP endpoint: the ranges [mcp] enforces, and a free port.
+            ({"controlPlane": {"mcp": {"enabled": True, "port": 7780}}},
+             "controlPlane.mcp.port (7780) must differ from controlPlane.grpcPort and controlPlane.httpPort"),
+            ({"controlPlane": {"mcp": {"maxBodyBytes": 512}}}, "at '/controlPlane/mcp/maxBodyBytes'"),
+            ({"controlPlane": {"mcp": {"bodyTimeoutSec": 0}}}, "at '/controlPlane/mcp/bodyTimeoutSec'"),
+            ({"controlPlane": {"mcp": {"sessionIdleTimeoutSec": 59}}},
+             "at '/controlPlane/mcp/sessionIdleTimeoutSec'"),
+            ({"controlPlane": {"mcp": {"requestStateTtlSec": 86401}}}, "at '/controlPlane/mcp/requestStateTtlSec'"),
+            ({"controlPlane": {"mcp": {"maxConnections": 0}}}, "at '/controlPlane/mcp/maxConnections'"),
+            ({"controlPlane": {"maxConnections": 1000001}}, "at '/controlPlane/maxConnections'"),
+            ({"controlPlane": {"mcp": {"allowedOrigins": ["https://x.example/app"]}}},
+             "at '/controlPlane/mcp/allowedOrigins/0'"),
+            ({"controlPlane": {"mcp": {"allowedOrigins": ["x.example"]}}}, "at '/controlPlane/mcp/allowedOrigins/0'"),
+            ({"controlPlane": {"mcp": {"listen": "0.0.0.0:7701"}}}, "additional properties 'listen' not allowed"),
         ]
         for values, message in cases:
             with self.subTest(values=values):

@@ -8,6 +8,7 @@ http_listen = {{ printf "0.0.0.0:%d" (int .Values.controlPlane.httpPort) | toJso
 sidecar_lease_ttl_sec = {{ int64 .Values.controlPlane.sidecarLeaseTtlSec }}
 call_timeout_sec = {{ int64 .Values.controlPlane.callTimeoutSec }}
 prune_config_servers = {{ .Values.controlPlane.pruneConfigServers }}
+max_connections = {{ int64 .Values.controlPlane.maxConnections }}
 
 [runtime]
 worker_threads = {{ int64 .Values.controlPlane.workerThreads }}
@@ -79,6 +80,20 @@ role = {{ .role | toJson }}
 {{- with .servers }}
 servers = {{ . | toJson }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- with .Values.controlPlane.mcp }}
+{{- if .enabled }}
+
+[mcp]
+listen = {{ printf "0.0.0.0:%d" (int .port) | toJson }}
+allowed_origins = {{ toJson .allowedOrigins }}
+allowed_hosts = {{ toJson .allowedHosts }}
+max_body_bytes = {{ int64 .maxBodyBytes }}
+body_timeout_sec = {{ int64 .bodyTimeoutSec }}
+session_idle_timeout_sec = {{ int64 .sessionIdleTimeoutSec }}
+request_state_ttl_sec = {{ int64 .requestStateTtlSec }}
+max_connections = {{ int64 .maxConnections }}
 {{- end }}
 {{- end }}
 {{- with .Values.oauth }}

@@ -229,6 +229,11 @@ control plane then mounts them). */}}
 {{- if and .Values.tls.clientAuth (not .Values.tls.enabled) -}}
 {{- fail "tls.clientAuth needs tls.enabled" -}}
 {{- end -}}
+{{- with .Values.controlPlane -}}
+{{- if and .mcp.enabled (has (int .mcp.port) (list (int .grpcPort) (int .httpPort))) -}}
+{{- fail (printf "controlPlane.mcp.port (%d) must differ from controlPlane.grpcPort and controlPlane.httpPort" (int .mcp.port)) -}}
+{{- end -}}
+{{- end -}}
 {{- range $s := .Values.servers -}}
 {{- if and $.Values.auth.required (not (include "switchyard.sidecarToken" (dict "root" $ "server" $s))) (not $.Values.tls.clientAuth) -}}
 {{- fail "auth.required with servers needs auth.sidecarToken (a token with role sidecar; or servers[].sidecarToken for each server) or tls.clientAuth with an auth.mtls entry for the sidecars" -}}
