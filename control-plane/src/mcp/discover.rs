@@ -25,11 +25,14 @@ pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"]
 
 /// `serverInfo`: name `switchyard`, this build's version.
 pub fn server_info() -> Value {
-    json!({
-        "name": "switchyard",
-        "title": "Switchyard MCP gateway",
-        "version": env!("CARGO_PKG_VERSION"),
-    })
+    static INFO: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+        json!({
+            "name": "switchyard",
+            "title": "Switchyard MCP gateway",
+            "version": env!("CARGO_PKG_VERSION"),
+        })
+    });
+    INFO.clone()
 }
 
 /// The server capabilities of every URL, for a client of `era`; tasks

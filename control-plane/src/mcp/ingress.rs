@@ -62,26 +62,38 @@ pub fn host_port(value: &str) -> Option<(String, Option<u16>)> {
     if host.is_empty() || (host.starts_with('[') && !host.ends_with(']')) {
         return None;
     }
-    let port = match authority.port() {
-        None => None,
-        Some(p) => Some(p.as_str().parse::<u16>().ok()?),
-    };
-    // Whatever the parser let through that is neither host nor port.
-    let rebuilt = match port {
-        Some(p) => format!("{host}:{p}"),
-        None => host.to_owned(),
-    };
-    if !rebuilt.eq_ignore_ascii_case(value) {
+    // Nothing the parser let through that is neither host nor port: the
+    // value is the host, then `:` and the port in its canonical form
+    // (digits, no leading zero) when there is one.
+    if !value.get(..host.len())?.eq_ignore_ascii_case(host) {
         return None;
     }
+    let rest = &value[host.len()..];
+    let port = match authority.port() {
+        None if rest.is_empty() => None,
+        None => return None,
+        Some(p) => {
+            let digits = p.as_str();
+            let canonical = digits.bytes().all(|b| b.is_ascii_digit())
+                && (digits == "0" || !digits.starts_with('0'));
+            if !canonical || rest.strip_prefix(':') != Some(digits) {
+                return None;
+            }
+            Some(digits.parse::<u16>().ok()?)
+        }
+    };
     Some((host.to_ascii_lowercase(), port))
 }
 
 /// Loopback host names: `localhost`, `127.0.0.1`, `[::1]`, with or without
 /// a port ([`host_port`]: anything else, user info included, is not).
 pub fn is_loopback_host(host: &str) -> bool {
-    host_port(host)
-        .is_some_and(|(name, _)| matches!(name.as_str(), "localhost" | "127.0.0.1" | "[::1]"))
+    host_port(host).is_some_and(|(name, _)| is_loopback_name(&name))
+}
+
+/// A host name from [`host_port`] (lowercase) that is a loopback one.
+fn is_loopback_name(name: &str) -> bool {
+    matches!(name, "localhost" | "127.0.0.1" | "[::1]")
 }
 
 /// Makes the request's authority its `Host`, for [`check_host_and_origin`]:
@@ -153,10 +165,11 @@ pub fn check_host_and_origin(
         host_port(a)
             .is_some_and(|(a_name, a_port)| a_name == name && (a_port.is_none() || a_port == port))
     });
+    let loopback_name = is_loopback_name(&name);
     let allowed = if config.allowed_hosts.is_empty() {
-        !loopback || is_loopback_host(host)
+        !loopback || loopback_name
     } else {
-        listed || (loopback && is_loopback_host(host))
+        listed || (loopback && loopback_name)
     };
     if !allowed {
         return Err(forbidden(format!(
@@ -506,6 +519,9 @@ mod tests {
             "localhost:99999",
             "localhost:7790, evil.example.com",
             "localhost:",
+            "localhost:080",
+            "localhost:+80",
+            "localhost:7790:",
         ] {
             assert_eq!(host_port(bad), None, "{bad:?}");
             assert!(!is_loopback_host(bad), "{bad:?}");

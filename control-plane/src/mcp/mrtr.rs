@@ -319,7 +319,7 @@ pub async fn session_for(
     }
     let owner = caller.map(|c| c.name.clone()).unwrap_or_default();
     let digest = Sha256::digest(json!([owner, scope.path()]).to_string().as_bytes());
-    let id = format!("mcp-{}", hex(&digest[..16]));
+    let id = format!("mcp-{}", switchyard_common::ids::hex(&digest[..16]));
     if ep.cp.state.snapshot().sessions.contains_key(&id)
         || ep
             .cp
@@ -335,16 +335,6 @@ pub async fn session_for(
     let rev = ep.cp.registry.put_session(&rec).await.map_err(store)?;
     ep.cp.state.wait_for(rev, Duration::from_secs(2)).await;
     Ok(id)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 15)]));
-    }
-    s
 }
 
 /// `value` with every object's keys sorted, as JSON text: the same params
@@ -377,9 +367,14 @@ pub fn binding(scope: &Scope, caller: Option<&Caller>, msg: &Message) -> Vec<u8>
     }
     let digest = Sha256::digest(canonical(&Value::Object(params)).as_bytes());
     let who = caller.map(|c| c.name.as_str()).unwrap_or("");
-    json!([who, scope.path(), msg.method, hex(&digest)])
-        .to_string()
-        .into_bytes()
+    json!([
+        who,
+        scope.path(),
+        msg.method,
+        switchyard_common::ids::hex(&digest)
+    ])
+    .to_string()
+    .into_bytes()
 }
 
 /// The codec of the stored key ring; `fresh`: read from the store (and
