@@ -6,7 +6,8 @@
 //!   or one that is not `host[:port]` is 400 ([`host_port`]); HTTP/2's
 //!   `:authority` (or an absolute-form target) is the `Host`, and a `Host`
 //!   naming another authority, user info or a scheme other than http(s)
-//!   is 400 ([`authority_as_host`]);
+//!   is 400 ([`authority_as_host`]); the allowed origins' browser pages
+//!   get CORS ([`cors`], a layer on the endpoint's router);
 //! - `Content-Type` must be JSON (415) and `Accept` must take JSON or SSE
 //!   (406) ([`check_media`]);
 //! - the body is at most `mcp.max_body_bytes` (413) and arrives within
@@ -18,7 +19,7 @@
 use super::respond::{INVALID_REQUEST, McpError, PARSE_ERROR};
 use crate::config::McpConfig;
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde_json::{Map, Value};
@@ -181,9 +182,7 @@ pub fn check_host_and_origin(
         [] => Ok(()),
         [origin] => {
             let origin = origin.to_str().unwrap_or("\u{fffd}");
-            let listed = config.allowed_origins.iter().any(|a| a == origin);
-            let local = loopback && is_loopback_origin(origin);
-            if listed || local {
+            if origin_allowed(origin, config, loopback) {
                 Ok(())
             } else {
                 Err(forbidden(format!(
@@ -193,6 +192,43 @@ pub fn check_host_and_origin(
         }
         _ => Err(forbidden("more than one Origin header".into())),
     }
+}
+
+/// Whether requests from `origin` are served: one of
+/// `mcp.allowed_origins`, or a loopback origin while the endpoint listens
+/// on a loopback address (`loopback`).
+pub fn origin_allowed(origin: &str, config: &McpConfig, loopback: bool) -> bool {
+    config.allowed_origins.iter().any(|a| a == origin) || (loopback && is_loopback_origin(origin))
+}
+
+/// CORS for the origins [`origin_allowed`] serves, so a browser page of
+/// one may call the endpoint directly (the MCP Inspector's direct
+/// connection, a web agent): preflights are answered for `GET`, `POST`
+/// and `DELETE` with the headers the page asks for (`Mcp-Param-*` names
+/// vary by tool) and cached 10 minutes; answers name the origin and
+/// expose `Mcp-Session-Id`, `MCP-Protocol-Version` and `WWW-Authenticate`.
+/// Other origins get no CORS headers (and 403 on their requests).
+pub fn cors(config: &McpConfig, loopback: bool) -> tower_http::cors::CorsLayer {
+    use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+    let config = config.clone();
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(move |origin, _| {
+            origin
+                .to_str()
+                .is_ok_and(|o| origin_allowed(o, &config, loopback))
+        }))
+        .allow_methods([
+            axum::http::Method::GET,
+            axum::http::Method::POST,
+            axum::http::Method::DELETE,
+        ])
+        .allow_headers(AllowHeaders::mirror_request())
+        .expose_headers([
+            HeaderName::from_static(switchyard_mcp::headers::SESSION_ID),
+            HeaderName::from_static(switchyard_mcp::headers::PROTOCOL_VERSION),
+            header::WWW_AUTHENTICATE,
+        ])
+        .max_age(std::time::Duration::from_secs(600))
 }
 
 /// Whether `origin` is `http://` or `https://` and a loopback host

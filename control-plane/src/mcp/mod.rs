@@ -38,6 +38,8 @@
 //!
 //! HTTP/1.1 and HTTP/2 (cleartext, prior knowledge: many requests on one
 //! connection) are both served; HTTP/2's `:authority` is checked as `Host`.
+//! Browser pages of the allowed origins get CORS ([`ingress::cors`]): a
+//! preflight (`OPTIONS`) is answered before step 1.
 
 pub mod discover;
 pub mod ingress;
@@ -165,6 +167,8 @@ pub async fn serve(
         .route("/mcp", axum::routing::any(all))
         .route("/mcp/sessions/{id}", axum::routing::any(session))
         .route("/mcp/servers/{name}", axum::routing::any(server))
+        // CORS for the allowed origins' browser pages.
+        .layer(ingress::cors(&ep.config, ep.loopback))
         .with_state(ep);
     // With header and keep-alive timeouts, TCP_NODELAY, HTTP/1.1 and
     // HTTP/2, and at most `mcp.max_connections` connections

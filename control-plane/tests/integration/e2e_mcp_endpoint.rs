@@ -3004,3 +3004,76 @@ async fn connections_beyond_max_connections_wait_and_are_counted() {
     })
     .await;
 }
+
+/// CORS: a browser page of an allowed origin (listed, or a loopback one
+/// on a loopback endpoint) gets its preflight answered with the headers
+/// it asked for, and answers it may read (the session id exposed); any
+/// other origin gets no CORS headers, and 403 on its requests.
+#[tokio::test(flavor = "multi_thread")]
+async fn browser_pages_of_allowed_origins_get_cors() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, port) =
+        everything_behind_the_endpoint("allowed_origins = [\"https://app.example.com\"]\n").await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
+    let asked =
+        "content-type,authorization,mcp-protocol-version,mcp-method,mcp-name,mcp-param-region";
+    let preflight = |origin: &'static str| {
+        client
+            .request(reqwest::Method::OPTIONS, &url)
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", asked)
+            .send()
+    };
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    for origin in ["https://app.example.com", "http://localhost:6274"] {
+        let r = preflight(origin).await.unwrap();
+        assert!(r.status().is_success(), "{origin}: {}", r.status());
+        assert_eq!(
+            header(&r, "access-control-allow-origin").as_deref(),
+            Some(origin)
+        );
+        let methods = header(&r, "access-control-allow-methods").unwrap();
+        for m in ["GET", "POST", "DELETE"] {
+            assert!(methods.contains(m), "{methods}");
+        }
+        assert_eq!(
+            header(&r, "access-control-allow-headers").as_deref(),
+            Some(asked)
+        );
+        assert_eq!(header(&r, "access-control-max-age").as_deref(), Some("600"));
+    }
+    let r = preflight("https://evil.example.com").await.unwrap();
+    assert_eq!(header(&r, "access-control-allow-origin"), None);
+
+    // A 2025-11-25 initialize from an allowed page: readable, with its
+    // session id exposed.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}}});
+    let post = |origin: &'static str| {
+        let mut req = client.post(&url).header("origin", origin);
+        for (k, v) in JSON_HEADERS {
+            req = req.header(k, v);
+        }
+        req.body(init.to_string()).send()
+    };
+    let r = post("https://app.example.com").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "access-control-allow-origin").as_deref(),
+        Some("https://app.example.com")
+    );
+    let exposed = header(&r, "access-control-expose-headers").unwrap();
+    assert!(exposed.contains("mcp-session-id"), "{exposed}");
+    assert!(header(&r, "mcp-session-id").is_some());
+    // Another origin: refused, and nothing for the browser to read.
+    let r = post("https://evil.example.com").await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(header(&r, "access-control-allow-origin"), None);
+    gw.stop().await;
+}
