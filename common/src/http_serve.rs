@@ -18,7 +18,8 @@
 //!   [`ConnectionLimit`] allows; beyond it new ones wait to be served
 //!   ([`crate::connections`]).
 //!
-//! HTTP/1.1 and HTTP/2 (prior knowledge) are both served. On shutdown the
+//! HTTP/1.1 and HTTP/2 (prior knowledge; by ALPN over TLS) are both
+//! served, in clear text or over TLS ([`serve_tls`]). On shutdown the
 //! listener closes, every connection is asked to finish gracefully, and
 //! [`serve`] returns once they have.
 
@@ -78,6 +79,42 @@ pub async fn serve_with(
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    serve_inner(listener, app, connections, limits, None, shutdown).await;
+}
+
+/// [`serve`] over TLS with `tls` (HTTP/2 and HTTP/1.1 by ALPN): a
+/// handshake must end within [`TLS_HANDSHAKE_TIMEOUT`]; one that fails or
+/// takes longer closes its connection (logged at DEBUG).
+pub async fn serve_tls(
+    listener: TcpListener,
+    app: axum::Router,
+    connections: Arc<ConnectionLimit>,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    serve_inner(
+        listener,
+        app,
+        connections,
+        Limits::default(),
+        Some(acceptor),
+        shutdown,
+    )
+    .await;
+}
+
+/// How long a TLS handshake may take.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn serve_inner(
+    listener: TcpListener,
+    app: axum::Router,
+    connections: Arc<ConnectionLimit>,
+    limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
     let what = connections.what();
     // Dropped receivers tell the connections to finish; the last closed
     // `done` receiver tells `serve` they have.
@@ -102,36 +139,22 @@ pub async fn serve_with(
                 req
             },
         );
-        let mut stop = stop_rx.clone();
+        let stop = stop_rx.clone();
         let done = done_rx.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let mut builder = Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .keep_alive_interval(limits.http2_keep_alive)
-                .keep_alive_timeout(limits.http2_keep_alive);
-            let conn = builder.serve_connection_with_upgrades(
-                TokioIo::new(tcp),
-                TowerToHyperService::new(service),
-            );
-            let mut conn = std::pin::pin!(conn);
-            let mut stopping = false;
-            loop {
-                tokio::select! {
-                    result = conn.as_mut() => {
-                        if let Err(e) = result {
-                            tracing::debug!(listener = what, error = %e, "connection ended with an error");
+            let service = TowerToHyperService::new(service);
+            match tls {
+                None => connection(tcp, service, limits, stop, what).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => connection(stream, service, limits, stop, what).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!(listener = what, %peer, error = %e, "TLS handshake failed");
                         }
-                        break;
-                    }
-                    _ = stop.changed(), if !stopping => {
-                        stopping = true;
-                        conn.as_mut().graceful_shutdown();
+                        Err(_) => {
+                            tracing::debug!(listener = what, %peer, "TLS handshake timed out");
+                        }
                     }
                 }
             }
@@ -142,6 +165,54 @@ pub async fn serve_with(
     drop(stop_tx);
     drop(done_rx);
     done_tx.closed().await;
+}
+
+/// Serves one connection until it ends, finishing gracefully once `stop`
+/// changes.
+async fn connection<IO, S>(
+    io: IO,
+    service: S,
+    limits: Limits,
+    mut stop: watch::Receiver<()>,
+    what: &'static str,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            http::Request<hyper::body::Incoming>,
+            Response = http::Response<axum::body::Body>,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.http2_keep_alive)
+        .keep_alive_timeout(limits.http2_keep_alive);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(listener = what, error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            _ = stop.changed(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -252,6 +323,90 @@ mod tests {
             .expect("served once the first connection closed")
             .unwrap();
         assert_eq!(&head, b"HTTP/1.1 200");
+    }
+
+    #[tokio::test]
+    async fn tls_serves_http1_and_http2_by_alpn_and_drops_plaintext() {
+        use switchyard_test_support::pki::TestPki;
+        let dir = tempfile::tempdir().unwrap();
+        let pki = TestPki::new(dir.path(), "serve");
+        let leaf = pki.leaf("endpoint", &[]);
+        let identity =
+            crate::tls::load_identity("cert", &leaf.cert_file, "key", &leaf.key_file).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::get(|req: http::Request<axum::body::Body>| async move {
+                format!("{:?}", req.version())
+            }),
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let limit = Arc::new(ConnectionLimit::new("test", 8));
+        tokio::spawn(serve_tls(
+            listener,
+            app,
+            limit.clone(),
+            identity.http_server_config().unwrap(),
+            async move {
+                let _ = rx.await;
+            },
+        ));
+
+        let mut roots = rustls::RootCertStore::empty();
+        let ca = std::fs::read(&pki.ca_file).unwrap();
+        use rustls::pki_types::pem::PemObject;
+        for c in rustls::pki_types::CertificateDer::pem_slice_iter(&ca) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let connect = |alpn: &[&[u8]]| {
+            let mut config = rustls::ClientConfig::builder()
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth();
+            config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+            async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+                let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+                connector.connect(name, tcp).await
+            }
+        };
+        // HTTP/1.1 over TLS.
+        let mut tls = connect(&[b"http/1.1"]).await.unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+        tls.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tls.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("HTTP/1.1"), "{answer}");
+        // HTTP/2 chosen by ALPN: the server speaks h2 (its SETTINGS frame
+        // first, type 4, on stream 0).
+        let mut tls = connect(&[b"h2", b"http/1.1"]).await.unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            .await
+            .unwrap();
+        let mut frame = [0u8; 9];
+        tls.read_exact(&mut frame).await.unwrap();
+        assert_eq!(frame[3], 4, "{frame:?}");
+        // Plain HTTP on the TLS port: no answer but a closed connection,
+        // and its place given back.
+        let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+        plain
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut plain).await;
+        assert!(!answer.contains("200"), "{answer}");
+        drop(tls);
+        let started = std::time::Instant::now();
+        while limit.open() > 0 && started.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(limit.open(), 0);
+        let _ = tx.send(());
     }
 
     #[tokio::test]

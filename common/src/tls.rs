@@ -170,6 +170,26 @@ impl PemIdentity {
     pub fn to_tonic(&self) -> tonic::transport::Identity {
         tonic::transport::Identity::from_pem(&self.cert_pem, &self.key_pem)
     }
+
+    /// A rustls server configuration presenting this identity, asking no
+    /// client certificate, offering HTTP/2 and HTTP/1.1 by ALPN (an HTTP
+    /// listener: `crate::http_serve::serve_tls`). Errors: the PEM does not
+    /// parse (it was checked by [`load_identity`], so only for an identity
+    /// built otherwise).
+    pub fn http_server_config(&self) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+        install_crypto_provider();
+        let certs = CertificateDer::pem_slice_iter(&self.cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("the certificate: {e}"))?;
+        let key = PrivateKeyDer::from_pem_slice(&self.key_pem)
+            .map_err(|e| format!("the private key: {e}"))?;
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| e.to_string())?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(std::sync::Arc::new(config))
+    }
 }
 
 /// Reads a certificate chain (`cert_key` = `cert_file`) and its private key

@@ -314,6 +314,12 @@ pub struct McpConfig {
     /// long as its client likes.
     #[serde(default = "default_mcp_body_timeout")]
     pub body_timeout_sec: u64,
+    /// Serve the endpoint over TLS (HTTP/2 and HTTP/1.1 by ALPN) with the
+    /// certificate and key of `[tls]` (`cert_file`, `key_file`, both
+    /// required then); no client certificate is asked, callers present
+    /// bearer tokens (default false: plain HTTP).
+    #[serde(default)]
+    pub tls: bool,
     /// The most connections the endpoint serves at once (default 4096,
     /// 1 to 1000000); beyond it new connections wait to be served until
     /// one closes. An HTTP/1.1 client holds one per request in flight.
@@ -338,6 +344,7 @@ impl Default for McpConfig {
             allowed_hosts: Vec::new(),
             max_body_bytes: default_mcp_max_body(),
             body_timeout_sec: default_mcp_body_timeout(),
+            tls: false,
             max_connections: default_max_connections(),
             session_idle_timeout_sec: default_mcp_idle(),
             request_state_ttl_sec: default_mcp_state_ttl(),
@@ -722,6 +729,13 @@ impl Config {
             return Err((
                 "control_plane.call_timeout_sec".into(),
                 format!("must be between 1 and {max} (7 days)"),
+            ));
+        }
+        if self.mcp.tls && (self.tls.cert_file.is_none() || self.tls.key_file.is_none()) {
+            return Err((
+                "mcp.tls".into(),
+                "needs tls.cert_file and tls.key_file: the endpoint presents that certificate"
+                    .into(),
             ));
         }
         for (key, max) in [
@@ -1224,6 +1238,13 @@ mod tests {
         match Config::parse("[control_plane]\nmax_connections = 0\n").unwrap_err() {
             ConfigFileError::Invalid { key, .. } => {
                 assert_eq!(key, "control_plane.max_connections")
+            }
+            other => panic!("{other}"),
+        }
+        match Config::parse("[mcp]\ntls = true\n").unwrap_err() {
+            ConfigFileError::Invalid { key, problem, .. } => {
+                assert_eq!(key, "mcp.tls");
+                assert!(problem.contains("tls.cert_file"), "{problem}");
             }
             other => panic!("{other}"),
         }

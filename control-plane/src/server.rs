@@ -75,6 +75,9 @@ pub enum StartError {
     /// rustls refused the TLS configuration.
     #[error("tls: cannot set up TLS on the gRPC listener: {0}")]
     Tls(#[source] tonic::transport::Error),
+    /// rustls refused the MCP endpoint's TLS configuration (`[mcp] tls`).
+    #[error("mcp.tls: cannot set up TLS on the MCP endpoint: {0}")]
+    McpTls(String),
     /// An address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -95,7 +98,10 @@ impl StartError {
     /// TLS settings, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::Credential(_) | StartError::Tls(_) | StartError::OAuth(_) => EXIT_USAGE,
+            StartError::Credential(_)
+            | StartError::Tls(_)
+            | StartError::McpTls(_)
+            | StartError::OAuth(_) => EXIT_USAGE,
             _ => 1,
         }
     }
@@ -199,6 +205,11 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         + mcp_connections
         + switchyard_common::connections::INTERNAL_MAX_CONNECTIONS;
     switchyard_common::connections::raise_open_files_limit(needed as u64 + 256);
+    // `[mcp] tls`: the endpoint presents the listener's certificate.
+    let mcp_tls = match (config.mcp.tls, &tls.identity) {
+        (true, Some(identity)) => Some(identity.http_server_config().map_err(StartError::McpTls)?),
+        _ => None,
+    };
     let mut builder = tonic::transport::Server::builder();
     if let Some(server_tls) = tls.server() {
         builder = builder.tls_config(server_tls).map_err(StartError::Tls)?;
@@ -429,6 +440,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             listener,
             endpoint,
             connections,
+            mcp_tls.clone(),
             shutdown.clone(),
         ))
     });
@@ -450,7 +462,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         http_stop.clone(),
     ));
     cp.ready.store(true, std::sync::atomic::Ordering::Relaxed);
-    tracing::info!(%grpc_addr, %http_addr, mcp_addr = %mcp_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()), tls = tls.identity.is_some(), mtls = tls.client_ca.is_some(), auth_required = config.auth.required, "control plane serving");
+    tracing::info!(%grpc_addr, %http_addr, mcp_addr = %mcp_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()), tls = tls.identity.is_some(), mtls = tls.client_ca.is_some(), mcp_tls = mcp_tls.is_some(), auth_required = config.auth.required, "control plane serving");
     Ok(Running {
         cp,
         grpc_addr,

@@ -576,7 +576,7 @@ class Render(unittest.TestCase):
         controlPlane.maxConnections is control_plane.max_connections."""
         config = cp_config("mcp")
         self.assertIn("prune_config_servers = false\nmax_connections = 2048\n", config)
-        self.assertIn('[mcp]\nlisten = "0.0.0.0:8701"\n'
+        self.assertIn('[mcp]\nlisten = "0.0.0.0:8701"\ntls = false\n'
                       'allowed_origins = ["https://inspector.example.com","http://localhost:6274"]\n'
                       'allowed_hosts = ["switchyard.switchyard.svc","mcp.example.com","127.0.0.1:8701"]\n'
                       "max_body_bytes = 1048576\nbody_timeout_sec = 10\nsession_idle_timeout_sec = 3600\n"
@@ -603,6 +603,23 @@ class Render(unittest.TestCase):
                       and o["metadata"]["name"] == f"{RELEASE}-control-plane")
         self.assertIn({"ports": [{"port": 8701, "protocol": "TCP"}], "from": [{"podSelector": {}}]},
                       policy["spec"]["ingress"])
+        # controlPlane.mcp.tls with the chart's TLS: https everywhere.
+        out = chart_render.render(merge_values(values_for("tls"), {"controlPlane": {"mcp": {"enabled": True,
+                                                                                          "tls": True}}}),
+                                  name=RELEASE, namespace=NAMESPACE)
+        config = next(d for path, text in out.items() if not path.endswith("NOTES.txt")
+                      for d in yaml.safe_load_all(text) if d and d["kind"] == "ConfigMap"
+                      and "switchyard.toml" in d.get("data", {}))["data"]["switchyard.toml"]
+        self.assertIn('[mcp]\nlisten = "0.0.0.0:7701"\ntls = true\n', config)
+        self.assertIn("[tls]\ncert_file = ", config)
+        service = next(d for path, text in out.items() if not path.endswith("NOTES.txt")
+                       for d in yaml.safe_load_all(text) if d and d["kind"] == "Service"
+                       and d["metadata"]["name"] == RELEASE)
+        self.assertIn({"name": "mcp", "port": 7701, "targetPort": "mcp", "protocol": "TCP", "appProtocol": "https"},
+                      service["spec"]["ports"])
+        notes = next(text for path, text in out.items() if path.endswith("NOTES.txt"))
+        self.assertIn(f"  https://{RELEASE}.{NAMESPACE}.svc:7701/mcp\n", notes)
+        self.assertIn("switchyard https://127.0.0.1:7701/mcp", notes)
         # Off by default: none of it, and the gRPC cap at its default.
         for value_set in ["defaults", "etcd-bundled", "tls"]:
             with self.subTest(value_set=value_set):
@@ -635,6 +652,7 @@ class Render(unittest.TestCase):
              "get the same Kubernetes name"),
             ({"etcd": {"bundled": False}}, "needs etcd.externalEndpoints"),
             ({"tls": {"enabled": True}}, "tls.enabled needs"),
+            ({"controlPlane": {"mcp": {"enabled": True, "tls": True}}}, "controlPlane.mcp.tls needs tls.enabled"),
             ({"auth": {"required": True}}, "nobody could call"),
             ({"lifecycle": {"preStopSleepSeconds": 40}},
              "controlPlane.terminationGracePeriodSeconds (40) must be larger"),

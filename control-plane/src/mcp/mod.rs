@@ -148,6 +148,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     ep: Arc<Endpoint>,
     connections: Arc<switchyard_common::connections::ConnectionLimit>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: CancellationToken,
 ) {
     let sweeper = {
@@ -171,10 +172,15 @@ pub async fn serve(
         .layer(ingress::cors(&ep.config, ep.loopback))
         .with_state(ep);
     // With header and keep-alive timeouts, TCP_NODELAY, HTTP/1.1 and
-    // HTTP/2, and at most `mcp.max_connections` connections
-    // (`switchyard_common::http_serve`).
-    switchyard_common::http_serve::serve(listener, app, connections, shutdown.cancelled_owned())
-        .await;
+    // HTTP/2, at most `mcp.max_connections` connections, and TLS with
+    // `mcp.tls` (`switchyard_common::http_serve`).
+    let stop = shutdown.cancelled_owned();
+    match tls {
+        Some(tls) => {
+            switchyard_common::http_serve::serve_tls(listener, app, connections, tls, stop).await;
+        }
+        None => switchyard_common::http_serve::serve(listener, app, connections, stop).await,
+    }
     sweeper.abort();
 }
 

@@ -473,3 +473,88 @@ async fn switchyard_up_connects_its_sidecars_over_tls_with_a_token() {
     let status = up.terminate().await;
     assert!(status.success(), "{status}\n{}", up.log());
 }
+
+/// `[mcp] tls = true`: the MCP endpoint presents the listener's
+/// certificate (no client certificate asked), speaks HTTP/2 and HTTP/1.1
+/// by ALPN, and a plaintext client gets no answer; `up`-style clients
+/// reach it at `https://`.
+#[tokio::test]
+async fn the_mcp_endpoint_serves_over_tls() {
+    switchyard_test_support::init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new(dir.path(), "mcp");
+    let leaf = pki.leaf("control-plane", &[]);
+    let (grpc, http, mcp) = (free_port(), free_port(), free_port());
+    let text = format!(
+        r#"[control_plane]
+listen = "127.0.0.1:{grpc}"
+http_listen = "127.0.0.1:{http}"
+
+[store]
+path = {store}
+
+[tls]
+cert_file = {cert}
+key_file = {key}
+
+[mcp]
+listen = "127.0.0.1:{mcp}"
+tls = true
+"#,
+        store = toml_str(dir.path().join("store/store.redb").to_string_lossy()),
+        cert = toml_str(leaf.cert_file.to_string_lossy()),
+        key = toml_str(leaf.key_file.to_string_lossy()),
+    );
+    let config = dir.path().join("cp.toml");
+    std::fs::write(&config, text).unwrap();
+    let (_cp, _addr, _http_addr) = start_control_plane("control-plane", dir.path(), &config).await;
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&pki.ca_file).unwrap()).unwrap();
+    let discover = |client: reqwest::Client, url: String| async move {
+        client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "server/discover")
+            .body(
+                serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
+                    "params": {"_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {}}}})
+                .to_string(),
+            )
+            .send()
+            .await
+    };
+    let url = format!("https://localhost:{mcp}/mcp");
+    for (h2, version) in [
+        (true, reqwest::Version::HTTP_2),
+        (false, reqwest::Version::HTTP_11),
+    ] {
+        let b = reqwest::Client::builder()
+            .tls_certs_only([ca.clone()])
+            .timeout(LIMIT);
+        let client = if h2 { b } else { b.http1_only() }.build().unwrap();
+        let r = discover(client, url.clone()).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.version(), version);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(
+            body["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "switchyard",
+            "{body}"
+        );
+    }
+    // Plaintext on the TLS port: no HTTP answer.
+    let plain = reqwest::Client::builder().timeout(LIMIT).build().unwrap();
+    let r = discover(plain, format!("http://localhost:{mcp}/mcp")).await;
+    assert!(r.is_err(), "{r:?}");
+    // A client that does not trust the CA: refused at the handshake.
+    let r = discover(
+        reqwest::Client::builder().timeout(LIMIT).build().unwrap(),
+        url,
+    )
+    .await;
+    assert!(r.is_err(), "{r:?}");
+}

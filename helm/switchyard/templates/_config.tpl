@@ -87,6 +87,7 @@ servers = {{ . | toJson }}
 
 [mcp]
 listen = {{ printf "0.0.0.0:%d" (int .port) | toJson }}
+tls = {{ .tls }}
 allowed_origins = {{ toJson .allowedOrigins }}
 allowed_hosts = {{ toJson .allowedHosts }}
 max_body_bytes = {{ int64 .maxBodyBytes }}

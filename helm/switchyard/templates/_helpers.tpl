@@ -233,6 +233,9 @@ control plane then mounts them). */}}
 {{- if and .mcp.enabled (has (int .mcp.port) (list (int .grpcPort) (int .httpPort))) -}}
 {{- fail (printf "controlPlane.mcp.port (%d) must differ from controlPlane.grpcPort and controlPlane.httpPort" (int .mcp.port)) -}}
 {{- end -}}
+{{- if and .mcp.enabled .mcp.tls (not $.Values.tls.enabled) -}}
+{{- fail "controlPlane.mcp.tls needs tls.enabled: the MCP endpoint presents the chart's certificate" -}}
+{{- end -}}
 {{- end -}}
 {{- range $s := .Values.servers -}}
 {{- if and $.Values.auth.required (not (include "switchyard.sidecarToken" (dict "root" $ "server" $s))) (not $.Values.tls.clientAuth) -}}

@@ -133,7 +133,8 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         .tempdir()?;
     println!("switchyard: engine endpoint {engine}");
     if let Some(mcp) = running.mcp_addr {
-        println!("switchyard: MCP endpoint http://{mcp}/mcp");
+        let scheme = if config.mcp.tls { "https" } else { "http" };
+        println!("switchyard: MCP endpoint {scheme}://{mcp}/mcp");
     }
     println!(
         "switchyard: metrics http://{}/metrics, store {}",
