@@ -165,68 +165,138 @@ impl ConnectionLimit {
     }
 
     /// Accepts connections on `listener`, one place each (module docs), with
-    /// `TCP_NODELAY` set, for tonic's `serve_with_incoming*`. A failed
+    /// `TCP_NODELAY` set, for tonic's `serve_with_incoming*`: each is
+    /// handed on once its first bytes came within `within` (say
+    /// [`FIRST_BYTES_TIMEOUT`]; [`first_bytes`]: one that sends nothing is
+    /// closed, and meanwhile the others are handed on). A failed
     /// `accept` (out of file descriptors, say) is logged and retried a
-    /// moment later; the stream never ends or yields an error.
+    /// moment later; the stream never ends or yields an error. Dropping
+    /// the stream closes the listener.
     pub fn incoming(
         self: Arc<Self>,
         listener: TcpListener,
-    ) -> impl futures::Stream<Item = io::Result<Limited<TcpStream>>> + Send + 'static {
-        futures::stream::unfold((self, listener), |(limit, listener)| async move {
-            let tcp = accept(&listener, limit.what).await;
-            let permit = limit.acquire().await;
-            Some((Ok(Limited { io: tcp, permit }), (limit, listener)))
+        within: Duration,
+    ) -> impl futures::Stream<Item = io::Result<Accepted<TcpStream>>> + Send + 'static {
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let limit = self;
+        tokio::spawn(async move {
+            loop {
+                let tcp = tokio::select! {
+                    tcp = accept(&listener, limit.what) => tcp,
+                    () = tx.closed() => return,
+                };
+                let permit = tokio::select! {
+                    permit = limit.acquire() => permit,
+                    () = tx.closed() => return,
+                };
+                let tx = tx.clone();
+                let what = limit.what;
+                // Waiting for its first bytes does not hold up the others.
+                tokio::spawn(async move {
+                    match first_bytes(tcp, within).await {
+                        Ok(mut io) => {
+                            io.permit = Some(permit);
+                            let _ = tx.send(Ok(io)).await;
+                        }
+                        Err(e) => {
+                            tracing::debug!(listener = what, error = %e, "connection closed before its first bytes");
+                        }
+                    }
+                });
+            }
+        });
+        futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
         })
     }
 }
 
-/// The next connection on `listener`, with `TCP_NODELAY` set (small
-/// responses must not wait for the peer's delayed ACK); accept errors are
-/// logged and retried after 200 ms.
-pub async fn accept(listener: &TcpListener, what: &'static str) -> TcpStream {
-    accept_with_peer(listener, what).await.0
-}
+/// How long a new connection may take to send its first bytes (the gRPC
+/// listeners; [`crate::http_serve`] uses its header timeout).
+pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// [`accept`], with the peer's address.
-pub async fn accept_with_peer(
-    listener: &TcpListener,
-    what: &'static str,
-) -> (TcpStream, std::net::SocketAddr) {
-    loop {
-        match listener.accept().await {
-            Ok((tcp, peer)) => {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(listener = what, error = %e, "TCP_NODELAY");
-                }
-                return (tcp, peer);
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Reads a new connection's first bytes within `within`: until they are
+/// the whole HTTP/2 connection preface or differ from it (an HTTP/1.1
+/// request line, a TLS ClientHello). hyper's servers wait for the preface
+/// without a timer, so a connection that sends nothing, or stops inside
+/// the preface, would hold its place forever; it is closed instead. The
+/// bytes read are replayed to whoever reads the returned stream. Errors:
+/// the time passed (`TimedOut`), the peer closed (`UnexpectedEof`), or
+/// the read failed.
+pub async fn first_bytes<IO: AsyncRead + Unpin>(
+    mut io: IO,
+    within: Duration,
+) -> io::Result<Accepted<IO>> {
+    use tokio::io::AsyncReadExt;
+    let mut prefix = Vec::with_capacity(H2_PREFACE.len());
+    let read = async {
+        let mut chunk = [0u8; H2_PREFACE.len()];
+        loop {
+            let want = H2_PREFACE.len() - prefix.len();
+            let n = io.read(&mut chunk[..want]).await?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "closed before its first bytes",
+                ));
             }
-            Err(e) => {
-                tracing::warn!(listener = what, error = %e, "could not accept a connection; trying again in a moment");
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            prefix.extend_from_slice(&chunk[..n]);
+            if prefix.len() == H2_PREFACE.len() || !H2_PREFACE.starts_with(&prefix) {
+                return Ok(());
             }
         }
+    };
+    match tokio::time::timeout(within, read).await {
+        Ok(Ok(())) => Ok(Accepted {
+            prefix,
+            pos: 0,
+            io,
+            permit: None,
+        }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("sent no request within {within:?}"),
+        )),
     }
 }
 
-/// A connection holding its place under a [`ConnectionLimit`].
+/// A connection whose first bytes [`first_bytes`] read: they are read
+/// again first, then the rest. From [`ConnectionLimit::incoming`], it
+/// holds its place under the limit until dropped.
 #[derive(Debug)]
-pub struct Limited<IO> {
+pub struct Accepted<IO> {
+    prefix: Vec<u8>,
+    pos: usize,
     io: IO,
-    #[allow(dead_code)]
-    permit: ConnectionPermit,
+    permit: Option<ConnectionPermit>,
 }
 
-impl<IO: AsyncRead + Unpin> AsyncRead for Limited<IO> {
+impl<IO: AsyncRead + Unpin> AsyncRead for Accepted<IO> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if self.pos < self.prefix.len() {
+            let n = buf.remaining().min(self.prefix.len() - self.pos);
+            let start = self.pos;
+            buf.put_slice(&self.prefix[start..start + n]);
+            self.pos += n;
+            if self.pos == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Limited<IO> {
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Accepted<IO> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -256,11 +326,46 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Limited<IO> {
     }
 }
 
-impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for Limited<IO> {
+impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for Accepted<IO> {
     type ConnectInfo = IO::ConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
         self.io.connect_info()
+    }
+}
+
+/// The next connection on `listener`, with `TCP_NODELAY` set (small
+/// responses must not wait for the peer's delayed ACK); accept errors are
+/// retried after 200 ms, and logged at most once every 10 s.
+pub async fn accept(listener: &TcpListener, what: &'static str) -> TcpStream {
+    accept_with_peer(listener, what).await.0
+}
+
+/// [`accept`], with the peer's address.
+pub async fn accept_with_peer(
+    listener: &TcpListener,
+    what: &'static str,
+) -> (TcpStream, std::net::SocketAddr) {
+    let mut warned: Option<Instant> = None;
+    let mut failed = 0u64;
+    loop {
+        match listener.accept().await {
+            Ok((tcp, peer)) => {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(listener = what, error = %e, "TCP_NODELAY");
+                }
+                return (tcp, peer);
+            }
+            Err(e) => {
+                // At most one line every 10 s while accepting keeps failing.
+                failed += 1;
+                if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                    warned = Some(Instant::now());
+                    tracing::warn!(listener = what, error = %e, failed, "could not accept a connection; trying again in a moment");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
     }
 }
 
@@ -279,17 +384,24 @@ mod tests {
         let limit = Arc::new(ConnectionLimit::new("test", 2).on_wait(move || {
             counted.fetch_add(1, Ordering::Relaxed);
         }));
-        let mut incoming = Box::pin(limit.clone().incoming(listener));
+        let mut incoming = Box::pin(limit.clone().incoming(listener, FIRST_BYTES_TIMEOUT));
 
-        let _c1 = TcpStream::connect(addr).await.unwrap();
-        let _c2 = TcpStream::connect(addr).await.unwrap();
+        let connect = || async {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            tokio::io::AsyncWriteExt::write_all(&mut c, b"GET / HTTP/1.1\r\n")
+                .await
+                .unwrap();
+            c
+        };
+        let _c1 = connect().await;
+        let _c2 = connect().await;
         let s1 = incoming.next().await.unwrap().unwrap();
         let s2 = incoming.next().await.unwrap().unwrap();
         assert_eq!(limit.open(), 2);
         assert_eq!(waits.load(Ordering::Relaxed), 0);
 
         // The third connects but is not handed on.
-        let _c3 = TcpStream::connect(addr).await.unwrap();
+        let _c3 = connect().await;
         let third = tokio::time::timeout(Duration::from_millis(300), incoming.next()).await;
         assert!(
             third.is_err(),
@@ -316,21 +428,101 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let limit = Arc::new(ConnectionLimit::new("test", 1));
-        let mut incoming = Box::pin(limit.clone().incoming(listener));
+        let mut incoming = Box::pin(limit.clone().incoming(listener, FIRST_BYTES_TIMEOUT));
         let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(b"ping").await.unwrap();
         let mut server = incoming.next().await.unwrap().unwrap();
         use tonic::transport::server::Connected;
         assert_eq!(
             server.connect_info().remote_addr(),
             Some(client.local_addr().unwrap())
         );
-        client.write_all(b"ping").await.unwrap();
         let mut buf = [0u8; 4];
         server.read_exact(&mut buf).await.unwrap();
         assert_eq!(&buf, b"ping");
         server.write_all(b"pong").await.unwrap();
         client.read_exact(&mut buf).await.unwrap();
         assert_eq!(&buf, b"pong");
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_holds_up_no_other_and_gives_its_place_back() {
+        use tokio::io::AsyncWriteExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limit = Arc::new(ConnectionLimit::new("test", 2));
+        let mut incoming = Box::pin(limit.clone().incoming(listener, Duration::from_millis(500)));
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let mut talker = TcpStream::connect(addr).await.unwrap();
+        talker.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        // The talker is handed on while the silent one still waits.
+        let first = tokio::time::timeout(Duration::from_millis(400), incoming.next())
+            .await
+            .expect("the talker is handed on at once")
+            .unwrap()
+            .unwrap();
+        assert_eq!(limit.open(), 2);
+        // The silent one is closed, its place given back; nothing else
+        // comes out of the stream.
+        let started = Instant::now();
+        while limit.open() > 1 && started.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(limit.open(), 1);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), incoming.next())
+                .await
+                .is_err()
+        );
+        drop(first);
+        assert_eq!(limit.open(), 0);
+    }
+
+    #[tokio::test]
+    async fn first_bytes_are_awaited_within_the_time_and_replayed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let within = Duration::from_millis(300);
+        let pair = || async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let client = TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (server, _) = listener.accept().await.unwrap();
+            (client, server)
+        };
+        // Silence, and a preface that stops half-way: closed.
+        let (_client, server) = pair().await;
+        let e = first_bytes(server, within).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        let (mut client, server) = pair().await;
+        client.write_all(&H2_PREFACE[..10]).await.unwrap();
+        let e = first_bytes(server, within).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        // Closed at once.
+        let (client, server) = pair().await;
+        drop(client);
+        let e = first_bytes(server, within).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        // HTTP/1.1 goes on at its first byte; the whole preface, sent in
+        // pieces, too; everything is read again, then the rest.
+        for (first, rest) in [
+            (&b"G"[..], &b"ET / HTTP/1.1\r\n\r\n"[..]),
+            (&H2_PREFACE[..5], &H2_PREFACE[5..]),
+        ] {
+            let (mut client, server) = pair().await;
+            client.write_all(first).await.unwrap();
+            let sender = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                client.write_all(rest).await.unwrap();
+                client.write_all(b"+more").await.unwrap();
+                client
+            });
+            let mut io = first_bytes(server, Duration::from_secs(5)).await.unwrap();
+            let _client = sender.await.unwrap();
+            let mut got = vec![0u8; first.len() + rest.len() + 5];
+            io.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, [first, rest, b"+more"].concat());
+        }
     }
 
     #[test]

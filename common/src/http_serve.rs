@@ -1,11 +1,13 @@
 //! Serving an axum router on a TCP listener with the limits a listener
 //! open to untrusted clients needs and that `axum::serve` does not set:
 //!
-//! - a request's header block must arrive within [`HEADER_READ_TIMEOUT`]
-//!   (HTTP/1.1; hyper closes the connection otherwise), which also ends a
-//!   kept-alive connection that sends nothing for that long; before, a
-//!   client could hold a connection, and its file descriptor, forever with
-//!   a half-sent request;
+//! - a new connection's first bytes (a request line, or the whole HTTP/2
+//!   preface) must arrive within [`HEADER_READ_TIMEOUT`]
+//!   ([`crate::connections::first_bytes`]), and so must each HTTP/1.1
+//!   request's header block (hyper closes the connection otherwise), which
+//!   also ends a kept-alive connection that sends nothing for that long;
+//!   before, a client could hold a connection, and its file descriptor,
+//!   forever with a half-sent request or none;
 //! - HTTP/2 connections are pinged every [`HTTP2_KEEP_ALIVE`] and closed
 //!   when a ping goes unanswered as long (a peer that vanished);
 //! - `TCP_NODELAY` on every connection (small responses must not wait for
@@ -23,7 +25,7 @@
 //! listener closes, every connection is asked to finish gracefully, and
 //! [`serve`] returns once they have.
 
-use crate::connections::{ConnectionLimit, accept_with_peer};
+use crate::connections::{ConnectionLimit, accept_with_peer, first_bytes};
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -40,6 +42,11 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often an HTTP/2 connection is pinged, and how long an answer may
 /// take.
 pub const HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(30);
+/// How long a connection with no request in flight stays open (HTTP/2:
+/// HTTP/1.1's kept-alive connections are closed sooner, by
+/// [`HEADER_READ_TIMEOUT`]); it is then asked to finish (GOAWAY). A request
+/// is in flight until its response, streams included, is sent.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The timeouts of [`serve_with`].
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +55,8 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// See [`HTTP2_KEEP_ALIVE`].
     pub http2_keep_alive: Duration,
+    /// See [`IDLE_TIMEOUT`].
+    pub idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -55,6 +64,7 @@ impl Default for Limits {
         Limits {
             header_read_timeout: HEADER_READ_TIMEOUT,
             http2_keep_alive: HTTP2_KEEP_ALIVE,
+            idle_timeout: IDLE_TIMEOUT,
         }
     }
 }
@@ -132,23 +142,48 @@ async fn serve_inner(
             permit = connections.acquire() => permit,
             () = &mut shutdown => break,
         };
-        let service = tower::ServiceExt::map_request(
-            app.clone(),
-            move |mut req: http::Request<hyper::body::Incoming>| {
+        // Each request carries the client's address, and counts as in
+        // flight until its response body is done (for the idle timeout).
+        let activity = Arc::new(Activity::default());
+        let service = {
+            let (app, activity) = (app.clone(), activity.clone());
+            tower::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(ConnectInfo(peer));
-                req
-            },
-        );
+                let in_flight = Activity::enter(&activity);
+                let answer = tower::ServiceExt::oneshot(app.clone(), req);
+                async move {
+                    let response = answer.await?;
+                    Ok::<_, std::convert::Infallible>(
+                        response
+                            .map(|body| axum::body::Body::new(InFlightBody { body, in_flight })),
+                    )
+                }
+            })
+        };
         let stop = stop_rx.clone();
         let done = done_rx.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
             let service = TowerToHyperService::new(service);
+            // The first bytes of a request (or of the HTTP/2 preface) within
+            // the header timeout, over TLS after its handshake: hyper does
+            // not time the preface, so a silent connection would keep its
+            // place forever.
+            let within = limits.header_read_timeout;
+            let closed = |e: std::io::Error| {
+                tracing::debug!(listener = what, %peer, error = %e, "connection closed before its first request");
+            };
             match tls {
-                None => connection(tcp, service, limits, stop, what).await,
+                None => match first_bytes(tcp, within).await {
+                    Ok(io) => connection(io, service, limits, activity, stop, what).await,
+                    Err(e) => closed(e),
+                },
                 Some(acceptor) => {
                     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => connection(stream, service, limits, stop, what).await,
+                        Ok(Ok(stream)) => match first_bytes(stream, within).await {
+                            Ok(io) => connection(io, service, limits, activity, stop, what).await,
+                            Err(e) => closed(e),
+                        },
                         Ok(Err(e)) => {
                             tracing::debug!(listener = what, %peer, error = %e, "TLS handshake failed");
                         }
@@ -168,11 +203,12 @@ async fn serve_inner(
 }
 
 /// Serves one connection until it ends, finishing gracefully once `stop`
-/// changes.
+/// changes or it has been idle for `limits.idle_timeout` (`activity`).
 async fn connection<IO, S>(
     io: IO,
     service: S,
     limits: Limits,
+    activity: Arc<Activity>,
     mut stop: watch::Receiver<()>,
     what: &'static str,
 ) where
@@ -199,6 +235,8 @@ async fn connection<IO, S>(
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
     let mut stopping = false;
+    let mut check = tokio::time::interval(limits.idle_timeout / 4);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             result = conn.as_mut() => {
@@ -211,7 +249,92 @@ async fn connection<IO, S>(
                 stopping = true;
                 conn.as_mut().graceful_shutdown();
             }
+            _ = check.tick(), if !stopping => {
+                if activity.idle_for() >= limits.idle_timeout {
+                    tracing::debug!(listener = what, "closing an idle connection");
+                    stopping = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
         }
+    }
+}
+
+/// A connection's requests in flight, and since when it has had none.
+#[derive(Debug)]
+struct Activity {
+    in_flight: std::sync::atomic::AtomicUsize,
+    idle_since: std::sync::Mutex<std::time::Instant>,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity {
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            idle_since: std::sync::Mutex::new(std::time::Instant::now()),
+        }
+    }
+}
+
+impl Activity {
+    /// A request starts; in flight until the guard is dropped.
+    fn enter(this: &Arc<Activity>) -> InFlight {
+        this.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        InFlight(this.clone())
+    }
+
+    /// How long the connection has had no request in flight (zero while
+    /// it has one).
+    fn idle_for(&self) -> Duration {
+        if self.in_flight.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            return Duration::ZERO;
+        }
+        self.idle_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+    }
+}
+
+/// One request in flight on a connection ([`Activity`]).
+#[derive(Debug)]
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *self.0.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+        self.0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A response body that keeps its request in flight until it is done or
+/// dropped.
+struct InFlightBody {
+    body: axum::body::Body,
+    #[allow(dead_code)]
+    in_flight: InFlight,
+}
+
+impl http_body::Body for InFlightBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -239,6 +362,23 @@ mod tests {
         tokio::sync::oneshot::Sender<()>,
         tokio::task::JoinHandle<()>,
     ) {
+        let limits = Limits {
+            header_read_timeout: Duration::from_secs(1),
+            http2_keep_alive: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(30),
+        };
+        server_with(limit, limits).await
+    }
+
+    /// [`server`], under `limit`, with `limits`.
+    async fn server_with(
+        limit: Arc<ConnectionLimit>,
+        limits: Limits,
+    ) -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = axum::Router::new()
@@ -256,10 +396,6 @@ mod tests {
                     axum::body::Body::from_stream(ticks)
                 }),
             );
-        let limits = Limits {
-            header_read_timeout: Duration::from_secs(1),
-            http2_keep_alive: Duration::from_secs(1),
-        };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(serve_with(listener, app, limit, limits, async move {
             let _ = rx.await;
@@ -297,6 +433,57 @@ mod tests {
         let answer = read_to_close(&mut tcp).await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(answer.ends_with(&local.to_string()), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn an_idle_http2_connection_is_closed_but_not_one_streaming() {
+        crate::tls::install_crypto_provider();
+        let limit = Arc::new(ConnectionLimit::new("test", 8));
+        let limits = Limits {
+            header_read_timeout: Duration::from_secs(30),
+            http2_keep_alive: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(1),
+        };
+        let (addr, _stop, _task) = server_with(limit.clone(), limits).await;
+        // One client, one HTTP/2 connection (the client answers pings and
+        // keeps its idle connections for 90 s).
+        let client = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .unwrap();
+        let wait_open = |n: usize| {
+            let limit = limit.clone();
+            async move {
+                let started = std::time::Instant::now();
+                while limit.open() != n && started.elapsed() < Duration::from_secs(10) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                limit.open()
+            }
+        };
+        // A stream of 3 s, three times the idle timeout, is not cut.
+        let streamed = client
+            .get(format!("http://{addr}/stream"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(streamed.contains("tick 9"), "{streamed}");
+        // Once idle, the connection is closed within about the timeout.
+        assert_eq!(limit.open(), 1);
+        let idle = std::time::Instant::now();
+        assert_eq!(wait_open(0).await, 0);
+        assert!(
+            idle.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            idle.elapsed()
+        );
+        // The client opens a new one for its next request.
+        let answer = client.get(format!("http://{addr}/")).send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(answer.version(), reqwest::Version::HTTP_2);
     }
 
     #[tokio::test]
@@ -412,6 +599,11 @@ mod tests {
     #[tokio::test]
     async fn a_half_sent_request_and_a_silent_connection_are_closed() {
         let (addr, _stop, _task) = server().await;
+        // A connection that sends nothing, and one that stops inside the
+        // HTTP/2 preface.
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut half_preface = tokio::net::TcpStream::connect(addr).await.unwrap();
+        half_preface.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
         // A request head that never ends.
         let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
         slow.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
@@ -424,6 +616,8 @@ mod tests {
         let slow_answer = read_to_close(&mut slow).await;
         let idle_answer = read_to_close(&mut idle).await;
         assert!(!slow_answer.contains("200"), "{slow_answer}");
+        assert_eq!(read_to_close(&mut silent).await, "");
+        assert_eq!(read_to_close(&mut half_preface).await, "");
         assert!(idle_answer.starts_with("HTTP/1.1 200"), "{idle_answer}");
         assert!(
             started.elapsed() < Duration::from_secs(8),

@@ -409,7 +409,10 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         // data and trailers go out in separate writes) until the peer's
         // delayed ACK, up to 40 ms.
         // At most `control_plane.max_connections` at once.
-        let incoming = grpc_connections.incoming(grpc_listener);
+        let incoming = grpc_connections.incoming(
+            grpc_listener,
+            switchyard_common::connections::FIRST_BYTES_TIMEOUT,
+        );
         let result = builder
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))

@@ -20,7 +20,9 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use switchyard_common::audit::Audit;
-use switchyard_common::connections::{ConnectionLimit, INTERNAL_MAX_CONNECTIONS};
+use switchyard_common::connections::{
+    ConnectionLimit, FIRST_BYTES_TIMEOUT, INTERNAL_MAX_CONNECTIONS,
+};
 use switchyard_common::server_spec::AuthKind;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -142,8 +144,8 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     // messages, and Nagle would hold back the response frames until the
     // control plane's delayed ACK. Its callers are control plane replicas:
     // a fixed cap on connections.
-    let incoming =
-        Arc::new(ConnectionLimit::new("gRPC", INTERNAL_MAX_CONNECTIONS)).incoming(grpc_listener);
+    let incoming = Arc::new(ConnectionLimit::new("gRPC", INTERNAL_MAX_CONNECTIONS))
+        .incoming(grpc_listener, FIRST_BYTES_TIMEOUT);
     let mut builder = tonic::transport::Server::builder();
     if let Some(identity) = &settings.credentials.identity {
         // TLS on SidecarCalls; with a client CA, only clients with a
