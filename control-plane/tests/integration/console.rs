@@ -281,8 +281,19 @@ async fn console_logins_cookies_and_csrf_across_replicas() {
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["hintSources"]["destructiveHint"], "override");
     assert_eq!(r.body["hints"]["destructiveHint"], false);
-    let seen = tool(&mut admin).await.expect("the override's tool");
-    assert_eq!(seen.hint_sources.unwrap().destructive_hint, "override");
+    // Replica a sees it once its read model has the write (etcd's watch).
+    eventually("replica a lists the override", LIMIT, || {
+        let mut admin = admin.clone();
+        async move {
+            match tool(&mut admin).await {
+                Some(t) if t.hint_sources.as_ref().unwrap().destructive_hint == "override" => {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
     // A refusal carries the service's message.
     let r = send(
         http.post(url(&a, "/ui/api/servers/orders/tools/create_order/policy"))
