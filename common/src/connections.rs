@@ -8,12 +8,17 @@
 //! error is sent; a client sees a slow answer, and its own timeout). Each
 //! connection that has to wait is counted by the limit's `on_wait` hook
 //! (the control plane's metric), and the limit logs a WARN, at most once a
-//! minute per listener. The header and keep-alive timeouts of
-//! [`crate::http_serve`] bound how long an idle connection keeps its place.
+//! minute per listener.
+//!
+//! So that a place is not held forever by a peer that does nothing, every
+//! connection must send its first bytes in time ([`first_bytes`]), and a
+//! write that waits for the peer to read fails after
+//! [`WRITE_STALL_TIMEOUT`] ([`Accepted`]); the header, keep-alive and idle
+//! timeouts of [`crate::http_serve`] bound the rest for HTTP.
 //!
 //! [`ConnectionLimit::incoming`] is the accept loop for tonic's
 //! `serve_with_incoming*`; [`crate::http_serve`] takes a limit for the HTTP
-//! listeners.
+//! listeners. [`raise_open_files_limit`] makes room for the places.
 
 use std::io;
 use std::pin::Pin;
@@ -255,6 +260,8 @@ pub async fn first_bytes<IO: AsyncRead + Unpin>(
             pos: 0,
             io,
             permit: None,
+            write_timeout: WRITE_STALL_TIMEOUT,
+            stalled: None,
         }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(io::Error::new(
@@ -264,15 +271,64 @@ pub async fn first_bytes<IO: AsyncRead + Unpin>(
     }
 }
 
+/// How long a write may wait for the peer to read (its receive window
+/// full) before it fails and the connection is closed: a client that
+/// sends requests but never reads the answers would otherwise hold its
+/// connection, and its place, forever.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A connection whose first bytes [`first_bytes`] read: they are read
-/// again first, then the rest. From [`ConnectionLimit::incoming`], it
-/// holds its place under the limit until dropped.
+/// again first, then the rest. A write that cannot progress for
+/// [`WRITE_STALL_TIMEOUT`] fails (`TimedOut`). From
+/// [`ConnectionLimit::incoming`], it holds its place under the limit until
+/// dropped.
 #[derive(Debug)]
 pub struct Accepted<IO> {
     prefix: Vec<u8>,
     pos: usize,
     io: IO,
     permit: Option<ConnectionPermit>,
+    write_timeout: Duration,
+    /// Since the current write began to wait.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<IO> Accepted<IO> {
+    /// With another write stall timeout than [`WRITE_STALL_TIMEOUT`].
+    #[must_use]
+    pub fn with_write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+
+    /// `polled`, a write's poll, failed once it has waited for the peer
+    /// for the write timeout.
+    fn stall<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        use std::future::Future;
+        match polled {
+            Poll::Ready(r) => {
+                self.stalled = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                let timeout = self.write_timeout;
+                let sleep = self
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("the peer read nothing for {timeout:?}"),
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Accepted<IO> {
@@ -302,7 +358,8 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Accepted<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.stall(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -310,7 +367,8 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Accepted<IO> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.stall(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -318,11 +376,13 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Accepted<IO> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let polled = Pin::new(&mut self.io).poll_flush(cx);
+        self.stall(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        let polled = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.stall(cx, polled)
     }
 }
 
@@ -476,6 +536,67 @@ mod tests {
         );
         drop(first);
         assert_eq!(limit.open(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_write_the_peer_never_reads_fails_after_the_stall_timeout() {
+        use tokio::io::AsyncWriteExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let mut server = first_bytes(server, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .with_write_timeout(Duration::from_millis(300));
+        // The client reads nothing: the socket buffers fill, then the
+        // write waits, then fails.
+        let chunk = vec![0u8; 64 * 1024];
+        let started = Instant::now();
+        let e = loop {
+            match tokio::time::timeout(Duration::from_secs(10), server.write_all(&chunk)).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => break e,
+                Err(_) => panic!("the write waited more than 10 s"),
+            }
+        };
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // A peer that reads, slowly (pauses far shorter than the timeout),
+        // keeps the writes going however long they take in all.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let mut server = first_bytes(server, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .with_write_timeout(Duration::from_secs(5));
+        const TOTAL: usize = 8 * 1024 * 1024;
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0u8; 256 * 1024];
+            let mut total = 0usize;
+            while total < TOTAL {
+                let n = tokio::io::AsyncReadExt::read(&mut client, &mut buf)
+                    .await
+                    .unwrap();
+                assert!(n > 0, "closed after {total} bytes");
+                total += n;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            total
+        });
+        for _ in 0..TOTAL / chunk.len() {
+            server
+                .write_all(&chunk)
+                .await
+                .expect("a slow reader is not cut");
+        }
+        assert_eq!(reader.await.unwrap(), TOTAL);
     }
 
     #[tokio::test]

@@ -8,6 +8,11 @@
 //!   also ends a kept-alive connection that sends nothing for that long;
 //!   before, a client could hold a connection, and its file descriptor,
 //!   forever with a half-sent request or none;
+//! - a write that waits for the peer to read for
+//!   [`crate::connections::WRITE_STALL_TIMEOUT`] fails, closing the
+//!   connection;
+//! - a connection without a request in flight for [`IDLE_TIMEOUT`] is
+//!   asked to finish (HTTP/2 GOAWAY);
 //! - HTTP/2 connections are pinged every [`HTTP2_KEEP_ALIVE`] and closed
 //!   when a ping goes unanswered as long (a peer that vanished);
 //! - `TCP_NODELAY` on every connection (small responses must not wait for
