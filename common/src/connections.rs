@@ -541,16 +541,22 @@ mod tests {
     #[tokio::test]
     async fn a_write_the_peer_never_reads_fails_after_the_stall_timeout() {
         use tokio::io::AsyncWriteExt;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (server, _) = listener.accept().await.unwrap();
-        client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
-        let mut server = first_bytes(server, Duration::from_secs(5))
-            .await
-            .unwrap()
-            .with_write_timeout(Duration::from_millis(300));
+        // A client that sent a request line, and the server's side of it
+        // with the write stall timeout `stall`.
+        async fn pair(stall: Duration) -> (TcpStream, Accepted<TcpStream>) {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut client = TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (server, _) = listener.accept().await.unwrap();
+            client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+            let server = first_bytes(server, Duration::from_secs(5))
+                .await
+                .unwrap()
+                .with_write_timeout(stall);
+            (client, server)
+        }
+        let (_client, mut server) = pair(Duration::from_millis(300)).await;
         // The client reads nothing: the socket buffers fill, then the
         // write waits, then fails.
         let chunk = vec![0u8; 64 * 1024];
@@ -566,16 +572,7 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         // A peer that reads, slowly (pauses far shorter than the timeout),
         // keeps the writes going however long they take in all.
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (server, _) = listener.accept().await.unwrap();
-        client.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
-        let mut server = first_bytes(server, Duration::from_secs(5))
-            .await
-            .unwrap()
-            .with_write_timeout(Duration::from_secs(5));
+        let (mut client, mut server) = pair(Duration::from_secs(5)).await;
         const TOTAL: usize = 8 * 1024 * 1024;
         let reader = tokio::spawn(async move {
             let mut buf = vec![0u8; 256 * 1024];
