@@ -284,6 +284,85 @@ fn default_worker_threads() -> u32 {
     1
 }
 
+/// An `mcp.allowed_origins` entry, checked: an `http` or `https` origin
+/// written exactly as a browser sends it in `Origin` (RFC 6454 §6.2, the
+/// WHATWG URL standard's ASCII serialization: lowercase, an IDN host in
+/// punycode, no default port), since entries are compared with `Origin` as
+/// they are. Errors: why it can never match, with the form to write.
+fn check_origin(entry: &str) -> Result<(), String> {
+    const SHAPE: &str = "scheme://host[:port], no path";
+    if entry.contains('*') {
+        return Err(format!(
+            "{entry:?}: wildcards are not supported: list each origin ({SHAPE})"
+        ));
+    }
+    let shaped = entry.split_once("://").is_some_and(|(scheme, rest)| {
+        matches!(scheme, "http" | "https")
+            && !rest.is_empty()
+            && !rest.contains(['/', '\\', '?', '#', '@'])
+    });
+    let url = match url::Url::parse(entry) {
+        Ok(url) if shaped => url,
+        Ok(_) => return Err(format!("{entry:?} is not an origin ({SHAPE})")),
+        Err(e) => return Err(format!("{entry:?} is not an origin ({SHAPE}): {e}")),
+    };
+    let sent = url.origin().ascii_serialization();
+    if sent != entry {
+        return Err(format!(
+            "{entry:?} never matches: browsers send this origin as {sent:?}; write that"
+        ));
+    }
+    Ok(())
+}
+
+/// An `mcp.allowed_hosts` entry, checked: a DNS name, an IPv4 address or
+/// an IPv6 address in brackets, in the form clients send in `Host` (an
+/// IDN in punycode; any case), then an optional `:port` (1 to 65535, no
+/// leading zero). Errors: why it can never match.
+fn check_host(entry: &str) -> Result<(), String> {
+    const SHAPE: &str = "host or host:port";
+    if entry.contains('*') {
+        return Err(format!(
+            "{entry:?}: wildcards are not supported: list each host ({SHAPE})"
+        ));
+    }
+    let not_a_host = || format!("{entry:?} is not a host ({SHAPE}, no scheme or path)");
+    if entry.contains(['/', '\\', '?', '#', '@']) {
+        return Err(not_a_host());
+    }
+    let (name, port) = match entry.strip_prefix('[') {
+        Some(v6) => {
+            let (address, rest) = v6.split_once(']').ok_or_else(not_a_host)?;
+            (&entry[..address.len() + 2], rest)
+        }
+        None => entry
+            .find(':')
+            .map_or((entry, ""), |at| (&entry[..at], &entry[at..])),
+    };
+    if !port.is_empty() {
+        let digits = port.strip_prefix(':').ok_or_else(not_a_host)?;
+        let canonical = !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && !digits.starts_with('0');
+        if !canonical || digits.parse::<u16>().is_err() {
+            return Err(format!(
+                "{entry:?}: the port must be 1 to 65535, digits only ({SHAPE})"
+            ));
+        }
+    }
+    if name.is_empty() {
+        return Err(not_a_host());
+    }
+    let host = url::Host::parse(name).map_err(|e| format!("{}: {e}", not_a_host()))?;
+    let sent = host.to_string();
+    if !sent.eq_ignore_ascii_case(name) {
+        return Err(format!(
+            "{entry:?} never matches: clients send this host as {sent:?}; write that"
+        ));
+    }
+    Ok(())
+}
+
 /// `[mcp]`: the MCP endpoint, Switchyard as an MCP server for MCP clients
 /// (`docs/mcp-endpoint.md`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -672,15 +751,10 @@ impl Config {
             ));
         }
         for (i, origin) in self.mcp.allowed_origins.iter().enumerate() {
-            let ok = origin.split_once("://").is_some_and(|(scheme, rest)| {
-                matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains('/')
-            });
-            if !ok {
-                return Err((
-                    format!("mcp.allowed_origins[{i}]"),
-                    format!("{origin:?} is not an origin (scheme://host[:port], no path)"),
-                ));
-            }
+            check_origin(origin).map_err(|e| (format!("mcp.allowed_origins[{i}]"), e))?;
+        }
+        for (i, host) in self.mcp.allowed_hosts.iter().enumerate() {
+            check_host(host).map_err(|e| (format!("mcp.allowed_hosts[{i}]"), e))?;
         }
         if !(1024..=256 * 1024 * 1024).contains(&self.mcp.max_body_bytes) {
             return Err((
@@ -1194,6 +1268,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.mcp.listen.as_deref(), Some("127.0.0.1:7701"));
+        // Entries written as browsers and clients send them.
+        let c = Config::parse(
+            "[mcp]\nallowed_origins = [\"https://app.example.com:8443\", \"http://localhost:6274\", \
+             \"https://[::1]:8080\", \"https://xn--bcher-kva.example\", \"http://10.0.0.7\"]\n\
+             allowed_hosts = [\"GW.example.com\", \"gw.example.com:443\", \"[::1]:7701\", \
+             \"127.0.0.1\", \"my_host.internal\", \"[2001:db8::1]\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.mcp.allowed_origins.len(), c.mcp.allowed_hosts.len()),
+            (5, 6)
+        );
         for (text, key, says) in [
             ("listen = \"localhost\"", "mcp.listen", "IP:port"),
             (
@@ -1205,6 +1291,81 @@ mod tests {
                 "allowed_origins = [\"https://a.example/x\"]",
                 "mcp.allowed_origins[0]",
                 "no path",
+            ),
+            (
+                "allowed_origins = [\"https://a.example\", \"https://*.example\"]",
+                "mcp.allowed_origins[1]",
+                "wildcards are not supported",
+            ),
+            (
+                "allowed_origins = [\"https://App.Example:443\"]",
+                "mcp.allowed_origins[0]",
+                "browsers send this origin as \"https://app.example\"",
+            ),
+            (
+                "allowed_origins = [\"https://bücher.example\"]",
+                "mcp.allowed_origins[0]",
+                "\"https://xn--bcher-kva.example\"",
+            ),
+            (
+                "allowed_origins = [\"https://user@a.example\"]",
+                "mcp.allowed_origins[0]",
+                "not an origin",
+            ),
+            (
+                "allowed_origins = [\"null\"]",
+                "mcp.allowed_origins[0]",
+                "not an origin",
+            ),
+            (
+                "allowed_origins = [\"https://a\\u007f.example\"]",
+                "mcp.allowed_origins[0]",
+                "\\u{7f}",
+            ),
+            (
+                "allowed_hosts = [\"*.example\"]",
+                "mcp.allowed_hosts[0]",
+                "wildcards are not supported",
+            ),
+            (
+                "allowed_hosts = [\"https://gw.example\"]",
+                "mcp.allowed_hosts[0]",
+                "not a host",
+            ),
+            (
+                "allowed_hosts = [\"gw.example:443/mcp\"]",
+                "mcp.allowed_hosts[0]",
+                "not a host",
+            ),
+            (
+                "allowed_hosts = [\"gw.example:0\"]",
+                "mcp.allowed_hosts[0]",
+                "port must be 1 to 65535",
+            ),
+            (
+                "allowed_hosts = [\"gw.example:\"]",
+                "mcp.allowed_hosts[0]",
+                "port must be 1 to 65535",
+            ),
+            (
+                "allowed_hosts = [\"bücher.example\"]",
+                "mcp.allowed_hosts[0]",
+                "clients send this host as \"xn--bcher-kva.example\"",
+            ),
+            (
+                "allowed_hosts = [\"0x7f.1:7701\"]",
+                "mcp.allowed_hosts[0]",
+                "\"127.0.0.1\"",
+            ),
+            (
+                "allowed_hosts = [\"[::1\"]",
+                "mcp.allowed_hosts[0]",
+                "not a host",
+            ),
+            (
+                "allowed_hosts = [\"gw\\u007f.example\"]",
+                "mcp.allowed_hosts[0]",
+                "not a host",
             ),
             ("max_body_bytes = 10", "mcp.max_body_bytes", "between 1024"),
             ("body_timeout_sec = 0", "mcp.body_timeout_sec", "between 1"),

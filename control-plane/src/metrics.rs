@@ -265,7 +265,7 @@ impl Metrics {
         let connections_max = IntGaugeVec::new(
             Opts::new(
                 "switchyard_control_plane_connections_max",
-                "The most connections each listener holds open at once (`control_plane.max_connections`, `mcp.max_connections`; 1024 for `http`).",
+                "The most connections each listener serves at once (`control_plane.max_connections`, `mcp.max_connections`; 1024 for `http`).",
             ),
             &["listener"],
         )

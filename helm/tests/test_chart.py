@@ -653,6 +653,19 @@ class Render(unittest.TestCase):
             ({"etcd": {"bundled": False}}, "needs etcd.externalEndpoints"),
             ({"tls": {"enabled": True}}, "tls.enabled needs"),
             ({"controlPlane": {"mcp": {"enabled": True, "tls": True}}}, "controlPlane.mcp.tls needs tls.enabled"),
+            # Entries that could never match an Origin or a Host are refused
+            # at render, not by a crash-looping pod.
+            ({"controlPlane": {"mcp": {"allowedOrigins": ["https://*.example.com"]}}}, "does not match pattern"),
+            ({"controlPlane": {"mcp": {"allowedOrigins": ["https://App.example.com"]}}}, "does not match pattern"),
+            ({"controlPlane": {"mcp": {"allowedOrigins": ["https://a.example\u007f"]}}}, "does not match pattern"),
+            ({"controlPlane": {"mcp": {"allowedOrigins": ["https://a.example:443"]}}},
+             'browsers send an origin without its default port; write "https://a.example"'),
+            ({"controlPlane": {"mcp": {"allowedOrigins": ["http://a.example:80"]}}}, 'write "http://a.example"'),
+            ({"controlPlane": {"mcp": {"allowedHosts": ["gw.example:70000"]}}}, "does not match pattern"),
+            ({"controlPlane": {"mcp": {"allowedHosts": ["https://gw.example"]}}}, "does not match pattern"),
+            # A table set to null is dropped by Helm: the schema names it.
+            ({"controlPlane": {"mcp": None}}, "at '/controlPlane': missing property 'mcp'"),
+            ({"controlPlane": {"service": None}}, "missing property 'service'"),
             ({"auth": {"required": True}}, "nobody could call"),
             ({"lifecycle": {"preStopSleepSeconds": 40}},
              "controlPlane.terminationGracePeriodSeconds (40) must be larger"),

@@ -604,6 +604,29 @@ mod tests {
     }
 
     #[test]
+    fn every_entry_the_config_takes_matches_what_clients_send() {
+        // The config refuses entries that could never match
+        // (`config::check_origin`, `config::check_host`); what it takes
+        // matches the same text in `Host` and `Origin`.
+        let c = crate::config::Config::parse(
+            "[mcp]\nallowed_origins = [\"https://app.example.com:8443\", \"http://localhost:6274\", \
+             \"https://[::1]:8080\", \"https://xn--bcher-kva.example\", \"http://10.0.0.7\"]\n\
+             allowed_hosts = [\"GW.example.com\", \"gw.example.com:443\", \"[::1]:7701\", \
+             \"127.0.0.1\", \"my_host.internal\", \"[2001:db8::1]\"]\n",
+        )
+        .unwrap()
+        .mcp;
+        for host in &c.allowed_hosts {
+            let h = headers(&[("host", host)]);
+            assert!(check_host_and_origin(&h, &c, false).is_ok(), "{host}");
+        }
+        for origin in &c.allowed_origins {
+            let h = headers(&[("host", "gw.example.com"), ("origin", origin)]);
+            assert!(check_host_and_origin(&h, &c, false).is_ok(), "{origin}");
+        }
+    }
+
+    #[test]
     fn loopback_endpoints_refuse_foreign_hosts_and_origins() {
         let c = McpConfig::default();
         let ok = |pairs: &[(&'static str, &str)], loopback| {

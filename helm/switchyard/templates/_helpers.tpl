@@ -236,6 +236,11 @@ control plane then mounts them). */}}
 {{- if and .mcp.enabled .mcp.tls (not $.Values.tls.enabled) -}}
 {{- fail "controlPlane.mcp.tls needs tls.enabled: the MCP endpoint presents the chart's certificate" -}}
 {{- end -}}
+{{- range .mcp.allowedOrigins -}}
+{{- if or (and (hasPrefix "https://" .) (hasSuffix ":443" .)) (and (hasPrefix "http://" .) (hasSuffix ":80" .)) -}}
+{{- fail (printf "controlPlane.mcp.allowedOrigins: %q never matches: browsers send an origin without its default port; write %q" . (regexReplaceAll ":[0-9]+$" . "")) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- range $s := .Values.servers -}}
 {{- if and $.Values.auth.required (not (include "switchyard.sidecarToken" (dict "root" $ "server" $s))) (not $.Values.tls.clientAuth) -}}
