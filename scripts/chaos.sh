@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Runs the chaos suite on real processes (docs/reliability.md, "Chaos"):
-# three etcd members, two control-plane replicas and two sidecars of the
-# reference server on loopback, under load, with each fault injected
-# mid-call and mid-task, the cluster healed after each.
+# three etcd members, two control-plane replicas and two servers of two
+# sidecars each (the reference server over stdio, and over Streamable HTTP)
+# on loopback, under load, with each fault injected mid-call and mid-task,
+# the cluster healed after each.
 #
-#   scripts/chaos.sh --fast              # each fault once (CI; about 70 s)
+#   scripts/chaos.sh --fast              # each fault once (CI; about 90 s)
 #   scripts/chaos.sh --full [--reps N]   # each fault N times (default 5); the
 #                                        # report also goes to a file (below)
 #   scripts/chaos.sh --fast --faults etcd-cut,replica-kill   # only those
 #
 # Exits non-zero when a call got no outcome, a background call lost or
-# doubled its result, a card was lost, or a call that is not read-only ran
-# twice upstream, printing why (and where the processes' logs are).
+# doubled its result, a card was lost, a call that is not read-only ran
+# twice upstream, or a call to the restarted HTTP server failed after the
+# cluster healed, printing why (and where the processes' logs are).
 #
 # Binaries: ${CARGO_TARGET_DIR:-target}/debug (built first; a no-op when up to date).
 # Environment: CHAOS_REPORT (the --full report file, default
@@ -32,7 +34,7 @@ while [[ $# -gt 0 ]]; do
         --full) mode=full ;;
         --reps) reps="$2"; shift ;;
         --faults) extra+=(--faults "$2"); shift ;;
-        -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift

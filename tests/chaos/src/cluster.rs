@@ -1,11 +1,14 @@
 //! The cluster under test, made of real processes on loopback: three etcd
 //! members (one real etcd cluster), two control-plane replicas (`a` talks
 //! to etcd directly, `b` through [`crate::proxy`] so that it can be cut
-//! off), and two sidecars of the server `orders` (the reference server over
-//! stdio, with tasks and the execution log), one registered with each
-//! replica. Each piece can be killed, frozen and started again on the same
-//! ports and data, and [`Cluster::wait_healed`] waits until the whole
-//! cluster serves again.
+//! off), and two servers with two sidecars each, one registered with each
+//! replica: `orders`, whose sidecars each run their own reference server
+//! over stdio, and `orders-http`, whose sidecars both talk to one reference
+//! server over Streamable HTTP ([`HttpServer`], 2025-11-25, so with MCP
+//! sessions), which the driver runs itself. Every reference server has
+//! tasks and writes the one execution log. Each piece can be killed,
+//! frozen and started again on the same ports and data, and
+//! [`Cluster::wait_healed`] waits until the whole cluster serves again.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -27,8 +30,15 @@ pub const LEASE_TTL_SECS: u64 = 3;
 /// dead replica: `SWEEP_EVERY` of `control-plane/src/interactions/mod.rs`.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
 
-/// The server all the load goes to.
+/// The server whose sidecars run their reference server over stdio.
 pub const SERVER: &str = "orders";
+
+/// The server reached over Streamable HTTP: one reference server process
+/// ([`HttpServer`]) that both its sidecars talk to.
+pub const HTTP_SERVER: &str = "orders-http";
+
+/// The servers the load goes to, [`SERVER`] first.
+pub const SERVERS: [&str; 2] = [SERVER, HTTP_SERVER];
 
 /// How long a process may take to start or a condition to come true.
 pub const LIMIT: Duration = Duration::from_secs(60);
@@ -206,10 +216,12 @@ impl Replica {
     }
 }
 
-/// One sidecar of [`SERVER`].
+/// One sidecar of [`SERVER`] or [`HTTP_SERVER`].
 #[derive(Debug)]
 pub struct Sidecar {
     pub name: String,
+    /// The server it serves (one of [`SERVERS`]).
+    pub server: &'static str,
     /// The replica (index) it registers with.
     pub replica: usize,
     /// How many times it was started (part of its id).
@@ -224,6 +236,22 @@ impl Sidecar {
     }
 }
 
+/// The reference server of [`HTTP_SERVER`], over Streamable HTTP on a
+/// fixed port (a restart listens on the same one). No sidecar owns it: the
+/// driver starts it, and starts it again after killing it.
+#[derive(Debug)]
+pub struct HttpServer {
+    pub port: u16,
+    pub proc: Option<Proc>,
+}
+
+impl HttpServer {
+    /// Its MCP endpoint, `http://127.0.0.1:PORT/mcp`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
 /// The whole cluster.
 #[derive(Debug)]
 pub struct Cluster {
@@ -233,8 +261,12 @@ pub struct Cluster {
     /// Replica `b`'s way to etcd, one proxy per member.
     pub proxies: Vec<Proxy>,
     pub replicas: Vec<Replica>,
+    /// `orders` on replica `a`, then on `b`; `orders-http` on `a`, then on
+    /// `b` (see [`Cluster::sidecar_of`]).
     pub sidecars: Vec<Sidecar>,
-    /// The reference servers' execution log.
+    pub http_server: HttpServer,
+    /// The execution log all reference servers append to (lines `TOOL KEY
+    /// PID`: the PID tells the processes apart).
     pub executions: PathBuf,
 }
 
@@ -271,8 +303,13 @@ impl Cluster {
             proxies,
             replicas: Vec::new(),
             sidecars: Vec::new(),
+            http_server: HttpServer {
+                port: free(),
+                proc: None,
+            },
             executions,
         };
+        cluster.spawn_http_server().await?;
         for i in 0..3 {
             cluster.spawn_etcd(i).await?;
         }
@@ -298,9 +335,10 @@ impl Cluster {
             let text = format!(
                 "[control_plane]\nlisten = \"127.0.0.1:{grpc_port}\"\nhttp_listen = \"127.0.0.1:{http_port}\"\n\
                  sidecar_lease_ttl_sec = {LEASE_TTL_SECS}\n\n[store]\netcd_endpoints = [{}]\n\n\
-                 [backgroundCalls]\nsweepIntervalMs = 500\n\n[[servers]]\n{}\n",
+                 [backgroundCalls]\nsweepIntervalMs = 500\n\n[[servers]]\n{}\n\n[[servers]]\n{}\n",
                 endpoints.join(", "),
-                cluster.server_toml()
+                cluster.server_toml(SERVER),
+                cluster.server_toml(HTTP_SERVER),
             );
             std::fs::write(&config, text)?;
             cluster.replicas.push(Replica {
@@ -311,21 +349,44 @@ impl Cluster {
             });
             cluster.spawn_replica(i).await?;
         }
-        for (i, name) in ["orders-1", "orders-2"].into_iter().enumerate() {
-            cluster.sidecars.push(Sidecar {
-                name: name.to_owned(),
-                replica: i,
-                generation: 0,
-                proc: None,
-            });
-            cluster.spawn_sidecar(i).await?;
+        for server in SERVERS {
+            for replica in 0..2 {
+                cluster.sidecars.push(Sidecar {
+                    name: format!("{server}-{}", replica + 1),
+                    server,
+                    replica,
+                    generation: 0,
+                    proc: None,
+                });
+                cluster.spawn_sidecar(cluster.sidecars.len() - 1).await?;
+            }
         }
         cluster.wait_healed(LIMIT).await?;
         Ok(cluster)
     }
 
-    /// The `[server]` / `[[servers]]` table of [`SERVER`].
-    fn server_toml(&self) -> String {
+    /// The index in [`Cluster::sidecars`] of `server`'s sidecar registered
+    /// with replica `replica`.
+    pub fn sidecar_of(&self, server: &str, replica: usize) -> usize {
+        self.sidecars
+            .iter()
+            .position(|s| s.server == server && s.replica == replica)
+            .expect("every server has a sidecar on each replica")
+    }
+
+    /// The `[server]` / `[[servers]]` table of `server` ([`SERVER`]: the
+    /// reference server over stdio, each sidecar its own; [`HTTP_SERVER`]:
+    /// the one [`HttpServer`]). The era of each: `orders` 2026-07-28,
+    /// `orders-http` 2025-11-25 (sessions, `Mcp-Session-Id`); the sidecar
+    /// negotiates it (`era` left at `auto`).
+    fn server_toml(&self, server: &str) -> String {
+        if server == HTTP_SERVER {
+            return format!(
+                "name = {}\ntransport = \"http\"\nurl = {}",
+                toml_str(HTTP_SERVER),
+                toml_str(self.http_server.url()),
+            );
+        }
         format!(
             "name = {}\ntransport = \"stdio\"\ncommand = {}\nargs = [\"--tasks\", \"--era\", \"2026-07-28\"]\n\
              env = {{ SWITCHYARD_REFERENCE_EXECUTIONS = {} }}",
@@ -333,6 +394,42 @@ impl Cluster {
             toml_str(self.bins.reference_server.to_string_lossy()),
             toml_str(self.executions.to_string_lossy()),
         )
+    }
+
+    /// Starts [`HTTP_SERVER`]'s reference server on its port (the same
+    /// one each time; its log is appended to) and waits until it accepts
+    /// connections.
+    pub async fn spawn_http_server(&mut self) -> anyhow::Result<()> {
+        let port = self.http_server.port;
+        let mut cmd = Command::new(&self.bins.reference_server);
+        cmd.args(["--tasks", "--era", "2025-11-25", "--http"])
+            .arg(format!("127.0.0.1:{port}"))
+            .env("SWITCHYARD_REFERENCE_EXECUTIONS", &self.executions);
+        let log = self.dir.join("orders-http-server.log");
+        let (mut proc, _) =
+            Proc::start("orders-http's reference server", cmd, log.clone(), None).await?;
+        let deadline = Instant::now() + LIMIT;
+        // It prints its address on stderr (the log): wait for the port.
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            if let Ok(Some(status)) = proc.child.try_wait() {
+                bail!(
+                    "orders-http's reference server exited ({status}); its log ends with:\n{}",
+                    tail(&log, 20)
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "orders-http's reference server does not listen on port {port} after {LIMIT:?}; its log ends with:\n{}",
+                    tail(&log, 20)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.http_server.proc = Some(proc);
+        Ok(())
     }
 
     fn initial_cluster(&self) -> String {
@@ -433,7 +530,7 @@ impl Cluster {
             &config,
             format!(
                 "[server]\n{}\n\n[sidecar]\ncontrol_plane = {}\nsidecar_id = {}\ngrace_secs = 2\n",
-                self.server_toml(),
+                self.server_toml(s.server),
                 toml_str(self.replicas[s.replica].endpoint()),
                 toml_str(s.id()),
             ),
@@ -449,41 +546,52 @@ impl Cluster {
             &s.id(),
             cmd,
             log,
-            Some(&format!("switchyard-sidecar: server {SERVER}, calls on")),
+            Some(&format!(
+                "switchyard-sidecar: server {}, calls on",
+                s.server
+            )),
         )
         .await?;
         self.sidecars[i].proc = Some(proc);
         Ok(())
     }
 
-    /// The reference server process under sidecar `i`, if it runs.
+    /// The reference server process under sidecar `i`, if it runs (one of
+    /// [`SERVER`]'s: [`HTTP_SERVER`]'s sidecars have no child).
     pub fn upstream_pid(&self, i: usize) -> Option<u32> {
         let sidecar = self.sidecars[i].proc.as_ref()?.pid;
         children_of(sidecar).into_iter().next()
     }
 
-    /// Waits until every etcd member is healthy and both replicas list
-    /// both current sidecars, connected, for [`SERVER`].
+    /// Waits until every etcd member is healthy and both replicas list,
+    /// for each server, both its current sidecars, connected.
     pub async fn wait_healed(&self, limit: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + limit;
         for i in 0..self.etcd.len() {
             self.wait_etcd(i).await?;
         }
-        let mut want: Vec<String> = self.sidecars.iter().map(Sidecar::id).collect();
-        want.sort();
         let mut last = String::new();
         loop {
             let mut ok = true;
-            for r in &self.replicas {
-                match server_sidecars(&r.endpoint()).await {
-                    Ok(ids) if ids == want => {}
-                    Ok(ids) => {
-                        ok = false;
-                        last = format!("{}: sidecars {ids:?}, want {want:?}", r.name);
-                    }
-                    Err(e) => {
-                        ok = false;
-                        last = format!("{}: {e}", r.name);
+            for server in SERVERS {
+                let mut want: Vec<String> = self
+                    .sidecars
+                    .iter()
+                    .filter(|s| s.server == server)
+                    .map(Sidecar::id)
+                    .collect();
+                want.sort();
+                for r in &self.replicas {
+                    match server_sidecars(&r.endpoint(), server).await {
+                        Ok(ids) if ids == want => {}
+                        Ok(ids) => {
+                            ok = false;
+                            last = format!("{}: {server}: sidecars {ids:?}, want {want:?}", r.name);
+                        }
+                        Err(e) => {
+                            ok = false;
+                            last = format!("{}: {server}: {e}", r.name);
+                        }
                     }
                 }
             }
@@ -517,6 +625,9 @@ impl Cluster {
                 p.kill9().await;
             }
         }
+        if let Some(mut p) = self.http_server.proc.take() {
+            p.kill9().await;
+        }
     }
 }
 
@@ -528,12 +639,12 @@ pub fn channel(endpoint: &str) -> Channel {
         .connect_lazy()
 }
 
-/// The ids of [`SERVER`]'s sidecars seen through `endpoint`, when the
+/// The ids of `server`'s sidecars seen through `endpoint`, when the
 /// server is up and every one of them reports a connected upstream.
-async fn server_sidecars(endpoint: &str) -> Result<Vec<String>, String> {
+async fn server_sidecars(endpoint: &str, server: &str) -> Result<Vec<String>, String> {
     let mut admin = pb::admin_service_client::AdminServiceClient::new(channel(endpoint));
     let request = tonic::Request::new(pb::GetServerStatusRequest {
-        name: SERVER.into(),
+        name: server.into(),
     });
     let s = tokio::time::timeout(Duration::from_secs(3), admin.get_server_status(request))
         .await

@@ -1,15 +1,17 @@
 //! The load an engine puts on the cluster during one round, all through
-//! the engine gRPC API (EngineService) of both replicas, and what it saw:
-//! foreground calls (`orders__create_order`, not idempotent,
-//! `orders__echo`, read-only, and `orders__task_sleep` kept in the
-//! foreground, 1.5 s), background calls (`orders__task_sleep`, an
-//! MCP task, moved to the background at once), calls waiting for an
-//! approval card in an `ask` session, foreground calls on one long-lived
-//! `CallToolStream` per replica, a quick probe call every 100 ms
-//! through each replica (for the recovery time), and one event subscription per
-//! replica that subscribes again whenever its stream breaks. Every call
-//! carries a unique execution key in `_meta`, which the reference server
-//! writes to its execution log (`SWITCHYARD_REFERENCE_EXECUTIONS`).
+//! the engine gRPC API (EngineService) of both replicas, and what it saw.
+//! Each kind of call alternates between the two servers, `orders` (stdio)
+//! and `orders-http` (Streamable HTTP), so the load is split between them:
+//! foreground calls (`create_order`, not idempotent, `echo`, read-only,
+//! and `task_sleep` kept in the foreground, 1.5 s, each of both servers),
+//! background calls (`task_sleep`, an MCP task, moved to the background at
+//! once), calls waiting for an approval card in an `ask` session,
+//! foreground calls on one long-lived `CallToolStream` per replica, a
+//! quick `echo` probe call every 100 ms through each replica (for the
+//! recovery time), and one event subscription per replica that subscribes
+//! again whenever its stream breaks. Every call carries a unique execution
+//! key in `_meta`, which the reference server writes to its execution log
+//! (`SWITCHYARD_REFERENCE_EXECUTIONS`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +24,7 @@ use switchyard_proto::v1::engine_service_client::EngineServiceClient;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
-use crate::cluster::channel;
+use crate::cluster::{SERVERS, channel};
 
 /// The `_meta` key the reference server logs (its `executions` module).
 pub const EXECUTION_KEY: &str = "dev.switchyard.test/execution-key";
@@ -67,6 +69,9 @@ pub enum Kind {
 #[derive(Debug, Clone)]
 pub struct CallRecord {
     pub key: String,
+    /// The server called (one of [`SERVERS`]).
+    pub server: &'static str,
+    /// The tool, without the server's prefix (`create_order`).
     pub tool: &'static str,
     pub kind: Kind,
     /// The replica it went through.
@@ -92,6 +97,13 @@ pub struct SeenEvent {
     pub message: String,
 }
 
+impl CallRecord {
+    /// The tool's name in the gateway, `SERVER__TOOL`.
+    pub fn name(&self) -> String {
+        format!("{}__{}", self.server, self.tool)
+    }
+}
+
 /// Everything a round's load records.
 #[derive(Debug, Default)]
 pub struct Seen {
@@ -100,6 +112,8 @@ pub struct Seen {
     /// Event stream breaks per replica.
     pub breaks: Mutex<BTreeMap<usize, u32>>,
     pub in_flight: AtomicUsize,
+    /// Calls in flight per server, in the order of [`SERVERS`].
+    pub in_flight_on: [AtomicUsize; SERVERS.len()],
 }
 
 impl Seen {
@@ -107,12 +121,36 @@ impl Seen {
         self.calls.lock().unwrap().push(record);
     }
 
+    /// A call to `server` starts.
+    fn started(&self, server: &str) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.in_flight_on[server_index(server)].fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A call to `server` ended.
+    fn ended(&self, server: &str) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.in_flight_on[server_index(server)].fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Calls to `server` in flight now.
+    pub fn in_flight_to(&self, server: &str) -> usize {
+        self.in_flight_on[server_index(server)].load(Ordering::SeqCst)
+    }
+
     /// Background call ids created so far, with their keys.
     pub fn background_ids(&self) -> BTreeMap<String, String> {
+        self.background_ids_of(None)
+    }
+
+    /// Background call ids created so far (of `server` only, when given),
+    /// with their keys.
+    pub fn background_ids_of(&self, server: Option<&str>) -> BTreeMap<String, String> {
         self.calls
             .lock()
             .unwrap()
             .iter()
+            .filter(|c| server.is_none_or(|s| c.server == s))
             .filter_map(|c| match &c.outcome {
                 Outcome::Backgrounded(id) => Some((id.clone(), c.key.clone())),
                 _ => None,
@@ -121,20 +159,32 @@ impl Seen {
     }
 }
 
+/// The index of `server` in [`SERVERS`].
+fn server_index(server: &str) -> usize {
+    SERVERS
+        .iter()
+        .position(|s| *s == server)
+        .expect("one of SERVERS")
+}
+
 fn meta(key: &str) -> String {
     json!({ EXECUTION_KEY: key }).to_string()
 }
 
 /// Foreground call `n` (key `key`) of `session`: `create_order` (for
-/// `customer`), `echo` and `task_sleep` in turn. The last is a slow call (an
-/// MCP task run in the foreground), in flight at the sidecar and upstream
-/// when the fault comes.
+/// `customer`), `echo` and `task_sleep` in turn, and the servers in turn
+/// (`offset` shifts which server comes first), so that six calls make every
+/// pair of tool and server once. The last tool is a slow call (an MCP task
+/// run in the foreground), in flight at the sidecar and upstream when the
+/// fault comes.
 fn foreground_request(
     n: u64,
+    offset: usize,
     key: &str,
     customer: &str,
     session: &str,
-) -> (&'static str, pb::CallToolRequest) {
+) -> (&'static str, &'static str, pb::CallToolRequest) {
+    let server = SERVERS[(n as usize + offset) % SERVERS.len()];
     let (tool, args) = match n % 3 {
         1 => (
             "create_order",
@@ -149,31 +199,37 @@ fn foreground_request(
     let request = pb::CallToolRequest {
         session_id: session.to_owned(),
         run_id: key.to_owned(),
-        tool: format!("orders__{tool}"),
+        tool: format!("{server}__{tool}"),
         arguments_json: args.to_string(),
         meta_json: meta(key),
         timeout_ms: 30_000,
         foreground: true,
         ..Default::default()
     };
-    (tool, request)
+    (server, tool, request)
+}
+
+/// One call to make: its key, server, tool (unprefixed) and request.
+struct Call {
+    key: String,
+    server: &'static str,
+    tool: &'static str,
+    request: pb::CallToolRequest,
 }
 
 /// Makes one call and records it.
-async fn call(
-    seen: &Seen,
-    endpoints: &[String],
-    via: usize,
-    kind: Kind,
-    tool: &'static str,
-    key: String,
-    request: pb::CallToolRequest,
-) {
+async fn call(seen: &Seen, endpoints: &[String], via: usize, kind: Kind, call: Call) {
+    let Call {
+        key,
+        server,
+        tool,
+        request,
+    } = call;
     let mut engine = engine(&endpoints[via]);
-    seen.in_flight.fetch_add(1, Ordering::SeqCst);
+    seen.started(server);
     let started = Instant::now();
     let answer = tokio::time::timeout(CALL_LIMIT, engine.call_tool(request)).await;
-    seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+    seen.ended(server);
     let (outcome, message) = match answer {
         Err(_) => (Outcome::None, format!("no outcome within {CALL_LIMIT:?}")),
         Ok(Err(status)) => (Outcome::Error(status.code()), status.message().to_owned()),
@@ -188,6 +244,7 @@ async fn call(
     };
     seen.push(CallRecord {
         key,
+        server,
         tool,
         kind,
         via,
@@ -198,8 +255,8 @@ async fn call(
     });
 }
 
-/// Foreground worker `w` through replica `via`: create_order and echo in
-/// turn in the `auto` session until `stop`.
+/// Foreground worker `w` through replica `via`: the calls of
+/// `foreground_request` in turn in the `auto` session until `stop`.
 pub async fn foreground_worker(
     seen: Arc<Seen>,
     endpoints: Arc<Vec<String>>,
@@ -213,8 +270,14 @@ pub async fn foreground_worker(
     while !stop.is_cancelled() {
         n += 1;
         let key = format!("{round}-f{w}-{n}");
-        let (tool, request) = foreground_request(n.into(), &key, "C-1", &session);
-        call(&seen, &endpoints, via, Kind::Foreground, tool, key, request).await;
+        let (server, tool, request) = foreground_request(n.into(), w, &key, "C-1", &session);
+        let next = Call {
+            key,
+            server,
+            tool,
+            request,
+        };
+        call(&seen, &endpoints, via, Kind::Foreground, next).await;
         let failed = seen
             .calls
             .lock()
@@ -228,7 +291,8 @@ pub async fn foreground_worker(
 
 /// Calls on one long-lived `CallToolStream` through replica `via` until
 /// `stop`: `create_order`, `echo` and `task_sleep` (1.5 s, an MCP task in
-/// the foreground) in turn, [`STREAM_IN_FLIGHT`] at a time. When the
+/// the foreground) in turn, of both servers in turn, [`STREAM_IN_FLIGHT`]
+/// at a time. When the
 /// stream breaks, each call in flight is recorded with the stream's error
 /// (its calls are cancelled with it: "connection lost" when the replica's
 /// connection broke), and a new stream is opened. A stream that ends
@@ -259,19 +323,20 @@ pub async fn stream_worker(
             }
         };
         let mut outcomes = outcomes.into_inner();
-        // id -> (key, tool, started)
-        let mut pending: HashMap<u64, (String, &'static str, Instant)> = HashMap::new();
+        // id -> (key, server, tool, started)
+        let mut pending: HashMap<u64, (String, &'static str, &'static str, Instant)> =
+            HashMap::new();
         let broke: Option<(tonic::Code, String)> = loop {
             while pending.len() < STREAM_IN_FLIGHT && !stop.is_cancelled() {
                 n += 1;
                 let key = format!("{round}-s{via}-{n}");
-                let (tool, request) = foreground_request(n, &key, "C-3", &session);
+                let (server, tool, request) = foreground_request(n, via, &key, "C-3", &session);
                 let frame = pb::CallToolFrame {
                     id: n,
                     frame: Some(pb::call_tool_frame::Frame::Call(request)),
                 };
-                pending.insert(n, (key, tool, Instant::now()));
-                seen.in_flight.fetch_add(1, Ordering::SeqCst);
+                pending.insert(n, (key, server, tool, Instant::now()));
+                seen.started(server);
                 if tx.send(frame).await.is_err() {
                     break;
                 }
@@ -286,10 +351,10 @@ pub async fn stream_worker(
                 Ok(Ok(None)) => break Some((tonic::Code::Ok, String::new())),
                 Ok(Ok(Some(o))) => o,
             };
-            let Some((key, tool, started)) = pending.remove(&outcome.id) else {
+            let Some((key, server, tool, started)) = pending.remove(&outcome.id) else {
                 continue;
             };
-            seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+            seen.ended(server);
             let (outcome, message) = match outcome.outcome {
                 Some(pb::call_tool_outcome::Outcome::Response(r)) => match r.background {
                     Some(b) => (Outcome::Backgrounded(b.id), String::new()),
@@ -303,6 +368,7 @@ pub async fn stream_worker(
             };
             seen.push(CallRecord {
                 key,
+                server,
                 tool,
                 kind: Kind::Stream,
                 via,
@@ -314,8 +380,8 @@ pub async fn stream_worker(
         };
         drop(tx);
         // The calls the stream took with it.
-        for (_, (key, tool, started)) in pending.drain() {
-            seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+        for (_, (key, server, tool, started)) in pending.drain() {
+            seen.ended(server);
             let (outcome, message) = match &broke {
                 Some((tonic::Code::Ok, _)) => (
                     Outcome::None,
@@ -329,6 +395,7 @@ pub async fn stream_worker(
             };
             seen.push(CallRecord {
                 key,
+                server,
                 tool,
                 kind: Kind::Stream,
                 via,
@@ -350,8 +417,9 @@ pub async fn stream_worker(
 /// Calls a [`stream_worker`] keeps in flight on its stream.
 pub const STREAM_IN_FLIGHT: usize = 4;
 
-/// Calls `orders__echo` (read-only, quick) every 100 ms through replica
-/// `via` until `stop`: the recovery time is read from these.
+/// Calls `echo` (read-only, quick) every 100 ms through replica `via`
+/// until `stop`, of each server in turn (so each every 200 ms): the
+/// recovery time is read from these.
 pub async fn probe(
     seen: Arc<Seen>,
     endpoints: Arc<Vec<String>>,
@@ -364,23 +432,31 @@ pub async fn probe(
     while !stop.is_cancelled() {
         n += 1;
         let key = format!("{round}-p{via}-{n}");
+        let server = SERVERS[n as usize % SERVERS.len()];
         let request = pb::CallToolRequest {
             session_id: session.clone(),
             run_id: key.clone(),
-            tool: "orders__echo".into(),
+            tool: format!("{server}__echo"),
             arguments_json: json!({"message": key}).to_string(),
             meta_json: meta(&key),
             timeout_ms: 30_000,
             foreground: true,
             ..Default::default()
         };
-        call(&seen, &endpoints, via, Kind::Probe, "echo", key, request).await;
+        let next = Call {
+            key,
+            server,
+            tool: "echo",
+            request,
+        };
+        call(&seen, &endpoints, via, Kind::Probe, next).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// Starts a background call every `every` through each replica in turn,
-/// until `stop`.
+/// until `stop`; two calls to `orders`, then two to `orders-http`, so
+/// each server gets calls through each replica.
 pub async fn background_launcher(
     seen: Arc<Seen>,
     endpoints: Arc<Vec<String>>,
@@ -394,10 +470,11 @@ pub async fn background_launcher(
     while !stop.is_cancelled() {
         n += 1;
         let key = format!("{round}-b{n}");
+        let server = SERVERS[(n as usize / 2) % SERVERS.len()];
         let request = pb::CallToolRequest {
             session_id: session.clone(),
             run_id: key.clone(),
-            tool: "orders__task_sleep".into(),
+            tool: format!("{server}__task_sleep"),
             arguments_json: json!({"ms": 2500, "text": key, "pollIntervalMs": 200}).to_string(),
             meta_json: meta(&key),
             timeout_ms: 60_000,
@@ -406,18 +483,13 @@ pub async fn background_launcher(
         };
         let via = (n as usize) % endpoints.len();
         let (seen, endpoints) = (seen.clone(), endpoints.clone());
-        calls.spawn(async move {
-            call(
-                &seen,
-                &endpoints,
-                via,
-                Kind::Background,
-                "task_sleep",
-                key,
-                request,
-            )
-            .await
-        });
+        let next = Call {
+            key,
+            server,
+            tool: "task_sleep",
+            request,
+        };
+        calls.spawn(async move { call(&seen, &endpoints, via, Kind::Background, next).await });
         tokio::select! {
             _ = stop.cancelled() => {}
             _ = tokio::time::sleep(every) => {}
@@ -426,20 +498,21 @@ pub async fn background_launcher(
     while calls.join_next().await.is_some() {}
 }
 
-/// Starts a `create_order` call in the `ask` session through `via`; it
-/// waits for its approval card (run id = key).
+/// Starts a `create_order` call of `server` in the `ask` session through
+/// `via`; it waits for its approval card (run id = key).
 pub fn approval_call(
     seen: Arc<Seen>,
     endpoints: Arc<Vec<String>>,
     key: String,
     session: String,
+    server: &'static str,
     via: usize,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let request = pb::CallToolRequest {
             session_id: session,
             run_id: key.clone(),
-            tool: "orders__create_order".into(),
+            tool: format!("{server}__create_order"),
             arguments_json:
                 json!({"customer_id": "C-2", "items": [{"sku": "CABLE", "quantity": 2}]})
                     .to_string(),
@@ -448,16 +521,13 @@ pub fn approval_call(
             foreground: true,
             ..Default::default()
         };
-        call(
-            &seen,
-            &endpoints,
-            via,
-            Kind::Approval,
-            "create_order",
+        let next = Call {
             key,
+            server,
+            tool: "create_order",
             request,
-        )
-        .await
+        };
+        call(&seen, &endpoints, via, Kind::Approval, next).await
     })
 }
 

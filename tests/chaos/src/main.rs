@@ -1,7 +1,8 @@
 //! `switchyard-chaos`: Switchyard's chaos suite on real processes, run by
 //! `scripts/chaos.sh`. It starts a cluster on loopback ([`cluster`]: three
-//! etcd members, two control-plane replicas, two sidecars of the reference
-//! server), creates two engine sessions, and then, for each fault and
+//! etcd members, two control-plane replicas, two sidecars of each of two
+//! servers, `orders` over stdio and `orders-http` over Streamable HTTP),
+//! creates two engine sessions, and then, for each fault and
 //! repetition, runs a [`round`]: load through both replicas ([`load`]),
 //! the fault injected mid-call and mid-task, the cluster healed, and the
 //! round's criteria checked. It prints the [`report`] (a markdown table)
@@ -37,7 +38,8 @@ struct Cli {
     #[arg(long, default_value_t = 1)]
     reps: u32,
     /// Only these faults (comma-separated): etcd-leader-kill, replica-kill,
-    /// sidecar-kill, upstream-kill, replica-sigstop, etcd-cut.
+    /// sidecar-kill, upstream-kill, http-upstream-kill, replica-sigstop,
+    /// etcd-cut.
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// Also write the report to this file.
@@ -118,7 +120,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     let started = Instant::now();
     let mut cluster = cluster::Cluster::start(&dir, bins).await?;
     eprintln!(
-        "chaos: cluster up in {:.1} s (3 etcd members, 2 replicas, 2 sidecars)",
+        "chaos: cluster up in {:.1} s (3 etcd members, 2 replicas, 2 servers with 2 sidecars each, 1 HTTP server)",
         started.elapsed().as_secs_f64()
     );
     let sessions = round::create_sessions(&cluster).await?;

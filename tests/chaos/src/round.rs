@@ -11,6 +11,12 @@
 //! - every approval card opened before the fault is found afterwards and
 //!   either answered (its call then runs once) or closed with an outcome;
 //! - no call that is not read-only ran twice upstream (execution log).
+//!
+//! A fault that hits one server (a sidecar, an upstream server) waits
+//! until calls to that server are in flight and one of its background
+//! calls was created, times the recovery on that server's probe calls, and
+//! the round goes on only once calls to each server succeed again through
+//! each replica.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -22,7 +28,9 @@ use nix::sys::signal::Signal;
 use switchyard_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{Cluster, LEASE_TTL_SECS, LIMIT, SWEEP_EVERY, signal};
+use crate::cluster::{
+    Cluster, HTTP_SERVER, LEASE_TTL_SECS, LIMIT, SERVER, SERVERS, SWEEP_EVERY, signal,
+};
 use crate::load::{self, CallRecord, Kind, Outcome, Seen};
 
 /// The faults, in the order a run injects them.
@@ -36,6 +44,9 @@ pub enum Fault {
     SidecarKill,
     /// kill -9 of the upstream server process under a sidecar.
     UpstreamKill,
+    /// kill -9 of the Streamable HTTP server both `orders-http` sidecars
+    /// talk to; the driver starts it again on the same port.
+    HttpUpstreamKill,
     /// SIGSTOP of a replica for longer than the lease TTL, then SIGCONT.
     ReplicaStop,
     /// Replica `b` cut off from every etcd member, then brought back.
@@ -44,11 +55,12 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::EtcdLeaderKill,
         Fault::ReplicaKill,
         Fault::SidecarKill,
         Fault::UpstreamKill,
+        Fault::HttpUpstreamKill,
         Fault::ReplicaStop,
         Fault::EtcdCut,
     ];
@@ -60,8 +72,33 @@ impl Fault {
             Fault::ReplicaKill => "replica-kill",
             Fault::SidecarKill => "sidecar-kill",
             Fault::UpstreamKill => "upstream-kill",
+            Fault::HttpUpstreamKill => "http-upstream-kill",
             Fault::ReplicaStop => "replica-sigstop",
             Fault::EtcdCut => "etcd-cut",
+        }
+    }
+
+    /// The server the fault hits in repetition `rep`, if it hits one:
+    /// `sidecar-kill` alternates between the servers (`orders-http` in odd
+    /// repetitions, so in `--fast`), `upstream-kill` is `orders`' stdio
+    /// server, `http-upstream-kill` `orders-http`'s HTTP server.
+    pub fn server(self, rep: u32) -> Option<&'static str> {
+        match self {
+            Fault::SidecarKill => Some(SERVERS[(rep as usize) % SERVERS.len()]),
+            Fault::UpstreamKill => Some(SERVER),
+            Fault::HttpUpstreamKill => Some(HTTP_SERVER),
+            _ => None,
+        }
+    }
+
+    /// The side (replica, or the sidecar registered with it) the fault
+    /// hits in repetition `rep`: alternating; for `sidecar-kill`, every
+    /// second repetition, so that each server's sidecars are both killed
+    /// within four repetitions.
+    pub fn side(self, rep: u32) -> usize {
+        match self {
+            Fault::SidecarKill => (rep as usize / 2) % 2,
+            _ => (rep as usize) % 2,
         }
     }
 }
@@ -128,7 +165,7 @@ pub async fn create_sessions(cluster: &Cluster) -> anyhow::Result<Sessions> {
     let mut create = async |mode: pb::PermissionMode| -> anyhow::Result<String> {
         Ok(engine
             .create_session(pb::CreateSessionRequest {
-                enabled_servers: vec![crate::cluster::SERVER.into()],
+                enabled_servers: SERVERS.iter().map(|s| (*s).to_owned()).collect(),
                 permission_mode: mode as i32,
                 roots: vec![],
             })
@@ -272,12 +309,15 @@ pub async fn run(
             endpoints.clone(),
             key.clone(),
             sessions.ask.clone(),
+            SERVERS[i % SERVERS.len()],
             i % 2,
         ));
     }
 
     // ---- mid-call and mid-task: both cards open, a background call
-    // working and foreground calls in flight.
+    // working and foreground calls in flight (of the server the fault
+    // hits, if it hits one).
+    let hit = fault.server(rep);
     {
         let (endpoints, seen, ask, keys) = (
             endpoints.clone(),
@@ -293,11 +333,25 @@ pub async fn run(
                 let open = open.values().filter(|c| c.status == "open").count();
                 let background = seen.background_ids().len();
                 let in_flight = seen.in_flight.load(Ordering::SeqCst);
-                if open == keys.len() && background >= 2 && in_flight >= 2 {
+                let on_hit = hit.map_or((1, 1), |server| {
+                    (
+                        seen.in_flight_to(server),
+                        seen.background_ids_of(Some(server)).len(),
+                    )
+                });
+                if open == keys.len()
+                    && background >= 2
+                    && in_flight >= 2
+                    && on_hit.0 >= 1
+                    && on_hit.1 >= 1
+                {
                     Ok(())
                 } else {
                     Err(format!(
-                        "{open} cards open, {background} background calls, {in_flight} calls in flight"
+                        "{open} cards open, {background} background calls, {in_flight} calls in flight; of {}: {} in flight, {} background",
+                        hit.unwrap_or("-"),
+                        on_hit.0,
+                        on_hit.1
                     ))
                 }
             }
@@ -306,38 +360,40 @@ pub async fn run(
     }
 
     // ---- the fault, then healing.
-    let side = (rep as usize) % 2;
+    let side = fault.side(rep);
     let fault_at = Instant::now();
     let mut killed_upstreams = Vec::new();
-    let target = inject(cluster, fault, side, &mut killed_upstreams).await?;
+    let target = inject(cluster, fault, rep, side, &mut killed_upstreams).await?;
     cluster.wait_healed(LIMIT * 2).await?;
     let heal = fault_at.elapsed();
     let healed_at = Instant::now();
 
-    // ---- service is back through both replicas: each worker had a
-    // success that started after healing.
+    // ---- service is back through both replicas, to both servers: a
+    // success that started after healing for each pair.
     {
         let seen = seen.clone();
         until(
-            "successful calls through both replicas after healing",
+            "successful calls to each server through each replica after healing",
             LIMIT,
             || {
                 let seen = seen.clone();
                 async move {
                     let calls = seen.calls.lock().unwrap();
-                    let ok_via: BTreeSet<usize> = calls
+                    let ok: BTreeSet<(&str, usize)> = calls
                         .iter()
                         .filter(|c| {
                             matches!(c.kind, Kind::Foreground | Kind::Stream | Kind::Probe)
                                 && c.outcome == Outcome::Ok
                                 && c.started >= healed_at
                         })
-                        .map(|c| c.via)
+                        .map(|c| (c.server, c.via))
                         .collect();
-                    if ok_via.len() == 2 {
+                    if ok.len() == SERVERS.len() * 2 {
                         Ok(())
                     } else {
-                        Err(format!("successes through replicas {ok_via:?} only"))
+                        Err(format!(
+                            "successes (server, replica) {ok:?} only, since the cluster healed"
+                        ))
                     }
                 }
             },
@@ -464,22 +520,26 @@ pub async fn run(
 
     // ---- outcomes and executions.
     let calls = seen.calls.lock().unwrap().clone();
-    count_outcomes(&calls, fault_at, &mut report);
+    count_outcomes(&calls, fault_at, hit, &mut report);
     let executions = executions(cluster);
     check_executions(&executions, &calls, &mut report);
     check_task_results(&executions, &calls, &seen, &killed_upstreams, &mut report);
+    if fault == Fault::HttpUpstreamKill {
+        check_back_after_restart(&calls, &seen, healed_at, HTTP_SERVER, &mut report);
+    }
     report.stream_breaks = seen.breaks.lock().unwrap().values().sum();
     report.wall = round_start.elapsed();
     Ok(report)
 }
 
-/// Injects `fault` (on side `side`: which replica or sidecar), holds it,
-/// and starts again what it killed. Returns what it hit.
-/// The upstream server processes it killed (directly, or with their
-/// sidecar) are added to `killed`.
+/// Injects `fault` (on side `side`: which replica or sidecar; in
+/// repetition `rep`), holds it, and starts again what it killed. Returns
+/// what it hit. The upstream server processes it killed (directly, or with
+/// their sidecar) are added to `killed`.
 async fn inject(
     cluster: &mut Cluster,
     fault: Fault,
+    rep: u32,
     side: usize,
     killed: &mut Vec<u32>,
 ) -> anyhow::Result<String> {
@@ -523,10 +583,15 @@ async fn inject(
             Ok(name)
         }
         Fault::SidecarKill => {
-            let name = cluster.sidecars[side].id();
-            let upstream = cluster.upstream_pid(side);
+            let server = fault.server(rep).unwrap_or(SERVER);
+            let i = cluster.sidecar_of(server, side);
+            let name = cluster.sidecars[i].id();
+            // An `orders` sidecar's stdio server dies with it; the HTTP
+            // server of an `orders-http` sidecar lives on (and so do its
+            // tasks, which the other sidecar adopts).
+            let upstream = cluster.upstream_pid(i);
             killed.extend(upstream);
-            if let Some(p) = cluster.sidecars[side].proc.as_mut() {
+            if let Some(p) = cluster.sidecars[i].proc.as_mut() {
                 p.kill9().await;
             }
             // Its stdio server sees its stdin close and exits; make sure.
@@ -541,14 +606,15 @@ async fn inject(
                 }
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
-            cluster.spawn_sidecar(side).await?;
+            cluster.spawn_sidecar(i).await?;
             Ok(name)
         }
         Fault::UpstreamKill => {
-            let pid = cluster.upstream_pid(side).ok_or_else(|| {
+            let i = cluster.sidecar_of(SERVER, side);
+            let pid = cluster.upstream_pid(i).ok_or_else(|| {
                 anyhow!(
                     "sidecar {} has no upstream process",
-                    cluster.sidecars[side].id()
+                    cluster.sidecars[i].id()
                 )
             })?;
             signal(pid, Signal::SIGKILL);
@@ -556,7 +622,24 @@ async fn inject(
             // The sidecar restarts it by itself.
             Ok(format!(
                 "reference server (pid {pid}) of {}",
-                cluster.sidecars[side].id()
+                cluster.sidecars[i].id()
+            ))
+        }
+        Fault::HttpUpstreamKill => {
+            // No sidecar owns it: the driver starts it again, on the same
+            // port, and the sidecars find it there (new MCP sessions).
+            let proc = cluster
+                .http_server
+                .proc
+                .as_mut()
+                .ok_or_else(|| anyhow!("{HTTP_SERVER}'s reference server is not running"))?;
+            let pid = proc.pid;
+            proc.kill9().await;
+            killed.push(pid);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            cluster.spawn_http_server().await?;
+            Ok(format!(
+                "{HTTP_SERVER}'s HTTP reference server (pid {pid}), 1 s"
             ))
         }
         Fault::ReplicaStop => {
@@ -688,8 +771,14 @@ async fn check_background(
     }
 }
 
-/// Counts outcomes, calls without one, and the recovery time.
-fn count_outcomes(calls: &[CallRecord], fault_at: Instant, report: &mut RoundReport) {
+/// Counts outcomes, calls without one, and the recovery time (on the
+/// probes of server `hit`, when the fault hit one).
+fn count_outcomes(
+    calls: &[CallRecord],
+    fault_at: Instant,
+    hit: Option<&str>,
+    report: &mut RoundReport,
+) {
     report.calls = calls.len();
     for c in calls {
         match &c.outcome {
@@ -698,7 +787,7 @@ fn count_outcomes(calls: &[CallRecord], fault_at: Instant, report: &mut RoundRep
                 report.tool_errors += 1;
                 report.notes.push(format!(
                     "{} {}: tool error: {}",
-                    c.tool,
+                    c.name(),
                     c.key,
                     c.message.chars().take(160).collect::<String>()
                 ));
@@ -722,7 +811,7 @@ fn count_outcomes(calls: &[CallRecord], fault_at: Instant, report: &mut RoundRep
                 if *count == 1 {
                     report.notes.push(format!(
                         "first {kind} error: {} {} via replica {}: {}",
-                        c.tool,
+                        c.name(),
                         c.key,
                         c.via,
                         c.message.chars().take(200).collect::<String>()
@@ -731,21 +820,25 @@ fn count_outcomes(calls: &[CallRecord], fault_at: Instant, report: &mut RoundRep
                 if (*code == tonic::Code::Unknown && !lost_connection) || c.message.is_empty() {
                     report.notes.push(format!(
                         "{} {} via {}: unclear error {code:?}: {:?}",
-                        c.tool, c.key, c.via, c.message
+                        c.name(),
+                        c.key,
+                        c.via,
+                        c.message
                     ));
                 }
             }
             Outcome::None => report.problems.push(format!(
                 "{} {} via replica {}: no outcome within {:?}",
-                c.tool,
+                c.name(),
                 c.key,
                 c.via,
                 load::CALL_LIMIT
             )),
         }
     }
-    // From the probes: the first success after the fault, through either
-    // replica, and through each of them.
+    // From the probes (of the server the fault hit, if it hit one): the
+    // first success after the fault, through either replica, and through
+    // each of them.
     let first_ok = |via: Option<usize>| {
         calls
             .iter()
@@ -754,15 +847,73 @@ fn count_outcomes(calls: &[CallRecord], fault_at: Instant, report: &mut RoundRep
                     && c.outcome == Outcome::Ok
                     && c.started >= fault_at
                     && via.is_none_or(|v| c.via == v)
+                    && hit.is_none_or(|s| c.server == s)
             })
             .map(|c| c.ended.duration_since(fault_at))
             .min()
     };
+    // The calls in flight to the server the fault hit, and how they ended.
+    if let Some(server) = hit {
+        let mut ended: BTreeMap<String, usize> = BTreeMap::new();
+        for c in calls
+            .iter()
+            .filter(|c| c.server == server && c.started <= fault_at && c.ended >= fault_at)
+        {
+            let how = match &c.outcome {
+                Outcome::Error(code) => format!("{code:?}"),
+                Outcome::Backgrounded(_) => "backgrounded".into(),
+                other => format!("{other:?}"),
+            };
+            *ended.entry(how).or_default() += 1;
+        }
+        report.notes.push(format!(
+            "calls to {server} in flight at the fault: {}, ended {ended:?}",
+            ended.values().sum::<usize>()
+        ));
+    }
     report.recovery = first_ok(None);
     report.recovery_all = (0..2)
         .map(|via| first_ok(Some(via)))
         .collect::<Option<Vec<_>>>()
         .and_then(|each| each.into_iter().max());
+}
+
+/// `http-upstream-kill`: once the cluster healed, the HTTP server listens
+/// again, so every call to it that started after that succeeds (a result,
+/// or a background call that completes) whichever sidecar it reaches: each
+/// sidecar opened a new MCP session (a stale `Mcp-Session-Id` gets 404 and
+/// the request is sent once on a new session, which the new process never
+/// saw) or connected again. A failure there is a sidecar that did not come
+/// back.
+fn check_back_after_restart(
+    calls: &[CallRecord],
+    seen: &Seen,
+    healed_at: Instant,
+    server: &str,
+    report: &mut RoundReport,
+) {
+    let events = seen.events.lock().unwrap();
+    for c in calls
+        .iter()
+        .filter(|c| c.server == server && c.started >= healed_at && c.kind != Kind::Approval)
+    {
+        let failure = match &c.outcome {
+            Outcome::Ok => None,
+            Outcome::Backgrounded(id) => events
+                .iter()
+                .find(|e| &e.id == id && e.status != "completed")
+                .map(|e| format!("background call {id} {}: {}", e.status, e.message)),
+            other => Some(format!("{other:?}: {}", c.message)),
+        };
+        if let Some(failure) = failure {
+            report.problems.push(format!(
+                "{} {} via replica {} started after {server} was back and the cluster healed, yet failed: {failure}",
+                c.name(),
+                c.key,
+                c.via
+            ));
+        }
+    }
 }
 
 /// Reads the execution log: a call that is not read-only ran at most once;
@@ -780,14 +931,18 @@ fn check_executions(
         } else if n > 1 {
             report.problems.push(format!(
                 "{} {} (not read-only) ran {n} times upstream; its outcome: {:?} {}",
-                c.tool, c.key, c.outcome, c.message
+                c.name(),
+                c.key,
+                c.outcome,
+                c.message
             ));
         }
         let succeeded = matches!(c.outcome, Outcome::Ok | Outcome::Backgrounded(_));
         if succeeded && n == 0 && c.kind != Kind::Background {
             report.problems.push(format!(
                 "{} {} succeeded but never ran upstream",
-                c.tool, c.key
+                c.name(),
+                c.key
             ));
         }
     }

@@ -169,7 +169,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::era;
+use crate::{era, executions};
 
 /// `_meta` key tying a message to its task (2025-11-25 tasks, "Related Task Metadata").
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
@@ -1031,7 +1031,7 @@ impl TaskServer {
     ) -> Result<CustomResult, McpError> {
         let owner = identity(&context);
         let value = match method {
-            "tools/call" => self.legacy_create(owner, params.as_ref())?,
+            "tools/call" => self.legacy_create(owner, params.as_ref(), &context)?,
             "tasks/get" => {
                 let id = task_id_param(params.as_ref())?;
                 self.poll(&owner, &id, TaskState::legacy_json)?
@@ -1072,7 +1072,9 @@ impl TaskServer {
         self: &Arc<Self>,
         owner: String,
         params: Option<&Value>,
+        context: &RequestContext<RoleServer>,
     ) -> Result<Value, McpError> {
+        let raw = params;
         let params = params.and_then(Value::as_object);
         let name = params
             .and_then(|p| p.get("name"))
@@ -1108,6 +1110,9 @@ impl TaskServer {
             })?,
         };
         let id = self.spawn(owner.clone(), &args, ttl_ms);
+        if let Some(raw) = raw {
+            executions::record_raw(raw, &context.meta);
+        }
         let task = self.with_task(&owner, &id, |task| task.legacy_json())?;
         let mut result = Map::new();
         result.insert("task".into(), task);

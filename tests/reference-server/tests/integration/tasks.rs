@@ -12,7 +12,8 @@ use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Client, Era, HttpServer, Link, assert_error, field_strs, no_questions, server_command, within,
+    Client, Era, HttpServer, Link, assert_error, field_strs, modern_meta, no_questions,
+    server_command, within,
 };
 
 const TASKS_EXT: &str = "io.modelcontextprotocol/tasks";
@@ -581,6 +582,45 @@ async fn modern_tasks_belong_to_the_authorization_identity() {
 }
 
 /// A 2025-11-25 task is gone after its `ttl`.
+/// The execution log (`SWITCHYARD_REFERENCE_EXECUTIONS`) gets a task
+/// tool's line when its task is created, in either era: a 2025-11-25
+/// task-augmented `tools/call` is renamed for the task engine, so it never
+/// reaches the handler's `tools/call` that records the others.
+#[tokio::test]
+async fn task_creations_are_in_the_execution_log() {
+    for (era, flag) in [(Era::Legacy, "2025-11-25"), (Era::Modern, "2026-07-28")] {
+        let log = std::env::temp_dir().join(format!(
+            "switchyard-reference-executions-{}-{flag}.log",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&log);
+        let mut command = server_command(flag, &["--tasks"]);
+        command.env("SWITCHYARD_REFERENCE_EXECUTIONS", &log);
+        let server = HttpServer::spawn(command).await;
+        let mut client = Client::tasks_http(&server, era, None).await;
+        let mut meta = match era {
+            Era::Legacy => json!({}),
+            Era::Modern => modern_meta(&declared(era)),
+        };
+        meta["dev.switchyard.test/execution-key"] = json!("K-task");
+        let mut params = json!({"name": "task_sleep", "arguments": {"ms": 10}, "_meta": meta});
+        if era == Era::Legacy {
+            params["task"] = json!({"ttl": 60_000});
+        }
+        let created = client.ok("tools/call", params).await;
+        assert_eq!(client.task_of(&created)["status"], "working", "{created}");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let fields: Vec<Vec<&str>> = text
+            .lines()
+            .map(|line| line.split_whitespace().collect())
+            .collect();
+        assert_eq!(fields.len(), 1, "{flag}: {text:?}");
+        assert_eq!(fields[0][..2], ["task_sleep", "K-task"], "{flag}: {text:?}");
+        assert!(fields[0][2].parse::<u32>().is_ok(), "{flag}: {text:?}");
+        let _ = std::fs::remove_file(&log);
+    }
+}
+
 #[tokio::test]
 async fn legacy_task_expires_after_its_ttl() {
     let mut client = Client::tasks_stdio(Era::Legacy).await;
