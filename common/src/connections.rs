@@ -14,7 +14,11 @@
 //! connection must send its first bytes in time ([`first_bytes`]), and a
 //! write that waits for the peer to read fails after
 //! [`WRITE_STALL_TIMEOUT`] ([`Accepted`]); the header, keep-alive and idle
-//! timeouts of [`crate::http_serve`] bound the rest for HTTP.
+//! timeouts of [`crate::http_serve`] bound the rest for HTTP. A gRPC
+//! listener with [`Admissions`] also closes a connection that has carried
+//! no request its guard admitted within [`ADMISSION_TIMEOUT`] of being
+//! accepted: one that only sends refused calls, or, over TLS, nothing after
+//! its handshake, holds no place for long.
 //!
 //! [`ConnectionLimit::incoming`] is the accept loop for tonic's
 //! `serve_with_incoming*`; [`crate::http_serve`] takes a limit for the HTTP
@@ -24,6 +28,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -176,18 +181,20 @@ impl ConnectionLimit {
     /// closed, and meanwhile the others are handed on). A failed
     /// `accept` (out of file descriptors, say) is logged and retried a
     /// moment later; the stream never ends or yields an error. Dropping
-    /// the stream closes the listener.
+    /// the stream closes the listener. With `admissions`, each connection
+    /// must also be admitted in time ([`Admissions`]).
     pub fn incoming(
         self: Arc<Self>,
         listener: TcpListener,
         within: Duration,
+        admissions: Option<Arc<Admissions>>,
     ) -> impl futures::Stream<Item = io::Result<Accepted<TcpStream>>> + Send + 'static {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let limit = self;
         tokio::spawn(async move {
             loop {
-                let tcp = tokio::select! {
-                    tcp = accept(&listener, limit.what) => tcp,
+                let (tcp, peer) = tokio::select! {
+                    accepted = accept_with_peer(&listener, limit.what) => accepted,
                     () = tx.closed() => return,
                 };
                 let permit = tokio::select! {
@@ -196,11 +203,13 @@ impl ConnectionLimit {
                 };
                 let tx = tx.clone();
                 let what = limit.what;
+                let admission = admissions.as_ref().map(|a| a.watch(peer));
                 // Waiting for its first bytes does not hold up the others.
                 tokio::spawn(async move {
                     match first_bytes(tcp, within).await {
                         Ok(mut io) => {
                             io.permit = Some(permit);
+                            io.admission = admission;
                             let _ = tx.send(Ok(io)).await;
                         }
                         Err(e) => {
@@ -213,6 +222,90 @@ impl ConnectionLimit {
         futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|item| (item, rx))
         })
+    }
+}
+
+/// How long after being accepted a connection of a listener with
+/// [`Admissions`] may go without a request its guard admitted.
+pub const ADMISSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The connections of one gRPC listener that have not yet carried an
+/// admitted request, by the peer's address (unique among a listener's
+/// open connections). The listener's guard calls [`Admissions::admit`]
+/// with each request's remote address (tonic's `Request::remote_addr`);
+/// a connection not admitted within the timeout fails its next read
+/// (`TimedOut`), and closes. Once admitted, a connection is no longer
+/// watched.
+#[derive(Debug)]
+pub struct Admissions {
+    within: Duration,
+    waiting: Mutex<std::collections::HashMap<std::net::SocketAddr, Arc<AtomicBool>>>,
+}
+
+impl Admissions {
+    /// Connections must be admitted `within` of being accepted (say
+    /// [`ADMISSION_TIMEOUT`]).
+    pub fn new(within: Duration) -> Arc<Self> {
+        Arc::new(Admissions {
+            within,
+            waiting: Mutex::new(std::collections::HashMap::new()),
+        })
+    }
+
+    /// The connection from `peer` carried an admitted request.
+    pub fn admit(&self, peer: std::net::SocketAddr) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(admitted) = waiting.remove(&peer) {
+            admitted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Connections accepted and not admitted yet.
+    pub fn waiting(&self) -> usize {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Watches the connection from `peer`, accepted now, until the
+    /// returned [`Admission`] is dropped ([`ConnectionLimit::incoming`]
+    /// keeps it with the connection).
+    pub fn watch(self: &Arc<Self>, peer: std::net::SocketAddr) -> Admission {
+        let admitted = Arc::new(AtomicBool::new(false));
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(peer, admitted.clone());
+        Admission {
+            admitted,
+            deadline: Box::pin(tokio::time::sleep(self.within)),
+            admissions: self.clone(),
+            peer,
+        }
+    }
+}
+
+/// One connection waiting to be admitted ([`Admissions`]); dropping it
+/// forgets the connection.
+#[derive(Debug)]
+pub struct Admission {
+    admitted: Arc<AtomicBool>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    admissions: Arc<Admissions>,
+    peer: std::net::SocketAddr,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut waiting = self
+            .admissions
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if waiting
+            .get(&self.peer)
+            .is_some_and(|a| Arc::ptr_eq(a, &self.admitted))
+        {
+            waiting.remove(&self.peer);
+        }
     }
 }
 
@@ -260,6 +353,7 @@ pub async fn first_bytes<IO: AsyncRead + Unpin>(
             pos: 0,
             io,
             permit: None,
+            admission: None,
             write_timeout: WRITE_STALL_TIMEOUT,
             stalled: None,
         }),
@@ -288,6 +382,8 @@ pub struct Accepted<IO> {
     pos: usize,
     io: IO,
     permit: Option<ConnectionPermit>,
+    /// Until the connection is admitted ([`Admissions`]).
+    admission: Option<Admission>,
     write_timeout: Duration,
     /// Since the current write began to wait.
     stalled: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -337,6 +433,18 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Accepted<IO> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        use std::future::Future;
+        if let Some(a) = &mut self.admission {
+            if a.admitted.load(Ordering::Relaxed) {
+                self.admission = None;
+            } else if a.deadline.as_mut().poll(cx).is_ready() {
+                let within = a.admissions.within;
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no request admitted within {within:?}"),
+                )));
+            }
+        }
         if self.pos < self.prefix.len() {
             let n = buf.remaining().min(self.prefix.len() - self.pos);
             let start = self.pos;
@@ -394,9 +502,19 @@ impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connecte
     }
 }
 
+/// How many bytes a socket may hold that it has not sent yet before a
+/// write waits (`TCP_NOTSENT_LOWAT`, set on every accepted connection).
+/// Without it the kernel lets a writer wait until a large part of its send
+/// buffer (autotuned up to 4 MiB) has drained, so a peer reading slowly but
+/// steadily (under about 30 KB/s) looked like one that stopped for
+/// [`WRITE_STALL_TIMEOUT`]; with it, a write waits only while the peer
+/// reads less than this in that time.
+pub const NOT_SENT_LOW_WATER: u32 = 128 * 1024;
+
 /// The next connection on `listener`, with `TCP_NODELAY` set (small
-/// responses must not wait for the peer's delayed ACK); accept errors are
-/// retried after 200 ms, and logged at most once every 10 s.
+/// responses must not wait for the peer's delayed ACK) and
+/// [`NOT_SENT_LOW_WATER`]; accept errors are retried after 200 ms, and
+/// logged at most once every 10 s.
 pub async fn accept(listener: &TcpListener, what: &'static str) -> TcpStream {
     accept_with_peer(listener, what).await.0
 }
@@ -413,6 +531,11 @@ pub async fn accept_with_peer(
             Ok((tcp, peer)) => {
                 if let Err(e) = tcp.set_nodelay(true) {
                     tracing::debug!(listener = what, error = %e, "TCP_NODELAY");
+                }
+                if let Err(e) =
+                    socket2::SockRef::from(&tcp).set_tcp_notsent_lowat(NOT_SENT_LOW_WATER)
+                {
+                    tracing::debug!(listener = what, error = %e, "TCP_NOTSENT_LOWAT");
                 }
                 return (tcp, peer);
             }
@@ -444,7 +567,7 @@ mod tests {
         let limit = Arc::new(ConnectionLimit::new("test", 2).on_wait(move || {
             counted.fetch_add(1, Ordering::Relaxed);
         }));
-        let mut incoming = Box::pin(limit.clone().incoming(listener, FIRST_BYTES_TIMEOUT));
+        let mut incoming = Box::pin(limit.clone().incoming(listener, FIRST_BYTES_TIMEOUT, None));
 
         let connect = || async {
             let mut c = TcpStream::connect(addr).await.unwrap();
@@ -488,7 +611,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let limit = Arc::new(ConnectionLimit::new("test", 1));
-        let mut incoming = Box::pin(limit.clone().incoming(listener, FIRST_BYTES_TIMEOUT));
+        let mut incoming = Box::pin(limit.clone().incoming(listener, FIRST_BYTES_TIMEOUT, None));
         let mut client = TcpStream::connect(addr).await.unwrap();
         client.write_all(b"ping").await.unwrap();
         let mut server = incoming.next().await.unwrap().unwrap();
@@ -511,7 +634,11 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let limit = Arc::new(ConnectionLimit::new("test", 2));
-        let mut incoming = Box::pin(limit.clone().incoming(listener, Duration::from_millis(500)));
+        let mut incoming = Box::pin(limit.clone().incoming(
+            listener,
+            Duration::from_millis(500),
+            None,
+        ));
         let _silent = TcpStream::connect(addr).await.unwrap();
         let mut talker = TcpStream::connect(addr).await.unwrap();
         talker.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
@@ -594,6 +721,114 @@ mod tests {
                 .expect("a slow reader is not cut");
         }
         assert_eq!(reader.await.unwrap(), TOTAL);
+    }
+
+    #[tokio::test]
+    async fn a_connection_not_admitted_in_time_is_closed_and_forgotten() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limit = Arc::new(ConnectionLimit::new("test", 4));
+        let admissions = Admissions::new(Duration::from_millis(300));
+        let mut incoming = Box::pin(limit.clone().incoming(
+            listener,
+            FIRST_BYTES_TIMEOUT,
+            Some(admissions.clone()),
+        ));
+        // Two connections that send their first bytes; the server reads
+        // each (as hyper would, always).
+        let mut refused = TcpStream::connect(addr).await.unwrap();
+        let mut admitted = TcpStream::connect(addr).await.unwrap();
+        let admitted_peer = admitted.local_addr().unwrap();
+        for c in [&mut refused, &mut admitted] {
+            c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                .await
+                .unwrap();
+        }
+        let mut served = Vec::new();
+        for _ in 0..2 {
+            let io = incoming.next().await.unwrap().unwrap();
+            served.push(tokio::spawn(async move {
+                let mut io = io;
+                let mut buf = [0u8; 64];
+                let started = Instant::now();
+                loop {
+                    match io.read(&mut buf).await {
+                        Ok(0) => return (Ok(()), started.elapsed()),
+                        Ok(_) => {}
+                        Err(e) => return (Err(e.kind()), started.elapsed()),
+                    }
+                }
+            }));
+        }
+        assert_eq!(admissions.waiting(), 2);
+        admissions.admit(admitted_peer);
+        assert_eq!(admissions.waiting(), 1);
+        // The other one fails its read at the deadline, and is forgotten
+        // once dropped; the admitted one reads on.
+        let mut results = Vec::new();
+        for task in served {
+            if let Ok(done) = tokio::time::timeout(Duration::from_secs(2), task).await {
+                results.push(done.unwrap());
+            }
+        }
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert_eq!(results[0].0, Err(io::ErrorKind::TimedOut));
+        assert!(results[0].1 < Duration::from_secs(1), "{:?}", results[0].1);
+        assert_eq!(admissions.waiting(), 0);
+        assert_eq!(limit.open(), 1);
+        // An unknown peer admitted changes nothing.
+        admissions.admit("127.0.0.1:9".parse().unwrap());
+        drop(admitted);
+    }
+
+    #[tokio::test]
+    async fn a_write_waits_only_until_a_slow_reader_has_taken_a_little() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // A server socket with a 1 MiB send buffer (the kernel makes it 2,
+        // as its autotuning would), a client that reads nothing yet.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(64 * 1024).unwrap();
+        let mut client = socket
+            .connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = accept_with_peer(&listener, "test").await;
+        socket2::SockRef::from(&server)
+            .set_send_buffer_size(1024 * 1024)
+            .unwrap();
+        // Write until a write waits.
+        let chunk = vec![0u8; 64 * 1024];
+        loop {
+            let write = server.write_all(&chunk);
+            if tokio::time::timeout(Duration::from_millis(300), write)
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        // The client now reads 8 KiB every 50 ms (160 KiB/s): the next
+        // write goes through once it has read about 64 KiB, not once half
+        // the send buffer (1 MiB, 6 s) has drained.
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0u8; 8 * 1024];
+            loop {
+                if client.read_exact(&mut buf).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let started = Instant::now();
+        server.write_all(&chunk[..1]).await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the write waited {:?}",
+            started.elapsed()
+        );
+        reader.abort();
     }
 
     #[tokio::test]

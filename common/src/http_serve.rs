@@ -10,7 +10,11 @@
 //!   forever with a half-sent request or none;
 //! - a write that waits for the peer to read for
 //!   [`crate::connections::WRITE_STALL_TIMEOUT`] fails, closing the
-//!   connection;
+//!   connection; and so does a connection whose response bodies have data
+//!   the connection has not taken for as long (an HTTP/2 peer that grants
+//!   no flow-control window: then nothing is written, so no write waits).
+//!   Bodies are handed over in pieces of at most [`BODY_PIECE`] bytes, so a
+//!   peer that reads slowly but steadily is not taken for one that stopped;
 //! - a connection without a request in flight for [`IDLE_TIMEOUT`] is
 //!   asked to finish (HTTP/2 GOAWAY);
 //! - HTTP/2 connections are pinged every [`HTTP2_KEEP_ALIVE`] and closed
@@ -52,6 +56,10 @@ pub const HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(30);
 /// [`HEADER_READ_TIMEOUT`]); it is then asked to finish (GOAWAY). A request
 /// is in flight until its response, streams included, is sent.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// The most bytes of a response body handed to the connection at once
+/// (larger frames are split without copying): each piece taken shows the
+/// peer is reading ([`Limits::write_stall_timeout`]).
+pub const BODY_PIECE: usize = 16 * 1024;
 
 /// The timeouts of [`serve_with`].
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +70,10 @@ pub struct Limits {
     pub http2_keep_alive: Duration,
     /// See [`IDLE_TIMEOUT`].
     pub idle_timeout: Duration,
+    /// How long a write may wait for the peer, and response data wait to
+    /// be taken, before the connection is closed
+    /// ([`crate::connections::WRITE_STALL_TIMEOUT`]).
+    pub write_stall_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -70,6 +82,7 @@ impl Default for Limits {
             header_read_timeout: HEADER_READ_TIMEOUT,
             http2_keep_alive: HTTP2_KEEP_ALIVE,
             idle_timeout: IDLE_TIMEOUT,
+            write_stall_timeout: crate::connections::WRITE_STALL_TIMEOUT,
         }
     }
 }
@@ -160,7 +173,7 @@ async fn serve_inner(
                     let response = answer.await?;
                     Ok::<_, std::convert::Infallible>(
                         response
-                            .map(|body| axum::body::Body::new(InFlightBody { body, in_flight })),
+                            .map(|body| axum::body::Body::new(InFlightBody::new(body, in_flight))),
                     )
                 }
             })
@@ -178,15 +191,22 @@ async fn serve_inner(
             let closed = |e: std::io::Error| {
                 tracing::debug!(listener = what, %peer, error = %e, "connection closed before its first request");
             };
+            let stall = limits.write_stall_timeout;
             match tls {
                 None => match first_bytes(tcp, within).await {
-                    Ok(io) => connection(io, service, limits, activity, stop, what).await,
+                    Ok(io) => {
+                        let io = io.with_write_timeout(stall);
+                        connection(io, service, limits, activity, stop, what).await;
+                    }
                     Err(e) => closed(e),
                 },
                 Some(acceptor) => {
                     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => match first_bytes(stream, within).await {
-                            Ok(io) => connection(io, service, limits, activity, stop, what).await,
+                            Ok(io) => {
+                                let io = io.with_write_timeout(stall);
+                                connection(io, service, limits, activity, stop, what).await;
+                            }
                             Err(e) => closed(e),
                         },
                         Ok(Err(e)) => {
@@ -208,7 +228,9 @@ async fn serve_inner(
 }
 
 /// Serves one connection until it ends, finishing gracefully once `stop`
-/// changes or it has been idle for `limits.idle_timeout` (`activity`).
+/// changes or it has been idle for `limits.idle_timeout` (`activity`), and
+/// closing it at once when its response data has waited for the peer for
+/// `limits.write_stall_timeout` (it would never finish gracefully).
 async fn connection<IO, S>(
     io: IO,
     service: S,
@@ -240,7 +262,7 @@ async fn connection<IO, S>(
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
     let mut stopping = false;
-    let mut check = tokio::time::interval(limits.idle_timeout / 4);
+    let mut check = tokio::time::interval(limits.idle_timeout.min(limits.write_stall_timeout) / 4);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -254,8 +276,13 @@ async fn connection<IO, S>(
                 stopping = true;
                 conn.as_mut().graceful_shutdown();
             }
-            _ = check.tick(), if !stopping => {
-                if activity.idle_for() >= limits.idle_timeout {
+            _ = check.tick() => {
+                // Also while stopping: a stalled stream never finishes.
+                if activity.unread_for() >= limits.write_stall_timeout {
+                    tracing::debug!(listener = what, "closing a connection whose peer takes no response data");
+                    break;
+                }
+                if !stopping && activity.idle_for() >= limits.idle_timeout {
                     tracing::debug!(listener = what, "closing an idle connection");
                     stopping = true;
                     conn.as_mut().graceful_shutdown();
@@ -265,11 +292,19 @@ async fn connection<IO, S>(
     }
 }
 
-/// A connection's requests in flight, and since when it has had none.
+/// A connection's requests in flight, and since when it has had none; its
+/// response bodies with data ready that it has not taken, and when it last
+/// took some.
 #[derive(Debug)]
 struct Activity {
     in_flight: std::sync::atomic::AtomicUsize,
     idle_since: std::sync::Mutex<std::time::Instant>,
+    /// Bodies just made, or whose last poll gave a frame: data the
+    /// connection has to take next.
+    unread: std::sync::atomic::AtomicUsize,
+    /// When a body was last made or polled, ms after `start`.
+    taken_ms: std::sync::atomic::AtomicU64,
+    start: std::time::Instant,
 }
 
 impl Default for Activity {
@@ -277,6 +312,9 @@ impl Default for Activity {
         Activity {
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             idle_since: std::sync::Mutex::new(std::time::Instant::now()),
+            unread: std::sync::atomic::AtomicUsize::new(0),
+            taken_ms: std::sync::atomic::AtomicU64::new(0),
+            start: std::time::Instant::now(),
         }
     }
 }
@@ -287,6 +325,24 @@ impl Activity {
         this.in_flight
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         InFlight(this.clone())
+    }
+
+    /// A body was made or polled now.
+    fn taken(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.taken_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long response data has waited for the connection to take it
+    /// (zero when none waits): an HTTP/2 peer that grants no window, or one
+    /// that stopped reading.
+    fn unread_for(&self) -> Duration {
+        if self.unread.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return Duration::ZERO;
+        }
+        let taken = Duration::from_millis(self.taken_ms.load(std::sync::atomic::Ordering::Relaxed));
+        self.start.elapsed().saturating_sub(taken)
     }
 
     /// How long the connection has had no request in flight (zero while
@@ -316,11 +372,56 @@ impl Drop for InFlight {
 }
 
 /// A response body that keeps its request in flight until it is done or
-/// dropped.
+/// dropped, hands its data over in pieces of at most [`BODY_PIECE`] bytes,
+/// and tells its connection's [`Activity`] when it has data waiting.
 struct InFlightBody {
     body: axum::body::Body,
-    #[allow(dead_code)]
+    /// The rest of a data frame larger than a piece.
+    rest: bytes::Bytes,
+    /// Counted in `Activity::unread`.
+    unread: bool,
     in_flight: InFlight,
+}
+
+impl InFlightBody {
+    /// `body`, with data waiting until its first poll.
+    fn new(body: axum::body::Body, in_flight: InFlight) -> Self {
+        in_flight.0.taken();
+        in_flight
+            .0
+            .unread
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        InFlightBody {
+            body,
+            rest: bytes::Bytes::new(),
+            unread: true,
+            in_flight,
+        }
+    }
+
+    fn set_unread(&mut self, unread: bool) {
+        if unread != self.unread {
+            self.unread = unread;
+            let count = &self.in_flight.0.unread;
+            if unread {
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                count.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The next piece of `rest`.
+    fn piece(&mut self) -> bytes::Bytes {
+        let n = self.rest.len().min(BODY_PIECE);
+        self.rest.split_to(n)
+    }
+}
+
+impl Drop for InFlightBody {
+    fn drop(&mut self) {
+        self.set_unread(false);
+    }
 }
 
 impl http_body::Body for InFlightBody {
@@ -331,15 +432,42 @@ impl http_body::Body for InFlightBody {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        use std::task::Poll;
+        let this = &mut *self;
+        this.in_flight.0.taken();
+        if !this.rest.is_empty() {
+            let piece = this.piece();
+            return Poll::Ready(Some(Ok(http_body::Frame::data(piece))));
+        }
+        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        this.set_unread(matches!(polled, Poll::Ready(Some(Ok(_)))));
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) if data.len() > BODY_PIECE => {
+                    this.rest = data;
+                    let piece = this.piece();
+                    Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
+                }
+                Ok(data) => Poll::Ready(Some(Ok(http_body::Frame::data(data)))),
+                Err(frame) => Poll::Ready(Some(Ok(frame))),
+            },
+            other => other,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+        let hint = self.body.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut sum = http_body::SizeHint::new();
+        sum.set_lower(hint.lower() + rest);
+        if let Some(upper) = hint.upper() {
+            sum.set_upper(upper + rest);
+        }
+        sum
     }
 }
 
@@ -371,6 +499,7 @@ mod tests {
             header_read_timeout: Duration::from_secs(1),
             http2_keep_alive: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(30),
+            ..Limits::default()
         };
         server_with(limit, limits).await
     }
@@ -393,6 +522,8 @@ mod tests {
                     peer.to_string()
                 }),
             )
+            // 1 MiB in one frame.
+            .route("/big", axum::routing::get(|| async { vec![b'x'; 1 << 20] }))
             // Ten chunks 300 ms apart: a stream outlasting the timeouts.
             .route(
                 "/stream",
@@ -448,6 +579,7 @@ mod tests {
             header_read_timeout: Duration::from_secs(30),
             http2_keep_alive: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(1),
+            ..Limits::default()
         };
         let (addr, _stop, _task) = server_with(limit.clone(), limits).await;
         // One client, one HTTP/2 connection (the client answers pings and
@@ -489,6 +621,73 @@ mod tests {
         let answer = client.get(format!("http://{addr}/")).send().await.unwrap();
         assert_eq!(answer.status(), 200);
         assert_eq!(answer.version(), reqwest::Version::HTTP_2);
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_takes_no_data_is_cut_but_not_one_reading_slowly() {
+        crate::tls::install_crypto_provider();
+        let limit = Arc::new(ConnectionLimit::new("test", 8));
+        let limits = Limits {
+            header_read_timeout: Duration::from_secs(30),
+            http2_keep_alive: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(30),
+            write_stall_timeout: Duration::from_secs(1),
+        };
+        let (addr, _stop, _task) = server_with(limit.clone(), limits).await;
+        // An HTTP/2 peer that grants no window: the headers come, no data
+        // can; nothing is written, so no write waits. It answers pings.
+        let stingy = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .http2_initial_stream_window_size(0)
+            .build()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let response = stingy
+            .get(format!("http://{addr}/big"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body = tokio::time::timeout(Duration::from_secs(10), response.bytes())
+            .await
+            .expect("the server cuts the connection");
+        assert!(body.is_err(), "no data can have come");
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+        // A peer that reads the same 1 MiB in about 3 s, 16 KiB at a time
+        // (three times the stall timeout, steadily), is not cut.
+        let slow = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .http2_initial_stream_window_size(16 * 1024)
+            .http2_initial_connection_window_size(16 * 1024)
+            .build()
+            .unwrap();
+        let mut response = slow.get(format!("http://{addr}/big")).send().await.unwrap();
+        let mut read = 0;
+        while let Some(chunk) = response.chunk().await.unwrap() {
+            read += chunk.len();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(read, 1 << 20);
+        // One that stops reading part way is cut (hyper buffers a whole
+        // frame in h2 and ends the body: only pieces leave data waiting).
+        let mut response = slow.get(format!("http://{addr}/big")).send().await.unwrap();
+        assert!(response.chunk().await.unwrap().is_some());
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let rest = async {
+            while response.chunk().await?.is_some() {}
+            Ok::<_, reqwest::Error>(())
+        };
+        let rest = tokio::time::timeout(Duration::from_secs(10), rest).await;
+        assert!(matches!(rest, Ok(Err(_))), "{rest:?}");
+        // And over HTTP/1.1, a whole 1 MiB body still comes as one.
+        let h1 = reqwest::Client::new();
+        let response = h1.get(format!("http://{addr}/big")).send().await.unwrap();
+        assert_eq!(response.content_length(), Some(1 << 20));
+        assert_eq!(response.bytes().await.unwrap().len(), 1 << 20);
     }
 
     #[tokio::test]

@@ -34,6 +34,7 @@ use rustls::pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
+use switchyard_common::connections::Admissions;
 use switchyard_common::tls::{self as shared, CredentialError};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
@@ -318,6 +319,7 @@ impl Authenticator {
         Guard {
             auth: self.clone(),
             service,
+            admissions: None,
         }
     }
 
@@ -446,6 +448,18 @@ impl Authenticator {
 pub struct Guard {
     auth: std::sync::Arc<Authenticator>,
     service: Service,
+    admissions: Option<std::sync::Arc<Admissions>>,
+}
+
+impl Guard {
+    /// Also tells `admissions` that the connection of each request let
+    /// through carried an admitted one (the listener then stops watching
+    /// it; one that carries none in time is closed).
+    #[must_use]
+    pub fn admitting(mut self, admissions: std::sync::Arc<Admissions>) -> Self {
+        self.admissions = Some(admissions);
+        self
+    }
 }
 
 impl tonic::service::Interceptor for Guard {
@@ -456,6 +470,9 @@ impl tonic::service::Interceptor for Guard {
             request.metadata(),
             certs.as_deref().map(Vec::as_slice),
         )?;
+        if let (Some(admissions), Some(peer)) = (&self.admissions, request.remote_addr()) {
+            admissions.admit(peer);
+        }
         match caller {
             Some(c) => {
                 request.extensions_mut().insert(c);
@@ -728,6 +745,45 @@ mod tests {
             "{text}"
         );
     }
+    /// Only a request the guard lets through admits its connection.
+    #[tokio::test]
+    async fn requests_let_through_admit_their_connection() {
+        use tonic::service::Interceptor as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("engine");
+        std::fs::write(&file, "engine-token").unwrap();
+        let config = AuthConfig {
+            required: true,
+            tokens: vec![TokenEntry {
+                name: "engine".into(),
+                role: "engine".into(),
+                token_file: file,
+                servers: vec![],
+            }],
+            mtls: vec![],
+        };
+        let auth = std::sync::Arc::new(Authenticator::load(&config, None).unwrap());
+        let admissions = Admissions::new(std::time::Duration::from_secs(30));
+        let mut guard = auth.guard(Service::Engine).admitting(admissions.clone());
+        let peer: std::net::SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let _watched = admissions.watch(peer);
+        let request = |token: &str| {
+            let mut r = tonic::Request::new(());
+            r.extensions_mut()
+                .insert(tonic::transport::server::TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: Some(peer),
+                });
+            r.metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+            r
+        };
+        assert!(guard.call(request("wrong")).is_err());
+        assert_eq!(admissions.waiting(), 1);
+        assert!(guard.call(request("engine-token")).is_ok());
+        assert_eq!(admissions.waiting(), 0);
+    }
+
     /// A binding holds whatever `required` says: with `required = false`,
     /// a sidecar with no credentials is let in, but may not act for a
     /// server a credential is bound to (it could register as it and get

@@ -370,24 +370,31 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
 
     // Each service behind its authentication guard: the interceptor runs
     // before the request is decoded and refuses it (UNAUTHENTICATED,
-    // PERMISSION_DENIED) without reaching the service.
+    // PERMISSION_DENIED) without reaching the service. A connection must
+    // carry a request a guard lets through within 30 s of being accepted
+    // (`Admissions`): one that sends only refused calls, or nothing after
+    // its TLS handshake, is closed.
+    let admissions = switchyard_common::connections::Admissions::new(
+        switchyard_common::connections::ADMISSION_TIMEOUT,
+    );
+    let guard = |service| auth.guard(service).admitting(admissions.clone());
     let engine = InterceptedService::new(
         EngineServiceServer::new(EngineApi::new(cp.clone()))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE),
-        auth.guard(Service::Engine),
+        guard(Service::Engine),
     );
     let admin = InterceptedService::new(
         AdminServiceServer::new(AdminApi::new(cp.clone()))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE),
-        auth.guard(Service::Admin),
+        guard(Service::Admin),
     );
     let sidecars = InterceptedService::new(
         SidecarRegistryServer::new(SidecarApi::new(cp.clone()))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE),
-        auth.guard(Service::SidecarRegistry),
+        guard(Service::SidecarRegistry),
     );
     // gRPC server reflection (grpc.reflection.v1): the contracts, for
     // grpcurl and other tools; behind the engine API's guard.
@@ -396,7 +403,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             .register_encoded_file_descriptor_set(switchyard_proto::FILE_DESCRIPTOR_SET)
             .build_v1()
             .expect("the compiled descriptors are valid"),
-        auth.guard(Service::Engine),
+        guard(Service::Engine),
     );
     let grpc_connections = cp
         .metrics
@@ -412,6 +419,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         let incoming = grpc_connections.incoming(
             grpc_listener,
             switchyard_common::connections::FIRST_BYTES_TIMEOUT,
+            Some(admissions),
         );
         let result = builder
             .http2_keepalive_interval(Some(Duration::from_secs(10)))

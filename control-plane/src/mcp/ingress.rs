@@ -133,8 +133,18 @@ pub fn authority_as_host(headers: &mut HeaderMap, uri: &axum::http::Uri) -> Resu
         Some(host) if host.as_bytes().eq_ignore_ascii_case(authority.as_bytes()) => Ok(()),
         Some(host) => Err(bad(format!(
             "Host {:?} names another authority than the request's, {authority:?}",
-            host.to_str().unwrap_or("\u{fffd}")
+            text(host)
         ))),
+    }
+}
+
+/// A header's value as text for matching and for messages: as it is when
+/// it is visible ASCII, else with every other byte escaped (`\xc3`), so a
+/// message shows what came and the value matches nothing configured.
+fn text(value: &HeaderValue) -> std::borrow::Cow<'_, str> {
+    match value.to_str() {
+        Ok(s) => s.into(),
+        Err(_) => value.as_bytes().escape_ascii().to_string().into(),
     }
 }
 
@@ -156,7 +166,7 @@ pub fn check_host_and_origin(
                 "no Host header (nor :authority): which host is asked for?".into(),
             ));
         }
-        [one] => one.to_str().unwrap_or("\u{fffd}"),
+        [one] => &text(one),
         _ => return Err(bad("more than one Host header".into())),
     };
     let Some((name, port)) = host_port(host) else {
@@ -181,7 +191,7 @@ pub fn check_host_and_origin(
     match origins.as_slice() {
         [] => Ok(()),
         [origin] => {
-            let origin = origin.to_str().unwrap_or("\u{fffd}");
+            let origin = &text(origin);
             if origin_allowed(origin, config, loopback) {
                 Ok(())
             } else {
@@ -601,6 +611,26 @@ mod tests {
         let ok = |host: &str| check_host_and_origin(&headers(&[("host", host)]), &c, false).is_ok();
         assert!(ok("GW.EXAMPLE.COM:443") && ok("gw.example.com") && ok("api.example.com:443"));
         assert!(!ok("api.example.com:8443") && !ok("gw.example.com:1@evil.example.com"));
+    }
+
+    #[test]
+    fn values_that_are_not_text_are_shown_escaped() {
+        let mut h = headers(&[("host", "localhost")]);
+        h.append(
+            header::ORIGIN,
+            HeaderValue::from_bytes(b"https://b\xc3\xbccher.example").unwrap(),
+        );
+        let e = check_host_and_origin(&h, &McpConfig::default(), true).unwrap_err();
+        assert_eq!(e.status, StatusCode::FORBIDDEN);
+        assert!(e.message.contains(r"b\\xc3\\xbccher"), "{}", e.message);
+        let mut h = HeaderMap::new();
+        h.append(
+            header::HOST,
+            HeaderValue::from_bytes(b"gw\xff.example").unwrap(),
+        );
+        let e = check_host_and_origin(&h, &McpConfig::default(), false).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(e.message.contains(r"gw\\xff.example"), "{}", e.message);
     }
 
     #[test]

@@ -144,8 +144,11 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     // messages, and Nagle would hold back the response frames until the
     // control plane's delayed ACK. Its callers are control plane replicas:
     // a fixed cap on connections.
-    let incoming = Arc::new(ConnectionLimit::new("gRPC", INTERNAL_MAX_CONNECTIONS))
-        .incoming(grpc_listener, FIRST_BYTES_TIMEOUT);
+    let incoming = Arc::new(ConnectionLimit::new("gRPC", INTERNAL_MAX_CONNECTIONS)).incoming(
+        grpc_listener,
+        FIRST_BYTES_TIMEOUT,
+        None,
+    );
     let mut builder = tonic::transport::Server::builder();
     if let Some(identity) = &settings.credentials.identity {
         // TLS on SidecarCalls; with a client CA, only clients with a
