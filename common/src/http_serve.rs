@@ -302,12 +302,8 @@ struct Activity {
     /// Bodies just made, or whose last poll gave a frame: data the
     /// connection has to take next.
     unread: std::sync::atomic::AtomicUsize,
-    /// When a body was last polled, or the first body since then made,
-    /// ms after `start`.
+    /// When a body was last made or polled, ms after `start`.
     taken_ms: std::sync::atomic::AtomicU64,
-    /// A body was made since the last poll of any: the peer asked for an
-    /// answer (even if it then reset its stream) and has taken nothing.
-    asked: std::sync::atomic::AtomicBool,
     start: std::time::Instant,
 }
 
@@ -318,7 +314,6 @@ impl Default for Activity {
             idle_since: std::sync::Mutex::new(std::time::Instant::now()),
             unread: std::sync::atomic::AtomicUsize::new(0),
             taken_ms: std::sync::atomic::AtomicU64::new(0),
-            asked: std::sync::atomic::AtomicBool::new(false),
             start: std::time::Instant::now(),
         }
     }
@@ -343,9 +338,7 @@ impl Activity {
     /// (zero when none waits): an HTTP/2 peer that grants no window, or one
     /// that stopped reading.
     fn unread_for(&self) -> Duration {
-        if self.unread.load(std::sync::atomic::Ordering::Relaxed) == 0
-            && !self.asked.load(std::sync::atomic::Ordering::Relaxed)
-        {
+        if self.unread.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             return Duration::ZERO;
         }
         let taken = Duration::from_millis(self.taken_ms.load(std::sync::atomic::Ordering::Relaxed));
@@ -391,21 +384,13 @@ struct InFlightBody {
 }
 
 impl InFlightBody {
-    /// `body`, with data waiting until its first poll. The connection's
-    /// clock starts now only if nothing was waiting or asked for since the
-    /// last poll: a peer that takes nothing cannot keep its connection by
-    /// asking again (and resetting the streams it asked on).
+    /// `body`, with data waiting until its first poll.
     fn new(body: axum::body::Body, in_flight: InFlight) -> Self {
-        let activity = &in_flight.0;
-        let before = activity
+        in_flight.0.taken();
+        in_flight
+            .0
             .unread
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let asked = activity
-            .asked
-            .swap(true, std::sync::atomic::Ordering::Relaxed);
-        if before == 0 && !asked {
-            activity.taken();
-        }
         InFlightBody {
             body,
             rest: bytes::Bytes::new(),
@@ -450,10 +435,6 @@ impl http_body::Body for InFlightBody {
         use std::task::Poll;
         let this = &mut *self;
         this.in_flight.0.taken();
-        this.in_flight
-            .0
-            .asked
-            .store(false, std::sync::atomic::Ordering::Relaxed);
         if !this.rest.is_empty() {
             let piece = this.piece();
             return Poll::Ready(Some(Ok(http_body::Frame::data(piece))));
