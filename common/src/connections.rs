@@ -28,7 +28,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -235,11 +235,14 @@ pub const ADMISSION_TIMEOUT: Duration = Duration::from_secs(30);
 /// with each request's remote address (tonic's `Request::remote_addr`);
 /// a connection not admitted within the timeout fails its next read
 /// (`TimedOut`), and closes. Once admitted, a connection is no longer
-/// watched.
+/// watched. While no connection waits, [`Admissions::admit`] takes no
+/// lock (one atomic load).
 #[derive(Debug)]
 pub struct Admissions {
     within: Duration,
     waiting: Mutex<std::collections::HashMap<std::net::SocketAddr, Arc<AtomicBool>>>,
+    /// `waiting.len()`, changed only under its lock.
+    count: AtomicUsize,
 }
 
 impl Admissions {
@@ -249,20 +252,27 @@ impl Admissions {
         Arc::new(Admissions {
             within,
             waiting: Mutex::new(std::collections::HashMap::new()),
+            count: AtomicUsize::new(0),
         })
     }
 
     /// The connection from `peer` carried an admitted request.
     pub fn admit(&self, peer: std::net::SocketAddr) {
+        // A connection is watched before it carries any request, so one
+        // that waits is counted before its first request gets here.
+        if self.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(admitted) = waiting.remove(&peer) {
             admitted.store(true, Ordering::Relaxed);
+            self.count.store(waiting.len(), Ordering::Release);
         }
     }
 
     /// Connections accepted and not admitted yet.
     pub fn waiting(&self) -> usize {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.count.load(Ordering::Acquire)
     }
 
     /// Watches the connection from `peer`, accepted now, until the
@@ -270,10 +280,10 @@ impl Admissions {
     /// keeps it with the connection).
     pub fn watch(self: &Arc<Self>, peer: std::net::SocketAddr) -> Admission {
         let admitted = Arc::new(AtomicBool::new(false));
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(peer, admitted.clone());
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.insert(peer, admitted.clone());
+        self.count.store(waiting.len(), Ordering::Release);
+        drop(waiting);
         Admission {
             admitted,
             deadline: Box::pin(tokio::time::sleep(self.within)),
@@ -305,6 +315,9 @@ impl Drop for Admission {
             .is_some_and(|a| Arc::ptr_eq(a, &self.admitted))
         {
             waiting.remove(&self.peer);
+            self.admissions
+                .count
+                .store(waiting.len(), Ordering::Release);
         }
     }
 }

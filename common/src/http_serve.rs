@@ -10,11 +10,13 @@
 //!   forever with a half-sent request or none;
 //! - a write that waits for the peer to read for
 //!   [`crate::connections::WRITE_STALL_TIMEOUT`] fails, closing the
-//!   connection; and so does a connection whose response bodies have data
-//!   the connection has not taken for as long (an HTTP/2 peer that grants
-//!   no flow-control window: then nothing is written, so no write waits).
-//!   Bodies are handed over in pieces of at most [`BODY_PIECE`] bytes, so a
-//!   peer that reads slowly but steadily is not taken for one that stopped;
+//!   connection; and so does a connection with a response body whose data
+//!   it has not taken for as long (an HTTP/2 peer that grants no
+//!   flow-control window: then nothing is written, so no write waits).
+//!   Each body has its own clock, so asking for other answers does not
+//!   keep the connection. Bodies are handed over in pieces of at most
+//!   [`BODY_PIECE`] bytes, so a peer that reads slowly but steadily is not
+//!   taken for one that stopped;
 //! - a connection without a request in flight for [`IDLE_TIMEOUT`] is
 //!   asked to finish (HTTP/2 GOAWAY);
 //! - HTTP/2 connections are pinged every [`HTTP2_KEEP_ALIVE`] and closed
@@ -292,18 +294,19 @@ async fn connection<IO, S>(
     }
 }
 
-/// A connection's requests in flight, and since when it has had none; its
-/// response bodies with data ready that it has not taken, and when it last
-/// took some.
+/// A connection's requests in flight, and since when it has had none; and
+/// for each of its response bodies, since when its data has waited for the
+/// connection to take it.
+///
+/// Each body keeps its own clock: a peer that takes nothing of one answer
+/// cannot keep its connection by asking for new ones (each new answer's
+/// first poll would otherwise count as progress for the connection).
 #[derive(Debug)]
 struct Activity {
     in_flight: std::sync::atomic::AtomicUsize,
     idle_since: std::sync::Mutex<std::time::Instant>,
-    /// Bodies just made, or whose last poll gave a frame: data the
-    /// connection has to take next.
-    unread: std::sync::atomic::AtomicUsize,
-    /// When a body was last made or polled, ms after `start`.
-    taken_ms: std::sync::atomic::AtomicU64,
+    /// One clock per live response body ([`BodyClock`]).
+    bodies: std::sync::Mutex<Vec<Arc<BodyClock>>>,
     start: std::time::Instant,
 }
 
@@ -312,11 +315,20 @@ impl Default for Activity {
         Activity {
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             idle_since: std::sync::Mutex::new(std::time::Instant::now()),
-            unread: std::sync::atomic::AtomicUsize::new(0),
-            taken_ms: std::sync::atomic::AtomicU64::new(0),
+            bodies: std::sync::Mutex::new(Vec::new()),
             start: std::time::Instant::now(),
         }
     }
+}
+
+/// Since when one response body's data has waited to be taken, in ms after
+/// its connection's `Activity::start`, or [`BodyClock::TAKEN`] when none
+/// waits (the body is being polled for more, or has no data ready).
+#[derive(Debug)]
+struct BodyClock(std::sync::atomic::AtomicU64);
+
+impl BodyClock {
+    const TAKEN: u64 = u64::MAX;
 }
 
 impl Activity {
@@ -327,22 +339,45 @@ impl Activity {
         InFlight(this.clone())
     }
 
-    /// A body was made or polled now.
-    fn taken(&self) {
-        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.taken_ms
-            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    /// Now, in ms after `start`.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(BodyClock::TAKEN - 1)
     }
 
-    /// How long response data has waited for the connection to take it
-    /// (zero when none waits): an HTTP/2 peer that grants no window, or one
-    /// that stopped reading.
+    /// A new body's clock, its data waiting from now.
+    fn add_body(&self) -> Arc<BodyClock> {
+        let clock = Arc::new(BodyClock(std::sync::atomic::AtomicU64::new(self.now_ms())));
+        self.bodies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(clock.clone());
+        clock
+    }
+
+    /// A body is gone.
+    fn remove_body(&self, clock: &Arc<BodyClock>) {
+        let mut bodies = self.bodies.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = bodies.iter().position(|c| Arc::ptr_eq(c, clock)) {
+            bodies.swap_remove(i);
+        }
+    }
+
+    /// How long the body whose data has waited longest has waited for the
+    /// connection to take it (zero when none waits): an HTTP/2 peer that
+    /// grants that stream no window, or a peer that stopped reading.
     fn unread_for(&self) -> Duration {
-        if self.unread.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        let oldest = self
+            .bodies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|c| c.0.load(std::sync::atomic::Ordering::Relaxed))
+            .min()
+            .unwrap_or(BodyClock::TAKEN);
+        if oldest == BodyClock::TAKEN {
             return Duration::ZERO;
         }
-        let taken = Duration::from_millis(self.taken_ms.load(std::sync::atomic::Ordering::Relaxed));
-        self.start.elapsed().saturating_sub(taken)
+        Duration::from_millis(self.now_ms().saturating_sub(oldest))
     }
 
     /// How long the connection has had no request in flight (zero while
@@ -373,42 +408,38 @@ impl Drop for InFlight {
 
 /// A response body that keeps its request in flight until it is done or
 /// dropped, hands its data over in pieces of at most [`BODY_PIECE`] bytes,
-/// and tells its connection's [`Activity`] when it has data waiting.
+/// and keeps its clock in its connection's [`Activity`]: data waits from
+/// when the body is made or gives a frame until it is polled again.
 struct InFlightBody {
     body: axum::body::Body,
     /// The rest of a data frame larger than a piece.
     rest: bytes::Bytes,
-    /// Counted in `Activity::unread`.
-    unread: bool,
+    clock: Arc<BodyClock>,
     in_flight: InFlight,
 }
 
 impl InFlightBody {
     /// `body`, with data waiting until its first poll.
     fn new(body: axum::body::Body, in_flight: InFlight) -> Self {
-        in_flight.0.taken();
-        in_flight
-            .0
-            .unread
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let clock = in_flight.0.add_body();
         InFlightBody {
             body,
             rest: bytes::Bytes::new(),
-            unread: true,
+            clock,
             in_flight,
         }
     }
 
-    fn set_unread(&mut self, unread: bool) {
-        if unread != self.unread {
-            self.unread = unread;
-            let count = &self.in_flight.0.unread;
-            if unread {
-                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            } else {
-                count.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
+    /// Data waits from now (`true`), or none does.
+    fn set_waiting(&self, waiting: bool) {
+        let since = if waiting {
+            self.in_flight.0.now_ms()
+        } else {
+            BodyClock::TAKEN
+        };
+        self.clock
+            .0
+            .store(since, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The next piece of `rest`.
@@ -420,7 +451,7 @@ impl InFlightBody {
 
 impl Drop for InFlightBody {
     fn drop(&mut self) {
-        self.set_unread(false);
+        self.in_flight.0.remove_body(&self.clock);
     }
 }
 
@@ -434,13 +465,13 @@ impl http_body::Body for InFlightBody {
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         use std::task::Poll;
         let this = &mut *self;
-        this.in_flight.0.taken();
         if !this.rest.is_empty() {
+            this.set_waiting(true);
             let piece = this.piece();
             return Poll::Ready(Some(Ok(http_body::Frame::data(piece))));
         }
         let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
-        this.set_unread(matches!(polled, Poll::Ready(Some(Ok(_)))));
+        this.set_waiting(matches!(polled, Poll::Ready(Some(Ok(_)))));
         match polled {
             Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                 Ok(data) if data.len() > BODY_PIECE => {
@@ -539,6 +570,22 @@ mod tests {
         (addr, tx, task)
     }
 
+    /// [`server`] with a write stall timeout of 1 s and the others 30 s.
+    async fn stall_server() -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        crate::tls::install_crypto_provider();
+        let limits = Limits {
+            header_read_timeout: Duration::from_secs(30),
+            http2_keep_alive: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(30),
+            write_stall_timeout: Duration::from_secs(1),
+        };
+        server_with(Arc::new(ConnectionLimit::new("test", 8)), limits).await
+    }
+
     fn ticks() -> impl futures::Stream<Item = Result<String, std::io::Error>> {
         futures::stream::unfold(0u32, |n| async move {
             if n == 10 {
@@ -625,15 +672,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_peer_that_takes_no_data_is_cut_but_not_one_reading_slowly() {
-        crate::tls::install_crypto_provider();
-        let limit = Arc::new(ConnectionLimit::new("test", 8));
-        let limits = Limits {
-            header_read_timeout: Duration::from_secs(30),
-            http2_keep_alive: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(30),
-            write_stall_timeout: Duration::from_secs(1),
-        };
-        let (addr, _stop, _task) = server_with(limit.clone(), limits).await;
+        let (addr, _stop, _task) = stall_server().await;
         // An HTTP/2 peer that grants no window: the headers come, no data
         // can; nothing is written, so no write waits. It answers pings.
         let stingy = reqwest::Client::builder()
@@ -688,6 +727,44 @@ mod tests {
         let response = h1.get(format!("http://{addr}/big")).send().await.unwrap();
         assert_eq!(response.content_length(), Some(1 << 20));
         assert_eq!(response.bytes().await.unwrap().len(), 1 << 20);
+    }
+
+    #[tokio::test]
+    async fn a_peer_cannot_keep_a_stalled_answer_by_asking_for_others() {
+        let (addr, _stop, _task) = stall_server().await;
+        // One HTTP/2 connection with 16 KiB stream windows: a stream whose
+        // data the client does not read gets no more window.
+        let client = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .http2_initial_stream_window_size(16 * 1024)
+            .build()
+            .unwrap();
+        let mut stalled = client
+            .get(format!("http://{addr}/big"))
+            .send()
+            .await
+            .unwrap();
+        assert!(stalled.chunk().await.unwrap().is_some());
+        // Small answers, asked for and read in full every 100 ms on the same
+        // connection for four times the stall timeout, do not keep it: the
+        // stalled answer's data has waited too long.
+        let asking = std::time::Instant::now();
+        let mut answered = 0;
+        while asking.elapsed() < Duration::from_secs(4) {
+            if let Ok(answer) = client.get(format!("http://{addr}/")).send().await
+                && answer.text().await.is_ok()
+            {
+                answered += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(answered > 10, "{answered}");
+        let rest = async {
+            while stalled.chunk().await?.is_some() {}
+            Ok::<_, reqwest::Error>(())
+        };
+        let rest = tokio::time::timeout(Duration::from_secs(10), rest).await;
+        assert!(matches!(rest, Ok(Err(_))), "{rest:?}");
     }
 
     #[tokio::test]
