@@ -8,8 +8,13 @@
 //! against `sidecar.client_ca_file` (mTLS). The token lives in memory and
 //! in the sidecar's registration record, never in a log line or an answer.
 //! `sidecar.calls_token_file` fixes it instead (for tools that call
-//! `SidecarCalls` directly).
+//! `SidecarCalls` directly). With [`CallsGuard::admitting`], each request
+//! let through admits its connection: the listener closes one that
+//! carries none within 30 s (only refused calls, or nothing after its TLS
+//! handshake), so strangers cannot hold its places.
 
+use std::sync::Arc;
+use switchyard_common::connections::Admissions;
 use tonic::{Request, Status};
 
 /// The bearer token of this sidecar's run: 32 random bytes, 64 hex digits.
@@ -45,12 +50,25 @@ impl CallToken {
 #[derive(Debug, Clone)]
 pub struct CallsGuard {
     token: CallToken,
+    admissions: Option<Arc<Admissions>>,
 }
 
 impl CallsGuard {
     /// Lets through requests with `token` (or a verified client certificate).
     pub fn new(token: CallToken) -> Self {
-        CallsGuard { token }
+        CallsGuard {
+            token,
+            admissions: None,
+        }
+    }
+
+    /// Also tells `admissions` that the connection of each request let
+    /// through carried an admitted one (the listener then stops watching
+    /// it).
+    #[must_use]
+    pub fn admitting(mut self, admissions: Arc<Admissions>) -> Self {
+        self.admissions = Some(admissions);
+        self
     }
 
     /// The decision for one request: `Ok` with a client certificate the
@@ -99,6 +117,9 @@ fn refuse(why: &str) -> Status {
 impl tonic::service::Interceptor for CallsGuard {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         self.check(&request)?;
+        if let (Some(admissions), Some(peer)) = (&self.admissions, request.remote_addr()) {
+            admissions.admit(peer);
+        }
         Ok(request)
     }
 }
@@ -145,5 +166,32 @@ mod tests {
             assert_eq!(e.code(), tonic::Code::Unauthenticated, "{wrong}");
             assert!(!e.message().contains(token.as_str()), "{e:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn only_a_request_let_through_admits_its_connection() {
+        use tonic::service::Interceptor as _;
+        let token = CallToken::generate();
+        let admissions = Admissions::new(std::time::Duration::from_secs(30));
+        let mut guard = CallsGuard::new(token.clone()).admitting(admissions.clone());
+        let peer: std::net::SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let _watched = admissions.watch(peer);
+        let request = |value: &str| {
+            let mut r = with_auth(value);
+            r.extensions_mut()
+                .insert(tonic::transport::server::TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: Some(peer),
+                });
+            r
+        };
+        assert!(guard.call(request("Bearer wrong")).is_err());
+        assert_eq!(admissions.waiting(), 1);
+        assert!(
+            guard
+                .call(request(&format!("Bearer {}", token.as_str())))
+                .is_ok()
+        );
+        assert_eq!(admissions.waiting(), 0);
     }
 }

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use switchyard_common::audit::Audit;
 use switchyard_common::connections::{
-    ConnectionLimit, FIRST_BYTES_TIMEOUT, INTERNAL_MAX_CONNECTIONS,
+    ADMISSION_TIMEOUT, Admissions, ConnectionLimit, FIRST_BYTES_TIMEOUT, INTERNAL_MAX_CONNECTIONS,
 };
 use switchyard_common::server_spec::AuthKind;
 use tokio::net::TcpListener;
@@ -143,11 +143,14 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     // TCP_NODELAY on the accepted sockets: calls are small request/response
     // messages, and Nagle would hold back the response frames until the
     // control plane's delayed ACK. Its callers are control plane replicas:
-    // a fixed cap on connections.
+    // a fixed cap on connections. A connection must carry a call the guard
+    // lets through within 30 s of being accepted (`Admissions`), so
+    // strangers cannot hold the places the control plane needs.
+    let admissions = Admissions::new(ADMISSION_TIMEOUT);
     let incoming = Arc::new(ConnectionLimit::new("gRPC", INTERNAL_MAX_CONNECTIONS)).incoming(
         grpc_listener,
         FIRST_BYTES_TIMEOUT,
-        None,
+        Some(admissions.clone()),
     );
     let mut builder = tonic::transport::Server::builder();
     if let Some(identity) = &settings.credentials.identity {
@@ -184,7 +187,8 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
             // Only the control plane (its token, or mTLS) gets in.
             .add_service(tonic::service::interceptor::InterceptedService::new(
                 service.into_server(),
-                crate::guard::CallsGuard::new(control_settings.call_token.clone()),
+                crate::guard::CallsGuard::new(control_settings.call_token.clone())
+                    .admitting(admissions),
             ))
             .serve_with_incoming_shutdown(incoming, async move { grpc_stop.cancelled().await }),
     );
