@@ -410,6 +410,14 @@ impl<IO> Accepted<IO> {
         self
     }
 
+    /// Closed unless admitted in time (`admission`, from
+    /// [`Admissions::watch`]; `None`: not watched).
+    #[must_use]
+    pub fn with_admission(mut self, admission: Option<Admission>) -> Self {
+        self.admission = admission;
+        self
+    }
+
     /// `polled`, a write's poll, failed once it has waited for the peer
     /// for the write timeout.
     fn stall<T>(

@@ -32,11 +32,13 @@
 //!   ([`crate::connections`]).
 //!
 //! HTTP/1.1 and HTTP/2 (prior knowledge; by ALPN over TLS) are both
-//! served, in clear text or over TLS ([`serve_tls`]). On shutdown the
+//! served, in clear text or over TLS ([`serve_tls`]). [`serve_grpc`]
+//! serves gRPC services the same way, HTTP/2 only, with tonic's connection
+//! info in each request and, optionally, [`Admissions`]. On shutdown the
 //! listener closes, every connection is asked to finish gracefully, and
 //! [`serve`] returns once they have.
 
-use crate::connections::{ConnectionLimit, accept_with_peer, first_bytes};
+use crate::connections::{Admissions, ConnectionLimit, accept_with_peer, first_bytes};
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -46,6 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
 
 /// How long a request's header block may take to arrive, and how long a
 /// kept-alive HTTP/1.1 connection may stay silent.
@@ -109,7 +112,15 @@ pub async fn serve_with(
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    serve_inner(listener, app, connections, limits, None, shutdown).await;
+    serve_inner(
+        listener,
+        app,
+        connections,
+        limits,
+        Mode::default(),
+        shutdown,
+    )
+    .await;
 }
 
 /// [`serve`] over TLS with `tls` (HTTP/2 and HTTP/1.1 by ALPN): a
@@ -122,27 +133,116 @@ pub async fn serve_tls(
     tls: Arc<rustls::ServerConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let mode = Mode {
+        tls: Some(tokio_rustls::TlsAcceptor::from(tls)),
+        grpc: None,
+    };
     serve_inner(
         listener,
         app,
         connections,
         Limits::default(),
-        Some(acceptor),
+        mode,
         shutdown,
     )
     .await;
 }
 
+/// [`serve_with`] for gRPC services (tonic's `Routes::into_axum_router`):
+/// HTTP/2 only, over TLS with `tls` when given (its ALPN should offer
+/// `h2` only; [`crate::tls::PemIdentity::grpc_server_config`]), and each
+/// request carries tonic's connection info (`TcpConnectInfo`, over TLS
+/// `TlsConnectInfo<TcpConnectInfo>`), so `tonic::Request::remote_addr`
+/// and `peer_certs` answer as under tonic's own server. With
+/// `admissions`, a connection must also carry a request its guard admits
+/// in time ([`Admissions`]).
+pub async fn serve_grpc(
+    listener: TcpListener,
+    app: axum::Router,
+    connections: Arc<ConnectionLimit>,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    admissions: Option<Arc<Admissions>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let mode = Mode {
+        tls: tls.map(tokio_rustls::TlsAcceptor::from),
+        grpc: Some(Grpc { admissions }),
+    };
+    serve_inner(listener, app, connections, limits, mode, shutdown).await;
+}
+
 /// How long a TLS handshake may take.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a listener serves, beyond its [`Limits`].
+#[derive(Clone, Default)]
+struct Mode {
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    /// A gRPC listener ([`serve_grpc`]).
+    grpc: Option<Grpc>,
+}
+
+#[derive(Clone)]
+struct Grpc {
+    admissions: Option<Arc<Admissions>>,
+}
+
+/// tonic's view of a connection, put in each of its requests.
+#[derive(Clone)]
+enum TonicInfo {
+    Tcp(TcpConnectInfo),
+    Tls(TlsConnectInfo<TcpConnectInfo>),
+}
+
+/// The service serving one connection's requests: each carries the
+/// client's address (and tonic's connection info for a gRPC listener), and
+/// counts as in flight until its response body is done (for the idle
+/// timeout).
+fn connection_service(
+    app: axum::Router,
+    peer: std::net::SocketAddr,
+    tonic: Option<TonicInfo>,
+    activity: Arc<Activity>,
+) -> impl hyper::service::Service<
+    http::Request<hyper::body::Incoming>,
+    Response = http::Response<axum::body::Body>,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<http::Response<axum::body::Body>, std::convert::Infallible>>
+             + Send
+             + 'static,
+> + Clone
++ Send
++ 'static {
+    let service = tower::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        match &tonic {
+            Some(TonicInfo::Tcp(info)) => {
+                req.extensions_mut().insert(info.clone());
+            }
+            Some(TonicInfo::Tls(info)) => {
+                req.extensions_mut().insert(info.clone());
+            }
+            None => {}
+        }
+        let in_flight = Activity::enter(&activity);
+        let answer = tower::ServiceExt::oneshot(app.clone(), req);
+        async move {
+            let response = answer.await?;
+            Ok::<_, std::convert::Infallible>(
+                response.map(|body| axum::body::Body::new(InFlightBody::new(body, in_flight))),
+            )
+        }
+    });
+    TowerToHyperService::new(service)
+}
 
 async fn serve_inner(
     listener: TcpListener,
     app: axum::Router,
     connections: Arc<ConnectionLimit>,
     limits: Limits,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    mode: Mode,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let what = connections.what();
@@ -162,29 +262,19 @@ async fn serve_inner(
             permit = connections.acquire() => permit,
             () = &mut shutdown => break,
         };
-        // Each request carries the client's address, and counts as in
-        // flight until its response body is done (for the idle timeout).
         let activity = Arc::new(Activity::default());
-        let service = {
-            let (app, activity) = (app.clone(), activity.clone());
-            tower::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(peer));
-                let in_flight = Activity::enter(&activity);
-                let answer = tower::ServiceExt::oneshot(app.clone(), req);
-                async move {
-                    let response = answer.await?;
-                    Ok::<_, std::convert::Infallible>(
-                        response
-                            .map(|body| axum::body::Body::new(InFlightBody::new(body, in_flight))),
-                    )
-                }
-            })
-        };
         let stop = stop_rx.clone();
         let done = done_rx.clone();
-        let tls = tls.clone();
+        let (app, mode) = (app.clone(), mode.clone());
+        let http2_only = mode.grpc.is_some();
+        // Watched from now: admitted by the first request its guard lets
+        // through.
+        let admission = mode
+            .grpc
+            .as_ref()
+            .and_then(|g| g.admissions.as_ref())
+            .map(|a| a.watch(peer));
         tokio::spawn(async move {
-            let service = TowerToHyperService::new(service);
             // The first bytes of a request (or of the HTTP/2 preface) within
             // the header timeout, over TLS after its handshake: hyper does
             // not time the preface, so a silent connection would keep its
@@ -194,23 +284,45 @@ async fn serve_inner(
                 tracing::debug!(listener = what, %peer, error = %e, "connection closed before its first request");
             };
             let stall = limits.write_stall_timeout;
-            match tls {
-                None => match first_bytes(tcp, within).await {
-                    Ok(io) => {
-                        let io = io.with_write_timeout(stall);
-                        connection(io, service, limits, activity, stop, what).await;
+            let serve = ConnectionOptions {
+                limits,
+                http2_only,
+                what,
+            };
+            match mode.tls {
+                None => {
+                    let tonic = mode.grpc.is_some().then(|| {
+                        TonicInfo::Tcp(TcpConnectInfo {
+                            local_addr: tcp.local_addr().ok(),
+                            remote_addr: Some(peer),
+                        })
+                    });
+                    match first_bytes(tcp, within).await {
+                        Ok(io) => {
+                            let io = io.with_write_timeout(stall).with_admission(admission);
+                            let service = connection_service(app, peer, tonic, activity.clone());
+                            connection(io, service, serve, activity, stop).await;
+                        }
+                        Err(e) => closed(e),
                     }
-                    Err(e) => closed(e),
-                },
+                }
                 Some(acceptor) => {
                     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => match first_bytes(stream, within).await {
-                            Ok(io) => {
-                                let io = io.with_write_timeout(stall);
-                                connection(io, service, limits, activity, stop, what).await;
+                        Ok(Ok(stream)) => {
+                            let tonic = mode
+                                .grpc
+                                .is_some()
+                                .then(|| TonicInfo::Tls(stream.connect_info()));
+                            match first_bytes(stream, within).await {
+                                Ok(io) => {
+                                    let io = io.with_write_timeout(stall).with_admission(admission);
+                                    let service =
+                                        connection_service(app, peer, tonic, activity.clone());
+                                    connection(io, service, serve, activity, stop).await;
+                                }
+                                Err(e) => closed(e),
                             }
-                            Err(e) => closed(e),
-                        },
+                        }
                         Ok(Err(e)) => {
                             tracing::debug!(listener = what, %peer, error = %e, "TLS handshake failed");
                         }
@@ -229,6 +341,16 @@ async fn serve_inner(
     done_tx.closed().await;
 }
 
+/// How [`connection`] serves.
+#[derive(Clone, Copy)]
+struct ConnectionOptions {
+    limits: Limits,
+    /// HTTP/2 only (gRPC).
+    http2_only: bool,
+    /// The listener, for logs.
+    what: &'static str,
+}
+
 /// Serves one connection until it ends, finishing gracefully once `stop`
 /// changes or it has been idle for `limits.idle_timeout` (`activity`), and
 /// closing it at once when its response data has waited for the peer for
@@ -236,10 +358,9 @@ async fn serve_inner(
 async fn connection<IO, S>(
     io: IO,
     service: S,
-    limits: Limits,
+    options: ConnectionOptions,
     activity: Arc<Activity>,
     mut stop: watch::Receiver<()>,
-    what: &'static str,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     S: hyper::service::Service<
@@ -251,7 +372,15 @@ async fn connection<IO, S>(
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let ConnectionOptions {
+        limits,
+        http2_only,
+        what,
+    } = options;
     let mut builder = Builder::new(TokioExecutor::new());
+    if http2_only {
+        builder = builder.http2_only();
+    }
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -261,7 +390,8 @@ async fn connection<IO, S>(
         .timer(TokioTimer::new())
         .keep_alive_interval(limits.http2_keep_alive)
         .keep_alive_timeout(limits.http2_keep_alive);
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    // No upgrades (nothing served needs one), so `http2_only` holds.
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
     let mut stopping = false;
     let mut check = tokio::time::interval(limits.idle_timeout.min(limits.write_stall_timeout) / 4);
@@ -765,6 +895,105 @@ mod tests {
         };
         let rest = tokio::time::timeout(Duration::from_secs(10), rest).await;
         assert!(matches!(rest, Ok(Err(_))), "{rest:?}");
+    }
+
+    #[tokio::test]
+    async fn grpc_requests_carry_tonic_connection_info_over_http2_only() {
+        use switchyard_test_support::pki::TestPki;
+        crate::tls::install_crypto_provider();
+        // Answers what tonic's `Request::remote_addr` and `peer_certs` read.
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::get(|req: http::Request<axum::body::Body>| async move {
+                let tcp = req
+                    .extensions()
+                    .get::<TcpConnectInfo>()
+                    .and_then(|i| i.remote_addr());
+                let tls = req
+                    .extensions()
+                    .get::<TlsConnectInfo<TcpConnectInfo>>()
+                    .map(|i| {
+                        let certs = i.peer_certs().map_or(0, |c| c.len());
+                        (i.get_ref().remote_addr(), certs)
+                    });
+                format!("{tcp:?} {tls:?}")
+            }),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let pki = TestPki::new(dir.path(), "grpc");
+        let leaf = pki.leaf("server", &[]);
+        let identity =
+            crate::tls::load_identity("cert", &leaf.cert_file, "key", &leaf.key_file).unwrap();
+        let ca = std::fs::read(&pki.ca_file).unwrap();
+        let start = |tls: Option<Arc<rustls::ServerConfig>>| {
+            let app = app.clone();
+            async move {
+                let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let addr = listener.local_addr().unwrap();
+                let limit = Arc::new(ConnectionLimit::new("test", 8));
+                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                tokio::spawn(serve_grpc(
+                    listener,
+                    app,
+                    limit,
+                    Limits::default(),
+                    tls,
+                    None,
+                    async move {
+                        let _ = rx.await;
+                    },
+                ));
+                (addr, tx)
+            }
+        };
+
+        // In clear text: `TcpConnectInfo` with the client's address.
+        let (addr, _stop) = start(None).await;
+        let h2 = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .unwrap();
+        let answer = h2.get(format!("http://{addr}/")).send().await.unwrap();
+        let text = answer.text().await.unwrap();
+        assert!(
+            text.starts_with("Some(127.0.0.1:") && text.ends_with(" None"),
+            "{text}"
+        );
+        // HTTP/1.1 is not served.
+        let h1 = reqwest::Client::new();
+        assert!(h1.get(format!("http://{addr}/")).send().await.is_err());
+
+        // Over TLS with a client CA: `TlsConnectInfo` with the client's
+        // address and the certificate it presented, or none.
+        let config = identity.grpc_server_config(Some(&ca), false).unwrap();
+        assert_eq!(config.alpn_protocols, vec![b"h2".to_vec()]);
+        let (addr, _stop) = start(Some(config)).await;
+        let client_leaf = pki.leaf("engine", &[]);
+        let mut pem = std::fs::read(&client_leaf.cert_file).unwrap();
+        pem.extend(std::fs::read(&client_leaf.key_file).unwrap());
+        let root = reqwest::Certificate::from_pem(&ca).unwrap();
+        let with_cert = reqwest::Client::builder()
+            .tls_certs_only([root.clone()])
+            .identity(reqwest::Identity::from_pem(&pem).unwrap())
+            .build()
+            .unwrap();
+        let url = format!("https://localhost:{}/", addr.port());
+        let get = |client: reqwest::Client| {
+            let url = url.clone();
+            async move {
+                let answer = client.get(url).send().await.unwrap();
+                answer.text().await.unwrap()
+            }
+        };
+        let text = get(with_cert).await;
+        assert!(text.starts_with("None Some((Some(127.0.0.1:"), "{text}");
+        assert!(text.ends_with(", 1))"), "{text}");
+        let without = reqwest::Client::builder()
+            .tls_certs_only([root])
+            .build()
+            .unwrap();
+        let text = get(without).await;
+        assert!(text.ends_with(", 0))"), "{text}");
     }
 
     #[tokio::test]

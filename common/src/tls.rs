@@ -178,17 +178,65 @@ impl PemIdentity {
     /// built otherwise).
     pub fn http_server_config(&self) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
         install_crypto_provider();
-        let certs = CertificateDer::pem_slice_iter(&self.cert_pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("the certificate: {e}"))?;
-        let key = PrivateKeyDer::from_pem_slice(&self.key_pem)
-            .map_err(|e| format!("the private key: {e}"))?;
+        let (certs, key) = self.parsed()?;
         let mut config = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(certs, key)
             .map_err(|e| e.to_string())?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(std::sync::Arc::new(config))
+    }
+
+    /// A rustls server configuration for a gRPC listener
+    /// (`crate::http_serve::serve_grpc`) presenting this identity, as
+    /// tonic's `ServerTlsConfig` builds one: ALPN `h2` only; with
+    /// `client_ca` (PEM), a client certificate must chain to one of its
+    /// certificates, and a client must present one when
+    /// `client_cert_required` (otherwise it may present none). Errors: a
+    /// PEM that does not parse, or a CA file with no usable certificate.
+    pub fn grpc_server_config(
+        &self,
+        client_ca: Option<&[u8]>,
+        client_cert_required: bool,
+    ) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+        install_crypto_provider();
+        let (certs, key) = self.parsed()?;
+        let builder = rustls::ServerConfig::builder();
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(pem) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert = cert.map_err(|e| format!("the client CA: {e}"))?;
+                    roots.add(cert).map_err(|e| format!("the client CA: {e}"))?;
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder(roots.into());
+                let verifier = if client_cert_required {
+                    verifier
+                } else {
+                    verifier.allow_unauthenticated()
+                };
+                let verifier = verifier
+                    .build()
+                    .map_err(|e| format!("the client CA: {e}"))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
+            .with_single_cert(certs, key)
+            .map_err(|e| e.to_string())?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(std::sync::Arc::new(config))
+    }
+
+    /// The certificate chain and the key.
+    fn parsed(&self) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+        let certs = CertificateDer::pem_slice_iter(&self.cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("the certificate: {e}"))?;
+        let key = PrivateKeyDer::from_pem_slice(&self.key_pem)
+            .map_err(|e| format!("the private key: {e}"))?;
+        Ok((certs, key))
     }
 }
 

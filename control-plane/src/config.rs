@@ -88,6 +88,12 @@ pub struct ControlPlaneConfig {
     /// until one closes (`switchyard_common::connections`).
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// How long a gRPC connection without a call or stream in flight stays
+    /// open, seconds (default 120, 1 to 86400); it is then asked to finish
+    /// (HTTP/2 GOAWAY) and closes, and its client opens a new one for its
+    /// next call. Reclaims the connections clients forgot.
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_sec: u64,
 }
 
 impl Default for ControlPlaneConfig {
@@ -99,8 +105,13 @@ impl Default for ControlPlaneConfig {
             call_timeout_sec: default_call_timeout(),
             prune_config_servers: false,
             max_connections: default_max_connections(),
+            idle_timeout_sec: default_idle_timeout(),
         }
     }
+}
+
+fn default_idle_timeout() -> u64 {
+    switchyard_common::http_serve::IDLE_TIMEOUT.as_secs()
 }
 
 /// `[store]`: the embedded store unless `etcd_endpoints` is set.
@@ -823,6 +834,12 @@ impl Config {
                 return Err((key.into(), "must be between 1 and 1000000".into()));
             }
         }
+        if !(1..=86400).contains(&self.control_plane.idle_timeout_sec) {
+            return Err((
+                "control_plane.idle_timeout_sec".into(),
+                "must be between 1 and 86400 (a day)".into(),
+            ));
+        }
         if !(1..=7 * 24 * 3600).contains(&self.limits.interaction_timeout_sec) {
             return Err((
                 "limits.interactionTimeoutSec".into(),
@@ -1421,6 +1438,25 @@ mod tests {
             Config::parse("[mcp]\nlisten_on = \"x\"\n").unwrap_err(),
             ConfigFileError::Parse { .. }
         ));
+    }
+
+    #[test]
+    fn grpc_idle_timeout() {
+        assert_eq!(Config::default().control_plane.idle_timeout_sec, 120);
+        for n in [1, 30, 86400] {
+            let c = Config::parse(&format!("[control_plane]\nidle_timeout_sec = {n}\n")).unwrap();
+            assert_eq!(c.control_plane.idle_timeout_sec, n);
+        }
+        for n in [0, 86401] {
+            match Config::parse(&format!("[control_plane]\nidle_timeout_sec = {n}\n")).unwrap_err()
+            {
+                ConfigFileError::Invalid { key, problem, .. } => {
+                    assert_eq!(key, "control_plane.idle_timeout_sec");
+                    assert!(problem.contains("between 1 and 86400"), "{problem}");
+                }
+                other => panic!("{n}: {other}"),
+            }
+        }
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub enum StartError {
     OAuth(String),
     /// rustls refused the TLS configuration.
     #[error("tls: cannot set up TLS on the gRPC listener: {0}")]
-    Tls(#[source] tonic::transport::Error),
+    Tls(String),
     /// rustls refused the MCP endpoint's TLS configuration (`[mcp] tls`).
     #[error("mcp.tls: cannot set up TLS on the MCP endpoint: {0}")]
     McpTls(String),
@@ -210,10 +210,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         (true, Some(identity)) => Some(identity.http_server_config().map_err(StartError::McpTls)?),
         _ => None,
     };
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(server_tls) = tls.server() {
-        builder = builder.tls_config(server_tls).map_err(StartError::Tls)?;
-    }
+    let grpc_tls = tls.server().map_err(StartError::Tls)?;
     // The one store every component shares, counted in the store metrics.
     let store = Metered::new(open_store(config).await?, metrics.clone());
     // Servers' secret header and environment values are stored sealed.
@@ -408,34 +405,32 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     let grpc_connections = cp
         .metrics
         .listener("grpc", config.control_plane.max_connections);
-    let stop = shutdown.clone();
-    let grpc = tokio::spawn(async move {
-        // `Server::tcp_nodelay` only applies to sockets tonic accepts itself,
-        // not to an `incoming` stream: set it on the accepted sockets here.
-        // Without it, Nagle holds back the small response frames (headers,
-        // data and trailers go out in separate writes) until the peer's
-        // delayed ACK, up to 40 ms.
-        // At most `control_plane.max_connections` at once.
-        let incoming = grpc_connections.incoming(
-            grpc_listener,
-            switchyard_common::connections::FIRST_BYTES_TIMEOUT,
-            Some(admissions),
-        );
-        let result = builder
-            .http2_keepalive_interval(Some(Duration::from_secs(10)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            // A handler that panics answers its request INTERNAL.
-            .layer(switchyard_proto::panics::layer("control plane"))
-            .add_service(engine)
-            .add_service(admin)
-            .add_service(sidecars)
-            .add_service(reflection)
-            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-            .await;
-        if let Err(e) = result {
-            tracing::error!(error = %e, "gRPC server failed");
-        }
-    });
+    let grpc_app = tonic::service::Routes::new(engine)
+        .add_service(admin)
+        .add_service(sidecars)
+        .add_service(reflection)
+        .into_axum_router()
+        // A handler that panics answers its request INTERNAL.
+        .layer(switchyard_proto::panics::layer("control plane"));
+    // Served as the HTTP listeners are (`http_serve`): at most
+    // `control_plane.max_connections` at once, HTTP/2 only, first bytes
+    // within 30 s, a connection without a call in flight for
+    // `control_plane.idle_timeout_sec` asked to finish (GOAWAY), one whose
+    // peer takes no answer data for 60 s closed; pinged every 10 s.
+    let grpc_limits = switchyard_common::http_serve::Limits {
+        http2_keep_alive: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(config.control_plane.idle_timeout_sec),
+        ..Default::default()
+    };
+    let grpc = tokio::spawn(switchyard_common::http_serve::serve_grpc(
+        grpc_listener,
+        grpc_app,
+        grpc_connections,
+        grpc_limits,
+        grpc_tls,
+        Some(admissions),
+        shutdown.clone().cancelled_owned(),
+    ));
     // The MCP endpoint stops with the gRPC server: it stops accepting,
     // and the requests in flight get the same grace.
     let mcp = mcp_listener.map(|listener| {

@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use switchyard_common::tls::{self as shared, CredentialError, PemIdentity};
-use tonic::transport::{Certificate, ClientTlsConfig, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig};
 
 /// `[tls]`: TLS (rustls, ring) on the gRPC listener when `cert_file` and
 /// `key_file` are set, optionally verifying client certificates (mTLS);
@@ -92,17 +92,13 @@ impl TlsMaterial {
     /// With a client CA, presented client certificates are verified (and
     /// then available to [`crate::auth`]); without `require_client_cert`,
     /// clients without one still complete the handshake.
-    pub fn server(&self) -> Option<ServerTlsConfig> {
-        let identity = self.identity.as_ref()?;
-        let mut tls = ServerTlsConfig::new()
-            .identity(identity.to_tonic())
-            .timeout(std::time::Duration::from_secs(10));
-        if let Some(ca) = &self.client_ca {
-            tls = tls
-                .client_ca_root(Certificate::from_pem(ca))
-                .client_auth_optional(!self.require_client_cert);
-        }
-        Some(tls)
+    pub fn server(&self) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, String> {
+        let Some(identity) = self.identity.as_ref() else {
+            return Ok(None);
+        };
+        identity
+            .grpc_server_config(self.client_ca.as_deref(), self.require_client_cert)
+            .map(Some)
     }
 
     /// The TLS configuration for calls to `https://` sidecars; `None`

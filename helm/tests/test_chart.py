@@ -573,9 +573,10 @@ class Render(unittest.TestCase):
         """controlPlane.mcp.enabled: the [mcp] table with every value, a
         container and Service port named mcp, a NetworkPolicy rule from
         networkPolicy.mcpFrom, and the endpoint in NOTES.txt;
-        controlPlane.maxConnections is control_plane.max_connections."""
+        controlPlane.maxConnections is control_plane.max_connections, and
+        controlPlane.idleTimeoutSec is control_plane.idle_timeout_sec."""
         config = cp_config("mcp")
-        self.assertIn("prune_config_servers = false\nmax_connections = 2048\n", config)
+        self.assertIn("prune_config_servers = false\nmax_connections = 2048\nidle_timeout_sec = 300\n", config)
         self.assertIn('[mcp]\nlisten = "0.0.0.0:8701"\ntls = false\n'
                       'allowed_origins = ["https://inspector.example.com","http://localhost:6274"]\n'
                       'allowed_hosts = ["switchyard.switchyard.svc","mcp.example.com","127.0.0.1:8701"]\n'
@@ -624,7 +625,7 @@ class Render(unittest.TestCase):
         for value_set in ["defaults", "etcd-bundled", "tls"]:
             with self.subTest(value_set=value_set):
                 self.assertNotIn("[mcp]", cp_config(value_set))
-                self.assertIn("max_connections = 4096\n", cp_config(value_set))
+                self.assertIn("max_connections = 4096\nidle_timeout_sec = 120\n", cp_config(value_set))
                 (container,) = one(value_set, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
                 self.assertEqual([p["name"] for p in container["ports"]], ["grpc", "metrics"])
                 self.assertEqual([p["name"] for p in one(value_set, "Service", RELEASE)["spec"]["ports"]],
@@ -788,6 +789,8 @@ class Render(unittest.TestCase):
             ({"controlPlane": {"mcp": {"requestStateTtlSec": 86401}}}, "at '/controlPlane/mcp/requestStateTtlSec'"),
             ({"controlPlane": {"mcp": {"maxConnections": 0}}}, "at '/controlPlane/mcp/maxConnections'"),
             ({"controlPlane": {"maxConnections": 1000001}}, "at '/controlPlane/maxConnections'"),
+            ({"controlPlane": {"idleTimeoutSec": 0}}, "at '/controlPlane/idleTimeoutSec'"),
+            ({"controlPlane": {"idleTimeoutSec": 86401}}, "at '/controlPlane/idleTimeoutSec'"),
             ({"controlPlane": {"mcp": {"allowedOrigins": ["https://x.example/app"]}}},
              "at '/controlPlane/mcp/allowedOrigins/0'"),
             ({"controlPlane": {"mcp": {"allowedOrigins": ["x.example"]}}}, "at '/controlPlane/mcp/allowedOrigins/0'"),

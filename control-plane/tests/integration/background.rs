@@ -1491,18 +1491,7 @@ async fn tasks_of_a_killed_sidecar_are_adopted_and_complete() {
 }
 
 async fn create_session_all(endpoint: &str) -> String {
-    engine(endpoint)
-        .await
-        .unwrap()
-        .create_session(pb::CreateSessionRequest {
-            enabled_servers: vec![],
-            permission_mode: pb::PermissionMode::Auto as i32,
-            roots: vec![],
-        })
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .id
+    auto_session(&mut engine(endpoint).await.unwrap(), &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

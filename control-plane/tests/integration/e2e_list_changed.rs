@@ -64,16 +64,7 @@ async fn a_tool_removed_by_the_server_is_not_found() {
     }
     // Within a session, a 2025-11-25 HTTP call runs on the session's own
     // connection, and the server tells that connection of the change.
-    let session = engine
-        .create_session(pb::CreateSessionRequest {
-            enabled_servers: vec![],
-            permission_mode: pb::PermissionMode::Auto as i32,
-            roots: vec![],
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let session = auto_session(&mut engine, &[]).await;
     appears_then_is_not_found(&mut engine, "legacyhttp", &session).await;
 
     // An HTTP server that restarts, now without the stage-A tools: the

@@ -146,18 +146,7 @@ async fn wait_sidecars(endpoint: &str, want: &[&str], limit: Duration) {
 }
 
 async fn create_session(endpoint: &str) -> String {
-    engine(endpoint)
-        .await
-        .expect("engine")
-        .create_session(pb::CreateSessionRequest {
-            enabled_servers: vec!["orders".into()],
-            permission_mode: pb::PermissionMode::Auto as i32,
-            roots: vec![],
-        })
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .id
+    auto_session(&mut engine(endpoint).await.expect("engine"), &["orders"]).await
 }
 
 /// Lists the session's tools and calls `orders__get_order` in it.

@@ -30,6 +30,7 @@ mod e2e_cli;
 mod e2e_config;
 mod e2e_elicitation;
 mod e2e_engines;
+mod e2e_grpc_idle;
 mod e2e_hints_push;
 mod e2e_list_changed;
 mod e2e_mcp_endpoint;

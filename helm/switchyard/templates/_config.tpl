@@ -9,6 +9,7 @@ sidecar_lease_ttl_sec = {{ int64 .Values.controlPlane.sidecarLeaseTtlSec }}
 call_timeout_sec = {{ int64 .Values.controlPlane.callTimeoutSec }}
 prune_config_servers = {{ .Values.controlPlane.pruneConfigServers }}
 max_connections = {{ int64 .Values.controlPlane.maxConnections }}
+idle_timeout_sec = {{ int64 .Values.controlPlane.idleTimeoutSec }}
 
 [runtime]
 worker_threads = {{ int64 .Values.controlPlane.workerThreads }}

@@ -3,7 +3,7 @@
 //! (`background`, `background_bad_input`): a replica on a config with one
 //! fake server, and clients for its engine and sidecar APIs.
 
-use super::{LIMIT, StoreKind, config_text, engine};
+use super::{LIMIT, StoreKind, auto_session, config_text, engine};
 use serde_json::Value;
 use std::path::Path;
 use switchyard_control_plane::config::Config;
@@ -51,18 +51,7 @@ pub async fn registry(endpoint: &str) -> SidecarRegistryClient<tonic::transport:
 
 /// A session enabling `fake`, in `auto` mode.
 pub async fn create_session(endpoint: &str) -> String {
-    engine(endpoint)
-        .await
-        .unwrap()
-        .create_session(pb::CreateSessionRequest {
-            enabled_servers: vec!["fake".into()],
-            permission_mode: pb::PermissionMode::Auto as i32,
-            roots: vec![],
-        })
-        .await
-        .expect("CreateSession")
-        .into_inner()
-        .id
+    auto_session(&mut engine(endpoint).await.unwrap(), &["fake"]).await
 }
 
 /// The session's events, replaying finished calls after `after_ms`.

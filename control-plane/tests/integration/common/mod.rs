@@ -128,6 +128,18 @@ pub fn config_text(
     lease_ttl: u64,
     servers: &str,
 ) -> (String, u16, u16) {
+    config_text_with(dir, store, lease_ttl, "", servers)
+}
+
+/// [`config_text`] with `control_plane` (lines of `key = value`) added to
+/// its `[control_plane]` table.
+pub fn config_text_with(
+    dir: &Path,
+    store: &StoreKind,
+    lease_ttl: u64,
+    control_plane: &str,
+    servers: &str,
+) -> (String, u16, u16) {
     let (grpc, http) = (free_port(), free_port());
     let store = match store {
         StoreKind::Embedded => format!(
@@ -137,9 +149,21 @@ pub fn config_text(
         StoreKind::Etcd(url) => format!("etcd_endpoints = [{}]", toml_str(url)),
     };
     let text = format!(
-        "[control_plane]\nlisten = \"127.0.0.1:{grpc}\"\nhttp_listen = \"127.0.0.1:{http}\"\nsidecar_lease_ttl_sec = {lease_ttl}\n\n[store]\n{store}\n{servers}"
+        "[control_plane]\nlisten = \"127.0.0.1:{grpc}\"\nhttp_listen = \"127.0.0.1:{http}\"\nsidecar_lease_ttl_sec = {lease_ttl}\n{control_plane}\n[store]\n{store}\n{servers}"
     );
     (text, grpc, http)
+}
+
+/// What a [`Gateway`]'s config holds.
+struct Setup<'a> {
+    store: StoreKind,
+    lease_ttl: u64,
+    /// Lines of `key = value` added to `[control_plane]`.
+    control_plane: &'a str,
+    /// `[[servers]]` tables.
+    servers: &'a str,
+    /// More TOML tables.
+    extra: &'a str,
 }
 
 /// `switchyard up` with the quickstart's three servers.
@@ -177,6 +201,26 @@ impl Gateway {
         Gateway::start_with(StoreKind::Embedded, 10, http, &servers, extra, &[], &[name]).await
     }
 
+    /// [`Gateway::start_stdio`] with `control_plane` (lines of `key =
+    /// value`) added to the `[control_plane]` table.
+    pub async fn start_stdio_configured(
+        name: &str,
+        command: &Path,
+        args: &[&str],
+        control_plane: &str,
+    ) -> Gateway {
+        let http = start_http_reference_server().await;
+        let servers = stdio_server_toml(name, command, args);
+        let setup = Setup {
+            store: StoreKind::Embedded,
+            lease_ttl: 10,
+            control_plane,
+            servers: &servers,
+            extra: "",
+        };
+        Gateway::start_setup(setup, http, &[], &[name]).await
+    }
+
     /// Starts `up` on a config of `servers` (`[[servers]]` tables) plus
     /// `extra` (more TOML tables, e.g. `[backgroundCalls]`), with `env`
     /// added to `up`'s environment (its sidecars inherit it), and waits
@@ -191,12 +235,37 @@ impl Gateway {
         env: &[(&str, &str)],
         wait_for: &[&str],
     ) -> Gateway {
+        let setup = Setup {
+            store,
+            lease_ttl,
+            control_plane: "",
+            servers,
+            extra,
+        };
+        Gateway::start_setup(setup, http_server, env, wait_for).await
+    }
+
+    /// [`Gateway::start_with`] on `setup`.
+    async fn start_setup(
+        setup: Setup<'_>,
+        http_server: HttpServer,
+        env: &[(&str, &str)],
+        wait_for: &[&str],
+    ) -> Gateway {
+        let Setup {
+            store,
+            lease_ttl,
+            control_plane,
+            servers,
+            extra,
+        } = setup;
         switchyard_test_support::init_tracing();
         let dir = tempfile::Builder::new()
             .prefix("switchyard-e2e-")
             .tempdir()
             .expect("temp dir");
-        let (mut text, grpc, http) = config_text(dir.path(), &store, lease_ttl, servers);
+        let (mut text, grpc, http) =
+            config_text_with(dir.path(), &store, lease_ttl, control_plane, servers);
         text.push('\n');
         text.push_str(extra);
         let config = dir.path().join("switchyard.toml");
@@ -483,6 +552,21 @@ pub fn ok_json(out: &Output, what: &str) -> Value {
 pub async fn engine(endpoint: &str) -> Result<EngineServiceClient<Channel>, String> {
     let channel = channel(endpoint).await?;
     Ok(EngineServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024))
+}
+
+/// A new session of `servers` (none: every server), in `auto` permission
+/// mode, through `engine`; its id.
+pub async fn auto_session(engine: &mut EngineServiceClient<Channel>, servers: &[&str]) -> String {
+    engine
+        .create_session(pb::CreateSessionRequest {
+            enabled_servers: servers.iter().map(|s| s.to_string()).collect(),
+            permission_mode: pb::PermissionMode::Auto as i32,
+            roots: vec![],
+        })
+        .await
+        .expect("CreateSession")
+        .into_inner()
+        .id
 }
 
 /// An admin client for `endpoint`.
