@@ -153,9 +153,11 @@ pub async fn serve_tls(
 /// `h2` only; [`crate::tls::PemIdentity::grpc_server_config`]), and each
 /// request carries tonic's connection info (`TcpConnectInfo`, over TLS
 /// `TlsConnectInfo<TcpConnectInfo>`), so `tonic::Request::remote_addr`
-/// and `peer_certs` answer as under tonic's own server. With
-/// `admissions`, a connection must also carry a request its guard admits
-/// in time ([`Admissions`]).
+/// and `peer_certs` answer as under tonic's own server. As there, a call
+/// whose answer has not begun by the caller's deadline (`grpc-timeout`)
+/// is answered `DEADLINE_EXCEEDED` and its handler dropped
+/// ([`grpc_timeout`]). With `admissions`, a connection must also carry a
+/// request its guard admits in time ([`Admissions`]).
 pub async fn serve_grpc(
     listener: TcpListener,
     app: axum::Router,
@@ -169,7 +171,51 @@ pub async fn serve_grpc(
         tls: tls.map(tokio_rustls::TlsAcceptor::from),
         grpc: Some(Grpc { admissions }),
     };
+    let app = app.layer(axum::middleware::from_fn(grpc_timeout));
     serve_inner(listener, app, connections, limits, mode, shutdown).await;
+}
+
+/// The caller's deadline of a gRPC call: its `grpc-timeout` header (gRPC
+/// over HTTP/2: at most 8 digits and a unit, `H`, `M`, `S`, `m`, `u` or
+/// `n`; a malformed one is ignored, as tonic does). A call whose answer
+/// has not begun by then is answered `DEADLINE_EXCEEDED` (trailers only),
+/// and its handler dropped; a streaming answer that has begun is not cut.
+pub async fn grpc_timeout(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let Some(within) = request
+        .headers()
+        .get("grpc-timeout")
+        .and_then(|v| parse_grpc_timeout(v.as_bytes()))
+    else {
+        return next.run(request).await;
+    };
+    match tokio::time::timeout(within, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => tonic::Status::deadline_exceeded(format!(
+            "the caller's deadline (grpc-timeout, {within:?}) passed before the answer began"
+        ))
+        .into_http(),
+    }
+}
+
+/// A `grpc-timeout` value as a duration; `None` when malformed.
+fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
+    let (unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// How long a TLS handshake may take.
@@ -716,6 +762,31 @@ mod tests {
         server_with(Arc::new(ConnectionLimit::new("test", 8)), limits).await
     }
 
+    /// `app` served by [`serve_grpc`] (over TLS with `tls`), with the
+    /// default limits; sending on the sender stops it.
+    async fn grpc_server(
+        app: axum::Router,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limit = Arc::new(ConnectionLimit::new("test", 8));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let stop = async move {
+            let _ = rx.await;
+        };
+        tokio::spawn(serve_grpc(
+            listener,
+            app,
+            limit,
+            Limits::default(),
+            tls,
+            None,
+            stop,
+        ));
+        (addr, tx)
+    }
+
     fn ticks() -> impl futures::Stream<Item = Result<String, std::io::Error>> {
         futures::stream::unfold(0u32, |n| async move {
             if n == 10 {
@@ -925,27 +996,7 @@ mod tests {
         let identity =
             crate::tls::load_identity("cert", &leaf.cert_file, "key", &leaf.key_file).unwrap();
         let ca = std::fs::read(&pki.ca_file).unwrap();
-        let start = |tls: Option<Arc<rustls::ServerConfig>>| {
-            let app = app.clone();
-            async move {
-                let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-                let addr = listener.local_addr().unwrap();
-                let limit = Arc::new(ConnectionLimit::new("test", 8));
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                tokio::spawn(serve_grpc(
-                    listener,
-                    app,
-                    limit,
-                    Limits::default(),
-                    tls,
-                    None,
-                    async move {
-                        let _ = rx.await;
-                    },
-                ));
-                (addr, tx)
-            }
-        };
+        let start = |tls| grpc_server(app.clone(), tls);
 
         // In clear text: `TcpConnectInfo` with the client's address.
         let (addr, _stop) = start(None).await;
@@ -994,6 +1045,69 @@ mod tests {
             .unwrap();
         let text = get(without).await;
         assert!(text.ends_with(", 0))"), "{text}");
+    }
+
+    #[test]
+    fn grpc_timeouts_parse_as_the_spec_writes_them() {
+        for (text, want) in [
+            ("1H", Some(Duration::from_secs(3600))),
+            ("2M", Some(Duration::from_secs(120))),
+            ("30S", Some(Duration::from_secs(30))),
+            ("250m", Some(Duration::from_millis(250))),
+            ("99999999u", Some(Duration::from_micros(99_999_999))),
+            ("7n", Some(Duration::from_nanos(7))),
+            ("0m", Some(Duration::ZERO)),
+            ("123456789S", None),
+            ("S", None),
+            ("", None),
+            ("10s", None),
+            ("-1S", None),
+            ("1.5S", None),
+            (" 1S", None),
+        ] {
+            assert_eq!(parse_grpc_timeout(text.as_bytes()), want, "{text:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_grpc_call_past_the_callers_deadline_is_answered_deadline_exceeded() {
+        let app = axum::Router::new().route(
+            "/slow",
+            axum::routing::post(|| async {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                "late"
+            }),
+        );
+        let (addr, _stop) = grpc_server(app, None).await;
+        let client = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .unwrap();
+        let call = |timeout: Option<&'static str>| {
+            let mut request = client.post(format!("http://{addr}/slow"));
+            if let Some(t) = timeout {
+                request = request.header("grpc-timeout", t);
+            }
+            async move {
+                let started = std::time::Instant::now();
+                let answer = request.send().await.unwrap();
+                let status = answer
+                    .headers()
+                    .get("grpc-status")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                let body = answer.text().await.unwrap();
+                (status, body, started.elapsed())
+            }
+        };
+        let (status, _, took) = call(Some("200m")).await;
+        assert_eq!(status.as_deref(), Some("4"), "DEADLINE_EXCEEDED");
+        assert!(took < Duration::from_millis(1500), "{took:?}");
+        // No deadline, or a malformed one: the answer in its time.
+        for timeout in [None, Some("200x")] {
+            let (status, body, took) = call(timeout).await;
+            assert_eq!((status, body.as_str()), (None, "late"), "{timeout:?}");
+            assert!(took >= Duration::from_secs(2), "{took:?}");
+        }
     }
 
     #[tokio::test]
