@@ -80,11 +80,17 @@ pub fn raise_open_files_limit(needed: u64) -> Option<u64> {
 /// How often, at most, a listener logs that it is at its limit.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
+/// How many clients the limit WARN names: those with the most open
+/// connections.
+const WARN_CLIENTS: usize = 3;
+
 /// The open connections of one listener, and their limit.
 pub struct ConnectionLimit {
     what: &'static str,
     max: usize,
     permits: Arc<Semaphore>,
+    /// Open connections by client address, for the limit WARN.
+    by_client: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
     last_warn: Mutex<Option<Instant>>,
     on_wait: Option<Box<dyn Fn() + Send + Sync>>,
 }
@@ -102,7 +108,23 @@ impl std::fmt::Debug for ConnectionLimit {
 /// One accepted connection's place under its listener's limit; dropping
 /// it gives the place back.
 #[derive(Debug)]
-pub struct ConnectionPermit(#[allow(dead_code)] OwnedSemaphorePermit);
+pub struct ConnectionPermit {
+    _permit: OwnedSemaphorePermit,
+    client: std::net::IpAddr,
+    by_client: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        let mut by_client = self.by_client.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = by_client.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                by_client.remove(&self.client);
+            }
+        }
+    }
+}
 
 impl ConnectionLimit {
     /// A limit of `max` connections (at least 1) for the listener `what`
@@ -113,6 +135,7 @@ impl ConnectionLimit {
             what,
             max,
             permits: Arc::new(Semaphore::new(max)),
+            by_client: Arc::default(),
             last_warn: Mutex::new(None),
             on_wait: None,
         }
@@ -140,12 +163,44 @@ impl ConnectionLimit {
         self.max - self.permits.available_permits()
     }
 
-    /// A place for a connection just accepted: at once while under the
-    /// limit; otherwise, after the hook and the WARN (module docs), once a
+    /// The clients with the most open connections, most first (at most
+    /// `n`), as `ADDRESS (COUNT)`.
+    fn busiest_clients(&self, n: usize) -> String {
+        let by_client = self.by_client.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts: Vec<(std::net::IpAddr, usize)> =
+            by_client.iter().map(|(ip, n)| (*ip, *n)).collect();
+        drop(by_client);
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        counts
+            .iter()
+            .take(n)
+            .map(|(ip, n)| format!("{ip} ({n})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Its place, counted for `client`.
+    fn permit(&self, permit: OwnedSemaphorePermit, client: std::net::IpAddr) -> ConnectionPermit {
+        *self
+            .by_client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(client)
+            .or_default() += 1;
+        ConnectionPermit {
+            _permit: permit,
+            client,
+            by_client: self.by_client.clone(),
+        }
+    }
+
+    /// A place for a connection from `client` just accepted: at once while
+    /// under the limit; otherwise, after the hook and the WARN (module
+    /// docs; it names the clients with the most connections), once a
     /// connection closes.
-    pub async fn acquire(&self) -> ConnectionPermit {
+    pub async fn acquire(&self, client: std::net::IpAddr) -> ConnectionPermit {
         if let Ok(permit) = self.permits.clone().try_acquire_owned() {
-            return ConnectionPermit(permit);
+            return self.permit(permit, client);
         }
         if let Some(hook) = &self.on_wait {
             hook();
@@ -162,6 +217,7 @@ impl ConnectionLimit {
             tracing::warn!(
                 listener = self.what,
                 max = self.max,
+                busiest_clients = %self.busiest_clients(WARN_CLIENTS),
                 "connection limit reached: new connections wait until one closes"
             );
         }
@@ -171,7 +227,7 @@ impl ConnectionLimit {
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
-        ConnectionPermit(permit)
+        self.permit(permit, client)
     }
 
     /// Accepts connections on `listener`, one place each (module docs), with
@@ -198,7 +254,7 @@ impl ConnectionLimit {
                     () = tx.closed() => return,
                 };
                 let permit = tokio::select! {
-                    permit = limit.acquire() => permit,
+                    permit = limit.acquire(peer.ip()) => permit,
                     () = tx.closed() => return,
                 };
                 let tx = tx.clone();
@@ -578,6 +634,37 @@ mod tests {
     use super::*;
     use futures::StreamExt;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn the_limit_warn_names_the_clients_with_the_most_connections() {
+        let limit = ConnectionLimit::new("test", 10);
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let mut held = Vec::new();
+        for (client, n) in [
+            ("10.0.0.1", 3),
+            ("10.0.0.2", 1),
+            ("10.0.0.3", 2),
+            ("::1", 1),
+        ] {
+            for _ in 0..n {
+                held.push((client, limit.acquire(ip(client)).await));
+            }
+        }
+        assert_eq!(
+            limit.busiest_clients(3),
+            "10.0.0.1 (3), 10.0.0.3 (2), 10.0.0.2 (1)"
+        );
+        held.retain(|(client, _)| *client != "10.0.0.1");
+        assert_eq!(
+            limit.busiest_clients(3),
+            "10.0.0.3 (2), 10.0.0.2 (1), ::1 (1)"
+        );
+        assert_eq!(limit.open(), 4);
+        drop(held);
+        assert_eq!(limit.busiest_clients(3), "");
+        assert!(limit.by_client.lock().unwrap().is_empty());
+        assert_eq!(limit.open(), 0);
+    }
 
     #[tokio::test]
     async fn a_listener_at_its_limit_accepts_again_once_a_connection_closes() {

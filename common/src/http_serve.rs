@@ -305,7 +305,7 @@ async fn serve_inner(
         // Its place under the limit: at the limit, it waits for one (and
         // the connections after it, in the kernel's backlog).
         let permit = tokio::select! {
-            permit = connections.acquire() => permit,
+            permit = connections.acquire(peer.ip()) => permit,
             () = &mut shutdown => break,
         };
         let activity = Arc::new(Activity::default());

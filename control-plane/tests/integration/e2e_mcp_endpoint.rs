@@ -2925,8 +2925,8 @@ async fn everything_behind_the_endpoint(mcp: &str) -> (Gateway, u16) {
 }
 
 /// `mcp.max_connections`: a connection beyond it waits, unanswered, until
-/// another closes, and is counted; the gauges show the open connections
-/// and each listener's limit.
+/// another closes, and is counted and logged (with the busiest client);
+/// the gauges show the open connections and each listener's limit.
 #[tokio::test(flavor = "multi_thread")]
 async fn connections_beyond_max_connections_wait_and_are_counted() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -2980,6 +2980,14 @@ async fn connections_beyond_max_connections_wait_and_are_counted() {
     let early = tokio::time::timeout(Duration::from_secs(1), answered(&mut third)).await;
     assert!(early.is_err(), "answered beyond max_connections: {early:?}");
     assert_eq!(connections("mcp").await, (2.0, 2.0, 1.0));
+    // The WARN names the listener and its busiest client.
+    let warned = gw
+        .log()
+        .lines()
+        .find(|l| l.contains("connection limit reached") && l.contains("listener=\"mcp\""))
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no limit WARN:\n{}", gw.log()));
+    assert!(warned.contains("busiest_clients=127.0.0.1 (2)"), "{warned}");
 
     // One closes; the third is served.
     drop(first);
