@@ -149,7 +149,8 @@ pub async fn serve_tls(
 }
 
 /// [`serve_with`] for gRPC services (tonic's `Routes::into_axum_router`):
-/// HTTP/2 only, over TLS with `tls` when given (its ALPN should offer
+/// HTTP/2 only, with no limit on a connection's concurrent streams, over
+/// TLS with `tls` when given (its ALPN should offer
 /// `h2` only; [`crate::tls::PemIdentity::grpc_server_config`]), and each
 /// request carries tonic's connection info (`TcpConnectInfo`, over TLS
 /// `TlsConnectInfo<TcpConnectInfo>`), so `tonic::Request::remote_addr`
@@ -436,6 +437,12 @@ async fn connection<IO, S>(
         .timer(TokioTimer::new())
         .keep_alive_interval(limits.http2_keep_alive)
         .keep_alive_timeout(limits.http2_keep_alive);
+    if http2_only {
+        // gRPC: as many calls and streams at once as the client opens, as
+        // under tonic's server (an engine may follow hundreds of sessions'
+        // events on one channel); hyper's default is 200.
+        builder.http2().max_concurrent_streams(None);
+    }
     // No upgrades (nothing served needs one), so `http2_only` holds.
     let conn = builder.serve_connection(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
@@ -768,6 +775,8 @@ mod tests {
         app: axum::Router,
         tls: Option<Arc<rustls::ServerConfig>>,
     ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        // For the tests' reqwest clients.
+        crate::tls::install_crypto_provider();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let limit = Arc::new(ConnectionLimit::new("test", 8));
@@ -1045,6 +1054,43 @@ mod tests {
             .unwrap();
         let text = get(without).await;
         assert!(text.ends_with(", 0))"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_grpc_connection_carries_more_than_200_streams_at_once() {
+        // Each call waits until all of them have started.
+        const CALLS: usize = 250;
+        let started = Arc::new(tokio::sync::Semaphore::new(0));
+        let app = {
+            let started = started.clone();
+            axum::Router::new().route(
+                "/wait",
+                axum::routing::post(move || {
+                    let started = started.clone();
+                    async move {
+                        started.add_permits(1);
+                        let all = started.acquire_many(CALLS as u32).await.unwrap();
+                        all.forget();
+                        started.add_permits(CALLS);
+                        "ok"
+                    }
+                }),
+            )
+        };
+        let (addr, _stop) = grpc_server(app, None).await;
+        let client = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .unwrap();
+        let calls = (0..CALLS).map(|_| {
+            let request = client.post(format!("http://{addr}/wait")).send();
+            async move { request.await.unwrap().text().await.unwrap() }
+        });
+        let answers =
+            tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(calls))
+                .await
+                .expect("every call started at once on one connection");
+        assert!(answers.iter().all(|a| a == "ok"));
     }
 
     #[test]
