@@ -8,7 +8,7 @@
 //! error is sent; a client sees a slow answer, and its own timeout). Each
 //! connection that has to wait is counted by the limit's `on_wait` hook
 //! (the control plane's metric), and the limit logs a WARN, at most once a
-//! minute per listener.
+//! minute per listener, naming the clients with the most open connections.
 //!
 //! So that a place is not held forever by a peer that does nothing, every
 //! connection must send its first bytes in time ([`first_bytes`]), and a
@@ -21,8 +21,10 @@
 //! its handshake, holds no place for long.
 //!
 //! [`ConnectionLimit::incoming`] is the accept loop for tonic's
-//! `serve_with_incoming*`; [`crate::http_serve`] takes a limit for the HTTP
-//! listeners. [`raise_open_files_limit`] makes room for the places.
+//! `serve_with_incoming*` (the sidecar's gRPC listener);
+//! [`crate::http_serve`] takes a limit for the HTTP listeners and the
+//! control plane's gRPC listener. [`raise_open_files_limit`] makes room
+//! for the places.
 
 use std::io;
 use std::pin::Pin;

@@ -5,8 +5,12 @@
 //! when `[mcp] listen` is set ([`crate::mcp`]).
 //!
 //! The tower/tonic stack, in one place:
-//! - one `tonic::transport::Server` for the engine, admin and sidecar
-//!   registry services (engines, admins and sidecars share the endpoint);
+//! - the engine, admin and sidecar registry services as one set of tonic
+//!   routes (engines, admins and sidecars share the endpoint), served by
+//!   `switchyard_common::http_serve::serve_grpc`: HTTP/2 only, at most
+//!   `control_plane.max_connections` connections, the callers' deadlines
+//!   (`grpc-timeout`) kept, and an idle connection closed after
+//!   `control_plane.idle_timeout_sec`;
 //! - TLS (rustls, ring) when `[tls]` has a certificate, verifying client
 //!   certificates against `client_ca_file` (mTLS; [`crate::tls`]);
 //! - per service, an [`crate::auth::Guard`] interceptor that authenticates
