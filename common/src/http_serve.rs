@@ -156,8 +156,7 @@ pub async fn serve_tls(
 /// `TlsConnectInfo<TcpConnectInfo>`), so `tonic::Request::remote_addr`
 /// and `peer_certs` answer as under tonic's own server. As there, a call
 /// whose answer has not begun by the caller's deadline (`grpc-timeout`)
-/// is answered `DEADLINE_EXCEEDED` and its handler dropped
-/// ([`grpc_timeout`]). With `admissions`, a connection must also carry a
+/// is answered `DEADLINE_EXCEEDED` and its handler dropped. With `admissions`, a connection must also carry a
 /// request its guard admits in time ([`Admissions`]).
 pub async fn serve_grpc(
     listener: TcpListener,
@@ -172,36 +171,22 @@ pub async fn serve_grpc(
         tls: tls.map(tokio_rustls::TlsAcceptor::from),
         grpc: Some(Grpc { admissions }),
     };
-    let app = app.layer(axum::middleware::from_fn(grpc_timeout));
     serve_inner(listener, app, connections, limits, mode, shutdown).await;
 }
 
-/// The caller's deadline of a gRPC call: its `grpc-timeout` header (gRPC
-/// over HTTP/2: at most 8 digits and a unit, `H`, `M`, `S`, `m`, `u` or
-/// `n`; a malformed one is ignored, as tonic does). A call whose answer
-/// has not begun by then is answered `DEADLINE_EXCEEDED` (trailers only),
-/// and its handler dropped; a streaming answer that has begun is not cut.
-pub async fn grpc_timeout(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let Some(within) = request
-        .headers()
-        .get("grpc-timeout")
-        .and_then(|v| parse_grpc_timeout(v.as_bytes()))
-    else {
-        return next.run(request).await;
-    };
-    match tokio::time::timeout(within, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => tonic::Status::deadline_exceeded(format!(
-            "the caller's deadline (grpc-timeout, {within:?}) passed before the answer began"
-        ))
-        .into_http(),
-    }
+/// The answer to a gRPC call whose answer had not begun by the caller's
+/// deadline, `within` after it came: `DEADLINE_EXCEEDED`, trailers only
+/// (the handler is dropped). A streaming answer that has begun is not cut.
+fn deadline_passed(within: Duration) -> http::Response<axum::body::Body> {
+    tonic::Status::deadline_exceeded(format!(
+        "the caller's deadline (grpc-timeout, {within:?}) passed before the answer began"
+    ))
+    .into_http()
 }
 
-/// A `grpc-timeout` value as a duration; `None` when malformed.
+/// The caller's deadline of a gRPC call from its `grpc-timeout` header
+/// (gRPC over HTTP/2: at most 8 digits and a unit, `H`, `M`, `S`, `m`, `u`
+/// or `n`); `None` when malformed, which is then ignored, as tonic does.
 fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
     let (unit, digits) = value.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
@@ -272,10 +257,21 @@ fn connection_service(
             }
             None => {}
         }
+        // gRPC: the caller's deadline.
+        let deadline = tonic
+            .as_ref()
+            .and_then(|_| req.headers().get("grpc-timeout"))
+            .and_then(|v| parse_grpc_timeout(v.as_bytes()));
         let in_flight = Activity::enter(&activity);
         let answer = tower::ServiceExt::oneshot(app.clone(), req);
         async move {
-            let response = answer.await?;
+            let response = match deadline {
+                None => answer.await?,
+                Some(within) => match tokio::time::timeout(within, answer).await {
+                    Ok(response) => response?,
+                    Err(_) => deadline_passed(within),
+                },
+            };
             Ok::<_, std::convert::Infallible>(
                 response.map(|body| axum::body::Body::new(InFlightBody::new(body, in_flight))),
             )
