@@ -91,7 +91,11 @@ impl TlsMaterial {
     /// The gRPC listener's TLS configuration; `None` without `cert_file`.
     /// With a client CA, presented client certificates are verified (and
     /// then available to [`crate::auth`]); without `require_client_cert`,
-    /// clients without one still complete the handshake.
+    /// clients without one still complete the handshake. Errors (a
+    /// message for the operator): the certificate, key or client CA
+    /// could not be made into a server configuration (a PEM that does not
+    /// parse, a CA file with no usable certificate; see
+    /// [`PemIdentity::grpc_server_config`]).
     pub fn server(&self) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, String> {
         let Some(identity) = self.identity.as_ref() else {
             return Ok(None);

@@ -3,10 +3,13 @@
 //! `SWITCHYARD_TOKEN`), `--ca-file`, `--cert-file` and `--key-file`. The
 //! files are read when a command connects, so commands that do not connect
 //! (`up`, `check-config`) never read them. A bad file or endpoint exits 64,
-//! an unreachable control plane 69.
+//! an unreachable control plane 69, and so does a connection it refused or
+//! broke (a refused client certificate, a plaintext client on its TLS
+//! listener): with a `hint:` line when the flags explain it
+//! ([`Remote::explain`]).
 
-use super::{EXIT_UNAVAILABLE, EXIT_USAGE, Failure};
-use std::path::PathBuf;
+use super::{EXIT_USAGE, Failure};
+use std::path::{Path, PathBuf};
 use switchyard_common::tls::{AuthChannel, BearerToken, PemIdentity};
 use switchyard_proto::v1::admin_service_client::AdminServiceClient;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
@@ -100,6 +103,42 @@ impl Remote {
             .max_encoding_message_size(MAX_MESSAGE))
     }
 
+    /// Adds to a failed connection what the connection flags suggest: a
+    /// client certificate the control plane refused or may require, a CA
+    /// that did not sign its certificate, or a plaintext endpoint for a
+    /// TLS listener. Other failures are returned as they are.
+    pub fn explain(&self, mut failure: Failure) -> Failure {
+        if !failure.connection {
+            return failure;
+        }
+        let tls = self.endpoint.starts_with("https://");
+        let why = failure.message.to_ascii_lowercase();
+        let closed = ["connection closed", "broken pipe", "connection reset"]
+            .iter()
+            .any(|s| why.contains(s));
+        let hint = match (&self.flags.cert_file, tls) {
+            (_, true) if why.contains("invalid peer certificate") => format!(
+                "is --ca-file {} the CA that signed the control plane's certificate, and does the certificate name the endpoint's host?",
+                self.flags.ca_file.as_deref().unwrap_or(Path::new("")).display()
+            ),
+            (Some(cert), true) if why.contains("alert") && why.contains("certificate") || closed => format!(
+                "the control plane may have refused the client certificate of --cert-file {}: it must be signed by a CA in the control plane's tls.client_ca_file",
+                cert.display()
+            ),
+            (None, true) if why.contains("certificaterequired") || closed => {
+                "the control plane may require a client certificate: pass --cert-file and --key-file".to_owned()
+            }
+            (_, false) if closed => format!(
+                "if the control plane serves TLS, use https://{} with --ca-file",
+                self.endpoint.trim_start_matches("http://")
+            ),
+            _ => return failure,
+        };
+        failure.message.push_str("\nhint: ");
+        failure.message.push_str(&hint);
+        failure
+    }
+
     /// Connects (5 s connect timeout), over TLS for an `https://` endpoint,
     /// sending the bearer token with every request.
     async fn channel(&self) -> Result<AuthChannel, Failure> {
@@ -127,13 +166,10 @@ impl Remote {
             })?;
         }
         let channel: Channel = ep.connect().await.map_err(|e| {
-            Failure::new(
-                EXIT_UNAVAILABLE,
-                format!(
-                    "cannot reach the control plane at {endpoint}: {}",
-                    switchyard_common::error_chain(&e)
-                ),
-            )
+            Failure::connection(format!(
+                "cannot reach the control plane at {endpoint}: {}",
+                switchyard_common::error_chain(&e)
+            ))
         })?;
         Ok(tonic::service::interceptor::InterceptedService::new(
             channel,

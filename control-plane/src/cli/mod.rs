@@ -547,8 +547,13 @@ pub struct SessionArgs {
 pub struct Failure {
     /// Exit status.
     pub code: u8,
-    /// One-line reason.
+    /// The reason on one line; a failed connection may add a second line,
+    /// `hint: …` ([`Remote::explain`]).
     pub message: String,
+    /// The connection to the control plane failed (it was refused, closed
+    /// or broken), so no answer came: [`Remote::explain`] adds what the
+    /// connection flags suggest.
+    connection: bool,
 }
 
 impl Failure {
@@ -557,12 +562,32 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
+            connection: false,
+        }
+    }
+
+    /// The connection to the control plane failed: exits
+    /// [`EXIT_UNAVAILABLE`], saying `message`.
+    fn connection(message: impl Into<String>) -> Self {
+        Failure {
+            connection: true,
+            ..Failure::new(EXIT_UNAVAILABLE, message)
         }
     }
 }
 
 impl From<tonic::Status> for Failure {
     fn from(s: tonic::Status) -> Self {
+        // A status with a source is the client's own transport failing
+        // (tonic's `Status::from_error`): for example a TLS peer that
+        // refused our certificate after the handshake, or a plaintext
+        // client on a TLS port. Statuses the control plane sent have none.
+        if let Some(source) = std::error::Error::source(&s) {
+            return Failure::connection(format!(
+                "the connection to the control plane failed: {}",
+                switchyard_common::error_chain(source)
+            ));
+        }
         // "FailedPrecondition" -> "failed precondition".
         let code = format!("{:?}", s.code());
         let mut words = String::new();
@@ -576,7 +601,9 @@ impl From<tonic::Status> for Failure {
     }
 }
 
-/// Runs a command: one function per subcommand.
+/// Runs a command. A failed connection to the control plane exits
+/// [`EXIT_UNAVAILABLE`], with a hint from the connection flags when they
+/// explain it ([`Remote::explain`]).
 pub async fn run(cli: Cli) -> Result<(), Failure> {
     let remote = Remote {
         endpoint: cli.endpoint,
@@ -588,7 +615,14 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         },
     };
     let remote = &remote;
-    match cli.command {
+    command(remote, cli.command)
+        .await
+        .map_err(|f| remote.explain(f))
+}
+
+/// One function per subcommand.
+async fn command(remote: &Remote, command: Command) -> Result<(), Failure> {
+    match command {
         Command::Up { config } => commands::up::up(&config).await,
         Command::CheckConfig { file } => commands::check_config::check_config(&file),
         Command::Tools { session, json } => commands::tools::list(remote, session, json).await,

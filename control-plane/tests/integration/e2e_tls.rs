@@ -261,6 +261,75 @@ async fn with_client_certificates_required_other_clients_are_refused() {
     list(tls_channel(&endpoint, Some(&other.ca_file), Some(pair(&stranger))).await)
         .await
         .expect_err("the server's certificate is not from the other CA");
+
+    // The CLI says which flag explains each refusal, and exits 69 (the
+    // control plane cannot be reached), not 1 ("unknown: transport error").
+    let cert_flags = |leaf: &Leaf| {
+        vec![
+            "--cert-file".to_owned(),
+            leaf.cert_file.to_string_lossy().into_owned(),
+            "--key-file".to_owned(),
+            leaf.key_file.to_string_lossy().into_owned(),
+        ]
+    };
+    let ca = |file: &Path| vec!["--ca-file".to_owned(), file.to_string_lossy().into_owned()];
+    let cases: [(&str, String, Vec<String>, &str); 4] = [
+        (
+            "no client certificate",
+            endpoint.clone(),
+            ca(&pki.ca_file),
+            "hint: the control plane may require a client certificate: pass --cert-file and --key-file",
+        ),
+        (
+            "a client certificate of another CA",
+            endpoint.clone(),
+            [ca(&pki.ca_file), cert_flags(&stranger)].concat(),
+            "hint: the control plane may have refused the client certificate of --cert-file",
+        ),
+        (
+            "plaintext to the TLS listener",
+            format!("http://127.0.0.1:{grpc}"),
+            Vec::new(),
+            &format!(
+                "hint: if the control plane serves TLS, use https://127.0.0.1:{grpc} with --ca-file"
+            ),
+        ),
+        (
+            "a --ca-file that did not sign the control plane's certificate",
+            endpoint.clone(),
+            [ca(&other.ca_file), cert_flags(&engine_leaf)].concat(),
+            "invalid peer certificate",
+        ),
+    ];
+    for (case, endpoint, flags, expected) in cases {
+        let out = tokio::process::Command::new(switchyard_bin())
+            .args(["--endpoint", &endpoint])
+            .args(&flags)
+            .args(["sessions", "list"])
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{case}: {stderr}");
+        assert!(stderr.contains(expected), "{case}: {stderr}");
+        assert!(
+            !stderr.contains("unknown: transport error"),
+            "{case}: {stderr}"
+        );
+    }
+    // The right certificate still works from the CLI.
+    let out = tokio::process::Command::new(switchyard_bin())
+        .args(["--endpoint", &endpoint])
+        .args(ca(&pki.ca_file))
+        .args(cert_flags(&engine_leaf))
+        .args(["sessions", "list"])
+        .output()
+        .await
+        .unwrap();
+    ok_stdout(
+        &out,
+        "switchyard sessions list with the engine's certificate",
+    );
 }
 
 #[tokio::test]
