@@ -16,6 +16,10 @@ echo "== cargo fmt / clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+echo "== rustdoc: links between items resolve (STYLE.md, Docs)"
+RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" \
+  cargo doc --workspace --no-deps --document-private-items --locked -q
+
 echo "== build"
 cargo build --workspace --bins --locked
 

@@ -14,7 +14,7 @@
 //! report stream carries `adopt` messages for the tasks a sidecar is to
 //! poll ([`crate::background`]). A sidecar that reports the state
 //! `draining` (it got SIGTERM) keeps its registration until its stream
-//! ends, but gets no new calls ([`crate::routing`]). A sidecar credential
+//! ends, but gets no new calls ([`crate::call::route`]). A sidecar credential
 //! bound to servers (`[[auth.tokens]] servers`) is refused PERMISSION_DENIED
 //! on every RPC here that names another server.
 

@@ -7,7 +7,7 @@ use super::{BackgroundError, BackgroundRecord};
 pub const MAX_PAGE_SIZE: u32 = 1000;
 
 /// One page of `records` (oldest first, by creation time then id, as
-/// [`Background::list`] returns them): at most `page_size` (0: all) after
+/// [`super::Background::list`] returns them): at most `page_size` (0: all) after
 /// the position `page_token` names, and the token of the next page when
 /// more follow. A token is `<created_at_ms>:<id>` of the last call of the
 /// page before; callers treat it as opaque. Errors: a `page_size` over

@@ -13,7 +13,7 @@
 //!    policy (stage B);
 //! 5. [`approve::approve`]: the user's approval, when the policy asks
 //!    (stage C);
-//! 6. [`route`]: one deadline, set here, and a live sidecar of the server
+//! 6. [`route`](mod@route): one deadline, set here, and a live sidecar of the server
 //!    ([`route::Router`]: the "next sidecar" retry is declared there); a
 //!    gateway tool is answered by [`request::gateway`] instead;
 //! 7. [`record::ToolCalled`]: the log line, metrics and audit record of the

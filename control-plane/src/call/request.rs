@@ -14,7 +14,7 @@
 //! The gateway tools `mcp_resources` and `mcp_resource_read`
 //! ([`crate::resources::gateway`]) are tool calls: [`super::run`] takes
 //! them through resolve, admit, approve and record like any tool and
-//! answers them here ([`gateway`]).
+//! answers them here ([`gateway`](fn@gateway)).
 
 use super::admit;
 use super::error::{CallError, Kind};

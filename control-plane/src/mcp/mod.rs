@@ -3,7 +3,7 @@
 //! design is in this directory's README.md). Any replica serves any
 //! request: what outlives a request is in the store.
 //!
-//! One POST, top to bottom ([`post`]):
+//! One POST, top to bottom ([`handle`]):
 //!
 //! 1. [`ingress`]: `Host` and `Origin` (403), then the caller, as on the
 //!    gRPC API (401, 403);

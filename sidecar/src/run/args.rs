@@ -14,7 +14,7 @@ use switchyard_common::server_spec::ServerConfig;
     after_help = "Examples:\n  switchyard-sidecar run --config sidecar.toml\n  switchyard-sidecar run --server-name files --control-plane http://127.0.0.1:7700 -- npx -y @modelcontextprotocol/server-filesystem /data\n  switchyard-sidecar run --server-name web --url http://127.0.0.1:3001/mcp --header 'Authorization: Bearer T' --control-plane http://cp:7700"
 )]
 pub struct RunArgs {
-    /// TOML file with a [server] table and a [sidecar] table.
+    /// TOML file with a `[server]` table and a `[sidecar]` table.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The server's name (without --config).

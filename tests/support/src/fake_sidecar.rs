@@ -3,7 +3,7 @@
 //! gives it a [`Builder::on_call`] handler, serves a real `SidecarCalls`
 //! endpoint of its own that the control plane calls.
 //!
-//! [`FakeSidecar::start`]: `Register` (server `fake` unless
+//! [`Builder::start`]: `Register` (server `fake` unless
 //! [`Builder::server`] says otherwise), then a `Report` stream opened with
 //! `hello` and a catalogue (one tool, `book`, unless
 //! [`Builder::without_catalogue`]), and waits for the control plane's
