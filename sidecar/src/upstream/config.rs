@@ -17,6 +17,9 @@ pub const DEFAULT_DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default limit on multi round-trip retries of one request (2026-07-28
 /// `input_required` results).
 pub const DEFAULT_MAX_INPUT_ROUNDS: u32 = 8;
+/// Default silence of an HTTP server after which its connection is probed
+/// ([`UpstreamConfig::liveness_interval`]).
+pub const DEFAULT_LIVENESS_INTERVAL: Duration = Duration::from_secs(15);
 
 /// How to reach the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +130,14 @@ pub struct UpstreamConfig {
     pub discover_timeout: Duration,
     /// Largest message accepted from the server (default 16 MiB).
     pub max_message_bytes: usize,
+    /// Streamable HTTP: after this long without an answer from the server
+    /// (no HTTP response, no event on its GET stream), the session sends a
+    /// liveness probe, `ping` (2025-11-25 basic/utilities/ping) or
+    /// `server/discover` (2026-07-28, which removed `ping`), so a server
+    /// that went away while nothing was sent is reported `down` and
+    /// reconnected to, as a request would have found it. `None`: never
+    /// (default 15 s; see `super::watch_exit`).
+    pub liveness_interval: Option<Duration>,
     /// Restart policy (stdio).
     pub restart: RestartPolicy,
     /// `clientInfo` we present: name.
@@ -184,6 +195,7 @@ impl UpstreamConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             discover_timeout: DEFAULT_DISCOVER_TIMEOUT,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            liveness_interval: Some(DEFAULT_LIVENESS_INTERVAL),
             restart: RestartPolicy::default(),
             client_name: "switchyard".into(),
             client_version: env!("CARGO_PKG_VERSION").into(),

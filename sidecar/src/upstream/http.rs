@@ -30,9 +30,9 @@ use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use switchyard_mcp::jsonrpc::{self, Kind};
 use switchyard_mcp::sse::{self, SseError};
 use tracing::Instrument;
@@ -74,6 +74,11 @@ pub struct HttpConnection {
     lost: tokio_util::sync::CancellationToken,
     /// Why, once `lost`.
     lost_reason: Mutex<String>,
+    /// When the connection was made, the origin of `heard_ms`.
+    created: Instant,
+    /// Milliseconds after `created` when the server was last heard from
+    /// (an HTTP response to any request, or an event on the GET stream).
+    heard_ms: AtomicU64,
 }
 
 impl Drop for HttpConnection {
@@ -144,7 +149,23 @@ impl HttpConnection {
             stop: tokio_util::sync::CancellationToken::new(),
             lost: tokio_util::sync::CancellationToken::new(),
             lost_reason: Mutex::new(String::new()),
+            created: Instant::now(),
+            heard_ms: AtomicU64::new(0),
         })
+    }
+
+    /// The server answered: an HTTP response (of any status) or an event.
+    fn heard(&self) {
+        let ms = u64::try_from(self.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.heard_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// How long the server has not been heard from: since its last HTTP
+    /// response or GET-stream event, or since the connection was made.
+    pub fn silent_for(&self) -> Duration {
+        self.created
+            .elapsed()
+            .saturating_sub(Duration::from_millis(self.heard_ms.load(Ordering::Relaxed)))
     }
 
     /// The connection of an `auth = "oauth"` server: every request carries
@@ -286,6 +307,7 @@ impl HttpConnection {
         let resp = auth::send(self.tokens.as_ref(), || self.post(body.clone(), extra))
             .await
             .map_err(|f| unsent(f, |e| self.io_error(format!("POST {method}"), e)))?;
+        self.heard();
         if let Some(sid) = resp.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
             let mut current = self.session_id.lock().unwrap();
             if current.as_deref() != Some(sid) {
@@ -723,6 +745,7 @@ impl HttpConnection {
                             continue;
                         }
                         let Some(conn) = weak.upgrade() else { return };
+                        conn.heard();
                         let Ok(msg) = serde_json::from_str::<Value>(&ev.data) else {
                             conn.metrics.skipped("not_json");
                             continue;

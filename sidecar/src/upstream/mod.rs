@@ -952,6 +952,55 @@ fn follow_tokens(inner: &Arc<Inner>, tokens: crate::oauth::Tokens) {
     });
 }
 
+/// How long a liveness probe may wait for its answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Probes an HTTP server each time it has not been heard from for `every`:
+/// `ping` in 2025-11-25, `server/discover` in 2026-07-28 (which removed
+/// `ping`). The probe is an ordinary request of the connection, so the
+/// connection's own rules decide what it means: a server that cannot be
+/// connected to, or that ended our session (404), marks the connection
+/// lost. Any other answer, an error included (a server without `ping`
+/// answers -32601), shows the server is there. A probe left unanswered
+/// for [`PROBE_TIMEOUT`] is logged (once until one is answered) and
+/// does not end the connection: calls in flight may still be answered.
+/// Never returns.
+async fn probe_while_silent(server: &str, conn: &Connection, every: Duration) {
+    let method = match conn.negotiated().era {
+        Era::Legacy => methods::PING,
+        Era::Modern => methods::SERVER_DISCOVER,
+    };
+    let mut answered = true;
+    loop {
+        let silent = conn.transport().silent_for().unwrap_or_default();
+        if silent < every {
+            tokio::time::sleep(every - silent).await;
+            continue;
+        }
+        match conn.request_within(method, None, PROBE_TIMEOUT).await {
+            Err(e @ error::UpstreamError::Timeout { .. }) => {
+                if answered {
+                    tracing::warn!(%server, %method, error = %e, "the server did not answer a liveness probe; calls in flight may still be answered");
+                }
+                answered = false;
+            }
+            Err(e) if e.is_connection_failure() => {
+                // The connection is marked lost (or, for a 404 to our
+                // session, renewed): `exited` resolves.
+                tracing::debug!(%server, %method, error = %e, "liveness probe failed");
+            }
+            Ok(_) | Err(_) => {
+                if !answered {
+                    tracing::info!(%server, %method, "the server answers liveness probes again");
+                }
+                answered = true;
+            }
+        }
+        // Its answer was heard: the next probe is `every` from now.
+        tokio::time::sleep(every.min(PROBE_TIMEOUT)).await;
+    }
+}
+
 /// A connection that ends sooner than this after it started is restarted
 /// only after this long.
 const QUICK_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -959,8 +1008,19 @@ const QUICK_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// When a stdio server exits, restart it in the background (if the policy
 /// is eager) so the next request finds it ready. `generation` is the
 /// connection's number in [`Link::connections`].
+///
+/// Meanwhile an HTTP server that has not been heard from for
+/// [`config::UpstreamConfig::liveness_interval`] is probed
+/// ([`probe_while_silent`]), so one that went away while nothing was sent
+/// is found gone (and reported `down`) as a request would have found it.
 fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
-    let Some(dropped) = inner.upgrade().map(|i| i.dropped.clone()) else {
+    let Some((dropped, liveness, name)) = inner.upgrade().map(|i| {
+        (
+            i.dropped.clone(),
+            i.config.liveness_interval,
+            i.config.name.clone(),
+        )
+    }) else {
         return;
     };
     let weak_inner = inner.clone();
@@ -970,6 +1030,9 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
             status = conn.transport().exited() => status,
             // Every handle is gone: dropping `conn` stops the server.
             () = dropped.cancelled() => return,
+            // Never ends; a probe that finds the server gone makes
+            // `exited` resolve.
+            () = probe_while_silent(&name, &conn, liveness.unwrap_or(Duration::MAX)), if liveness.is_some() && conn.transport().is_http() => return,
         };
         let http = conn.transport().is_http();
         let renewal = conn.transport().session_ended();
@@ -1001,6 +1064,9 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
         if renewal {
             // Logged when the 404 came (`HttpConnection`).
             tracing::debug!(server = %inner.config.name, %status, "opening a new session");
+        } else if http {
+            // Logged when the connection was found lost (`HttpConnection`).
+            tracing::debug!(server = %inner.config.name, %status, "connecting again");
         } else {
             tracing::info!(server = %inner.config.name, %status, "server exited; restarting");
         }

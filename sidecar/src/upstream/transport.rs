@@ -194,6 +194,16 @@ impl Transport {
         }
     }
 
+    /// How long an HTTP server has not been heard from
+    /// ([`HttpConnection::silent_for`]); `None` for stdio, whose exit is
+    /// seen at once.
+    pub fn silent_for(&self) -> Option<Duration> {
+        match &self.kind {
+            Kind::Stdio(_) => None,
+            Kind::Http(h) => Some(h.silent_for()),
+        }
+    }
+
     /// Stops using an HTTP connection without a word to the server (no
     /// DELETE; see [`HttpConnection::abandon`]): [`Transport::exited`]
     /// resolves with `reason`. Nothing for stdio.

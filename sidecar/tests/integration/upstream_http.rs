@@ -756,3 +756,44 @@ async fn configured_headers_never_follow_a_redirect_to_another_origin() {
         );
     }
 }
+
+/// A server that goes away while nothing is sent to it is found gone by
+/// the liveness probe (`ping` in 2025-11-25, `server/discover` in
+/// 2026-07-28), as a request would have found it: the link goes down with
+/// the reason, and nothing else has to happen first. While the server is
+/// there, the probes are answered and the connection is kept.
+#[tokio::test]
+async fn an_idle_server_that_goes_away_is_found_gone_by_the_liveness_probe() {
+    for era in ["2025-11-25", "2026-07-28"] {
+        let mut server = reference_server(era).await;
+        let mut c = config(&format!("idle-{era}"), &server.url);
+        c.liveness_interval = Some(Duration::from_millis(300));
+        let up = upstream(c);
+        within("connect", STEP, up.connect())
+            .await
+            .expect("connect");
+        let mut link = up.link();
+        let connected = link.borrow().clone();
+        assert!(connected.connected, "{era}: {connected:?}");
+        // Idle for several intervals: probed, answered, kept.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(*link.borrow(), connected, "{era}: the probes were answered");
+
+        // The server goes away; nothing is sent but the probes.
+        server.child.kill().await.expect("kill the server");
+        let down = within(
+            &format!("{era}: the link going down with no request sent"),
+            Duration::from_secs(10),
+            link.wait_for(|l| !l.connected),
+        )
+        .await
+        .expect("the upstream is alive")
+        .clone();
+        let reason = down.last_error.unwrap_or_default();
+        assert!(
+            reason.contains("is gone") && reason.contains("cannot connect"),
+            "{era}: {reason}"
+        );
+        up.shutdown(Duration::from_secs(1)).await;
+    }
+}
