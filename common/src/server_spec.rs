@@ -145,6 +145,13 @@ pub struct ServerConfig {
     /// Largest message accepted from the server, bytes (default 16 MiB).
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    /// Streamable HTTP: seconds without an answer from the server after
+    /// which the sidecar probes it (`ping` or `server/discover`), so a
+    /// server that went away while idle is reported down; 0: never
+    /// (default 15, at most 86400). Ignored for stdio, whose exit is seen
+    /// at once.
+    #[serde(default = "default_liveness_interval_sec")]
+    pub liveness_interval_sec: u64,
 }
 
 /// Longest timeout accepted anywhere in the configuration: 7 days.
@@ -162,6 +169,11 @@ fn default_request_timeout_sec() -> u64 {
 }
 fn default_max_message_bytes() -> usize {
     DEFAULT_MAX_MESSAGE_BYTES
+}
+/// Default of [`ServerConfig::liveness_interval_sec`]: 15 s.
+pub const DEFAULT_LIVENESS_INTERVAL_SEC: u64 = 15;
+fn default_liveness_interval_sec() -> u64 {
+    DEFAULT_LIVENESS_INTERVAL_SEC
 }
 
 /// A configuration problem: which key, and what is wrong with it.
@@ -331,6 +343,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("era", &self.era)
             .field("request_timeout_sec", &self.request_timeout_sec)
             .field("max_message_bytes", &self.max_message_bytes)
+            .field("liveness_interval_sec", &self.liveness_interval_sec)
             .finish()
     }
 }
@@ -530,6 +543,12 @@ impl ServerConfig {
                 ));
             }
         }
+        if self.liveness_interval_sec > 86_400 {
+            return Err(err(
+                "liveness_interval_sec",
+                "must be between 0 (never probe) and 86400 (1 day)".into(),
+            ));
+        }
         if self.max_message_bytes < 1024 {
             return Err(err("max_message_bytes", "must be at least 1024".into()));
         }
@@ -676,6 +695,20 @@ mod tests {
         );
         h.validate("servers[1]").unwrap();
         assert_eq!(h.transport, TransportKind::Http);
+    }
+
+    #[test]
+    fn liveness_interval_defaults_to_15_s_and_0_turns_it_off() {
+        let http = "name = \"w\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        assert_eq!(parse(http).liveness_interval_sec, 15);
+        let off = parse(&format!("{http}liveness_interval_sec = 0\n"));
+        off.validate("s").unwrap();
+        assert_eq!(off.liveness_interval_sec, 0);
+        let e = parse(&format!("{http}liveness_interval_sec = 86401\n"))
+            .validate("servers[2]")
+            .unwrap_err();
+        assert_eq!(e.key, "servers[2].liveness_interval_sec");
+        assert!(e.problem.contains("86400"), "{}", e.problem);
     }
 
     #[test]

@@ -290,6 +290,10 @@ class Render(unittest.TestCase):
         config = sidecar_config("servers", "search-api")
         self.assertIn('name = "Search-API"', config)
         self.assertIn('headers = { "X-Tenant" = "platform" }', config)
+        # livenessIntervalSec, 0 included (never probe); left out: the default.
+        self.assertIn("liveness_interval_sec = 0", config)
+        self.assertIn("liveness_interval_sec = 30", sidecar_config("servers", "web"))
+        self.assertNotIn("liveness_interval_sec", sidecar_config("servers", "everything"))
         # The control plane registers all four.
         self.assertEqual(cp_config("servers").count("[[servers]]"), 4)
         for d in deployments.values():
@@ -647,6 +651,8 @@ class Render(unittest.TestCase):
             ({"servers": [{"name": "a b", "transport": "stdio", "image": {"repository": "x"},
                            "command": "y"}]}, "does not match pattern"),
             ({"servers": [{"name": "a", "transport": "stdio", "command": "y"}]}, "image"),
+            ({"servers": [{"name": "a", "transport": "http", "url": "http://x/mcp",
+                           "livenessIntervalSec": 86401}]}, "livenessIntervalSec"),
             ({"servers": [{"name": "a", "transport": "http", "image": {"repository": "x"}}]}, "port"),
             ({"servers": [{"name": "a_b", "transport": "http", "url": "http://x/mcp"},
                           {"name": "a-b", "transport": "http", "url": "http://y/mcp"}]},

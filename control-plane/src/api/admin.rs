@@ -77,6 +77,7 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
             s.request_timeout_ms.div_ceil(1000)
         },
         max_message_bytes: switchyard_common::server_spec::DEFAULT_MAX_MESSAGE_BYTES,
+        liveness_interval_sec: switchyard_common::server_spec::DEFAULT_LIVENESS_INTERVAL_SEC,
         oauth: s.oauth.map(|o| OAuthSettings {
             client_id: Some(o.client_id).filter(|c| !c.is_empty()),
             client_secret: Some(o.client_secret).filter(|c| !c.is_empty()),

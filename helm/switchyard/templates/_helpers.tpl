@@ -178,6 +178,9 @@ request_timeout_sec = {{ int64 .requestTimeoutSec }}
 {{- if .maxMessageBytes }}
 max_message_bytes = {{ int64 .maxMessageBytes }}
 {{- end }}
+{{- if hasKey . "livenessIntervalSec" }}
+liveness_interval_sec = {{ int64 .livenessIntervalSec }}
+{{- end }}
 {{- end -}}
 
 {{/*

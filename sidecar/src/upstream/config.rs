@@ -19,7 +19,8 @@ pub const DEFAULT_DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_INPUT_ROUNDS: u32 = 8;
 /// Default silence of an HTTP server after which its connection is probed
 /// ([`UpstreamConfig::liveness_interval`]).
-pub const DEFAULT_LIVENESS_INTERVAL: Duration = Duration::from_secs(15);
+pub const DEFAULT_LIVENESS_INTERVAL: Duration =
+    Duration::from_secs(switchyard_common::server_spec::DEFAULT_LIVENESS_INTERVAL_SEC);
 
 /// How to reach the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +137,8 @@ pub struct UpstreamConfig {
     /// `server/discover` (2026-07-28, which removed `ping`), so a server
     /// that went away while nothing was sent is reported `down` and
     /// reconnected to, as a request would have found it. `None`: never
-    /// (default 15 s; see `super::watch_exit`).
+    /// (default 15 s; the server's `liveness_interval_sec`, 0 for never;
+    /// see `super::watch_exit`).
     pub liveness_interval: Option<Duration>,
     /// Restart policy (stdio).
     pub restart: RestartPolicy,
@@ -183,6 +185,8 @@ impl UpstreamConfig {
         c.era = spec.era.parse().unwrap_or_default();
         c.request_timeout = Duration::from_secs(spec.request_timeout_sec);
         c.max_message_bytes = spec.max_message_bytes;
+        c.liveness_interval = (spec.liveness_interval_sec > 0)
+            .then(|| Duration::from_secs(spec.liveness_interval_sec));
         c
     }
 
