@@ -390,6 +390,20 @@ impl State {
             .collect()
     }
 
+    /// Of `ids`, those the read model knows as final or owned by another
+    /// sidecar than `sidecar_id`; ids it does not know are left out.
+    pub fn background_not_owned_by(&self, sidecar_id: &str, ids: &[String]) -> Vec<String> {
+        let index = self.background.read().unwrap();
+        ids.iter()
+            .filter(|id| {
+                index.entries.get(*id).is_some_and(|e| {
+                    crate::model::background::is_terminal(&e.status) || e.sidecar_id != sidecar_id
+                })
+            })
+            .cloned()
+            .collect()
+    }
+
     /// The ids of `session`'s finished background calls with
     /// `finished_at_ms > after_ms`, in the order they finished (then by id).
     pub fn finished_background(&self, session: &str, after_ms: i64) -> Vec<String> {

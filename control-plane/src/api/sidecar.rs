@@ -326,7 +326,7 @@ impl SidecarRegistry for SidecarApi {
                     // holds the sidecar back).
                     msg = inbound.message(), if pending.is_none() => match msg {
                         Ok(Some(report)) => {
-                            let outcome = handle_report(&cp, &server, &mut record, lease, &report).await;
+                            let outcome = handle_report(&cp, &server, &mut record, lease, &report, &tx).await;
                             match settle(outcome, &server, &hello.sidecar_id, None, ttl) {
                                 Next::Done => {}
                                 Next::Retry(delay) => {
@@ -348,7 +348,7 @@ impl SidecarRegistry for SidecarApi {
                     },
                     _ = tokio::time::sleep_until(pending.as_ref().map_or_else(Instant::now, |p| p.at)), if pending.is_some() => {
                         let Some(p) = pending.take() else { continue };
-                        let outcome = handle_report(&cp, &server, &mut record, lease, &p.report).await;
+                        let outcome = handle_report(&cp, &server, &mut record, lease, &p.report, &tx).await;
                         match settle(outcome, &server, &hello.sidecar_id, Some(p.since), ttl) {
                             Next::Done => {
                                 tracing::info!(%server, sidecar = %hello.sidecar_id, "the store took the report on a later try");
@@ -560,6 +560,7 @@ async fn handle_report(
     record: &mut SidecarRecord,
     lease: crate::store::LeaseId,
     report: &pb::SidecarReport,
+    tx: &tokio::sync::mpsc::Sender<Result<pb::ControlMessage, Status>>,
 ) -> Result<(), ReportError> {
     match &report.report {
         Some(pb::sidecar_report::Report::Catalogue(c)) => {
@@ -662,6 +663,22 @@ async fn handle_report(
                 tracing::info!(%server, sidecar = %record.sidecar_id, "sidecar draining; routing new calls elsewhere");
             }
             *record = next;
+        }
+        Some(pb::sidecar_report::Report::Polling(p)) => {
+            let release = cp
+                .background
+                .not_polled_by(cp, &record.sidecar_id, &p.ids)
+                .await;
+            if !release.is_empty() {
+                tracing::info!(%server, sidecar = %record.sidecar_id, calls = release.len(), "telling the sidecar to stop polling background calls it does not own");
+                let message = pb::ControlMessage {
+                    message: Some(pb::control_message::Message::Release(
+                        pb::BackgroundCallIds { ids: release },
+                    )),
+                };
+                // A stream that is gone ends the loop at its next read.
+                let _ = tx.send(Ok(message)).await;
+            }
         }
         Some(pb::sidecar_report::Report::Hello(_)) => {
             return Err(Status::invalid_argument("hello may only be the first message").into());

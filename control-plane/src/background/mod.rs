@@ -38,6 +38,10 @@
 //!   registered: the call goes back to the creator instead
 //!   ([`Background::upsert`]). Finished records older than
 //!   `backgroundCalls.retentionSec` are deleted.
+//! - **One poller per task.** Each sidecar says which task-mode calls it
+//!   polls (`SidecarReport.polling`, once a lease TTL); those another
+//!   sidecar owns, or that are final, are answered `ControlMessage.release`
+//!   ([`Background::not_polled_by`]), and the sidecar stops polling them.
 
 mod events;
 mod fit;
@@ -85,6 +89,10 @@ pub const DEADLINE_GRACE_MS: i64 = 30_000;
 /// A record larger than this (JSON bytes) has its attachments' content
 /// dropped before it is stored (etcd refuses requests over 1.5 MiB).
 pub const MAX_RECORD_BYTES: usize = 1024 * 1024;
+/// How many ids of one `SidecarReport.polling` are looked at: a sidecar
+/// polls at most this many calls at once, so a larger report is hostile.
+pub const MAX_POLLING_IDS: usize = 100_000;
+
 /// How many calls one `ControlMessage.adopt` carries at most.
 const ADOPT_BATCH: usize = 500;
 
@@ -699,8 +707,10 @@ impl Background {
     /// Gives an adopted task-mode call back to `creator`, the sidecar
     /// that created it, which said hello again. Returns the record if
     /// `creator` owns it now; `None` if it is terminal, or was not created
-    /// by `creator`. The adopter stops when its report comes back owned by
-    /// another sidecar, or when its server does not know the task.
+    /// by `creator`. The adopter stops when its next `polling` report is
+    /// answered `release` ([`Background::not_polled_by`]), when a report
+    /// comes back owned by another sidecar, or when its server does not
+    /// know the task.
     async fn give_back(
         &self,
         id: &str,
@@ -724,6 +734,36 @@ impl Background {
             }
             _ => None,
         })
+    }
+
+    /// Of the task-mode calls `sidecar_id` says it polls (`polling` on its
+    /// report stream, at most [`MAX_POLLING_IDS`] looked at), those it is
+    /// to stop polling (`release`): final, or owned by another sidecar (the
+    /// call went back to its creator, or was adopted while this sidecar's
+    /// registration lapsed). The read model picks them and the store
+    /// confirms each, as the read model may lag behind a give-back to this
+    /// very sidecar; a call the read model does not know (registered a
+    /// moment ago) is left alone. A store error leaves that call for the
+    /// next `polling`.
+    pub async fn not_polled_by(
+        &self,
+        cp: &ControlPlane,
+        sidecar_id: &str,
+        ids: &[String],
+    ) -> Vec<String> {
+        let ids = &ids[..ids.len().min(MAX_POLLING_IDS)];
+        let mut release = Vec::new();
+        for id in cp.state.background_not_owned_by(sidecar_id, ids) {
+            match self.get(&id).await {
+                Ok(Some(rec)) if !rec.is_terminal() && rec.sidecar_id == sidecar_id => {}
+                // Final, another sidecar's, or deleted after its retention.
+                Ok(_) => release.push(id),
+                Err(e) => {
+                    tracing::warn!(%id, sidecar = %sidecar_id, error = %e, "checking who polls a background call failed; checked again at the next report");
+                }
+            }
+        }
+        release
     }
 
     /// A sidecar said hello on a report stream this replica holds: the

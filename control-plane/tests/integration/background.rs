@@ -1389,25 +1389,147 @@ fn http_sidecar_config(dir: &Path, id: &str, url: &str, control_plane: &str) -> 
 }
 
 async fn http_sidecar(dir: &Path, id: &str, url: &str, control_plane: &str) -> Proc {
+    http_sidecar_and_metrics(dir, id, url, control_plane)
+        .await
+        .0
+}
+
+/// [`http_sidecar`], and the address of its `/metrics`.
+async fn http_sidecar_and_metrics(
+    dir: &Path,
+    id: &str,
+    url: &str,
+    control_plane: &str,
+) -> (Proc, String) {
     let mut cmd = Command::new(sidecar_bin());
     cmd.arg("run")
         .arg("--config")
         .arg(http_sidecar_config(dir, id, url, control_plane))
         .env("SWITCHYARD_LOG", "info");
-    Proc::start(
+    let (proc, ready) = Proc::start(
         id,
         cmd,
         dir.join(format!("{id}.log")),
         "switchyard-sidecar: server th, calls on",
     )
-    .await
-    .0
+    .await;
+    let http = ready
+        .rsplit("http on ")
+        .next()
+        .expect("the ready line names the http address")
+        .trim()
+        .to_owned();
+    (proc, http)
 }
 
+/// The `tasks/get` polls a sidecar made so far (every outcome).
+async fn task_polls(metrics: &str) -> f64 {
+    let (status, body) = http_get(metrics, "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .filter(|l| l.starts_with("switchyard_sidecar_task_polls_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until background call `id` is owned by `sidecar`.
+async fn owner_becomes(ep: &str, id: &str, sidecar: &str) {
+    eventually(&format!("{id} owned by {sidecar}"), LIMIT, || async move {
+        let owner = get(ep, id).await.map_err(|e| e.to_string())?.sidecar_id;
+        (owner == sidecar).then_some(()).ok_or(owner)
+    })
+    .await;
+}
+
+/// Waits until the sidecar whose `/metrics` is at `metrics` has made more
+/// than `polls` task polls.
+async fn polls_past(metrics: &str, polls: f64) {
+    eventually(
+        &format!("more than {polls} task polls"),
+        LIMIT,
+        || async move {
+            let n = task_polls(metrics).await;
+            (n > polls).then_some(()).ok_or(format!("{n} polls"))
+        },
+    )
+    .await;
+}
+
+/// A task-mode call adopted while its creator's registration lapsed goes
+/// back to the creator when it returns, and then only the creator polls
+/// it: the adopter's `polling` report is answered `release`, so the two
+/// never keep asking the server about one task. The creator keeps polling
+/// it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_of_a_killed_sidecar_are_adopted_and_complete() {
+async fn after_a_give_back_only_the_creator_polls_the_task() {
     switchyard_test_support::init_tracing();
     let dir = tempfile::tempdir().unwrap();
+    let (upstream, r, ep) = tasks_replica(dir.path()).await;
+    let (creator, creator_metrics) =
+        http_sidecar_and_metrics(dir.path(), "h-a", &upstream.url, &ep).await;
+    always_in_background(&ep).await;
+    let s = create_session_all(&ep).await;
+    let mut events = subscribe(&ep, &s, 0).await;
+    let bg = engine(&ep)
+        .await
+        .unwrap()
+        .call_tool(pb::CallToolRequest {
+            session_id: s.clone(),
+            tool: "th__task_sleep".into(),
+            arguments_json: json!({"ms": 300_000, "text": "long job", "pollIntervalMs": 100})
+                .to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("CallTool")
+        .into_inner()
+        .background
+        .expect("moved at once");
+    assert_eq!(bg.sidecar_id, "h-a");
+    let (_adopter, adopter_metrics) =
+        http_sidecar_and_metrics(dir.path(), "h-b", &upstream.url, &ep).await;
+
+    // ---- h-a freezes past its lease: h-b adopts the task and polls it.
+    signal(creator.pid, nix::sys::signal::Signal::SIGSTOP);
+    owner_becomes(&ep, &bg.id, "h-b").await;
+    let at_adoption = task_polls(&adopter_metrics).await;
+    polls_past(&adopter_metrics, at_adoption + 2.0).await;
+
+    // ---- h-a thaws, registers again and gets its task back.
+    signal(creator.pid, nix::sys::signal::Signal::SIGCONT);
+    owner_becomes(&ep, &bg.id, "h-a").await;
+    // Within a lease TTL (2 s) and a poll, h-b has stopped polling it.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let stopped_at = task_polls(&adopter_metrics).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        task_polls(&adopter_metrics).await,
+        stopped_at,
+        "the adopter still polls a task it gave back"
+    );
+
+    // ---- the creator polls it; cancelling it ends it.
+    let creator_polls = task_polls(&creator_metrics).await;
+    polls_past(&creator_metrics, creator_polls + 2.0).await;
+    engine(&ep)
+        .await
+        .unwrap()
+        .cancel_background_call(pb::CancelBackgroundCallRequest {
+            id: bg.id.clone(),
+            session_id: String::new(),
+        })
+        .await
+        .expect("cancel");
+    let (ev, data) = next_background(&mut events).await;
+    assert_eq!(ev.r#type, "background_call.cancelled", "{data}");
+    drop(creator);
+    r.stop(Duration::from_secs(5)).await;
+}
+
+/// The reference server over HTTP (2025-11-25, with tasks) as server
+/// `th` of a replica on the embedded store, with a 2 s sidecar lease and
+/// a sweep every 200 ms: the server, the replica and its endpoint.
+async fn tasks_replica(dir: &Path) -> (switchyard_test_support::HttpServer, Running, String) {
     let mut reference = Command::new(switchyard_test_support::reference_server_bin());
     reference.args(["--http", "127.0.0.1:0", "--era", "2025-11-25", "--tasks"]);
     let upstream = switchyard_test_support::start_http_server(reference, "/mcp").await;
@@ -1415,8 +1537,8 @@ async fn tasks_of_a_killed_sidecar_are_adopted_and_complete() {
         "\n[[servers]]\nname = \"th\"\ntransport = \"http\"\nurl = {}\n",
         toml_str(&upstream.url)
     );
-    let (text, _, _) = config_text(dir.path(), &StoreKind::Embedded, 2, &servers);
-    let path = dir.path().join("cp.toml");
+    let (text, _, _) = config_text(dir, &StoreKind::Embedded, 2, &servers);
+    let path = dir.join("cp.toml");
     std::fs::write(
         &path,
         format!("{text}\n[backgroundCalls]\nsweepIntervalMs = 200\n"),
@@ -1426,12 +1548,16 @@ async fn tasks_of_a_killed_sidecar_are_adopted_and_complete() {
         .await
         .expect("replica starts");
     let ep = endpoint(&r);
-    let mut first = http_sidecar(dir.path(), "h-a", &upstream.url, &ep).await;
-    wait_tool(&ep, "th__task_sleep").await;
-    // Every call of the tool moves to the background at once.
+    (upstream, r, ep)
+}
+
+/// Waits for `th__task_sleep`, then moves every call of it to the
+/// background at once.
+async fn always_in_background(ep: &str) {
+    wait_tool(ep, "th__task_sleep").await;
     ok_stdout(
         &cli(
-            &ep,
+            ep,
             &[
                 "policy",
                 "set",
@@ -1444,6 +1570,15 @@ async fn tasks_of_a_killed_sidecar_are_adopted_and_complete() {
         .await,
         "policy set",
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_a_killed_sidecar_are_adopted_and_complete() {
+    switchyard_test_support::init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let (upstream, r, ep) = tasks_replica(dir.path()).await;
+    let mut first = http_sidecar(dir.path(), "h-a", &upstream.url, &ep).await;
+    always_in_background(&ep).await;
     let s = create_session_all(&ep).await;
     let mut events = subscribe(&ep, &s, 0).await;
     let mut ids = Vec::new();

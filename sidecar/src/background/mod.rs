@@ -336,6 +336,44 @@ impl Tasks {
         ids
     }
 
+    /// The ids of the task-mode calls this sidecar polls, for
+    /// `SidecarReport.polling` (sorted).
+    pub fn polling(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, l)| l.mode == "task")
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Stops polling the task-mode calls among `ids` (`ControlMessage.release`:
+    /// another sidecar owns each now, or it is final): no `tasks/cancel`,
+    /// no report. Held (wait-mode) calls and unknown ids are left alone.
+    /// Returns how many were stopped.
+    pub fn release(&self, ids: &[String]) -> usize {
+        let mut released = 0;
+        for id in ids {
+            let live = {
+                let mut live = self.lock();
+                if live.get(id).is_none_or(|l| l.mode != "task") {
+                    continue;
+                }
+                live.remove(id)
+            };
+            let Some(live) = live else { continue };
+            for a in &live.aborts {
+                a.abort();
+            }
+            self.initiators().remove(&live.task_id);
+            tracing::info!(%id, task = %live.task_id, "stopped polling a background call another sidecar owns now (or that is final)");
+            released += 1;
+        }
+        released
+    }
+
     /// How many held (wait-mode) calls run here: they end with this
     /// process, so its drain waits for them ([`Tasks::held_finished`]).
     pub fn held(&self) -> usize {

@@ -479,8 +479,10 @@ impl Tasks {
     }
 
     /// Reports a changed `record` (publishing it for cancellation first).
-    /// True when the stored record came back final (a user cancelled): the
-    /// caller stops polling.
+    /// True when the stored record came back final (a user cancelled) or
+    /// owned by another live sidecar (the control plane ignored the
+    /// report: the call went back to its creator, or was adopted while
+    /// this sidecar's registration lapsed): the caller stops polling.
     pub(super) async fn report_change(
         &self,
         record: &mut BackgroundCall,
@@ -494,6 +496,10 @@ impl Tasks {
             Some(stored) if status::is_terminal(&stored.status) => {
                 tracing::info!(id = %record.id, status = %stored.status, "the stored record is final; stopping");
                 *record = stored;
+                true
+            }
+            Some(stored) if stored.sidecar_id != self.settings().sidecar_id => {
+                tracing::info!(id = %record.id, owner = %stored.sidecar_id, "another sidecar owns the background call now; stopping");
                 true
             }
             _ => false,

@@ -7,7 +7,10 @@
 //! reopens it. Calls are served independently all the while. Effective
 //! tool hints the control plane pushes (`ToolSettings`) go into the
 //! catalogue; background calls it hands over (`adopt`) go to the tasks
-//! machinery. Stage D, for an `auth = "oauth"` server: the access tokens
+//! machinery, and once a lease TTL the stream says which task-mode calls
+//! this sidecar polls (`polling`); those the control plane answers with
+//! (`release`: another sidecar owns them now) are no longer polled. Stage
+//! D, for an `auth = "oauth"` server: the access tokens
 //! it pushes (`access_token`) go to the server's [`Tokens`] (logged by
 //! state, generation and expiry, never the token), and the server's
 //! refusals of a token go back as `token_rejected` ([`Rejections`]; those
@@ -31,7 +34,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchyard_proto::v1::sidecar_registry_client::SidecarRegistryClient;
 use switchyard_proto::v1::{
-    Hello, RegisterRequest, SidecarReport, UpstreamStatus, control_message, sidecar_report,
+    BackgroundCallIds, Hello, RegisterRequest, SidecarReport, UpstreamStatus, control_message,
+    sidecar_report,
 };
 use tokio::sync::watch;
 use tonic::transport::Channel;
@@ -101,6 +105,10 @@ pub async fn report_with(
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
+
+/// Bounds of the period of `polling` reports (the lease TTL).
+const MIN_POLLING: Duration = Duration::from_secs(1);
+const MAX_POLLING: Duration = Duration::from_secs(60);
 
 /// What the control plane's messages act on in this sidecar, when it has
 /// them: the background tasks (`adopt`) and the per-session upstream
@@ -176,8 +184,22 @@ async fn session(
         is_draining,
     )))?;
     let mut drain_open = true;
+    // The task-mode calls polled here, once a lease TTL (a give-back or an
+    // adoption needs a registration to lapse, which takes about that
+    // long), the first time at once: the control plane answers `release`
+    // for those another sidecar owns now.
+    let mut polling = tokio::time::interval(
+        Duration::from_secs(registered.lease_ttl_seconds.into()).clamp(MIN_POLLING, MAX_POLLING),
+    );
+    polling.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = polling.tick(), if targets.tasks.is_some() => {
+                let ids = targets.tasks.map(crate::background::Tasks::polling).unwrap_or_default();
+                if !ids.is_empty() {
+                    send(sidecar_report::Report::Polling(BackgroundCallIds { ids }))?;
+                }
+            }
             message = inbound.message() => match message {
                 Ok(Some(m)) => match m.message {
                     Some(control_message::Message::Welcome(w)) => {
@@ -199,6 +221,12 @@ async fn session(
                         Some(tokens) => tokens.set(AccessToken::from(t)),
                         None => tracing::warn!(state = %t.state, generation = t.generation, "an access token for a server that is not auth = \"oauth\"; ignored"),
                     },
+                    Some(control_message::Message::Release(r)) => {
+                        if let Some(tasks) = targets.tasks {
+                            let stopped = tasks.release(&r.ids);
+                            tracing::info!(calls = r.ids.len(), stopped, "background calls released: another sidecar polls them");
+                        }
+                    }
                     Some(control_message::Message::SessionEnded(e)) => {
                         if let Some(pool) = targets.pool {
                             pool.end_session(&e.session_id);
