@@ -16,7 +16,8 @@
 //!   (`_meta["io.modelcontextprotocol/related-task"]`) belongs to the task's
 //!   initiator ([`TaskInitiators`], filled in by the tasks stage); otherwise,
 //!   if every call in flight on the connection belongs to one session, to
-//!   that session; a connection bound to a session (Streamable HTTP: one
+//!   that session (several calls: naming every tool that could have asked,
+//!   as which one did cannot be known); a connection bound to a session (Streamable HTTP: one
 //!   connection per server and session) belongs to it. Anything else is
 //!   declined (`{"action": "decline"}`, or an error for `roots/list`) and
 //!   audited.

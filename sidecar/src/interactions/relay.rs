@@ -75,6 +75,40 @@ impl Drop for InFlight {
     }
 }
 
+/// The context of a question asked while `calls` (at least one, all of
+/// one session) are in flight: the call's own when there is one (or when
+/// all are of one run and tool). Otherwise which call asked cannot be
+/// known on a shared connection, so the question is the session's: it
+/// names every tool that could have asked (`book or cancel`), and has the
+/// run and the client only when all share them, and no progress sink.
+fn one_sessions(calls: &[CallContext]) -> CallContext {
+    let last = calls.last().expect("one call at least");
+    let same_run = calls.iter().all(|c| c.run_id == last.run_id);
+    if same_run && calls.iter().all(|c| c.tool == last.tool) {
+        return last.clone();
+    }
+    let mut tools: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
+    tools.sort_unstable();
+    tools.dedup();
+    CallContext {
+        session_id: last.session_id.clone(),
+        run_id: if same_run {
+            last.run_id.clone()
+        } else {
+            String::new()
+        },
+        tool: tools.join(" or "),
+        roots: last.roots.clone(),
+        progress: None,
+        client: if calls.iter().all(|c| c.client == last.client) {
+            last.client.clone()
+        } else {
+            None
+        },
+        log_level: None,
+    }
+}
+
 impl Relay {
     /// A relay for `server`. `bound_session`: the connection belongs to
     /// this session (a per-session Streamable HTTP connection).
@@ -172,7 +206,7 @@ impl Relay {
         sessions.sort_unstable();
         sessions.dedup();
         match (sessions.len(), &self.bound_session) {
-            (1, _) => Ok(calls.last().cloned().expect("one call at least")),
+            (1, _) => Ok(one_sessions(&calls)),
             (0, Some(session)) => Ok(match &state.last {
                 // No call in flight: the session's roots from its last call.
                 Some(last) if &last.session_id == session => CallContext {

@@ -61,6 +61,46 @@ async fn attribution_needs_one_session() {
     assert!(r.attribute(&task).unwrap_err().reason.contains("t1"));
 }
 
+/// Several calls of one session in flight on a shared connection: which
+/// one asked cannot be known, so the question names every tool that could
+/// have, and no run of its own, instead of passing for the newest call's.
+#[tokio::test]
+async fn a_question_during_several_calls_of_a_session_names_them_all() {
+    let r = relay(None);
+    let call = |tool: &str, run: &str| CallContext {
+        tool: tool.into(),
+        run_id: run.into(),
+        ..ctx("a")
+    };
+    let _book = r.enter(call("book", "r1"));
+    let one = r.attribute(&json!({})).unwrap();
+    assert_eq!((one.tool.as_str(), one.run_id.as_str()), ("book", "r1"));
+    // The same tool in the same run again: still that call's question.
+    let _again = r.enter(call("book", "r1"));
+    let same = r.attribute(&json!({})).unwrap();
+    assert_eq!((same.tool.as_str(), same.run_id.as_str()), ("book", "r1"));
+    // Another tool in the same run: the run is known, the tool is not.
+    let cancel = r.enter(call("cancel", "r1"));
+    let two = r.attribute(&json!({})).unwrap();
+    assert_eq!(
+        (
+            two.session_id.as_str(),
+            two.tool.as_str(),
+            two.run_id.as_str()
+        ),
+        ("a", "book or cancel", "r1")
+    );
+    assert_eq!(two.roots, ctx("a").roots);
+    // Another run too: neither is.
+    let _other = r.enter(call("audit", "r2"));
+    let three = r.attribute(&json!({})).unwrap();
+    assert_eq!(
+        (three.tool.as_str(), three.run_id.as_str()),
+        ("audit or book or cancel", "")
+    );
+    drop(cancel);
+}
+
 #[tokio::test]
 async fn a_bound_connection_belongs_to_its_session() {
     let r = relay(Some("s1"));
