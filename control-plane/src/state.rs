@@ -97,6 +97,20 @@ struct BackgroundIndex {
 }
 
 impl BackgroundIndex {
+    /// See [`State::background_not_owned_by`].
+    fn not_owned_by(&self, server: &str, sidecar_id: &str, ids: &[String]) -> Vec<String> {
+        ids.iter()
+            .filter(|id| {
+                self.entries.get(*id).is_some_and(|e| {
+                    e.server == server
+                        && (crate::model::background::is_terminal(&e.status)
+                            || e.sidecar_id != sidecar_id)
+                })
+            })
+            .cloned()
+            .collect()
+    }
+
     fn insert(&mut self, id: String, entry: BackgroundEntry) {
         self.remove(&id);
         if !crate::model::background::is_terminal(&entry.status) {
@@ -390,18 +404,19 @@ impl State {
             .collect()
     }
 
-    /// Of `ids`, those the read model knows as final or owned by another
-    /// sidecar than `sidecar_id`; ids it does not know are left out.
-    pub fn background_not_owned_by(&self, sidecar_id: &str, ids: &[String]) -> Vec<String> {
-        let index = self.background.read().unwrap();
-        ids.iter()
-            .filter(|id| {
-                index.entries.get(*id).is_some_and(|e| {
-                    crate::model::background::is_terminal(&e.status) || e.sidecar_id != sidecar_id
-                })
-            })
-            .cloned()
-            .collect()
+    /// Of `ids`, the calls of `server` the read model knows as final or
+    /// owned by another sidecar than `sidecar_id`; ids it does not know,
+    /// and other servers' calls, are left out.
+    pub fn background_not_owned_by(
+        &self,
+        server: &str,
+        sidecar_id: &str,
+        ids: &[String],
+    ) -> Vec<String> {
+        self.background
+            .read()
+            .unwrap()
+            .not_owned_by(server, sidecar_id, ids)
     }
 
     /// The ids of `session`'s finished background calls with
@@ -911,6 +926,37 @@ mod tests {
         index.remove("b");
         assert!(index.running.is_empty());
         assert_eq!(index.entries.len(), 2);
+    }
+
+    #[test]
+    fn calls_a_sidecar_does_not_own_are_those_of_its_server_it_may_not_poll() {
+        let mut index = BackgroundIndex::default();
+        index.insert("mine".into(), entry("files", "working"));
+        let theirs = BackgroundEntry {
+            sidecar_id: "other".into(),
+            ..entry("files", "working")
+        };
+        index.insert("theirs".into(), theirs.clone());
+        index.insert("done".into(), entry("files", "completed"));
+        index.insert("elsewhere".into(), entry("web", "completed"));
+        index.insert(
+            "elsewhere-theirs".into(),
+            BackgroundEntry {
+                server: "web".into(),
+                ..theirs
+            },
+        );
+        let ids: Vec<String> = [
+            "mine",
+            "theirs",
+            "done",
+            "elsewhere",
+            "elsewhere-theirs",
+            "unknown",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(index.not_owned_by("files", "c", &ids), ["theirs", "done"]);
     }
 
     #[test]

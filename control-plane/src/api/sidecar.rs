@@ -270,6 +270,8 @@ impl SidecarRegistry for SidecarApi {
             let mut kept_alive_at = Instant::now();
             // A report the store could not take yet, tried again.
             let mut pending: Option<Pending> = None;
+            // When the last `polling` report was looked at.
+            let mut polled_at: Option<Instant> = None;
             // Whether the registration goes when the loop ends: not when
             // its lease is already gone or the store is out of reach.
             let mut revoke = true;
@@ -326,6 +328,16 @@ impl SidecarRegistry for SidecarApi {
                     // holds the sidecar back).
                     msg = inbound.message(), if pending.is_none() => match msg {
                         Ok(Some(report)) => {
+                            // `polling` costs store reads: at most one a
+                            // second is looked at (a sidecar sends one a
+                            // lease TTL).
+                            if matches!(report.report, Some(pb::sidecar_report::Report::Polling(_))) {
+                                if polled_at.is_some_and(|at: Instant| at.elapsed() < MIN_POLLING_GAP) {
+                                    tracing::debug!(%server, sidecar = %hello.sidecar_id, "ignoring a polling report sent less than a second after the last");
+                                    continue;
+                                }
+                                polled_at = Some(Instant::now());
+                            }
                             let outcome = handle_report(&cp, &server, &mut record, lease, &report, &tx).await;
                             match settle(outcome, &server, &hello.sidecar_id, None, ttl) {
                                 Next::Done => {}
@@ -551,6 +563,10 @@ fn settle(
     }
 }
 
+/// The least time between two `polling` reports of one stream that are
+/// looked at; those sent sooner are ignored.
+const MIN_POLLING_GAP: Duration = Duration::from_secs(1);
+
 /// The first delay before a report is tried again.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 
@@ -667,7 +683,7 @@ async fn handle_report(
         Some(pb::sidecar_report::Report::Polling(p)) => {
             let release = cp
                 .background
-                .not_polled_by(cp, &record.sidecar_id, &p.ids)
+                .not_polled_by(cp, server, &record.sidecar_id, &p.ids)
                 .await;
             if !release.is_empty() {
                 tracing::info!(%server, sidecar = %record.sidecar_id, calls = release.len(), "telling the sidecar to stop polling background calls it does not own");

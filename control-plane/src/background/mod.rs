@@ -736,8 +736,9 @@ impl Background {
         })
     }
 
-    /// Of the task-mode calls `sidecar_id` says it polls (`polling` on its
-    /// report stream, at most [`MAX_POLLING_IDS`] looked at), those it is
+    /// Of the task-mode calls `sidecar_id` of `server` says it polls
+    /// (`polling` on its report stream, at most [`MAX_POLLING_IDS`] looked
+    /// at; other servers' calls are never named), those it is
     /// to stop polling (`release`): final, or owned by another sidecar (the
     /// call went back to its creator, or was adopted while this sidecar's
     /// registration lapsed). The read model picks them and the store
@@ -748,12 +749,13 @@ impl Background {
     pub async fn not_polled_by(
         &self,
         cp: &ControlPlane,
+        server: &str,
         sidecar_id: &str,
         ids: &[String],
     ) -> Vec<String> {
         let ids = &ids[..ids.len().min(MAX_POLLING_IDS)];
         let mut release = Vec::new();
-        for id in cp.state.background_not_owned_by(sidecar_id, ids) {
+        for id in cp.state.background_not_owned_by(server, sidecar_id, ids) {
             match self.get(&id).await {
                 Ok(Some(rec)) if !rec.is_terminal() && rec.sidecar_id == sidecar_id => {}
                 // Final, another sidecar's, or deleted after its retention.

@@ -1048,6 +1048,39 @@ async fn an_adopted_task_goes_back_to_its_creator_and_not_found_fails_it_only_wi
     );
     assert_eq!(get(&ep, "task-1").await.unwrap().sidecar_id, "sc-a");
 
+    // ---- the adopter says it still polls the task: told to let it go
+    // (an id the control plane does not know is left alone); the owner is
+    // not. A second `polling` within a second is not looked at.
+    let polling = |ids: &[&str]| pb::SidecarReport {
+        report: Some(pb::sidecar_report::Report::Polling(pb::BackgroundCallIds {
+            ids: ids.iter().map(|i| (*i).to_owned()).collect(),
+        })),
+    };
+    let release = |m: pb::ControlMessage| match m.message {
+        Some(pb::control_message::Message::Release(r)) => Some(r.ids),
+        _ => None,
+    };
+    let quiet = Duration::from_millis(800);
+    b.report(polling(&["task-1", "no-such-call"])).await;
+    assert_eq!(b.next_control("release", release).await, ["task-1"]);
+    b.report(polling(&["task-1"])).await;
+    assert!(
+        tokio::time::timeout(quiet, b.next_control("release", release))
+            .await
+            .is_err(),
+        "a polling report a moment after the last was looked at"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.report(polling(&["task-1"])).await;
+    assert_eq!(b.next_control("release", release).await, ["task-1"]);
+    a.report(polling(&["task-1"])).await;
+    assert!(
+        tokio::time::timeout(quiet, a.next_control("release", release))
+            .await
+            .is_err(),
+        "the owner was told to stop polling its own task"
+    );
+
     // ---- the adopter's server does not know the task: not a result while
     // its creator is registered. The record stays running, the creator's.
     let mut not_found = adopted[0].clone();
