@@ -116,19 +116,27 @@ impl Remote {
         let closed = ["connection closed", "broken pipe", "connection reset"]
             .iter()
             .any(|s| why.contains(s));
+        // The TLS alerts about our certificate (rustls's names, lowercased):
+        // bad_certificate, unknown_ca, certificate_required, ...
+        let certificate_alert = why.contains("alert")
+            && ["certificate", "unknownca", "accessdenied"]
+                .iter()
+                .any(|s| why.contains(s));
         let hint = match (&self.flags.cert_file, tls) {
             (_, true) if why.contains("invalid peer certificate") => format!(
                 "is --ca-file {} the CA that signed the control plane's certificate, and does the certificate name the endpoint's host?",
                 self.flags.ca_file.as_deref().unwrap_or(Path::new("")).display()
             ),
-            (Some(cert), true) if why.contains("alert") && why.contains("certificate") || closed => format!(
+            (Some(cert), true) if certificate_alert || closed => format!(
                 "the control plane may have refused the client certificate of --cert-file {}: it must be signed by a CA in the control plane's tls.client_ca_file",
                 cert.display()
             ),
             (None, true) if why.contains("certificaterequired") || closed => {
                 "the control plane may require a client certificate: pass --cert-file and --key-file".to_owned()
             }
-            (_, false) if closed => format!(
+            // A TLS listener's answer to plaintext: it closes, or its
+            // alert reads as a bad HTTP/2 frame.
+            (_, false) if closed || why.contains("http2 error") => format!(
                 "if the control plane serves TLS, use https://{} with --ca-file",
                 self.endpoint.trim_start_matches("http://")
             ),
