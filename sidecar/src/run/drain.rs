@@ -127,7 +127,7 @@ pub(super) struct Running {
     /// Cancels the calls still running when the grace period is over.
     pub abort: CancellationToken,
     /// The gRPC server (`SidecarCalls`).
-    pub grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    pub grpc: JoinHandle<Result<(), std::io::Error>>,
     /// The report stream.
     pub reporter: JoinHandle<()>,
     /// The per-session connections.

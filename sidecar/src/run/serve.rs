@@ -19,9 +19,10 @@ use crate::watch::watch_upstream_with;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use switchyard_common::audit::Audit;
 use switchyard_common::connections::{
-    ADMISSION_TIMEOUT, Admissions, ConnectionLimit, FIRST_BYTES_TIMEOUT, INTERNAL_MAX_CONNECTIONS,
+    ADMISSION_TIMEOUT, Admissions, ConnectionLimit, INTERNAL_MAX_CONNECTIONS,
 };
 use switchyard_common::server_spec::AuthKind;
 use tokio::net::TcpListener;
@@ -140,37 +141,22 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     // Cancelled when the grace period is over: the calls still running end.
     let abort = CancellationToken::new();
     let grpc_stop = stop.clone();
-    // TCP_NODELAY on the accepted sockets: calls are small request/response
-    // messages, and Nagle would hold back the response frames until the
-    // control plane's delayed ACK. Its callers are control plane replicas:
-    // a fixed cap on connections. A connection must carry a call the guard
-    // lets through within 30 s of being accepted (`Admissions`), so
-    // strangers cannot hold the places the control plane needs.
-    let admissions = Admissions::new(ADMISSION_TIMEOUT);
-    let incoming = Arc::new(ConnectionLimit::new("gRPC", INTERNAL_MAX_CONNECTIONS)).incoming(
-        grpc_listener,
-        FIRST_BYTES_TIMEOUT,
-        Some(admissions.clone()),
-    );
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(identity) = &settings.credentials.identity {
-        // TLS on SidecarCalls; with a client CA, only clients with a
-        // certificate it signed (the control plane's) get through.
-        let mut tls = tonic::transport::ServerTlsConfig::new().identity(identity.to_tonic());
-        if let Some(ca) = &settings.client_ca {
-            tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
-        }
-        builder = builder.tls_config(tls).map_err(|e| {
-            config_error(
-                "TLS",
-                "sidecar.tls_cert_file",
-                format!(
-                    "cannot set up TLS: {}",
-                    crate::upstream::error::error_chain(&e)
-                ),
-            )
-        })?;
-    }
+    // TLS on SidecarCalls; with a client CA, only clients with a
+    // certificate it signed (the control plane's) get through.
+    let grpc_tls = match &settings.credentials.identity {
+        Some(identity) => Some(
+            identity
+                .grpc_server_config(settings.client_ca.as_deref(), settings.client_ca.is_some())
+                .map_err(|e| {
+                    config_error(
+                        "TLS",
+                        "sidecar.tls_cert_file",
+                        format!("cannot set up TLS: {e}"),
+                    )
+                })?,
+        ),
+        None => None,
+    };
     let service = CallService::with_pool(pool.clone())
         .with_catalogue(catalogue.clone())
         .with_audit(audit)
@@ -180,18 +166,46 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
         .with_abort(abort.clone());
     let tasks = service.tasks();
     let drained_tasks = tasks.clone();
-    let mut grpc = tokio::spawn(
-        builder
-            // A handler that panics answers its request INTERNAL.
-            .layer(switchyard_proto::panics::layer("sidecar"))
+    // Its callers are control plane replicas: a fixed cap on connections.
+    // A connection must carry a call the guard lets through within 30 s of
+    // being accepted (`Admissions`), so strangers cannot hold the places
+    // the control plane needs.
+    let admissions = Admissions::new(ADMISSION_TIMEOUT);
+    let grpc_app =
+        tonic::service::Routes::new(tonic::service::interceptor::InterceptedService::new(
+            service.into_server(),
             // Only the control plane (its token, or mTLS) gets in.
-            .add_service(tonic::service::interceptor::InterceptedService::new(
-                service.into_server(),
-                crate::guard::CallsGuard::new(control_settings.call_token.clone())
-                    .admitting(admissions),
-            ))
-            .serve_with_incoming_shutdown(incoming, async move { grpc_stop.cancelled().await }),
-    );
+            crate::guard::CallsGuard::new(control_settings.call_token.clone())
+                .admitting(admissions.clone()),
+        ))
+        .into_axum_router()
+        // A handler that panics answers its request INTERNAL.
+        .layer(switchyard_proto::panics::layer("sidecar"));
+    // Served as the control plane's gRPC listener is (`http_serve`): HTTP/2
+    // only, TCP_NODELAY, first bytes within 30 s, the callers' deadlines
+    // kept, pinged every 10 s (a control plane replica that vanished is
+    // noticed and its connection closed), a connection without a call in
+    // flight for 120 s asked to finish (the control plane's call stream
+    // keeps its connection busy), one whose peer takes no answer data for
+    // 60 s closed.
+    let grpc_limits = switchyard_common::http_serve::Limits {
+        http2_keep_alive: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let grpc_connections = Arc::new(ConnectionLimit::new("gRPC", INTERNAL_MAX_CONNECTIONS));
+    let mut grpc = tokio::spawn(async move {
+        switchyard_common::http_serve::serve_grpc(
+            grpc_listener,
+            grpc_app,
+            grpc_connections,
+            grpc_limits,
+            grpc_tls,
+            Some(admissions),
+            async move { grpc_stop.cancelled().await },
+        )
+        .await;
+        Ok::<(), std::io::Error>(())
+    });
     let http_stop = CancellationToken::new();
     let http_stop_signal = http_stop.clone();
     let http_router = http_endpoints::router(health.clone(), registry)
