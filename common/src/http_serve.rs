@@ -876,6 +876,45 @@ mod tests {
         assert_eq!(answer.version(), reqwest::Version::HTTP_2);
     }
 
+    /// A peer that vanished (it answers no ping) is closed after about
+    /// two keep-alive periods; one that answers pings is kept.
+    #[tokio::test]
+    async fn a_peer_that_answers_no_ping_is_closed_but_not_one_that_does() {
+        crate::tls::install_crypto_provider();
+        let limit = Arc::new(ConnectionLimit::new("test", 8));
+        let limits = Limits {
+            http2_keep_alive: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let (addr, _stop, _task) = server_with(limit.clone(), limits).await;
+        // A client that answers pings, with a request done: kept.
+        let client = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .unwrap();
+        let answer = client.get(format!("http://{addr}/")).send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        // A peer that opens HTTP/2 (preface, empty SETTINGS), then reads
+        // and answers nothing.
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        silent
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .unwrap();
+        let opened = std::time::Instant::now();
+        let _ = read_to_close(&mut silent).await;
+        assert!(
+            opened.elapsed() < Duration::from_secs(3),
+            "closed after {:?}",
+            opened.elapsed()
+        );
+        // The answering client's connection is still there, and used.
+        assert_eq!(limit.open(), 1);
+        let answer = client.get(format!("http://{addr}/")).send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(limit.open(), 1);
+    }
+
     #[tokio::test]
     async fn a_peer_that_takes_no_data_is_cut_but_not_one_reading_slowly() {
         let (addr, _stop, _task) = stall_server().await;
