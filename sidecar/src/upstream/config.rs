@@ -138,7 +138,9 @@ pub struct UpstreamConfig {
     /// that went away while nothing was sent is reported `down` and
     /// reconnected to, as a request would have found it. `None`: never
     /// (default 15 s; the server's `liveness_interval_sec`, 0 for never;
-    /// see `super::watch_exit`).
+    /// see `super::watch_exit`). Only the shared session probes: a
+    /// session's own connection ([`super::Upstream::for_session`]) never
+    /// does.
     pub liveness_interval: Option<Duration>,
     /// Restart policy (stdio).
     pub restart: RestartPolicy,

@@ -191,18 +191,21 @@ impl Upstream {
     /// questions on it are that session's (Streamable HTTP: one connection
     /// per server and session).
     pub fn for_session(&self, session_id: &str) -> Result<Self, UpstreamError> {
+        let mut c = (*self.inner.config).clone();
         // The server's era is known once this session negotiated: no probe.
-        let config = match self.negotiated().map(|n| n.era) {
-            Some(era) if self.inner.config.era == EraPreference::Auto => {
-                let mut c = (*self.inner.config).clone();
-                c.era = match era {
-                    Era::Modern => EraPreference::Modern,
-                    Era::Legacy => EraPreference::Legacy,
-                };
-                Arc::new(c)
-            }
-            _ => self.inner.config.clone(),
-        };
+        if let Some(era) = self.negotiated().map(|n| n.era)
+            && c.era == EraPreference::Auto
+        {
+            c.era = match era {
+                Era::Modern => EraPreference::Modern,
+                Era::Legacy => EraPreference::Legacy,
+            };
+        }
+        // The shared session's liveness probes say whether the server is
+        // there; a session's idle connection is not probed (a pool of
+        // them would cost the server a request each, every interval).
+        c.liveness_interval = None;
+        let config = Arc::new(c);
         Self::build(
             config,
             self.inner.metrics.clone(),

@@ -797,3 +797,31 @@ async fn an_idle_server_that_goes_away_is_found_gone_by_the_liveness_probe() {
         up.shutdown(Duration::from_secs(1)).await;
     }
 }
+
+/// Only the shared session probes an idle server: a session's own
+/// connection (one per interactive session, kept in a pool) does not, so
+/// a pool of idle connections costs the server nothing.
+#[tokio::test]
+async fn only_the_shared_session_probes_an_idle_server() {
+    let server = http_stub(&[]).await;
+    let mut c = config("stub-probes", &server.url);
+    c.liveness_interval = Some(Duration::from_millis(200));
+    let up = upstream(c);
+    let pings = |log: Value| {
+        log.as_array()
+            .expect("the log is an array")
+            .iter()
+            .filter(|e| e["method"] == "ping")
+            .count()
+    };
+    let session = up.for_session("s1").expect("a session's upstream");
+    within("connect the session", STEP, session.connect())
+        .await
+        .expect("connect");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(pings(json_tool(&session, "header_log").await), 0);
+    within("connect", STEP, up.connect()).await.expect("connect");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let probed = pings(json_tool(&up, "header_log").await);
+    assert!(probed >= 2, "{probed} pings in 1.2 s of silence");
+}
