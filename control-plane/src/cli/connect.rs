@@ -8,12 +8,19 @@
 //! listener): with a `hint:` line when the flags explain it
 //! ([`Remote::explain`]).
 
-use super::{EXIT_USAGE, Failure};
+use super::{EXIT_USAGE, Failure, Phase};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use switchyard_common::tls::{AuthChannel, BearerToken, PemIdentity};
 use switchyard_proto::v1::admin_service_client::AdminServiceClient;
 use switchyard_proto::v1::engine_service_client::EngineServiceClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+
+/// How long a TCP connect may take; the TLS and HTTP/2 handshakes after
+/// it get as long again.
+const CONNECT_LIMIT: Duration = Duration::from_secs(5);
+/// How often the connection is pinged, and how long an answer may take.
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
 /// The largest gRPC message the CLI reads or sends: MCP results can be
 /// large.
@@ -103,19 +110,32 @@ impl Remote {
             .max_encoding_message_size(MAX_MESSAGE))
     }
 
-    /// Adds to a failed connection what the connection flags suggest: a
-    /// client certificate the control plane refused or may require, a CA
-    /// that did not sign its certificate, or a plaintext endpoint for a
-    /// TLS listener. Other failures are returned as they are.
+    /// Adds to a failed connection what the connection flags suggest, only
+    /// where the failure points at them: a client certificate the control
+    /// plane refused or requires (its TLS alert, or a connection closed
+    /// right after the handshake), a CA that did not sign its certificate,
+    /// a plaintext endpoint for a TLS listener or the other way round, an
+    /// address that is not the gRPC listener. A connection that was reset
+    /// or refused while connecting gets no hint: a control plane that is
+    /// down or restarting does that too. Other failures are returned as
+    /// they are.
     pub fn explain(&self, mut failure: Failure) -> Failure {
-        if !failure.connection {
+        let Some(phase) = failure.connection else {
             return failure;
-        }
+        };
         let tls = self.endpoint.starts_with("https://");
+        let host_port = self
+            .endpoint
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .trim_end_matches('/');
         let why = failure.message.to_ascii_lowercase();
-        let closed = ["connection closed", "broken pipe", "connection reset"]
-            .iter()
-            .any(|s| why.contains(s));
+        let calling = phase == Phase::Calling;
+        // Ended by the peer after the connection was made (not reset).
+        let closed = calling
+            && ["connection closed", "broken pipe"]
+                .iter()
+                .any(|s| why.contains(s));
         // The TLS alerts about our certificate (rustls's names, lowercased):
         // bad_certificate, unknown_ca, certificate_required, ...
         let certificate_alert = why.contains("alert")
@@ -123,22 +143,39 @@ impl Remote {
                 .iter()
                 .any(|s| why.contains(s));
         let hint = match (&self.flags.cert_file, tls) {
+            _ if why.contains("keep-alive timed out") || why.contains("did not answer") => {
+                "the control plane accepted the connection but does not answer: it may be stopped or overloaded, or the address is not the control plane's".to_owned()
+            }
+            _ if why.contains("not a grpc server") => format!(
+                "is {host_port} the control plane's gRPC address (control_plane.listen), not its HTTP one (control_plane.http_listen)?"
+            ),
             (_, true) if why.contains("invalid peer certificate") => format!(
                 "is --ca-file {} the CA that signed the control plane's certificate, and does the certificate name the endpoint's host?",
                 self.flags.ca_file.as_deref().unwrap_or(Path::new("")).display()
             ),
-            (Some(cert), true) if certificate_alert || closed => format!(
-                "the control plane may have refused the client certificate of --cert-file {}: it must be signed by a CA in the control plane's tls.client_ca_file",
+            (_, true) if why.contains("invalidcontenttype") || why.contains("corrupt message") => {
+                format!("the endpoint does not answer in TLS: if it serves plaintext, use http://{host_port}")
+            }
+            (Some(cert), true) if certificate_alert => format!(
+                "the control plane refused the client certificate of --cert-file {}: it must be signed by a CA in the control plane's tls.client_ca_file",
                 cert.display()
             ),
-            (None, true) if why.contains("certificaterequired") || closed => {
-                "the control plane may require a client certificate: pass --cert-file and --key-file".to_owned()
+            (None, true) if certificate_alert => {
+                "the control plane requires a client certificate: pass --cert-file and --key-file".to_owned()
             }
-            // A TLS listener's answer to plaintext: it closes, or its
-            // alert reads as a bad HTTP/2 frame.
-            (_, false) if closed || why.contains("http2 error") => format!(
-                "if the control plane serves TLS, use https://{} with --ca-file",
-                self.endpoint.trim_start_matches("http://")
+            (Some(cert), true) if closed => format!(
+                "the control plane closed the connection: it may have refused the client certificate of --cert-file {} (it must be signed by a CA in its tls.client_ca_file), or stopped",
+                cert.display()
+            ),
+            (None, true) if closed => {
+                "the control plane closed the connection: it may require a client certificate (pass --cert-file and --key-file), or have stopped".to_owned()
+            }
+            // A TLS listener's alert read as a bad HTTP/2 frame.
+            (_, false) if why.contains("http2 error") => format!(
+                "the endpoint may serve TLS: use https://{host_port} with --ca-file"
+            ),
+            (_, false) if closed => format!(
+                "the control plane closed the connection: it may have stopped, or it serves TLS (then use https://{host_port} with --ca-file)"
             ),
             _ => return failure,
         };
@@ -151,10 +188,24 @@ impl Remote {
     /// sending the bearer token with every request.
     async fn channel(&self) -> Result<AuthChannel, Failure> {
         let endpoint = self.endpoint.as_str();
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "--endpoint {endpoint:?}: must start with http:// or https:// (e.g. http://127.0.0.1:7700)"
+                ),
+            ));
+        }
         let options = ConnectOptions::from_flags(&self.flags)?;
         let mut ep = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
             .map_err(|e| Failure::new(EXIT_USAGE, format!("--endpoint {endpoint:?}: {e}")))?
-            .connect_timeout(std::time::Duration::from_secs(5));
+            .connect_timeout(CONNECT_LIMIT)
+            // A control plane that stopped answering (or an address that
+            // accepts and then says nothing) fails the command instead of
+            // hanging it; a long call or event stream is not cut.
+            .http2_keep_alive_interval(KEEP_ALIVE)
+            .keep_alive_timeout(KEEP_ALIVE)
+            .keep_alive_while_idle(true);
         if endpoint.starts_with("https://") {
             switchyard_common::tls::install_crypto_provider();
             let Some(ca) = &options.ca_pem else {
@@ -173,12 +224,29 @@ impl Remote {
                 Failure::new(EXIT_USAGE, format!("--endpoint {endpoint}: TLS: {e}"))
             })?;
         }
-        let channel: Channel = ep.connect().await.map_err(|e| {
-            Failure::connection(format!(
-                "cannot reach the control plane at {endpoint}: {}",
-                switchyard_common::error_chain(&e)
-            ))
-        })?;
+        // The TCP connect has its own limit; the TLS and HTTP/2 handshakes
+        // are bounded here.
+        let channel: Channel = match tokio::time::timeout(2 * CONNECT_LIMIT, ep.connect()).await {
+            Ok(Ok(channel)) => channel,
+            Ok(Err(e)) => {
+                return Err(Failure::connection(
+                    Phase::Connecting,
+                    format!(
+                        "cannot reach the control plane at {endpoint}: {}",
+                        switchyard_common::error_chain(&e)
+                    ),
+                ));
+            }
+            Err(_) => {
+                return Err(Failure::connection(
+                    Phase::Connecting,
+                    format!(
+                        "cannot reach the control plane at {endpoint}: the connection was accepted, but the handshake did not answer within {} s",
+                        (2 * CONNECT_LIMIT).as_secs()
+                    ),
+                ));
+            }
+        };
         Ok(tonic::service::interceptor::InterceptedService::new(
             channel,
             BearerToken::new(options.token.as_deref()),

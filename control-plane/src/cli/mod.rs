@@ -551,9 +551,18 @@ pub struct Failure {
     /// `hint: …` ([`Remote::explain`]).
     pub message: String,
     /// The connection to the control plane failed (it was refused, closed
-    /// or broken), so no answer came: [`Remote::explain`] adds what the
-    /// connection flags suggest.
-    connection: bool,
+    /// or broken), so no answer came, and when: [`Remote::explain`] adds
+    /// what the connection flags suggest.
+    connection: Option<Phase>,
+}
+
+/// When a connection to the control plane failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Connecting (TCP, TLS and HTTP/2 handshakes).
+    Connecting,
+    /// During a call, on a connection that was made.
+    Calling,
 }
 
 impl Failure {
@@ -562,15 +571,15 @@ impl Failure {
         Failure {
             code,
             message: message.into(),
-            connection: false,
+            connection: None,
         }
     }
 
-    /// The connection to the control plane failed: exits
+    /// The connection to the control plane failed `when`: exits
     /// [`EXIT_UNAVAILABLE`], saying `message`.
-    fn connection(message: impl Into<String>) -> Self {
+    fn connection(when: Phase, message: impl Into<String>) -> Self {
         Failure {
-            connection: true,
+            connection: Some(when),
             ..Failure::new(EXIT_UNAVAILABLE, message)
         }
     }
@@ -583,10 +592,21 @@ impl From<tonic::Status> for Failure {
         // refused our certificate after the handshake, or a plaintext
         // client on a TLS port. Statuses the control plane sent have none.
         if let Some(source) = std::error::Error::source(&s) {
-            return Failure::connection(format!(
-                "the connection to the control plane failed: {}",
-                switchyard_common::error_chain(source)
-            ));
+            return Failure::connection(
+                Phase::Calling,
+                format!(
+                    "the connection to the control plane failed: {}",
+                    switchyard_common::error_chain(source)
+                ),
+            );
+        }
+        // Not a gRPC server at all: an HTTP answer without a gRPC status
+        // (tonic maps the HTTP status).
+        if s.message().contains("grpc-status header missing") {
+            return Failure::connection(
+                Phase::Calling,
+                format!("the endpoint is not a gRPC server: {}", s.message()),
+            );
         }
         // "FailedPrecondition" -> "failed precondition".
         let code = format!("{:?}", s.code());

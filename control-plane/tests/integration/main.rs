@@ -21,6 +21,7 @@ mod common;
 
 mod background;
 mod background_bad_input;
+mod cli_connection;
 mod console;
 mod e2e_auth;
 mod e2e_background;

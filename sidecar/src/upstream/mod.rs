@@ -1089,7 +1089,8 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
         }
         let upstream = Upstream { inner };
         if let Err(e) = upstream.connection().await {
-            tracing::warn!(server = %upstream.name(), error = %e, "restart failed; the next request retries");
+            // `connecting failed` was logged (WARN) by the attempt.
+            tracing::debug!(server = %upstream.name(), error = %e, "restart failed; tried again with backoff (by the sidecar's watcher, or the next request)");
         }
     });
 }

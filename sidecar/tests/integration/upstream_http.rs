@@ -820,7 +820,9 @@ async fn only_the_shared_session_probes_an_idle_server() {
         .expect("connect");
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(pings(json_tool(&session, "header_log").await), 0);
-    within("connect", STEP, up.connect()).await.expect("connect");
+    within("connect", STEP, up.connect())
+        .await
+        .expect("connect");
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let probed = pings(json_tool(&up, "header_log").await);
     assert!(probed >= 2, "{probed} pings in 1.2 s of silence");
