@@ -131,9 +131,10 @@ impl Remote {
             .trim_end_matches('/');
         let why = failure.message.to_ascii_lowercase();
         let calling = phase == Phase::Calling;
-        // Ended by the peer after the connection was made (not reset).
+        // Ended by the peer after the connection was made (closed, or
+        // reset with our request unread).
         let closed = calling
-            && ["connection closed", "broken pipe"]
+            && ["connection closed", "broken pipe", "connection reset"]
                 .iter()
                 .any(|s| why.contains(s));
         // The TLS alerts about our certificate (rustls's names, lowercased):
