@@ -56,6 +56,10 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often an HTTP/2 connection is pinged, and how long an answer may
 /// take.
 pub const HTTP2_KEEP_ALIVE: Duration = Duration::from_secs(30);
+/// How often a gRPC connection ([`serve_grpc`]) is pinged, and how long an
+/// answer may take, on both binaries' gRPC listeners: a peer that vanished
+/// (a sidecar, a control plane replica) is noticed within about twice this.
+pub const GRPC_KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// How long a connection with no request in flight stays open (HTTP/2:
 /// HTTP/1.1's kept-alive connections are closed sooner, by
 /// [`HEADER_READ_TIMEOUT`]); it is then asked to finish (GOAWAY). A request

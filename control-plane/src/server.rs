@@ -422,7 +422,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     // `control_plane.idle_timeout_sec` asked to finish (GOAWAY), one whose
     // peer takes no answer data for 60 s closed; pinged every 10 s.
     let grpc_limits = switchyard_common::http_serve::Limits {
-        http2_keep_alive: Duration::from_secs(10),
+        http2_keep_alive: switchyard_common::http_serve::GRPC_KEEP_ALIVE,
         idle_timeout: Duration::from_secs(config.control_plane.idle_timeout_sec),
         ..Default::default()
     };

@@ -19,7 +19,6 @@ use crate::watch::watch_upstream_with;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 use switchyard_common::audit::Audit;
 use switchyard_common::connections::{
     ADMISSION_TIMEOUT, Admissions, ConnectionLimit, INTERNAL_MAX_CONNECTIONS,
@@ -189,7 +188,7 @@ pub async fn run_with(settings: Settings) -> Result<(), RunError> {
     // keeps its connection busy), one whose peer takes no answer data for
     // 60 s closed.
     let grpc_limits = switchyard_common::http_serve::Limits {
-        http2_keep_alive: Duration::from_secs(10),
+        http2_keep_alive: switchyard_common::http_serve::GRPC_KEEP_ALIVE,
         ..Default::default()
     };
     let grpc_connections = Arc::new(ConnectionLimit::new("gRPC", INTERNAL_MAX_CONNECTIONS));
