@@ -7,6 +7,8 @@
 //! - [`logging`] and [`audit`]: log initialisation and the one audit sink
 //!   (JSON lines to a file or the log);
 //! - [`runtime`]: the tokio runtime built from `worker_threads`;
+//! - [`toml_file`]: reading a TOML configuration, with errors that name
+//!   the key;
 //! - [`http_serve`]: serving an axum router with header and keep-alive
 //!   timeouts;
 //! - [`connections`]: the cap on each listener's open connections;
@@ -23,6 +25,7 @@ pub mod runtime;
 pub mod server_spec;
 pub mod time;
 pub mod tls;
+pub mod toml_file;
 
 /// An error and its causes, `a: b: c`, without repeating a cause that the
 /// outer message already contains (reqwest's "error sending request" hides

@@ -606,7 +606,8 @@ pub enum ConfigFileError {
         source: std::io::Error,
     },
     /// Not valid TOML, an unknown key or a wrong type (the message has the
-    /// line, column and key).
+    /// key's path, `servers[1].url`, then the line and column; see
+    /// [`switchyard_common::toml_file`]).
     #[error("{file}: {message}")]
     Parse {
         /// The file.
@@ -730,10 +731,11 @@ impl Config {
 
     /// Parses and validates TOML text (no file context in errors).
     pub fn parse(text: &str) -> Result<Config, ConfigFileError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigFileError::Parse {
-            file: PathBuf::new(),
-            message: e.to_string().trim_end().replace('\n', " "),
-        })?;
+        let config: Config =
+            switchyard_common::toml_file::from_toml(text).map_err(|e| ConfigFileError::Parse {
+                file: PathBuf::new(),
+                message: e.to_string(),
+            })?;
         config
             .validate()
             .map_err(|(key, problem)| ConfigFileError::Invalid {
@@ -1438,6 +1440,40 @@ mod tests {
             Config::parse("[mcp]\nlisten_on = \"x\"\n").unwrap_err(),
             ConfigFileError::Parse { .. }
         ));
+    }
+
+    /// A wrong type or an unknown key is named by its path, with the
+    /// server's index in `[[servers]]`, then its line and column.
+    #[test]
+    fn a_type_error_names_the_key_path() {
+        let text = "[[servers]]\nname = \"a\"\ntransport = \"stdio\"\ncommand = \"x\"\n\n[[servers]]\nname = \"b\"\ntransport = \"stdio\"\ncommand = \"x\"\nliveness_interval_sec = -1\n";
+        let cases = [
+            (
+                text.to_owned(),
+                "servers[1].liveness_interval_sec: invalid value: integer `-1`, expected u64 (line 10, column 25)",
+            ),
+            (
+                text.replace("-1", "\"abc\""),
+                "servers[1].liveness_interval_sec: invalid type: string \"abc\", expected u64 (line 10, column 25)",
+            ),
+            (
+                "[runtime]\nworker_threads = \"4\"\n".to_owned(),
+                "runtime.worker_threads: invalid type: string \"4\", expected u32 (line 2, column 18)",
+            ),
+        ];
+        for (text, want) in cases {
+            match Config::parse(&text).unwrap_err() {
+                ConfigFileError::Parse { message, .. } => assert_eq!(message, want),
+                other => panic!("{other}"),
+            }
+        }
+        match Config::parse("[mcp]\nlisten_on = \"x\"\n").unwrap_err() {
+            ConfigFileError::Parse { message, .. } => assert!(
+                message.starts_with("mcp.listen_on: unknown field `listen_on`"),
+                "{message}"
+            ),
+            other => panic!("{other}"),
+        }
     }
 
     #[test]

@@ -152,10 +152,17 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
             let origin = path.display().to_string();
             let text = std::fs::read_to_string(path)
                 .map_err(|e| config_error(&origin, "(file)", format!("cannot read it: {e}")))?;
-            let parsed: ConfigFile = toml::from_str(&text).map_err(|e| {
-                let key = toml_key(&e, &text);
-                config_error(&origin, &key, e.to_string().trim_end().to_owned())
-            })?;
+            let parsed: ConfigFile =
+                switchyard_common::toml_file::from_toml(&text).map_err(|e| {
+                    let key = e.key.clone().unwrap_or_else(|| "(file)".into());
+                    let problem = match e.position {
+                        Some((line, column)) => {
+                            format!("{} (line {line}, column {column})", e.message)
+                        }
+                        None => e.message,
+                    };
+                    config_error(&origin, &key, problem)
+                })?;
             if !args.args.is_empty() {
                 return Err(config_error(
                     "command line",
@@ -513,36 +520,6 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
         worker_threads,
         max_concurrent_reads,
     })
-}
-
-/// The dotted key a TOML error is about, as well as it can be told: the
-/// table and field under the error's position.
-fn toml_key(e: &toml::de::Error, text: &str) -> String {
-    let Some(span) = e.span() else {
-        return "(file)".into();
-    };
-    let before = &text[..span.start.min(text.len())];
-    let table = before
-        .lines()
-        .rev()
-        .find_map(|l| {
-            let l = l.trim();
-            (l.starts_with('[') && l.ends_with(']'))
-                .then(|| l.trim_matches(['[', ']']).trim().to_owned())
-        })
-        .unwrap_or_default();
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let line = text[line_start..].lines().next().unwrap_or("");
-    let field = line
-        .split_once('=')
-        .map(|(k, _)| k.trim().to_owned())
-        .filter(|k| !k.is_empty() && !k.starts_with('['));
-    match (table.is_empty(), field) {
-        (false, Some(f)) => format!("{table}.{f}"),
-        (true, Some(f)) => f,
-        (false, None) => table,
-        (true, None) => "(file)".into(),
-    }
 }
 
 /// Maps a `server.*` key to the flag that sets it.

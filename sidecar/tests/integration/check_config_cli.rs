@@ -98,11 +98,18 @@ fn rejects_with_the_file_and_the_key() {
             "[server]\nname = \"files\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://cp:7700\"\nworker_threads = -2\n",
             "sidecar.worker_threads",
         ),
+        // A wrong type inside an inline table: the path, not the line's
+        // first key.
+        (
+            "inline.toml",
+            "server = { name = \"files\", transport = \"stdio\", command = \"x\", request_timeout_sec = \"slow\" }\n[sidecar]\ncontrol_plane = \"http://cp:7700\"\n",
+            "server.request_timeout_sec: invalid type: string \"slow\", expected u64 (line 1, column 86)",
+        ),
         // An unknown key (typo), caught by the parser.
         (
             "typo.toml",
             "[server]\nname = \"files\"\ntransport = \"stdio\"\ncommand = \"x\"\n[sidecar]\ncontrol_plane = \"http://cp:7700\"\nlisten_addr = \"0.0.0.0:1\"\n",
-            "listen_addr",
+            "sidecar.listen_addr: unknown field `listen_addr`",
         ),
     ];
     for (name, body, key) in cases {
@@ -111,8 +118,8 @@ fn rejects_with_the_file_and_the_key() {
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{name}: {stderr}");
         assert!(out.stdout.is_empty(), "{name}: {}", text(&out.stdout));
-        // The first line names the file and the key; a TOML parse error
-        // goes on with the offending line and a caret.
+        // One line names the file and the key (a TOML parse error also the
+        // line and column).
         let first = stderr.lines().next().unwrap_or("");
         assert!(first.starts_with("error: "), "{name}: {stderr}");
         assert!(
