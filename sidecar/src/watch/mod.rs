@@ -22,7 +22,12 @@
 //! catalogue is ready as soon as a stream opens.
 //!
 //! A snapshot needs the tools of the current connection: when listing them
-//! fails, nothing is published until a later listing works. A stage E
+//! fails, nothing is published until a later listing works. A failed tool
+//! listing is tried again after 1 s, doubling up to 30 s
+//! ([`TOOLS_RETRY_FIRST`], [`TOOLS_RETRY_MAX`]), until one works or the
+//! connection changes; meanwhile the status stays "connected" with the
+//! failure as its last error, so `servers status` says why the server is
+//! not up (or why its tools are stale). A stage E
 //! listing that fails keeps that list as it was ([`Lists`]) and never
 //! holds back the tools.
 
@@ -65,6 +70,13 @@ pub struct UpstreamView {
 /// request's own timeout.
 pub const STAGE_E_LIST_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The wait before listing the tools again after a failed listing; it
+/// doubles with each failure in a row, up to [`TOOLS_RETRY_MAX`].
+pub const TOOLS_RETRY_FIRST: Duration = Duration::from_secs(1);
+
+/// The longest wait between two tool listings after failures.
+pub const TOOLS_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// Starts following `upstream` (see the module docs) with a private
 /// catalogue and the default coalescing window. The task ends when the
 /// upstream session is shut down.
@@ -94,6 +106,7 @@ pub fn watch_upstream_with(
             compiled,
             coalescers: List::ALL.map(|_| Coalescer::new(window)),
             tools: None,
+            tools_retry: None,
             lists: Lists::default(),
             listener: None,
         }
@@ -160,6 +173,9 @@ struct UpstreamWatcher {
     /// The tools of the current connection; `None` until listed (nothing
     /// is published until then).
     tools: Option<Vec<Value>>,
+    /// After a failed tool listing on the current connection: when to list
+    /// again, and the wait that led there (doubled after the next failure).
+    tools_retry: Option<(Instant, Duration)>,
     /// The stage E lists, kept across failed listings.
     lists: Lists,
     /// The `subscriptions/listen` keeper of the current 2026-07-28
@@ -183,7 +199,11 @@ impl UpstreamWatcher {
 
     /// The earliest re-list due, if any.
     fn next_due(&self) -> Option<Instant> {
-        self.coalescers.iter().filter_map(Coalescer::deadline).min()
+        self.coalescers
+            .iter()
+            .filter_map(Coalescer::deadline)
+            .chain(self.tools_retry.map(|(at, _)| at))
+            .min()
     }
 
     fn notified(&mut self, list: List) {
@@ -261,9 +281,13 @@ impl UpstreamWatcher {
                 }
                 () = async { tokio::time::sleep_until(due.expect("guarded")).await }, if due.is_some() => {
                     let now = Instant::now();
+                    let retry_tools = self.tools_retry.is_some_and(|(at, _)| at <= now);
                     let due: Vec<List> = List::ALL
                         .into_iter()
-                        .filter(|l| self.coalescers[l.index()].deadline().is_some_and(|d| d <= now))
+                        .filter(|l| {
+                            self.coalescers[l.index()].deadline().is_some_and(|d| d <= now)
+                                || (*l == List::Tools && retry_tools)
+                        })
                         .collect();
                     for list in due {
                         self.refresh(list).await;
@@ -287,6 +311,7 @@ impl UpstreamWatcher {
             if link.connections != self.seen_connections {
                 self.seen_connections = link.connections;
                 self.tools = None;
+                self.tools_retry = None;
                 self.set_status("connected", String::new());
                 self.listen();
                 // A new connection lists everything at once (a resource or
@@ -300,6 +325,7 @@ impl UpstreamWatcher {
         } else {
             self.listener = None;
             self.tools = None;
+            self.tools_retry = None;
             self.catalogue.send_if_modified(|c| c.take().is_some());
             if let Some(e) = link.last_error {
                 self.set_status("down", e);
@@ -360,9 +386,32 @@ impl UpstreamWatcher {
                             tracing::debug!(server = %upstream.name(), "new tool list: output schemas taken");
                         }
                         self.tools = Some(tools);
+                        if self.tools_retry.take().is_some() {
+                            self.set_status("connected", String::new());
+                        }
+                    }
+                    // Gone with its connection: the link's change handles it.
+                    Err(e) if upstream.negotiated().is_none() => {
+                        tracing::debug!(server = %upstream.name(), error = %e, "listing tools failed: disconnected");
                     }
                     Err(e) => {
-                        tracing::warn!(server = %upstream.name(), error = %e, "listing tools failed");
+                        let wait = self
+                            .tools_retry
+                            .map_or(TOOLS_RETRY_FIRST, |(_, w)| (w * 2).min(TOOLS_RETRY_MAX));
+                        self.tools_retry = Some((Instant::now() + wait, wait));
+                        let kept = if self.tools.is_some() {
+                            "; the previous list is kept"
+                        } else {
+                            ""
+                        };
+                        tracing::warn!(server = %upstream.name(), error = %e, retry_in_s = wait.as_secs(), "listing tools failed");
+                        self.set_status(
+                            "connected",
+                            format!(
+                                "listing tools failed (tried again in {} s{kept}): {e}",
+                                wait.as_secs()
+                            ),
+                        );
                     }
                 }
             }

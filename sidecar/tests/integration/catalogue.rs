@@ -57,3 +57,61 @@ async fn a_server_answering_each_list_with_a_notification_cannot_loop() {
     );
     h.upstream.shutdown(Duration::from_secs(2)).await;
 }
+
+/// A server whose first tool listings fail: the status says why (the
+/// control plane shows it as the sidecar's last error while the server
+/// is "starting"), the listing is tried again after 1 s, then 2 s, and
+/// the catalogue is published once one works, with the error cleared.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_tool_listing_is_shown_and_tried_again_with_backoff() {
+    use switchyard_sidecar::upstream::{Upstream, UpstreamMetrics};
+    use switchyard_sidecar::watch::watch_upstream_with;
+    let mut config = stub("storm.py");
+    if let switchyard_sidecar::upstream::TransportConfig::Stdio(s) = &mut config.transport {
+        s.env.insert("STUB_FAIL_LISTS".into(), "2".into());
+    }
+    let upstream = Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap();
+    let started = Instant::now();
+    let (mut view, _watcher) = watch_upstream_with(
+        upstream.clone(),
+        switchyard_sidecar::tools::catalogue::Catalogue::new(),
+        Duration::from_millis(300),
+    );
+    let status = tokio::time::timeout(
+        Duration::from_secs(10),
+        view.status.wait_for(|s| !s.last_error.is_empty()),
+    )
+    .await
+    .expect("the failure is shown")
+    .unwrap()
+    .clone();
+    assert_eq!(status.state, "connected");
+    assert!(
+        status
+            .last_error
+            .starts_with("listing tools failed (tried again in 1 s): "),
+        "{}",
+        status.last_error
+    );
+    assert!(
+        status
+            .last_error
+            .contains("tools/list failure 1 of a flaky server"),
+        "{}",
+        status.last_error
+    );
+    assert!(view.catalogue.borrow().is_none(), "nothing published yet");
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        view.catalogue.wait_for(Option::is_some),
+    )
+    .await
+    .expect("the third listing is published")
+    .unwrap();
+    let took = started.elapsed();
+    // Two waits: 1 s, then 2 s.
+    assert!(took >= Duration::from_secs(3), "published after {took:?}");
+    assert!(view.status.borrow().last_error.is_empty());
+    assert_eq!(upstream.metrics().refreshes(), 3);
+    upstream.shutdown(Duration::from_secs(2)).await;
+}

@@ -11,13 +11,15 @@ Knobs (env), besides mcpstub's:
   STUB_NOTIFY_ON_LIST=1  answer every tools/list and then send another
                          notifications/tools/list_changed (a server that
                          would make a naive client re-list forever)
+  STUB_FAIL_LISTS=N      answer the first N tools/list requests with a
+                         JSON-RPC error (-32603)
 """
 import json
 import os
 import threading
 import time
 
-from mcpstub import Server
+from mcpstub import RpcError, Server
 
 srv = Server("storm")
 srv.add_echo()
@@ -27,6 +29,8 @@ base_list = srv.list_tools
 
 def list_tools(ctx):
     lists[0] += 1
+    if lists[0] <= int(os.environ.get("STUB_FAIL_LISTS", "0")):
+        raise RpcError(-32603, f"tools/list failure {lists[0]} of a flaky server")
     if os.environ.get("STUB_NOTIFY_ON_LIST") == "1":
         threading.Timer(0.01, lambda: srv.notify("notifications/tools/list_changed")).start()
     return base_list(ctx)
