@@ -32,6 +32,8 @@ impl AdminApi {
 }
 
 /// A proto spec as a validated server config. Errors name the field.
+/// Unset limits (`max_message_bytes`, `liveness_interval_sec`) take their
+/// defaults; [`AdminService::update_server`] keeps the stored ones instead.
 pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status> {
     let s = spec.ok_or_else(|| Status::invalid_argument("spec: required"))?;
     let transport = match pb::Transport::try_from(s.transport) {
@@ -76,8 +78,15 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
         } else {
             s.request_timeout_ms.div_ceil(1000)
         },
-        max_message_bytes: switchyard_common::server_spec::DEFAULT_MAX_MESSAGE_BYTES,
-        liveness_interval_sec: switchyard_common::server_spec::DEFAULT_LIVENESS_INTERVAL_SEC,
+        max_message_bytes: match s.max_message_bytes {
+            None => switchyard_common::server_spec::DEFAULT_MAX_MESSAGE_BYTES,
+            Some(n) => usize::try_from(n).map_err(|_| {
+                Status::invalid_argument(format!("spec.max_message_bytes: {n} is too large"))
+            })?,
+        },
+        liveness_interval_sec: s
+            .liveness_interval_sec
+            .unwrap_or(switchyard_common::server_spec::DEFAULT_LIVENESS_INTERVAL_SEC),
         oauth: s.oauth.map(|o| OAuthSettings {
             client_id: Some(o.client_id).filter(|c| !c.is_empty()),
             client_secret: Some(o.client_secret).filter(|c| !c.is_empty()),
@@ -137,6 +146,8 @@ pub fn spec_to_pb(s: &ServerConfig) -> pb::ServerSpec {
         headers: redacted(&s.headers).into_iter().collect(),
         era: s.era.clone(),
         request_timeout_ms: s.request_timeout_sec.saturating_mul(1000),
+        max_message_bytes: Some(s.max_message_bytes as u64),
+        liveness_interval_sec: Some(s.liveness_interval_sec),
         auth: s.auth_kind().as_str().into(),
         header_files: s
             .header_files
@@ -532,7 +543,16 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::UpdateServerRequest>,
     ) -> Result<Response<pb::ServerStatus>, Status> {
-        let mut spec = spec_from_pb(req.into_inner().spec)?;
+        let given = req.into_inner().spec;
+        // Limits a client left unset (one written before they existed)
+        // keep their stored values.
+        let (keep_max, keep_liveness) = given.as_ref().map_or((false, false), |g| {
+            (
+                g.max_message_bytes.is_none(),
+                g.liveness_interval_sec.is_none(),
+            )
+        });
+        let mut spec = spec_from_pb(given)?;
         if spec.auth_kind() == AuthKind::OAuth {
             self.cp.oauth.ring()?;
         }
@@ -549,6 +569,12 @@ impl AdminService for AdminApi {
         if let Some(o) = &old {
             keep_redacted(&mut spec.headers, &o.headers);
             keep_redacted(&mut spec.env, &o.env);
+            if keep_max {
+                spec.max_message_bytes = o.max_message_bytes;
+            }
+            if keep_liveness {
+                spec.liveness_interval_sec = o.liveness_interval_sec;
+            }
         }
         if old.is_some_and(|o| {
             o.url != spec.url

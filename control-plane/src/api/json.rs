@@ -60,6 +60,8 @@ pub fn status_json(s: &pb::ServerStatus) -> Value {
         "env": spec.env.iter().collect::<std::collections::BTreeMap<_, _>>(),
         "cwd": spec.cwd,
         "requestTimeoutMs": spec.request_timeout_ms,
+        "maxMessageBytes": spec.max_message_bytes,
+        "livenessIntervalSec": spec.liveness_interval_sec,
         "auth": spec.auth,
         "headers": spec.headers.iter().collect::<std::collections::BTreeMap<_, _>>(),
         "headerFiles": spec.header_files.iter().collect::<std::collections::BTreeMap<_, _>>(),

@@ -487,6 +487,17 @@ pub struct ServerArgs {
     /// auto, 2026-07-28 or 2025-11-25.
     #[arg(long, default_value = "auto")]
     pub era: String,
+    /// Per-request timeout towards the server, seconds (default 600).
+    #[arg(long, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_sec: Option<u64>,
+    /// The largest message taken from the server, bytes (default 16 MiB,
+    /// at least 1024).
+    #[arg(long, value_name = "BYTES")]
+    pub max_message_bytes: Option<u64>,
+    /// http: seconds without hearing from the server before its sidecar
+    /// checks it is still there (default 15; 0 = never; at most 86400).
+    #[arg(long, value_name = "SEC")]
+    pub liveness_interval_sec: Option<u64>,
     /// Return as soon as the server is added, without waiting for it to
     /// come up.
     #[arg(long)]

@@ -118,6 +118,8 @@ struct SpecBody {
     header_files: BTreeMap<String, String>,
     era: String,
     request_timeout_ms: u64,
+    max_message_bytes: Option<u64>,
+    liveness_interval_sec: Option<u64>,
     auth: String,
     oauth: Option<OAuthBody>,
 }
@@ -154,6 +156,8 @@ impl SpecBody {
             headers: self.headers.into_iter().collect(),
             era: self.era,
             request_timeout_ms: self.request_timeout_ms,
+            max_message_bytes: self.max_message_bytes,
+            liveness_interval_sec: self.liveness_interval_sec,
             auth: self.auth,
             header_files: self.header_files.into_iter().collect(),
             oauth: self.oauth.map(|o| pb::OAuthSettings {

@@ -390,6 +390,60 @@ async fn console_logins_cookies_and_csrf_across_replicas() {
     .await;
     assert_eq!(r.status, 400, "{:?}", r.body);
     assert_eq!(r.body["error"], "the body must be a JSON object");
+
+    // A server's limits: given on add, answered, kept by an update that
+    // leaves them out, changed by one that sets them.
+    let spec = |extra: serde_json::Value| {
+        let mut spec = serde_json::json!({
+            "name": "limits", "transport": "stdio", "command": "true",
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        spec
+    };
+    let r = send(
+        http.post(url(&a, "/ui/api/servers"))
+            .header("cookie", &r2)
+            .header("x-switchyard-csrf", &r2_csrf)
+            .json(&spec(
+                serde_json::json!({"maxMessageBytes": 4096, "livenessIntervalSec": 0}),
+            )),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        (&r.body["maxMessageBytes"], &r.body["livenessIntervalSec"]),
+        (&4096.into(), &0.into()),
+        "{:?}",
+        r.body
+    );
+    for (extra, want) in [
+        (serde_json::json!({}), (4096, 0)),
+        (serde_json::json!({"livenessIntervalSec": 60}), (4096, 60)),
+    ] {
+        let r = send(
+            http.put(url(&a, "/ui/api/servers/limits"))
+                .header("cookie", &r2)
+                .header("x-switchyard-csrf", &r2_csrf)
+                .json(&spec(extra)),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(
+            (&r.body["maxMessageBytes"], &r.body["livenessIntervalSec"]),
+            (&want.0.into(), &want.1.into()),
+            "{:?}",
+            r.body
+        );
+    }
+    let r = send(
+        http.delete(url(&a, "/ui/api/servers/limits"))
+            .header("cookie", &r2)
+            .header("x-switchyard-csrf", &r2_csrf),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
     // A foreign Host (DNS rebinding) on a loopback listener.
     let r = send(
         http.get(url(&a, "/ui/api/servers"))

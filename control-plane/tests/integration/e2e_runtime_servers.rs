@@ -214,3 +214,208 @@ async fn servers_added_and_removed_at_runtime() {
     eprintln!("{ok} orders calls during add and remove, none failed");
     gw.stop().await;
 }
+
+/// `max_message_bytes`, `liveness_interval_sec` and the request timeout
+/// set with `servers add` are stored, answered and obeyed by the server's
+/// sidecar: under a limit smaller than its tool list the server stays
+/// "starting" and its status says why. An `UpdateServer` that leaves the
+/// limits unset (a client written before they existed) keeps them; one
+/// that sets them changes them. Out-of-range values are refused naming the
+/// field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_limits_set_at_runtime_are_obeyed_and_kept_by_an_update() {
+    let _serial = HEAVY.lock().await;
+    let gw = Gateway::start(StoreKind::Embedded, 10).await;
+    let reference = reference_server_bin();
+    let reference = reference.to_str().unwrap();
+    let add = |extra: &[&'static str]| {
+        let mut args = vec![
+            "servers",
+            "add",
+            "--name",
+            "small",
+            "--transport",
+            "stdio",
+            "--command",
+            reference,
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+
+    // Out of range: refused, naming the field; nothing is added.
+    for (flags, field) in [
+        (
+            &["--max-message-bytes", "100"][..],
+            "spec.max_message_bytes",
+        ),
+        (
+            &["--liveness-interval-sec", "86401"][..],
+            "spec.liveness_interval_sec",
+        ),
+    ] {
+        let out = gw.cli(&add(flags)).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {stderr}");
+        assert!(stderr.contains(field), "{flags:?}: {stderr}");
+    }
+    let out = gw.cli(&add(&["--request-timeout-sec", "0"])).await;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+
+    // 2048 bytes: less than the server's tool list (about 3 KB).
+    let out = gw
+        .cli(&add(&[
+            "--max-message-bytes",
+            "2048",
+            "--liveness-interval-sec",
+            "0",
+            "--request-timeout-sec",
+            "30",
+            "--no-wait",
+        ]))
+        .await;
+    assert!(ok_stdout(&out, "servers add").starts_with("added small"));
+    let server = || async {
+        let listed = ok_json(
+            &gw.cli(&["servers", "list", "--json"]).await,
+            "servers list",
+        );
+        listed["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "small")
+            .cloned()
+            .expect("small listed")
+    };
+    let listed = server().await;
+    assert_eq!(
+        (
+            &listed["maxMessageBytes"],
+            &listed["livenessIntervalSec"],
+            &listed["requestTimeoutMs"]
+        ),
+        (&2048.into(), &0.into(), &30_000.into()),
+        "{listed}"
+    );
+    eventually("small's status says why it is not up", LIMIT, || async {
+        let s = server().await;
+        let error = s["sidecars"][0]["lastError"].as_str().unwrap_or("");
+        if s["state"] == "starting"
+            && error.contains("listing tools failed")
+            && error.contains("over the 2048-byte limit")
+        {
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    })
+    .await;
+
+    async fn echo(gw: &Gateway, n: usize) -> Result<(), tonic::Status> {
+        let message = "x".repeat(n);
+        gw.engine()
+            .await
+            .call_tool(call_request(
+                "small__echo",
+                &serde_json::json!({ "message": message }).to_string(),
+                "",
+            ))
+            .await
+            .map(|_| ())
+    }
+    async fn too_big(gw: &Gateway, limit: &str, what: &str) {
+        let e = echo(gw, 10_000).await.expect_err(what);
+        assert!(
+            e.message().contains(limit),
+            "{what}: {:?} {}",
+            e.code(),
+            e.message()
+        );
+    }
+
+    // An update that sets only the size limit: the liveness interval and
+    // nothing else is kept; the server comes up and obeys 8192 bytes.
+    let admin = gw.admin().await;
+    let mut given = pb::ServerSpec {
+        name: "small".into(),
+        transport: pb::Transport::Stdio as i32,
+        command: reference.into(),
+        request_timeout_ms: 30_000,
+        max_message_bytes: Some(8192),
+        ..Default::default()
+    };
+    let sidecar_ids = |s: &serde_json::Value| -> Vec<(String, String)> {
+        s["sidecars"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["sidecarId"].as_str().unwrap_or("").to_owned(),
+                    c["upstreamState"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    };
+    // Updates the server and waits until a new sidecar (`up` replaces the
+    // old one) has its server connected and listed: until then calls may
+    // still reach the old one, which is draining.
+    let update = |given: pb::ServerSpec| {
+        let mut admin = admin.clone();
+        async move {
+            let before = sidecar_ids(&server().await);
+            let answered = admin
+                .update_server(pb::UpdateServerRequest { spec: Some(given) })
+                .await
+                .expect("UpdateServer")
+                .into_inner()
+                .spec
+                .unwrap();
+            eventually("a new sidecar for small, up", LIMIT, || async {
+                let s = server().await;
+                let fresh = sidecar_ids(&s).into_iter().any(|(id, state)| {
+                    state == "connected" && !before.iter().any(|(b, _)| *b == id)
+                });
+                if fresh && s["state"] == "up" {
+                    Ok(())
+                } else {
+                    Err(s.to_string())
+                }
+            })
+            .await;
+            answered
+        }
+    };
+    let answered = update(given.clone()).await;
+    assert_eq!(
+        (answered.max_message_bytes, answered.liveness_interval_sec),
+        (Some(8192), Some(0))
+    );
+    echo(&gw, 100).await.expect("a small echo");
+    too_big(&gw, "8192", "a 10000-byte answer over max_message_bytes").await;
+
+    // An update without the limits (only the timeout changes) keeps both.
+    given.max_message_bytes = None;
+    given.request_timeout_ms = 40_000;
+    let answered = update(given.clone()).await;
+    assert_eq!(
+        (
+            answered.max_message_bytes,
+            answered.liveness_interval_sec,
+            answered.request_timeout_ms
+        ),
+        (Some(8192), Some(0), 40_000)
+    );
+    too_big(&gw, "8192", "after an update that left the limit unset").await;
+
+    // An update that sets it changes it.
+    given.max_message_bytes = Some(1 << 20);
+    update(given).await;
+    assert_eq!(server().await["maxMessageBytes"], 1 << 20);
+    eventually("a 10000-byte echo under the new limit", LIMIT, || async {
+        echo(&gw, 10_000).await.map_err(|e| e.message().to_owned())
+    })
+    .await;
+    gw.stop().await;
+}

@@ -298,7 +298,9 @@ fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
         url: a.url.unwrap_or_default(),
         headers,
         era: a.era,
-        request_timeout_ms: 0,
+        request_timeout_ms: a.request_timeout_sec.map_or(0, |s| s.saturating_mul(1000)),
+        max_message_bytes: a.max_message_bytes,
+        liveness_interval_sec: a.liveness_interval_sec,
         auth: match a.auth.as_deref() {
             None => String::new(),
             Some(v @ ("none" | "headers" | "oauth")) => v.to_owned(),
