@@ -419,3 +419,81 @@ async fn server_limits_set_at_runtime_are_obeyed_and_kept_by_an_update() {
     .await;
     gw.stop().await;
 }
+
+/// Updating a server under `up` replaces its sidecar make-before-break:
+/// the new sidecar starts, the old one keeps serving until the new one's
+/// server is connected, then stops. A loop of calls on the server never
+/// fails across three updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_updated_server_keeps_answering_while_its_sidecar_is_replaced() {
+    let _serial = HEAVY.lock().await;
+    let gw = Gateway::start(StoreKind::Embedded, 10).await;
+    let reference = reference_server_bin();
+    let reference = reference.to_str().unwrap().to_owned();
+    let spec = |timeout_ms: u64| pb::ServerSpec {
+        name: "swap".into(),
+        transport: pb::Transport::Stdio as i32,
+        command: reference.clone(),
+        request_timeout_ms: timeout_ms,
+        ..Default::default()
+    };
+    let mut admin = gw.admin().await;
+    admin
+        .add_server(pb::AddServerRequest {
+            spec: Some(spec(30_000)),
+        })
+        .await
+        .expect("AddServer");
+    gw.wait_servers_up(&["swap"], LIMIT).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        let endpoint = gw.endpoint.clone();
+        tokio::spawn(async move {
+            let mut engine = engine(&endpoint).await.expect("engine");
+            let (mut ok, mut failures) = (0u32, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                match get_order(&mut engine, "swap__get_order", "").await {
+                    Ok(()) => ok += 1,
+                    Err(status) => failures.push(status),
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (ok, failures)
+        })
+    };
+    for (round, timeout_ms) in [31_000, 32_000, 33_000].into_iter().enumerate() {
+        let before = gw.sidecars_of("swap");
+        assert_eq!(before.len(), 1, "round {round}: {before:?}");
+        admin
+            .update_server(pb::UpdateServerRequest {
+                spec: Some(spec(timeout_ms)),
+            })
+            .await
+            .expect("UpdateServer");
+        eventually("the old sidecar replaced by a new one", LIMIT, || {
+            let now = gw.sidecars_of("swap");
+            let before = before.clone();
+            async move {
+                if now.len() == 1 && now != before {
+                    Ok(())
+                } else {
+                    Err(format!("{now:?} (before: {before:?})"))
+                }
+            }
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (ok, failures) = load.await.expect("the load task");
+    assert!(
+        failures.is_empty(),
+        "{} of {} calls failed during the updates: {failures:?}",
+        failures.len(),
+        ok as usize + failures.len()
+    );
+    assert!(ok >= 20, "only {ok} calls ran");
+    gw.stop().await;
+}

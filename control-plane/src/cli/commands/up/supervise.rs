@@ -1,8 +1,11 @@
 //! Supervision of `switchyard up`'s sidecars: one `switchyard-sidecar run`
 //! child process per registered server, each with its own configuration
-//! file. A server added at runtime gets a sidecar, a removed or changed one
-//! loses it, and a sidecar that exits is restarted after a delay that
-//! doubles with each exit in a row ([`next_restart`]).
+//! file. A server added at runtime gets a sidecar, a removed one loses it,
+//! and a sidecar that exits is restarted after a delay that doubles with
+//! each exit in a row ([`next_restart`]). A changed server gets a new
+//! sidecar at once, and its old one keeps serving until the new one's
+//! server is connected, at most [`HANDOVER_LIMIT`] (make before break: an
+//! update does not leave the server without a sidecar meanwhile).
 
 use super::link::SidecarLink;
 use crate::oauth::KeyRing;
@@ -59,6 +62,29 @@ struct Managed {
     started: tokio::time::Instant,
 }
 
+/// A changed server's previous sidecar, serving until its successor's
+/// server is connected.
+#[derive(Debug)]
+struct Retiring {
+    server: String,
+    child: Child,
+    since: tokio::time::Instant,
+}
+
+/// The longest a changed server's old sidecar serves after its successor
+/// started: a successor that cannot connect (a wrong new spec, an oauth
+/// server waiting for its authorization) does not keep the old spec in
+/// use for longer.
+pub const HANDOVER_LIMIT: Duration = Duration::from_secs(15);
+
+/// The process id in a sidecar id of the default form `HOSTNAME-PID-RANDOM`
+/// (`up` does not set `sidecar_id`, so its sidecars have that form).
+fn pid_of(sidecar_id: &str) -> Option<u32> {
+    let mut parts = sidecar_id.rsplitn(3, '-');
+    parts.next()?;
+    parts.next()?.parse().ok()
+}
+
 /// A sidecar that ran this long before it exited is restarted after the
 /// shortest delay again: the earlier exits are forgotten.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
@@ -76,6 +102,8 @@ fn next_restart(failures: u32, ran: Duration) -> (u32, Duration) {
 #[derive(Debug)]
 pub(super) struct Sidecars {
     managed: BTreeMap<String, Managed>,
+    /// Changed servers' previous sidecars, until their handover.
+    retiring: Vec<Retiring>,
     link: SidecarLink,
     /// Where each sidecar's configuration file is written.
     workdir: PathBuf,
@@ -96,6 +124,7 @@ impl Sidecars {
     ) -> Sidecars {
         Sidecars {
             managed: BTreeMap::new(),
+            retiring: Vec::new(),
             link,
             workdir: workdir.to_owned(),
             grace_secs,
@@ -103,9 +132,10 @@ impl Sidecars {
         }
     }
 
-    /// Brings the sidecars in line with `snap`: a removed or changed server's
-    /// sidecar is stopped, and a server without a running sidecar gets one once
-    /// its restart delay is over.
+    /// Brings the sidecars in line with `snap`: a removed server's sidecar
+    /// is stopped, a changed one's retires ([`Sidecars::hand_over`]), and a
+    /// server without a running sidecar gets one once its restart delay is
+    /// over.
     pub(super) fn reconcile(&mut self, snap: &Snapshot) {
         let managed = &mut self.managed;
         // Removed or changed servers lose their sidecar.
@@ -119,13 +149,22 @@ impl Sidecars {
             })
             .map(|(name, _)| name.clone())
             .collect();
+        let now = tokio::time::Instant::now();
         for name in gone {
             if let Some(child) = managed.remove(&name).and_then(|m| m.child) {
-                tracing::info!(target: TARGET, server = %name, "server removed or changed; stopping its sidecar");
-                tokio::spawn(stop_child(child, stop_grace(self.grace_secs)));
+                if snap.servers.contains_key(&name) {
+                    tracing::info!(target: TARGET, server = %name, "server changed; starting a new sidecar, the old one stops once the new one is connected");
+                    self.retiring.push(Retiring {
+                        server: name,
+                        child,
+                        since: now,
+                    });
+                } else {
+                    tracing::info!(target: TARGET, server = %name, "server removed; stopping its sidecar");
+                    tokio::spawn(stop_child(child, stop_grace(self.grace_secs)));
+                }
             }
         }
-        let now = tokio::time::Instant::now();
         for (name, rec) in &snap.servers {
             let m = managed.entry(name.clone()).or_insert_with(|| Managed {
                 spec: rec.spec.clone(),
@@ -168,6 +207,48 @@ impl Sidecars {
                 }
             }
         }
+        self.hand_over(snap, now);
+    }
+
+    /// Stops each retiring sidecar whose successor's server is connected
+    /// (the successor is the server's current child; its sidecar is found
+    /// by process id in the read model), whose server was removed, or that
+    /// has served [`HANDOVER_LIMIT`]. One that exited on its own is
+    /// forgotten.
+    fn hand_over(&mut self, snap: &Snapshot, now: tokio::time::Instant) {
+        let grace = stop_grace(self.grace_secs);
+        for mut r in std::mem::take(&mut self.retiring) {
+            if !matches!(r.child.try_wait(), Ok(None)) {
+                continue;
+            }
+            let successor = self
+                .managed
+                .get(&r.server)
+                .and_then(|m| m.child.as_ref())
+                .and_then(Child::id);
+            let connected = successor.is_some_and(|pid| {
+                snap.sidecars.get(&r.server).is_some_and(|all| {
+                    all.values().any(|s| {
+                        s.upstream_state == "connected" && pid_of(&s.sidecar_id) == Some(pid)
+                    })
+                })
+            });
+            let removed = !snap.servers.contains_key(&r.server);
+            let overdue = now >= r.since + HANDOVER_LIMIT;
+            if connected || removed || overdue {
+                let why = if connected {
+                    "its successor is connected"
+                } else if removed {
+                    "the server was removed"
+                } else {
+                    "its successor did not connect in time"
+                };
+                tracing::info!(target: TARGET, server = %r.server, waited_ms = now.saturating_duration_since(r.since).as_millis() as u64, "stopping the previous sidecar: {why}");
+                tokio::spawn(stop_child(r.child, grace));
+            } else {
+                self.retiring.push(r);
+            }
+        }
     }
 
     /// Stops every sidecar at once (each gets [`stop_grace`]) and waits.
@@ -176,7 +257,12 @@ impl Sidecars {
     /// are cancelled at once).
     pub(super) async fn stop(self, again: impl std::future::Future<Output = ()>) {
         let grace = stop_grace(self.grace_secs);
-        let children: Vec<Child> = self.managed.into_values().filter_map(|m| m.child).collect();
+        let children: Vec<Child> = self
+            .managed
+            .into_values()
+            .filter_map(|m| m.child)
+            .chain(self.retiring.into_iter().map(|r| r.child))
+            .collect();
         let pids: Vec<u32> = children.iter().filter_map(Child::id).collect();
         let stops = futures::future::join_all(children.into_iter().map(|c| stop_child(c, grace)));
         tokio::pin!(stops);
@@ -288,6 +374,14 @@ pub async fn stop_child(mut child: Child, grace: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pid_is_read_from_a_default_sidecar_id() {
+        assert_eq!(pid_of("vm-17012-eaf9fcde"), Some(17012));
+        assert_eq!(pid_of("my-host-name-7-0000abcd"), Some(7));
+        assert_eq!(pid_of("custom"), None);
+        assert_eq!(pid_of("a-b"), None);
+    }
 
     #[test]
     fn restart_delays_double_and_reset_after_a_healthy_run() {
