@@ -66,6 +66,12 @@ pub struct ControlPlaneConfig {
     /// `127.0.0.1:7780`).
     #[serde(default = "default_http_listen")]
     pub http_listen: String,
+    /// A second HTTP address that serves only `/metrics`, `/healthz` and
+    /// `/readyz` (default: none). Probes and scrapers pointed at it are
+    /// answered even while `http_listen`, which browsers reach for the
+    /// console and the OAuth callback, is at its connection limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<String>,
     /// Lease TTL of sidecar registrations, seconds (default 10): a sidecar
     /// that disappears is marked down within this time. Also the TTL of
     /// each replica's liveness key (`replicas/<id>`): the approvals a dead
@@ -101,6 +107,7 @@ impl Default for ControlPlaneConfig {
         ControlPlaneConfig {
             listen: default_listen(),
             http_listen: default_http_listen(),
+            metrics_listen: None,
             sidecar_lease_ttl_sec: default_lease_ttl(),
             call_timeout_sec: default_call_timeout(),
             prune_config_servers: false,
@@ -755,6 +762,14 @@ impl Config {
                 return Err((key.into(), format!("{addr:?} is not an IP:port address")));
             }
         }
+        if let Some(addr) = &self.control_plane.metrics_listen
+            && addr.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err((
+                "control_plane.metrics_listen".into(),
+                format!("{addr:?} is not an IP:port address"),
+            ));
+        }
         if let Some(addr) = &self.mcp.listen
             && addr.parse::<std::net::SocketAddr>().is_err()
         {
@@ -1162,6 +1177,18 @@ mod tests {
             ConfigFileError::Invalid { key, .. } => assert_eq!(key, "control_plane.listen"),
             other => panic!("{other}"),
         }
+        match Config::parse("[control_plane]\nmetrics_listen = \"7781\"\n").unwrap_err() {
+            ConfigFileError::Invalid { key, .. } => assert_eq!(key, "control_plane.metrics_listen"),
+            other => panic!("{other}"),
+        }
+        assert_eq!(
+            Config::parse("[control_plane]\nmetrics_listen = \"0.0.0.0:7781\"\n")
+                .unwrap()
+                .control_plane
+                .metrics_listen
+                .as_deref(),
+            Some("0.0.0.0:7781")
+        );
         match Config::parse("[control_plane]\nlistne = \"127.0.0.1:1\"\n").unwrap_err() {
             ConfigFileError::Parse { message, .. } => {
                 assert!(message.contains("listne"), "{message}")

@@ -122,11 +122,15 @@ pub struct Running {
     pub http_addr: SocketAddr,
     /// The bound MCP endpoint address (`[mcp] listen`), if it is served.
     pub mcp_addr: Option<SocketAddr>,
+    /// The bound metrics and probes address
+    /// (`control_plane.metrics_listen`), if it is served.
+    pub metrics_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
     grpc: tokio::task::JoinHandle<()>,
     mcp: Option<tokio::task::JoinHandle<()>>,
     http_stop: CancellationToken,
     http: tokio::task::JoinHandle<()>,
+    metrics: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
@@ -165,6 +169,9 @@ impl Running {
         };
         self.http_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.http).await;
+        if let Some(metrics) = self.metrics {
+            let _ = tokio::time::timeout(Duration::from_secs(1), metrics).await;
+        }
         drained
     }
 }
@@ -205,8 +212,14 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     } else {
         0
     };
+    let metrics_connections = if config.control_plane.metrics_listen.is_some() {
+        switchyard_common::connections::INTERNAL_MAX_CONNECTIONS
+    } else {
+        0
+    };
     let needed = config.control_plane.max_connections
         + mcp_connections
+        + metrics_connections
         + switchyard_common::connections::INTERNAL_MAX_CONNECTIONS;
     switchyard_common::connections::raise_open_files_limit(needed as u64 + 256);
     // `[mcp] tls`: the endpoint presents the listener's certificate.
@@ -294,32 +307,22 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         tokio::spawn(async move { health.probe(store, stop).await });
     }
 
-    let grpc_listener = tokio::net::TcpListener::bind(&config.control_plane.listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: config.control_plane.listen.clone(),
-            source,
-        })?;
-    let http_listener = tokio::net::TcpListener::bind(&config.control_plane.http_listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: config.control_plane.http_listen.clone(),
-            source,
-        })?;
+    let grpc_listener = bind(&config.control_plane.listen).await?;
+    let http_listener = bind(&config.control_plane.http_listen).await?;
+    let metrics_listener = match &config.control_plane.metrics_listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
     let mcp_listener = match &config.mcp.listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| StartError::Bind {
-                    addr: addr.clone(),
-                    source,
-                })?,
-        ),
+        Some(addr) => Some(bind(addr).await?),
         None => None,
     };
     let grpc_addr = grpc_listener.local_addr().expect("bound");
     let http_addr = http_listener.local_addr().expect("bound");
     let mcp_addr = mcp_listener
+        .as_ref()
+        .map(|l| l.local_addr().expect("bound"));
+    let metrics_addr = metrics_listener
         .as_ref()
         .map(|l| l.local_addr().expect("bound"));
     // Stage D: the callback is on the HTTP listener as bound.
@@ -471,17 +474,31 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         console,
         http_stop.clone(),
     ));
+    let metrics = metrics_listener
+        .map(|listener| tokio::spawn(http::serve_metrics(listener, cp.clone(), http_stop.clone())));
     cp.ready.store(true, std::sync::atomic::Ordering::Relaxed);
-    tracing::info!(%grpc_addr, %http_addr, mcp_addr = %mcp_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()), tls = tls.identity.is_some(), mtls = tls.client_ca.is_some(), mcp_tls = mcp_tls.is_some(), auth_required = config.auth.required, "control plane serving");
+    tracing::info!(%grpc_addr, %http_addr, mcp_addr = %mcp_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()), metrics_addr = %metrics_addr.map(|a| a.to_string()).unwrap_or_else(|| "off".into()), tls = tls.identity.is_some(), mtls = tls.client_ca.is_some(), mcp_tls = mcp_tls.is_some(), auth_required = config.auth.required, "control plane serving");
     Ok(Running {
         cp,
         grpc_addr,
         http_addr,
         mcp_addr,
+        metrics_addr,
         shutdown,
         grpc,
         mcp,
         http_stop,
         http,
+        metrics,
     })
+}
+
+/// Binds a listener; the error names the address.
+async fn bind(addr: &str) -> Result<tokio::net::TcpListener, StartError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: addr.to_owned(),
+            source,
+        })
 }

@@ -631,13 +631,30 @@ class Render(unittest.TestCase):
                 self.assertNotIn("[mcp]", cp_config(value_set))
                 self.assertIn("max_connections = 4096\nidle_timeout_sec = 120\n", cp_config(value_set))
                 (container,) = one(value_set, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
-                self.assertEqual([p["name"] for p in container["ports"]], ["grpc", "metrics"])
+                self.assertEqual([p["name"] for p in container["ports"]], ["grpc", "http", "metrics"])
                 self.assertEqual([p["name"] for p in one(value_set, "Service", RELEASE)["spec"]["ports"]],
-                                 ["grpc", "metrics"])
+                                 ["grpc", "http", "metrics"])
                 notes = next(text for path, text in rendered(value_set).items() if path.endswith("NOTES.txt"))
                 self.assertNotIn("MCP endpoint", notes)
         policy = one("etcd-bundled", "NetworkPolicy", f"{RELEASE}-control-plane")
-        self.assertEqual([r["ports"][0]["port"] for r in policy["spec"]["ingress"]], [7700, 7780])
+        self.assertEqual([[p["port"] for p in r["ports"]] for r in policy["spec"]["ingress"]],
+                         [[7700], [7780, 7781]])
+
+    def test_probes_and_scrapes_use_the_metrics_listener(self) -> None:
+        # /metrics, /healthz and /readyz on a listener of their own, so a
+        # full HTTP port (console, OAuth callback) does not fail the probes.
+        for value_set in ["defaults", "etcd-bundled", "tls"]:
+            with self.subTest(value_set=value_set):
+                self.assertIn('http_listen = "0.0.0.0:7780"\nmetrics_listen = "0.0.0.0:7781"\n',
+                              cp_config(value_set))
+                (container,) = one(value_set, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
+                ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+                self.assertEqual((ports["http"], ports["metrics"]), (7780, 7781))
+                for probe in ["startupProbe", "livenessProbe", "readinessProbe"]:
+                    self.assertEqual(container[probe]["httpGet"]["port"], "metrics", probe)
+                service = {p["name"]: (p["port"], p["targetPort"])
+                           for p in one(value_set, "Service", RELEASE)["spec"]["ports"]}
+                self.assertEqual((service["http"], service["metrics"]), ((7780, "http"), (7781, "metrics")))
 
     def test_token_encryption_key_is_generated_once(self) -> None:
         s = one("embedded", "Secret", f"{RELEASE}-token-encryption")
@@ -787,7 +804,10 @@ class Render(unittest.TestCase):
             ({"oauth": {"admin_base_url": "https://x"}}, "additional properties 'admin_base_url' not allowed"),
             # The MCP endpoint: the ranges [mcp] enforces, and a free port.
             ({"controlPlane": {"mcp": {"enabled": True, "port": 7780}}},
-             "controlPlane.mcp.port (7780) must differ from controlPlane.grpcPort and controlPlane.httpPort"),
+             "controlPlane.mcp.port (7780) must differ from controlPlane.grpcPort, controlPlane.httpPort and controlPlane.metricsPort"),
+            ({"controlPlane": {"metricsPort": 7700}},
+             "controlPlane.metricsPort (7700) must differ from controlPlane.grpcPort and controlPlane.httpPort"),
+            ({"controlPlane": {"metricsPort": 0}}, "at '/controlPlane/metricsPort'"),
             ({"controlPlane": {"mcp": {"maxBodyBytes": 512}}}, "at '/controlPlane/mcp/maxBodyBytes'"),
             ({"controlPlane": {"mcp": {"bodyTimeoutSec": 0}}}, "at '/controlPlane/mcp/bodyTimeoutSec'"),
             ({"controlPlane": {"mcp": {"sessionIdleTimeoutSec": 59}}},

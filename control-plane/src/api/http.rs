@@ -6,6 +6,10 @@
 //! servers send the admin's browser back (no admin login: the one-time
 //! `state` is the credential; `crate::oauth::flow`), plus the routes the
 //! caller adds (the admin console, `crate::console`, under `/ui`).
+//! [`serve_metrics`] serves only the first three, on
+//! `control_plane.metrics_listen`: a listener of their own, with its own
+//! connection limit, so that probes and scrapers are answered while the
+//! browser-facing listener is full.
 
 use crate::ControlPlane;
 use axum::Router;
@@ -24,10 +28,7 @@ pub async fn serve(
     extra: Option<Router>,
     shutdown: CancellationToken,
 ) {
-    let mut app = Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
+    let mut app = probes()
         .route(crate::oauth::CALLBACK_PATH, get(oauth_callback))
         .with_state(cp.clone());
     if let Some(extra) = extra {
@@ -42,6 +43,30 @@ pub async fn serve(
     );
     switchyard_common::http_serve::serve(listener, app, connections, shutdown.cancelled_owned())
         .await;
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` only, until `shutdown` is
+/// cancelled (listener `metrics` in the connection metrics).
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    cp: Arc<ControlPlane>,
+    shutdown: CancellationToken,
+) {
+    let app = probes().with_state(cp.clone());
+    let connections = cp.metrics.listener(
+        "metrics",
+        switchyard_common::connections::INTERNAL_MAX_CONNECTIONS,
+    );
+    switchyard_common::http_serve::serve(listener, app, connections, shutdown.cancelled_owned())
+        .await;
+}
+
+/// The routes both HTTP listeners serve.
+fn probes() -> Router<Arc<ControlPlane>> {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
 }
 
 async fn metrics(State(cp): State<Arc<ControlPlane>>) -> impl IntoResponse {

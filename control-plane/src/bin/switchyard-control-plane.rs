@@ -76,13 +76,18 @@ fn main() -> std::process::ExitCode {
         let mut interrupt =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
                 .expect("signal handler");
-        // The MCP endpoint's address last, when it is served.
+        // The MCP endpoint's and the metrics listener's addresses last,
+        // when they are served.
         let mcp = running
             .mcp_addr
             .map(|a| format!(", mcp on {a}"))
             .unwrap_or_default();
+        let metrics = running
+            .metrics_addr
+            .map(|a| format!(", metrics on {a}"))
+            .unwrap_or_default();
         println!(
-            "switchyard-control-plane: grpc on {}, http on {}{mcp}",
+            "switchyard-control-plane: grpc on {}, http on {}{mcp}{metrics}",
             running.grpc_addr, running.http_addr
         );
         tokio::select! {

@@ -346,3 +346,83 @@ async fn a_store_outage_keeps_a_live_sidecar_registered() {
     .await;
     replica.stop(Duration::from_secs(2)).await;
 }
+
+/// With `control_plane.metrics_listen`, probes and scrapes are answered on
+/// a listener of their own while the HTTP listener (console, OAuth
+/// callback) is full, as idle connections anyone may open make it; that
+/// listener serves nothing but `/metrics`, `/healthz` and `/readyz`.
+#[tokio::test(flavor = "multi_thread")]
+async fn probes_are_answered_on_metrics_listen_while_the_http_listener_is_full() {
+    switchyard_common::connections::raise_open_files_limit(4096);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = format!("127.0.0.1:{}", switchyard_test_support::free_port());
+    let (text, _, _) = config_text_with(
+        dir.path(),
+        &StoreKind::Embedded,
+        5,
+        &format!("metrics_listen = \"{metrics}\""),
+        "",
+    );
+    let config = dir.path().join("cp.toml");
+    std::fs::write(&config, text).unwrap();
+    let (_cp, _grpc, http) = start_control_plane("control-plane", dir.path(), &config).await;
+    // A connection per request: a pooled one would hold a place.
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let get = |addr: &str, path: &str| client.get(format!("http://{addr}{path}")).send();
+    assert_eq!(get(&http, "/readyz").await.unwrap().status(), 200);
+    assert_eq!(get(&metrics, "/readyz").await.unwrap().status(), 200);
+    // Only the probes and the metrics there.
+    for path in ["/ui/", "/admin/v1/mcp/oauth/callback?state=x&code=y"] {
+        assert_eq!(get(&metrics, path).await.unwrap().status(), 404, "{path}");
+        assert_ne!(get(&http, path).await.unwrap().status(), 404, "{path}");
+    }
+
+    // 1024 idle connections fill the HTTP listener.
+    let mut held = Vec::new();
+    for _ in 0..1024 {
+        held.push(tokio::net::TcpStream::connect(&http).await.unwrap());
+    }
+    eventually("the HTTP listener full", LIMIT, || async {
+        match scrape(
+            &metrics,
+            "switchyard_control_plane_connections",
+            &[("listener", "http")],
+        )
+        .await
+        {
+            1024.0 => Ok(()),
+            n => Err(format!("{n} connections")),
+        }
+    })
+    .await;
+    assert!(
+        get(&http, "/readyz").await.is_err(),
+        "the full listener answered a probe"
+    );
+    for path in ["/readyz", "/healthz"] {
+        let r = get(&metrics, path).await.expect(path);
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    assert_eq!(
+        scrape(
+            &metrics,
+            "switchyard_control_plane_connections_max",
+            &[("listener", "metrics")]
+        )
+        .await,
+        1024.0
+    );
+    drop(held);
+    eventually("the HTTP listener answers again", LIMIT, || async {
+        match get(&http, "/readyz").await {
+            Ok(r) if r.status() == 200 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}

@@ -5,6 +5,7 @@
 [control_plane]
 listen = {{ printf "0.0.0.0:%d" (int .Values.controlPlane.grpcPort) | toJson }}
 http_listen = {{ printf "0.0.0.0:%d" (int .Values.controlPlane.httpPort) | toJson }}
+metrics_listen = {{ printf "0.0.0.0:%d" (int .Values.controlPlane.metricsPort) | toJson }}
 sidecar_lease_ttl_sec = {{ int64 .Values.controlPlane.sidecarLeaseTtlSec }}
 call_timeout_sec = {{ int64 .Values.controlPlane.callTimeoutSec }}
 prune_config_servers = {{ .Values.controlPlane.pruneConfigServers }}

@@ -233,8 +233,11 @@ control plane then mounts them). */}}
 {{- fail "tls.clientAuth needs tls.enabled" -}}
 {{- end -}}
 {{- with .Values.controlPlane -}}
-{{- if and .mcp.enabled (has (int .mcp.port) (list (int .grpcPort) (int .httpPort))) -}}
-{{- fail (printf "controlPlane.mcp.port (%d) must differ from controlPlane.grpcPort and controlPlane.httpPort" (int .mcp.port)) -}}
+{{- if and .mcp.enabled (has (int .mcp.port) (list (int .grpcPort) (int .httpPort) (int .metricsPort))) -}}
+{{- fail (printf "controlPlane.mcp.port (%d) must differ from controlPlane.grpcPort, controlPlane.httpPort and controlPlane.metricsPort" (int .mcp.port)) -}}
+{{- end -}}
+{{- if has (int .metricsPort) (list (int .grpcPort) (int .httpPort)) -}}
+{{- fail (printf "controlPlane.metricsPort (%d) must differ from controlPlane.grpcPort and controlPlane.httpPort" (int .metricsPort)) -}}
 {{- end -}}
 {{- if and .mcp.enabled .mcp.tls (not $.Values.tls.enabled) -}}
 {{- fail "controlPlane.mcp.tls needs tls.enabled: the MCP endpoint presents the chart's certificate" -}}
