@@ -23,11 +23,15 @@
 //!
 //! A snapshot needs the tools of the current connection: when listing them
 //! fails, nothing is published until a later listing works. A failed tool
-//! listing is tried again after 1 s, doubling up to 30 s
-//! ([`TOOLS_RETRY_FIRST`], [`TOOLS_RETRY_MAX`]), until one works or the
-//! connection changes; meanwhile the status stays "connected" with the
-//! failure as its last error, so `servers status` says why the server is
-//! not up (or why its tools are stale). A stage E
+//! listing (an error, or no answer within [`TOOLS_LIST_LIMIT`]) is tried
+//! again after 1 s, doubling up to 30 s ([`TOOLS_RETRY_FIRST`],
+//! [`TOOLS_RETRY_MAX`]; a list change the server announces meanwhile does
+//! not list sooner), until one works or the connection changes; meanwhile
+//! the status stays "connected" with the failure as its last error, so
+//! `servers status` says why the server is not up (or why its tools are
+//! stale). A new connection keeps the last error until its tools are
+//! listed, so a server that exits at every listing is never shown
+//! "connected" without a reason. A stage E
 //! listing that fails keeps that list as it was ([`Lists`]) and never
 //! holds back the tools.
 
@@ -76,6 +80,10 @@ pub const TOOLS_RETRY_FIRST: Duration = Duration::from_secs(1);
 
 /// The longest wait between two tool listings after failures.
 pub const TOOLS_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The longest a tool listing (all its pages) may take before it counts
+/// as failed: the watcher waits for it, as for [`STAGE_E_LIST_LIMIT`].
+pub const TOOLS_LIST_LIMIT: Duration = Duration::from_secs(30);
 
 /// Starts following `upstream` (see the module docs) with a private
 /// catalogue and the default coalescing window. The task ends when the
@@ -197,13 +205,19 @@ impl UpstreamWatcher {
         })
     }
 
+    /// When `list` is due to be listed again, if it is: after a failed
+    /// tool listing, at the retry (announced changes wait for it);
+    /// otherwise when its coalescing window ends.
+    fn due_at(&self, list: List) -> Option<Instant> {
+        match (list, self.tools_retry) {
+            (List::Tools, Some((at, _))) => Some(at),
+            _ => self.coalescers[list.index()].deadline(),
+        }
+    }
+
     /// The earliest re-list due, if any.
     fn next_due(&self) -> Option<Instant> {
-        self.coalescers
-            .iter()
-            .filter_map(Coalescer::deadline)
-            .chain(self.tools_retry.map(|(at, _)| at))
-            .min()
+        List::ALL.into_iter().filter_map(|l| self.due_at(l)).min()
     }
 
     fn notified(&mut self, list: List) {
@@ -281,13 +295,9 @@ impl UpstreamWatcher {
                 }
                 () = async { tokio::time::sleep_until(due.expect("guarded")).await }, if due.is_some() => {
                     let now = Instant::now();
-                    let retry_tools = self.tools_retry.is_some_and(|(at, _)| at <= now);
                     let due: Vec<List> = List::ALL
                         .into_iter()
-                        .filter(|l| {
-                            self.coalescers[l.index()].deadline().is_some_and(|d| d <= now)
-                                || (*l == List::Tools && retry_tools)
-                        })
+                        .filter(|l| self.due_at(*l).is_some_and(|d| d <= now))
                         .collect();
                     for list in due {
                         self.refresh(list).await;
@@ -312,7 +322,9 @@ impl UpstreamWatcher {
                 self.seen_connections = link.connections;
                 self.tools = None;
                 self.tools_retry = None;
-                self.set_status("connected", String::new());
+                // The last error stays until the tools are listed.
+                let last_error = self.status.borrow().last_error.clone();
+                self.set_status("connected", last_error);
                 self.listen();
                 // A new connection lists everything at once (a resource or
                 // prompt list that never answers holds the tools back
@@ -380,19 +392,31 @@ impl UpstreamWatcher {
         match list {
             List::Tools => {
                 upstream.metrics().refresh();
-                match upstream.list_tools().await {
+                let listed =
+                    match tokio::time::timeout(TOOLS_LIST_LIMIT, upstream.list_tools()).await {
+                        Ok(listed) => listed,
+                        Err(_) => Err(UpstreamError::Timeout {
+                            server: upstream.name().to_owned(),
+                            method: methods::TOOLS_LIST.into(),
+                            after: TOOLS_LIST_LIMIT,
+                        }),
+                    };
+                match listed {
                     Ok(tools) => {
                         if self.compiled.update(upstream.name(), &tools) {
                             tracing::debug!(server = %upstream.name(), "new tool list: output schemas taken");
                         }
                         self.tools = Some(tools);
-                        if self.tools_retry.take().is_some() {
+                        self.tools_retry = None;
+                        if !self.status.borrow().last_error.is_empty() {
                             self.set_status("connected", String::new());
                         }
                     }
-                    // Gone with its connection: the link's change handles it.
+                    // Gone with its connection (the link's change follows
+                    // and reconnects): said until a listing works.
                     Err(e) if upstream.negotiated().is_none() => {
-                        tracing::debug!(server = %upstream.name(), error = %e, "listing tools failed: disconnected");
+                        tracing::warn!(server = %upstream.name(), error = %e, "listing tools failed: the connection ended");
+                        self.set_status("down", format!("listing tools failed: {e}"));
                     }
                     Err(e) => {
                         let wait = self
@@ -418,6 +442,9 @@ impl UpstreamWatcher {
             // Bounded: this loop also re-lists tools and follows the
             // connection, so a server that never answers one of these
             // lists costs it at most this long (the previous list stays).
+            // Listed again on the next connection; listing now would wait
+            // for it.
+            List::Resources | List::Prompts if upstream.negotiated().is_none() => {}
             List::Resources => {
                 let relist = self.lists.relist_resources(upstream);
                 if tokio::time::timeout(STAGE_E_LIST_LIMIT, relist)

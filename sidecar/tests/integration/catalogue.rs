@@ -115,3 +115,75 @@ async fn a_failed_tool_listing_is_shown_and_tried_again_with_backoff() {
     assert_eq!(upstream.metrics().refreshes(), 3);
     upstream.shutdown(Duration::from_secs(2)).await;
 }
+
+/// A server that announces a list change with each failed listing does
+/// not defeat the backoff: the listings still come after 1 s, then 2 s,
+/// not once per coalescing window.
+#[tokio::test(flavor = "multi_thread")]
+async fn list_changes_during_failed_listings_wait_for_the_retry() {
+    use switchyard_sidecar::upstream::{Upstream, UpstreamMetrics};
+    use switchyard_sidecar::watch::watch_upstream_with;
+    let mut config = stub("storm.py");
+    if let switchyard_sidecar::upstream::TransportConfig::Stdio(s) = &mut config.transport {
+        s.env.insert("STUB_FAIL_LISTS".into(), "1000".into());
+        s.env.insert("STUB_NOTIFY_ON_LIST".into(), "1".into());
+    }
+    let upstream = Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap();
+    let (_view, _watcher) = watch_upstream_with(
+        upstream.clone(),
+        switchyard_sidecar::tools::catalogue::Catalogue::new(),
+        Duration::from_millis(200),
+    );
+    // Listings at about 0, 1 and 3 s (the next at 7 s); one per 200 ms
+    // window would be about 22.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let refreshes = upstream.metrics().refreshes();
+    assert!(
+        (2..=4).contains(&refreshes),
+        "{refreshes} listings in 4.5 s"
+    );
+    assert!(upstream.metrics().list_changed_received() >= 2);
+    upstream.shutdown(Duration::from_secs(2)).await;
+}
+
+/// A server that exits at every tool listing is never shown "connected"
+/// without a reason: each new connection keeps the last error until its
+/// tools are listed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_exits_at_each_listing_always_has_a_reason() {
+    use switchyard_sidecar::upstream::{Upstream, UpstreamMetrics};
+    use switchyard_sidecar::watch::watch_upstream_with;
+    let mut config = stub("storm.py");
+    if let switchyard_sidecar::upstream::TransportConfig::Stdio(s) = &mut config.transport {
+        s.env.insert("STUB_EXIT_ON_LIST".into(), "1".into());
+    }
+    let upstream = Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap();
+    let (mut view, _watcher) = watch_upstream_with(
+        upstream.clone(),
+        switchyard_sidecar::tools::catalogue::Catalogue::new(),
+        Duration::from_millis(200),
+    );
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        view.status.wait_for(|s| !s.last_error.is_empty()),
+    )
+    .await
+    .expect("a reason is shown")
+    .unwrap();
+    // Through several restarts (1 s, 2 s, … apart), every state it shows
+    // has its reason.
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut seen = std::collections::BTreeSet::new();
+    while Instant::now() < until {
+        let s = view.status.borrow().clone();
+        assert!(
+            !s.last_error.is_empty(),
+            "{} without a reason (seen: {seen:?})",
+            s.state
+        );
+        seen.insert(s.state);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(view.catalogue.borrow().is_none());
+    upstream.shutdown(Duration::from_secs(2)).await;
+}

@@ -12,7 +12,10 @@ Knobs (env), besides mcpstub's:
                          notifications/tools/list_changed (a server that
                          would make a naive client re-list forever)
   STUB_FAIL_LISTS=N      answer the first N tools/list requests with a
-                         JSON-RPC error (-32603)
+                         JSON-RPC error (-32603) (after the notification
+                         of STUB_NOTIFY_ON_LIST)
+  STUB_EXIT_ON_LIST=1    exit (status 3) on every tools/list (a server
+                         that crashes at each listing)
 """
 import json
 import os
@@ -29,10 +32,12 @@ base_list = srv.list_tools
 
 def list_tools(ctx):
     lists[0] += 1
-    if lists[0] <= int(os.environ.get("STUB_FAIL_LISTS", "0")):
-        raise RpcError(-32603, f"tools/list failure {lists[0]} of a flaky server")
+    if os.environ.get("STUB_EXIT_ON_LIST") == "1":
+        os._exit(3)
     if os.environ.get("STUB_NOTIFY_ON_LIST") == "1":
         threading.Timer(0.01, lambda: srv.notify("notifications/tools/list_changed")).start()
+    if lists[0] <= int(os.environ.get("STUB_FAIL_LISTS", "0")):
+        raise RpcError(-32603, f"tools/list failure {lists[0]} of a flaky server")
     return base_list(ctx)
 
 
