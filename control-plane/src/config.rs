@@ -649,9 +649,11 @@ impl Config {
     /// path, stdio `cwd`, `header_files`) are resolved against the file's
     /// directory.
     pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
-            file: path.to_owned(),
-            source,
+        let text = switchyard_common::toml_file::read_config(path).map_err(|source| {
+            ConfigFileError::Read {
+                file: path.to_owned(),
+                source,
+            }
         })?;
         let mut config = Config::parse(&text).map_err(|e| match e {
             ConfigFileError::Parse { message, .. } => ConfigFileError::Parse {
@@ -1481,11 +1483,11 @@ mod tests {
             ),
             (
                 text.replace("-1", "\"abc\""),
-                "servers[1].liveness_interval_sec: invalid type: string \"abc\", expected u64 (line 10, column 25)",
+                "servers[1].liveness_interval_sec: invalid type: a string, expected u64 (line 10, column 25)",
             ),
             (
                 "[runtime]\nworker_threads = \"4\"\n".to_owned(),
-                "runtime.worker_threads: invalid type: string \"4\", expected u32 (line 2, column 18)",
+                "runtime.worker_threads: invalid type: a string, expected u32 (line 2, column 18)",
             ),
         ];
         for (text, want) in cases {

@@ -150,7 +150,7 @@ pub fn settings(args: &RunArgs) -> Result<Settings, RunError> {
     let (origin, server, file) = match &args.config {
         Some(path) => {
             let origin = path.display().to_string();
-            let text = std::fs::read_to_string(path)
+            let text = switchyard_common::toml_file::read_config(path)
                 .map_err(|e| config_error(&origin, "(file)", format!("cannot read it: {e}")))?;
             let parsed: ConfigFile =
                 switchyard_common::toml_file::from_toml(&text).map_err(|e| {

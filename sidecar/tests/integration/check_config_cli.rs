@@ -103,7 +103,7 @@ fn rejects_with_the_file_and_the_key() {
         (
             "inline.toml",
             "server = { name = \"files\", transport = \"stdio\", command = \"x\", request_timeout_sec = \"slow\" }\n[sidecar]\ncontrol_plane = \"http://cp:7700\"\n",
-            "server.request_timeout_sec: invalid type: string \"slow\", expected u64 (line 1, column 86)",
+            "server.request_timeout_sec: invalid type: a string, expected u64 (line 1, column 86)",
         ),
         // An unknown key (typo), caught by the parser.
         (
