@@ -8,7 +8,8 @@
 //!   (JSON lines to a file or the log);
 //! - [`runtime`]: the tokio runtime built from `worker_threads`;
 //! - [`toml_file`]: reading a TOML configuration, with errors that name
-//!   the key;
+//!   the key; [`serde_errors`]: serde's messages without the values they
+//!   quote;
 //! - [`http_serve`]: serving an axum router with header and keep-alive
 //!   timeouts;
 //! - [`connections`]: the cap on each listener's open connections;
@@ -22,6 +23,7 @@ pub mod http_serve;
 pub mod ids;
 pub mod logging;
 pub mod runtime;
+pub mod serde_errors;
 pub mod server_spec;
 pub mod time;
 pub mod tls;

@@ -161,6 +161,10 @@ pub const MAX_TIMEOUT_SEC: u64 = 7 * 24 * 3600;
 /// answer: 4/3 of its size plus the envelope) passes.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// The largest [`ServerConfig::max_message_bytes`] accepted: 1 GiB (a
+/// message is held whole, several times over while it is processed).
+pub const MAX_MESSAGE_BYTES_LIMIT: usize = 1 << 30;
+
 fn default_era() -> String {
     "auto".into()
 }
@@ -549,8 +553,14 @@ impl ServerConfig {
                 "must be between 0 (never probe) and 86400 (1 day)".into(),
             ));
         }
-        if self.max_message_bytes < 1024 {
-            return Err(err("max_message_bytes", "must be at least 1024".into()));
+        if !(1024..=MAX_MESSAGE_BYTES_LIMIT).contains(&self.max_message_bytes) {
+            return Err(err(
+                "max_message_bytes",
+                format!(
+                    "{} is out of range: must be between 1024 and {MAX_MESSAGE_BYTES_LIMIT} (1 GiB)",
+                    self.max_message_bytes
+                ),
+            ));
         }
         match self.transport {
             TransportKind::Stdio => {
@@ -709,6 +719,23 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.key, "servers[2].liveness_interval_sec");
         assert!(e.problem.contains("86400"), "{}", e.problem);
+    }
+
+    #[test]
+    fn max_message_bytes_is_between_1_kib_and_1_gib() {
+        let http = "name = \"w\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        for ok in [1024, 1 << 30] {
+            parse(&format!("{http}max_message_bytes = {ok}\n"))
+                .validate("s")
+                .unwrap();
+        }
+        for bad in [1023, (1 << 30) + 1] {
+            let e = parse(&format!("{http}max_message_bytes = {bad}\n"))
+                .validate("servers[0]")
+                .unwrap_err();
+            assert_eq!(e.key, "servers[0].max_message_bytes");
+            assert!(e.problem.contains("1073741824"), "{}", e.problem);
+        }
     }
 
     #[test]

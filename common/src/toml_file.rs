@@ -15,6 +15,7 @@
 //! Control characters in keys and messages are escaped (`\u{1b}`), so the
 //! error stays one line and cannot drive a terminal.
 
+use crate::serde_errors::{escape_controls, without_values};
 use std::fmt;
 
 /// Why a TOML text is not the expected configuration.
@@ -100,61 +101,6 @@ fn error(key: Option<String>, e: &toml::de::Error, text: &str) -> TomlError {
         position,
         message: escape_controls(&without_values(e.message().trim_end())),
     }
-}
-
-/// `message` without the values it quotes (see the module docs).
-fn without_values(message: &str) -> String {
-    for kind in ["invalid type: ", "invalid value: "] {
-        if let Some(rest) = message.strip_prefix(kind)
-            && let Some((found, expected)) = rest.split_once(", expected ")
-        {
-            // A number where a number is expected is no secret, nor is a
-            // boolean; anything else is described, not shown.
-            let numeric = found.starts_with("integer ") || found.starts_with("floating point ");
-            let shown = if (kind == "invalid value: " && numeric) || found.starts_with("boolean ") {
-                found.to_owned()
-            } else {
-                describe(found)
-            };
-            return format!("{kind}{shown}, expected {expected}");
-        }
-    }
-    if let Some(rest) = message.strip_prefix("unknown variant `")
-        && let Some((_, expected)) = rest.split_once("`, expected ")
-    {
-        return format!("unknown variant, expected {expected}");
-    }
-    message.to_owned()
-}
-
-/// serde's rendering of an unexpected value (`string "x"`, `integer `5``)
-/// as its kind only.
-fn describe(found: &str) -> String {
-    const KINDS: [(&str, &str); 5] = [
-        ("string ", "a string"),
-        ("integer ", "an integer"),
-        ("floating point ", "a floating point number"),
-        ("character ", "a character"),
-        ("byte array", "a byte array"),
-    ];
-    KINDS
-        .iter()
-        .find(|(prefix, _)| found.starts_with(prefix))
-        .map_or_else(|| found.to_owned(), |(_, kind)| (*kind).to_owned())
-}
-
-/// `text` with its control characters (newlines, escapes) written as
-/// `\u{..}`.
-fn escape_controls(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

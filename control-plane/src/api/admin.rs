@@ -32,8 +32,9 @@ impl AdminApi {
 }
 
 /// A proto spec as a validated server config. Errors name the field.
-/// Unset limits (`max_message_bytes`, `liveness_interval_sec`) take their
-/// defaults; [`AdminService::update_server`] keeps the stored ones instead.
+/// Unset limits (`max_message_bytes`, `liveness_interval_sec`, a zero
+/// `request_timeout_ms`) take their defaults;
+/// [`AdminService::update_server`] keeps the stored ones instead.
 pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status> {
     let s = spec.ok_or_else(|| Status::invalid_argument("spec: required"))?;
     let transport = match pb::Transport::try_from(s.transport) {
@@ -546,12 +547,14 @@ impl AdminService for AdminApi {
         let given = req.into_inner().spec;
         // Limits a client left unset (one written before they existed)
         // keep their stored values.
-        let (keep_max, keep_liveness) = given.as_ref().map_or((false, false), |g| {
-            (
-                g.max_message_bytes.is_none(),
-                g.liveness_interval_sec.is_none(),
-            )
-        });
+        let (keep_max, keep_liveness, keep_timeout) =
+            given.as_ref().map_or((false, false, false), |g| {
+                (
+                    g.max_message_bytes.is_none(),
+                    g.liveness_interval_sec.is_none(),
+                    g.request_timeout_ms == 0,
+                )
+            });
         let mut spec = spec_from_pb(given)?;
         if spec.auth_kind() == AuthKind::OAuth {
             self.cp.oauth.ring()?;
@@ -574,6 +577,9 @@ impl AdminService for AdminApi {
             }
             if keep_liveness {
                 spec.liveness_interval_sec = o.liveness_interval_sec;
+            }
+            if keep_timeout {
+                spec.request_timeout_sec = o.request_timeout_sec;
             }
         }
         if old.is_some_and(|o| {

@@ -628,7 +628,14 @@ impl From<tonic::Status> for Failure {
             }
             words.push(c.to_ascii_lowercase());
         }
-        Failure::new(1, format!("{words}: {}", s.message()))
+        // The control plane refused a value the command sent: a bad
+        // argument value, as the README's table says.
+        let status = if s.code() == tonic::Code::InvalidArgument {
+            EXIT_USAGE
+        } else {
+            1
+        };
+        Failure::new(status, format!("{words}: {}", s.message()))
     }
 }
 

@@ -62,7 +62,7 @@ pub async fn no_such_path() -> ConsoleError {
 }
 
 /// The JSON body, a JSON object of the shape `T`; else a 400 naming what
-/// is wrong with it (413 over the body limit).
+/// is wrong with it and the member (413 over the body limit).
 fn body<T: serde::de::DeserializeOwned>(
     b: Result<Json<Value>, JsonRejection>,
 ) -> Result<T, ConsoleError> {
@@ -76,7 +76,7 @@ fn body<T: serde::de::DeserializeOwned>(
     if !v.is_object() {
         return Err(ConsoleError::bad_request("the body must be a JSON object"));
     }
-    serde_json::from_value(v).map_err(|e| ConsoleError::bad_request(format!("the body: {e}")))
+    super::respond::from_body(v)
 }
 
 async fn list_servers(State(c): State<Arc<Console>>, admin: Admin) -> Answer {

@@ -378,8 +378,7 @@ pub async fn login(
         return Err(ConsoleError::csrf(why));
     }
     let body: LoginRequest = match body {
-        Ok(Json(v)) if v.is_object() => serde_json::from_value(v)
-            .map_err(|e| ConsoleError::bad_request(format!("the body: {e}")))?,
+        Ok(Json(v)) if v.is_object() => super::respond::from_body(v)?,
         Ok(_) => return Err(ConsoleError::bad_request("the body must be a JSON object")),
         Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
             return Err(ConsoleError::too_large(e.body_text()));

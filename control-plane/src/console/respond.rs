@@ -4,7 +4,8 @@
 //! status of its code, plus `fieldErrors` for an invalid form answer; and
 //! [`json_refusals`] gives the same shape to the refusals the HTTP
 //! framework makes itself (an undecodable path or query, a method not
-//! allowed, an unknown path, a body over the limit).
+//! allowed, an unknown path, a body over the limit); [`from_body`] turns a
+//! JSON body of the wrong shape into a 400 naming the member.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -159,6 +160,22 @@ pub async fn json_refusals(response: Response) -> Response {
     let mut e = ConsoleError::new(code_of(status), message);
     e.status = Some(status);
     e.into_response()
+}
+
+/// `v` as `T`; the error names the member (`maxMessageBytes: invalid type:
+/// a string, expected u64`) and never repeats a value
+/// ([`switchyard_common::serde_errors`]).
+pub fn from_body<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ConsoleError> {
+    use switchyard_common::serde_errors::{escape_controls, without_values};
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let problem = escape_controls(&without_values(&e.inner().to_string()));
+        ConsoleError::bad_request(if path == "." {
+            format!("the body: {problem}")
+        } else {
+            format!("the body: {}: {problem}", escape_controls(&path))
+        })
+    })
 }
 
 #[cfg(test)]

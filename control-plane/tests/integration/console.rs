@@ -437,6 +437,25 @@ async fn console_logins_cookies_and_csrf_across_replicas() {
             r.body
         );
     }
+    // A member of the wrong type is named, its value not repeated.
+    let r = send(
+        http.put(url(&a, "/ui/api/servers/limits"))
+            .header("cookie", &r2)
+            .header("x-switchyard-csrf", &r2_csrf)
+            .json(&spec(serde_json::json!({"maxMessageBytes": "4096"}))),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(
+        r.body["error"],
+        "the body: maxMessageBytes: invalid type: a string, expected u64"
+    );
+    let r = send(login(&a, serde_json::json!({"token": 123456789}))).await;
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(
+        r.body["error"],
+        "the body: token: invalid type: an integer, expected a string"
+    );
     let r = send(
         http.delete(url(&a, "/ui/api/servers/limits"))
             .header("cookie", &r2)

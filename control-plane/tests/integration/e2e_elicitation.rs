@@ -90,7 +90,7 @@ async fn an_engine_answers_a_server_everything_elicitation_through_the_cli() {
             r#"{"check":true}"#,
         ])
         .await;
-    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert_eq!(refused.status.code(), Some(64), "{refused:?}");
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("name"),
         "{refused:?}"

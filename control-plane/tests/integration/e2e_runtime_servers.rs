@@ -253,10 +253,14 @@ async fn server_limits_set_at_runtime_are_obeyed_and_kept_by_an_update() {
             &["--liveness-interval-sec", "86401"][..],
             "spec.liveness_interval_sec",
         ),
+        (
+            &["--max-message-bytes", "1073741825"][..],
+            "spec.max_message_bytes",
+        ),
     ] {
         let out = gw.cli(&add(flags)).await;
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{flags:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(64), "{flags:?}: {stderr}");
         assert!(stderr.contains(field), "{flags:?}: {stderr}");
     }
     let out = gw.cli(&add(&["--request-timeout-sec", "0"])).await;
@@ -409,9 +413,15 @@ async fn server_limits_set_at_runtime_are_obeyed_and_kept_by_an_update() {
     );
     too_big(&gw, "8192", "after an update that left the limit unset").await;
 
-    // An update that sets it changes it.
+    // An update that sets it changes it; a timeout of 0 keeps the stored
+    // one, as the console's form sends when its field is empty.
     given.max_message_bytes = Some(1 << 20);
-    update(given).await;
+    given.request_timeout_ms = 0;
+    let answered = update(given).await;
+    assert_eq!(
+        (answered.max_message_bytes, answered.request_timeout_ms),
+        (Some(1 << 20), 40_000)
+    );
     assert_eq!(server().await["maxMessageBytes"], 1 << 20);
     eventually("a 10000-byte echo under the new limit", LIMIT, || async {
         echo(&gw, 10_000).await.map_err(|e| e.message().to_owned())

@@ -190,7 +190,7 @@ async fn sessions_filter_tools_and_stream_events() {
         .expect_err("unknown session");
     assert_eq!(status.code(), tonic::Code::NotFound);
     let out = gw.cli(&["sessions", "create", "--server", "nowhere"]).await;
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("invalid argument: "),
         "{out:?}"

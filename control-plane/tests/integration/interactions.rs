@@ -345,7 +345,7 @@ async fn forms_urls_approvals_on_one_replica() {
         ],
     )
     .await;
-    assert_eq!(out.status.code(), Some(1), "extra field refused");
+    assert_eq!(out.status.code(), Some(64), "extra field refused");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("note-secret: is not a field"),
         "{}",
