@@ -511,7 +511,9 @@ fn fit(status: Status) -> Status {
 /// failures are `UNAVAILABLE`, and so are the server's refusals (401, 403)
 /// and, for an `auth = "oauth"` server, no access token to send or a
 /// scope it lacks (the message says an admin must authorize it); a
-/// timeout is `DEADLINE_EXCEEDED`; the rest is `INTERNAL`. Messages are
+/// timeout is `DEADLINE_EXCEEDED`; an answer over `max_message_bytes` is
+/// `RESOURCE_EXHAUSTED` (as a stage E answer over it is); the rest is
+/// `INTERNAL`. Messages are
 /// the error's text, which names the server.
 pub fn status_of(error: &UpstreamError) -> Status {
     fit(match error {
@@ -529,9 +531,9 @@ pub fn status_of(error: &UpstreamError) -> Status {
         | UpstreamError::NotAuthorized { .. }
         | UpstreamError::InsufficientScope { .. } => Status::unavailable(error.to_string()),
         UpstreamError::Timeout { .. } => Status::deadline_exceeded(error.to_string()),
+        UpstreamError::MessageTooLarge { .. } => Status::resource_exhausted(error.to_string()),
         UpstreamError::HttpStatus { .. }
         | UpstreamError::NoResponse { .. }
-        | UpstreamError::MessageTooLarge { .. }
         | UpstreamError::Protocol { .. } => Status::internal(error.to_string()),
     })
 }
@@ -756,6 +758,19 @@ mod tests {
         assert_eq!(
             status_of(&UpstreamError::protocol("s", "bad")).code(),
             Code::Internal
+        );
+        // Too large, as for a stage E answer.
+        let e = UpstreamError::MessageTooLarge {
+            server: "s".into(),
+            method: "tools/call".into(),
+            size: 5000,
+            limit: 4096,
+        };
+        let st = status_of(&e);
+        assert_eq!(st.code(), Code::ResourceExhausted);
+        assert_eq!(
+            st.message(),
+            "server s: response to tools/call is 5000 bytes or more, over the 4096-byte limit"
         );
     }
 }

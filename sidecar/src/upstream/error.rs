@@ -144,7 +144,9 @@ pub enum UpstreamError {
         detail: String,
     },
     /// The response was larger than `max_message_bytes`.
-    #[error("server {server}: response to {method} is {size} bytes, over the {limit}-byte limit")]
+    #[error(
+        "server {server}: response to {method} is {size} bytes or more, over the {limit}-byte limit"
+    )]
     MessageTooLarge {
         /// Server name.
         server: String,

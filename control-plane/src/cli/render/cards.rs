@@ -267,7 +267,9 @@ pub fn render_server(s: &pb::ServerStatus, tools: &[pb::ServerTool]) -> Vec<Stri
             utc(c.registered_at_ms)
         );
         if !c.last_error.is_empty() {
-            line.push_str(&format!(": {}", c.last_error));
+            // One line: a server's text may hold newlines (the terminal's
+            // other controls are escaped when the card is printed).
+            line.push_str(&format!(": {}", c.last_error.replace('\n', "\\n")));
         }
         lines.push(line);
     }
@@ -354,7 +356,7 @@ mod tests {
                 call_address: "127.0.0.1:9".into(),
                 upstream_state: "connected".into(),
                 registered_at_ms: 1_767_225_600_000,
-                last_error: "restarted".into(),
+                last_error: "restarted\nerror: injected".into(),
                 ..Default::default()
             }],
             ..Default::default()
@@ -366,7 +368,15 @@ mod tests {
             in_catalogue: true,
             ..Default::default()
         };
-        let text = render_server(&s, &[tool]).join("\n");
+        let lines = render_server(&s, &[tool]);
+        // A server's error text stays on its sidecar's line.
+        assert!(
+            lines.iter().any(|l| l.starts_with("  sc-1 connected")
+                && l.ends_with(": restarted\\nerror: injected")),
+            "{lines:?}"
+        );
+        assert!(!lines.iter().any(|l| l.contains('\n')), "{lines:?}");
+        let text = lines.join("\n");
         assert!(
             text.starts_with("orders [up] stdio, era 2026-07-28 (configured: auto)"),
             "{text}"
