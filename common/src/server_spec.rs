@@ -78,6 +78,49 @@ pub fn is_secret_name(name: &str) -> bool {
         .any(|w| n.contains(w))
 }
 
+/// `url` with its secrets replaced by [`REDACTED`]: the password of its
+/// user information (`https://alice:[redacted]@host/`) and the values of
+/// query parameters with secret names ([`is_secret_name`]:
+/// `?api_key=[redacted]`). The rest is kept as written. Of text that is
+/// not a URL, the user information and the query are cut.
+pub fn redacted_url(url: &str) -> String {
+    let Ok(parsed) = url::Url::parse(url) else {
+        let without_query = url.split('?').next().unwrap_or(url);
+        return match without_query.split_once("://") {
+            Some((scheme, rest)) if rest.contains('@') => {
+                let host = rest.rsplit('@').next().unwrap_or("");
+                format!("{scheme}://{REDACTED}@{host}")
+            }
+            _ => without_query.to_owned(),
+        };
+    };
+    let mut out = parsed.as_str().to_owned();
+    if let Some(password) = parsed.password() {
+        let written = format!(":{password}@");
+        out = out.replacen(&written, &format!(":{REDACTED}@"), 1);
+    }
+    if let Some(query) = parsed.query() {
+        let cleaned: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _))
+                    if is_secret_name(
+                        &url::form_urlencoded::parse(name.as_bytes())
+                            .next()
+                            .map(|(n, _)| n.into_owned())
+                            .unwrap_or_default(),
+                    ) =>
+                {
+                    format!("{name}={REDACTED}")
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out = out.replacen(&format!("?{query}"), &format!("?{}", cleaned.join("&")), 1);
+    }
+    out
+}
+
 /// `map` with the values of secret names ([`is_secret_name`]) replaced by
 /// [`REDACTED`].
 pub fn redacted<V: AsRef<str>>(map: &BTreeMap<String, V>) -> BTreeMap<String, String> {
@@ -339,7 +382,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("args", &self.args)
             .field("env", &redacted(&self.env))
             .field("cwd", &self.cwd)
-            .field("url", &self.url)
+            .field("url", &self.url.as_deref().map(redacted_url))
             .field("auth", &self.auth)
             .field("headers", &redacted(&self.headers))
             .field("header_files", &self.header_files)
@@ -605,7 +648,12 @@ impl ServerConfig {
                             format!("scheme {:?} is not http or https", u.scheme()),
                         ));
                     }
-                    Err(e) => return Err(err("url", format!("{url:?} is not a URL: {e}"))),
+                    Err(e) => {
+                        return Err(err(
+                            "url",
+                            format!("{:?} is not a URL: {e}", redacted_url(url)),
+                        ));
+                    }
                 }
                 if self.command.is_some() || !self.args.is_empty() {
                     return Err(err("command", "is only for transport = \"stdio\"".into()));
@@ -719,6 +767,22 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.key, "servers[2].liveness_interval_sec");
         assert!(e.problem.contains("86400"), "{}", e.problem);
+    }
+
+    #[test]
+    fn urls_are_shown_without_their_secrets() {
+        for (url, shown) in [
+            (
+                "https://alice:PW-1@mcp.example.com/mcp?api_key=K-2&team=blue&Access_Token=T-3",
+                "https://alice:[redacted]@mcp.example.com/mcp?api_key=[redacted]&team=blue&Access_Token=[redacted]",
+            ),
+            ("http://127.0.0.1:3001/mcp", "http://127.0.0.1:3001/mcp"),
+            ("http://bob@h/x?q=1", "http://bob@h/x?q=1"),
+            ("http://a:pw@[bad/x?token=t", "http://[redacted]@[bad/x"),
+            ("not a url?secret=s", "not a url"),
+        ] {
+            assert_eq!(redacted_url(url), shown, "{url}");
+        }
     }
 
     #[test]

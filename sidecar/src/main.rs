@@ -66,7 +66,7 @@ fn check_config(args: &CheckConfigArgs) -> Result<String, (String, u8)> {
             TransportKind::Stdio => "stdio",
             TransportKind::Http => "http",
         },
-        settings.control_plane
+        switchyard_common::server_spec::redacted_url(&settings.control_plane)
     ))
 }
 

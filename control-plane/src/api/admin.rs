@@ -143,7 +143,11 @@ pub fn spec_to_pb(s: &ServerConfig) -> pb::ServerSpec {
             .as_ref()
             .map(|c| c.display().to_string())
             .unwrap_or_default(),
-        url: s.url.clone().unwrap_or_default(),
+        url: s
+            .url
+            .as_deref()
+            .map(switchyard_common::server_spec::redacted_url)
+            .unwrap_or_default(),
         headers: redacted(&s.headers).into_iter().collect(),
         era: s.era.clone(),
         request_timeout_ms: s.request_timeout_sec.saturating_mul(1000),
@@ -572,6 +576,17 @@ impl AdminService for AdminApi {
         if let Some(o) = &old {
             keep_redacted(&mut spec.headers, &o.headers);
             keep_redacted(&mut spec.env, &o.env);
+            // The URL as answers show it (its secrets redacted) is the
+            // stored one.
+            if spec.url.is_some()
+                && spec.url.as_deref()
+                    == o.url
+                        .as_deref()
+                        .map(switchyard_common::server_spec::redacted_url)
+                        .as_deref()
+            {
+                spec.url.clone_from(&o.url);
+            }
             if keep_max {
                 spec.max_message_bytes = o.max_message_bytes;
             }

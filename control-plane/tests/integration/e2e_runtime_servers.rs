@@ -507,3 +507,79 @@ async fn an_updated_server_keeps_answering_while_its_sidecar_is_replaced() {
     assert!(ok >= 20, "only {ok} calls ran");
     gw.stop().await;
 }
+
+/// A server URL's secrets (a password, an `api_key` parameter) are
+/// answered `[redacted]`; an update that sends the URL back as answered
+/// keeps the stored one, which the server's sidecar uses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
+    let _serial = HEAVY.lock().await;
+    let http = start_http_reference_server().await;
+    let gw = Gateway::start(StoreKind::Embedded, 10).await;
+    let url =
+        http.url.replacen("http://", "http://alice:PW-SECRET@", 1) + "?api_key=QS-SECRET&team=blue";
+    let mut admin = gw.admin().await;
+    let spec = |url: &str, timeout_ms| pb::ServerSpec {
+        name: "keyed".into(),
+        transport: pb::Transport::Http as i32,
+        url: url.to_owned(),
+        request_timeout_ms: timeout_ms,
+        ..Default::default()
+    };
+    let answered = admin
+        .add_server(pb::AddServerRequest {
+            spec: Some(spec(&url, 30_000)),
+        })
+        .await
+        .expect("AddServer")
+        .into_inner()
+        .spec
+        .unwrap();
+    let shown = answered.url.clone();
+    assert!(!shown.contains("SECRET"), "{shown}");
+    assert!(
+        shown.contains("alice:[redacted]@") && shown.ends_with("?api_key=[redacted]&team=blue"),
+        "{shown}"
+    );
+    let listed = ok_stdout(
+        &gw.cli(&["servers", "list", "--json"]).await,
+        "servers list",
+    );
+    assert!(!listed.contains("SECRET"), "{listed}");
+    gw.wait_servers_up(&["keyed"], LIMIT).await;
+
+    // Sent back as answered, with another timeout: the stored URL stays,
+    // and the new sidecar's file has it.
+    let before = gw.sidecars_of("keyed");
+    admin
+        .update_server(pb::UpdateServerRequest {
+            spec: Some(spec(&shown, 31_000)),
+        })
+        .await
+        .expect("UpdateServer");
+    eventually("keyed's new sidecar", LIMIT, || {
+        let now = gw.sidecars_of("keyed");
+        let before = before.clone();
+        async move {
+            if now.len() == 1 && now != before {
+                Ok(now[0])
+            } else {
+                Err(format!("{now:?}"))
+            }
+        }
+    })
+    .await;
+    let pid = gw.sidecars_of("keyed")[0];
+    let file = cmdline(pid)
+        .split_whitespace()
+        .find(|a| a.ends_with("/keyed.toml"))
+        .map(str::to_owned)
+        .expect("the sidecar's --config");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("alice:PW-SECRET@") && text.contains("api_key=QS-SECRET"),
+        "{text}"
+    );
+    gw.wait_servers_up(&["keyed"], LIMIT).await;
+    gw.stop().await;
+}

@@ -230,6 +230,9 @@ impl HttpConnection {
     /// An I/O error of `what`; one that did not reach the server at all
     /// (connect failed) means it is gone.
     fn io_error(&self, what: String, e: reqwest::Error) -> UpstreamError {
+        // The URL may carry a secret (`?api_key=`); the error names the
+        // server instead.
+        let e = e.without_url();
         if e.is_connect() {
             self.mark_lost(format!("{what}: cannot connect: {e}"));
         }
@@ -381,7 +384,7 @@ impl HttpConnection {
             .await
             .map_err(|f| {
                 unsent(f, |e| {
-                    UpstreamError::io(&self.server, format!("POST {method}"), e)
+                    UpstreamError::io(&self.server, format!("POST {method}"), e.without_url())
                 })
             })?;
         if resp.status().is_success() {
@@ -488,7 +491,7 @@ impl HttpConnection {
                     return Err(UpstreamError::io(
                         &self.server,
                         format!("reading the {method} response"),
-                        e,
+                        e.without_url(),
                     ));
                 }
             }
@@ -498,11 +501,15 @@ impl HttpConnection {
     /// Turns a response body into SSE events, each bounded in size.
     fn events(&self, resp: reqwest::Response) -> EventStream {
         let metrics = self.metrics.clone();
-        let body = resp.bytes_stream().inspect(move |chunk| {
-            if let Ok(chunk) = chunk {
-                metrics.received_bytes(chunk.len());
-            }
-        });
+        let body = resp
+            .bytes_stream()
+            .inspect(move |chunk| {
+                if let Ok(chunk) = chunk {
+                    metrics.received_bytes(chunk.len());
+                }
+            })
+            // The URL may carry a secret; errors name the server instead.
+            .map(|chunk| chunk.map_err(reqwest::Error::without_url));
         Box::pin(sse::decode(body, self.max_message_bytes))
     }
 
@@ -595,7 +602,11 @@ impl HttpConnection {
         };
         let resp = auth::send(self.tokens.as_ref(), build).await.map_err(|f| {
             unsent(f, |e| {
-                UpstreamError::io(&self.server, format!("GET to resume {method}"), e)
+                UpstreamError::io(
+                    &self.server,
+                    format!("GET to resume {method}"),
+                    e.without_url(),
+                )
             })
         })?;
         if !resp.status().is_success() {
@@ -805,7 +816,7 @@ impl HttpConnection {
                     let reply = conn.inbound.request(msg).await;
                     let body = Bytes::from(serde_json::to_vec(&reply).expect("serialises"));
                     let sent = auth::send(conn.tokens.as_ref(), || conn.post(body.clone(), &extra)).await;
-                    if let Err(e) = sent.map_err(|f| unsent(f, |e| UpstreamError::io(&conn.server, "POST of our answer", e))) {
+                    if let Err(e) = sent.map_err(|f| unsent(f, |e| UpstreamError::io(&conn.server, "POST of our answer", e.without_url()))) {
                         tracing::warn!(error = %e, "posting our answer to a server request failed");
                     }
                     }

@@ -827,3 +827,36 @@ async fn only_the_shared_session_probes_an_idle_server() {
     let probed = pings(json_tool(&up, "header_log").await);
     assert!(probed >= 2, "{probed} pings in 1.2 s of silence");
 }
+
+/// A secret in the server's URL (`?api_key=`) is never in an error: the
+/// error names the server. Checked for a refused connection and for a
+/// server that goes away mid-answer.
+#[tokio::test]
+async fn a_secret_in_the_url_is_not_in_errors() {
+    let port = switchyard_test_support::free_port();
+    let up = upstream(config(
+        "keyed",
+        &format!("http://127.0.0.1:{port}/mcp?api_key=QS-SECRET"),
+    ));
+    let e = within("refused connect", STEP, up.connect())
+        .await
+        .expect_err("nothing listens");
+    let text = format!("{e} {e:?}");
+    assert!(!text.contains("QS-SECRET"), "{text}");
+    assert!(text.contains("server keyed"), "{text}");
+
+    let server = reference_server("2025-11-25").await;
+    let up = upstream(config(
+        "keyed",
+        &format!("{}?api_key=QS-SECRET", server.url),
+    ));
+    within("connect", STEP, up.connect())
+        .await
+        .expect("connect");
+    drop(server);
+    let e = call(&up, "echo", json!({"message": "x"}))
+        .await
+        .expect_err("the server is gone");
+    let text = format!("{e} {e:?}");
+    assert!(!text.contains("QS-SECRET"), "{text}");
+}
