@@ -275,10 +275,18 @@ async fn server_limits_set_at_runtime_are_obeyed_and_kept_by_an_update() {
             "0",
             "--request-timeout-sec",
             "30",
-            "--no-wait",
+            "--timeout",
+            "3",
         ]))
         .await;
-    assert!(ok_stdout(&out, "servers add").starts_with("added small"));
+    assert!(ok_stdout(&out, "servers add").starts_with("added small (starting)"));
+    // It says why the server is not up.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("(small is not up after 3 s: listing tools failed")
+            && stderr.contains("over the 2048-byte limit"),
+        "{stderr}"
+    );
     let server = || async {
         let listed = ok_json(
             &gw.cli(&["servers", "list", "--json"]).await,

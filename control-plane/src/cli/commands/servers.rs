@@ -37,17 +37,31 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
                 .add_server(pb::AddServerRequest { spec: Some(spec) })
                 .await?
                 .into_inner();
-            let spec = status.spec.unwrap_or_default();
+            let spec = status.spec.clone().unwrap_or_default();
             // An oauth server cannot come up before it is authorized.
-            let state = if no_wait || spec.auth == "oauth" {
-                status.state
+            let status = if no_wait || spec.auth == "oauth" {
+                status
             } else {
-                wait_up(&mut client, &spec.name, Duration::from_secs(timeout)).await?
+                wait_up_status(&mut client, &spec.name, Duration::from_secs(timeout)).await?
             };
+            let state = &status.state;
             out!("added {} ({state})", spec.name);
             if !no_wait && spec.auth != "oauth" && state != "up" {
+                // Why, when its sidecar says.
+                let why = status
+                    .sidecars
+                    .iter()
+                    .map(|c| c.last_error.as_str())
+                    .find(|e| !e.is_empty())
+                    .map(|e| {
+                        format!(
+                            ": {}",
+                            crate::cli::render::printable(&e.replace('\n', "\\n"))
+                        )
+                    })
+                    .unwrap_or_default();
                 eprintln!(
-                    "({} is not up after {timeout} s: see switchyard servers status {})",
+                    "({} is not up after {timeout} s{why}; see switchyard servers status {})",
                     spec.name, spec.name
                 );
             }
@@ -204,15 +218,23 @@ async fn authorize(
 /// status every 250 ms), and returns the state it reached: `up`, or the
 /// last one seen when the time is over.
 async fn wait_up(client: &mut Admin, name: &str, limit: Duration) -> Result<String, Failure> {
+    Ok(wait_up_status(client, name, limit).await?.state)
+}
+
+/// [`wait_up`]'s last status of the server.
+async fn wait_up_status(
+    client: &mut Admin,
+    name: &str,
+    limit: Duration,
+) -> Result<pb::ServerStatus, Failure> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let state = client
+        let status = client
             .get_server_status(pb::GetServerStatusRequest { name: name.into() })
             .await?
-            .into_inner()
-            .state;
-        if state == "up" || tokio::time::Instant::now() >= deadline {
-            return Ok(state);
+            .into_inner();
+        if status.state == "up" || tokio::time::Instant::now() >= deadline {
+            return Ok(status);
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
