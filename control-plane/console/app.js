@@ -37,8 +37,10 @@
 //           server-form-oauth-client-id, server-form-oauth-client-secret,
 //           server-form-oauth-scopes, server-form-oauth-metadata-url,
 //           server-form-env, server-form-cwd, server-form-timeout,
+//           server-form-max-message-bytes, server-form-liveness,
 //           server-form-header-files, server-form-oauth-help,
 //           server-form-error (data-field=name|transport|era|timeout|
+//           maxMessageBytes|liveness|
 //           command|args|env|cwd|url|auth|headers|headerFiles|clientId|
 //           clientSecret|scopes|metadataUrl|oauth),
 //           server-form-submit, server-form-cancel.
@@ -625,6 +627,8 @@
       name: 'name', transport: 'transport', command: 'command', args: 'args', env: 'env', cwd: 'cwd',
       url: 'url', era: 'era', auth: 'auth', headers: 'headers', header_files: 'headerFiles', headerFiles: 'headerFiles',
       request_timeout_ms: 'timeout', request_timeout_sec: 'timeout', requestTimeoutMs: 'timeout',
+      max_message_bytes: 'maxMessageBytes', maxMessageBytes: 'maxMessageBytes',
+      liveness_interval_sec: 'liveness', livenessIntervalSec: 'liveness',
     };
     if (top === 'oauth') {
       const o = { client_id: 'clientId', clientId: 'clientId', client_secret: 'clientSecret', clientSecret: 'clientSecret', client_secret_file: 'clientSecret', scopes: 'scopes', client_metadata_url: 'metadataUrl', clientMetadataUrl: 'metadataUrl' };
@@ -650,6 +654,9 @@
     const env = el('textarea', { class: 'input mono', rows: 3, testid: 'server-form-env', value: envLines, placeholder: 'NAME=value (one per line)', attrs: { 'aria-label': 'Environment' } });
     const cwd = input('server-form-cwd', { value: s.cwd || '', placeholder: 'optional: /srv/my-server', attrs: { 'aria-label': 'Working directory' } });
     const timeout = input('server-form-timeout', { type: 'number', min: 0, step: 1000, value: s.requestTimeoutMs ? String(s.requestTimeoutMs) : '', placeholder: 'optional (default 600000)', attrs: { 'aria-label': 'Request timeout (ms)' } });
+    const number = (v) => (v === undefined || v === null ? '' : String(v));
+    const maxBytes = input('server-form-max-message-bytes', { type: 'number', min: 1024, step: 1024, value: number(s.maxMessageBytes), placeholder: 'optional (default 16777216)', attrs: { 'aria-label': 'Largest message (bytes)' } });
+    const liveness = input('server-form-liveness', { type: 'number', min: 0, step: 1, value: number(s.livenessIntervalSec), placeholder: 'optional (default 15)', attrs: { 'aria-label': 'Liveness interval (s)' } });
     const url = input('server-form-url', { value: s.url || '', placeholder: 'https://mcp.example.com/mcp', attrs: { 'aria-label': 'URL' } });
     const era = el('select', { class: 'input', testid: 'server-form-era', attrs: { 'aria-label': 'Protocol era' } },
       el('option', { value: 'auto', text: 'auto (negotiated)' }),
@@ -683,7 +690,8 @@
     const stdioRows = el('div', {}, row('command', 'Command', command), row('args', 'Arguments', args, 'One argument per line, passed as they are (no shell).'),
       row('env', 'Environment', env, editing ? 'NAME=value, one per line. Values shown as [redacted] are secrets: leave them to keep the stored value.' : 'NAME=value, one per line, added to the sidecar\'s environment for the command.'),
       row('cwd', 'Working directory', cwd, 'Optional: where the sidecar starts the command.'));
-    const httpRows = el('div', {}, row('url', 'URL', url), row('auth', 'Authentication', auth));
+    const httpRows = el('div', {}, row('url', 'URL', url), row('auth', 'Authentication', auth),
+      row('liveness', 'Liveness interval (s)', liveness, 'Optional: seconds without hearing from the server before its sidecar checks it is still there (0: never; default 15).'));
     const headerRows = el('div', {}, row('headers', 'Headers', headers, editing ? 'Values shown as [redacted] are secrets: leave them to keep the stored value, or type a new one.' : 'Sent with every request to the server.'),
       headerFiles.length ? el('div', { class: 'form-row', testid: 'server-form-header-files' },
         el('span', { class: 'field-label', text: 'Headers read from files' }),
@@ -736,7 +744,8 @@
         row('name', 'Name', name, editing ? 'A server\'s name cannot change.' : 'Letters, digits, - and _; engine tool names start with it.'),
         row('transport', 'Transport', transport),
         row('era', 'Protocol era', era),
-        row('timeout', 'Request timeout (ms)', timeout, 'Optional: how long one request to the server may take (default 10 minutes).')),
+        row('timeout', 'Request timeout (ms)', timeout, 'Optional: how long one request to the server may take (default 10 minutes).'),
+        row('maxMessageBytes', 'Largest message (bytes)', maxBytes, 'Optional: the largest answer taken from the server (1024 to 1073741824; default 16 MiB).')),
       stdioRows, httpRows, headerRows, oauthRows,
       el('div', { class: 'actions' },
         submitBtn,
@@ -751,9 +760,22 @@
         if (!Number.isInteger(n) || n < 0) { fieldError('timeout', 'A whole number of milliseconds (0 or empty: the default).'); return null; }
         if (n > 0) spec.requestTimeoutMs = n;
       }
+      // Empty: the default for a new server, the stored value on an edit.
+      const m = maxBytes.value.trim();
+      if (m !== '') {
+        const n = Number(m);
+        if (!Number.isInteger(n) || n < 0) { fieldError('maxMessageBytes', 'A whole number of bytes.'); return null; }
+        spec.maxMessageBytes = n;
+      }
       if (http) {
         spec.url = url.value.trim();
         spec.auth = auth.value;
+        const l = liveness.value.trim();
+        if (l !== '') {
+          const n = Number(l);
+          if (!Number.isInteger(n) || n < 0) { fieldError('liveness', 'A whole number of seconds (0: never).'); return null; }
+          spec.livenessIntervalSec = n;
+        }
         if (auth.value === 'headers') {
           spec.headers = {};
           for (const line of headers.value.split('\n')) {

@@ -387,9 +387,11 @@ describe('the admin console in a real browser', { concurrency: 1, timeout: 240_0
     await form.getByTestId('server-form-transport').selectOption('stdio');
     await form.getByTestId('server-form-command').fill('python3');
     await form.getByTestId('server-form-args').fill(HOSTILE_SERVER);
+    await form.getByTestId('server-form-max-message-bytes').fill('2097152');
     await form.getByTestId('server-form-submit').click();
     await form.waitFor({ state: 'detached' });
     await text(serverRow('hostile').getByTestId('server-state'), /^up$/, 'the added server comes up');
+    assert.equal((await gw.servers()).find((s) => s.name === 'hostile').maxMessageBytes, 2097152);
     await serverRow('hostile').getByTestId('server-name').click();
     const row = toolRow('hostile');
     await text(row.getByTestId('tool-title'), /^<b id=injected-title>Hostile<\/b>$/, 'the title shows literally');
@@ -407,10 +409,12 @@ describe('the admin console in a real browser', { concurrency: 1, timeout: 240_0
     assert.equal(await edit.getByTestId('server-form-name').inputValue(), 'hostile');
     assert.equal(await edit.getByTestId('server-form-command').inputValue(), 'python3');
     assert.equal(await edit.getByTestId('server-form-args').inputValue(), HOSTILE_SERVER);
+    assert.equal(await edit.getByTestId('server-form-max-message-bytes').inputValue(), '2097152');
     await edit.getByTestId('server-form-era').selectOption('2025-11-25');
     await edit.getByTestId('server-form-submit').click();
     await edit.waitFor({ state: 'detached' });
     await eventually('the update is stored', async () => (await gw.servers()).find((s) => s.name === 'hostile').era === '2025-11-25');
+    assert.equal((await gw.servers()).find((s) => s.name === 'hostile').maxMessageBytes, 2097152, 'the limit is kept');
 
     await serverRow('hostile').getByTestId('server-remove').click(); // confirm() is accepted
     await serverRow('hostile').waitFor({ state: 'detached' });
@@ -429,6 +433,12 @@ describe('the admin console in a real browser', { concurrency: 1, timeout: 240_0
     assert.match(msg, /name|letter|character/i, msg);
     assert.ok(await page.getByTestId('alert').isHidden(), 'not in the banner');
     assert.ok(await form.isVisible(), 'the form stays open to fix it');
+    // A limit out of range: shown next to its field.
+    await form.getByTestId('server-form-name').fill('tiny');
+    await form.getByTestId('server-form-max-message-bytes').fill('100');
+    await form.getByTestId('server-form-submit').click();
+    const limit = await text(form.locator('[data-testid="server-form-error"][data-field="maxMessageBytes"]'), /\S/, 'the refusal is shown next to the limit');
+    assert.match(limit, /1024/, limit);
     await form.getByTestId('server-form-cancel').click();
   });
 
