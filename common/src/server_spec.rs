@@ -121,6 +121,65 @@ pub fn redacted_url(url: &str) -> String {
     out
 }
 
+/// `sent` (a URL as an admin sent it back, possibly edited) with each
+/// secret it shows as [`REDACTED`] (its password, a secret-looking query
+/// value) taken from `stored`, the URL it replaces. Errors, for the caller
+/// to refuse the update: `sent` moved to another scheme, host or port (the
+/// stored secrets are not for it), or shows a redacted value `stored` does
+/// not have.
+pub fn restore_url_secrets(sent: &str, stored: &str) -> Result<String, String> {
+    const ENCODED: &str = "%5Bredacted%5D";
+    let is_redacted = |v: &str| v == REDACTED || v.eq_ignore_ascii_case(ENCODED);
+    if !sent.contains(REDACTED)
+        && !sent
+            .to_ascii_lowercase()
+            .contains(&ENCODED.to_ascii_lowercase())
+    {
+        return Ok(sent.to_owned());
+    }
+    let (Ok(new), Ok(old)) = (url::Url::parse(sent), url::Url::parse(stored)) else {
+        return Err("shows [redacted] values but is not a URL".into());
+    };
+    if (new.scheme(), new.host_str(), new.port_or_known_default())
+        != (old.scheme(), old.host_str(), old.port_or_known_default())
+    {
+        return Err(
+            "shows [redacted] values but points to another host: give its secrets again".into(),
+        );
+    }
+    let mut out = new.as_str().to_owned();
+    if let Some(password) = new.password().filter(|p| is_redacted(p)) {
+        let Some(stored_password) = old.password() else {
+            return Err("shows a [redacted] password the stored URL does not have".into());
+        };
+        out = out.replacen(&format!(":{password}@"), &format!(":{stored_password}@"), 1);
+    }
+    if let Some(query) = new.query() {
+        let old_pairs: Vec<(&str, &str)> = old
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter_map(|p| p.split_once('='))
+            .collect();
+        let mut restored = Vec::new();
+        for pair in query.split('&') {
+            match pair.split_once('=') {
+                Some((name, value)) if is_redacted(value) => {
+                    let Some((_, stored_value)) = old_pairs.iter().find(|(n, _)| *n == name) else {
+                        return Err(format!(
+                            "shows a [redacted] value for {name:?} that the stored URL does not have"
+                        ));
+                    };
+                    restored.push(format!("{name}={stored_value}"));
+                }
+                _ => restored.push(pair.to_owned()),
+            }
+        }
+        out = out.replacen(&format!("?{query}"), &format!("?{}", restored.join("&")), 1);
+    }
+    Ok(out)
+}
+
 /// `map` with the values of secret names ([`is_secret_name`]) replaced by
 /// [`REDACTED`].
 pub fn redacted<V: AsRef<str>>(map: &BTreeMap<String, V>) -> BTreeMap<String, String> {
@@ -783,6 +842,46 @@ mod tests {
         ] {
             assert_eq!(redacted_url(url), shown, "{url}");
         }
+    }
+
+    #[test]
+    fn a_url_sent_back_edited_keeps_its_stored_secrets() {
+        let stored = "https://alice:PW-1@mcp.example.com/mcp?api_key=K-2&team=blue";
+        let shown = redacted_url(stored);
+        assert_eq!(restore_url_secrets(&shown, stored).unwrap(), stored);
+        // Another team: the key stays the stored one.
+        let edited = shown.replace("team=blue", "team=red");
+        assert_eq!(
+            restore_url_secrets(&edited, stored).unwrap(),
+            stored.replace("team=blue", "team=red")
+        );
+        // A new key given: taken as given.
+        let new_key = shown.replace("api_key=[redacted]", "api_key=K-3");
+        assert!(
+            restore_url_secrets(&new_key, stored)
+                .unwrap()
+                .contains("api_key=K-3&")
+        );
+        assert!(
+            restore_url_secrets(&new_key, stored)
+                .unwrap()
+                .contains(":PW-1@")
+        );
+        // Another host: refused, the stored secrets are not for it.
+        let moved = shown.replace("mcp.example.com", "evil.example");
+        assert!(
+            restore_url_secrets(&moved, stored)
+                .unwrap_err()
+                .contains("another host")
+        );
+        // A redacted value the stored URL lacks.
+        let extra = format!("{shown}&token=[redacted]");
+        assert!(restore_url_secrets(&extra, stored).is_err());
+        // Nothing redacted: unchanged.
+        assert_eq!(
+            restore_url_secrets("http://h/x?a=1", stored).unwrap(),
+            "http://h/x?a=1"
+        );
     }
 
     #[test]

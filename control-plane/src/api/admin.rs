@@ -576,16 +576,12 @@ impl AdminService for AdminApi {
         if let Some(o) = &old {
             keep_redacted(&mut spec.headers, &o.headers);
             keep_redacted(&mut spec.env, &o.env);
-            // The URL as answers show it (its secrets redacted) is the
-            // stored one.
-            if spec.url.is_some()
-                && spec.url.as_deref()
-                    == o.url
-                        .as_deref()
-                        .map(switchyard_common::server_spec::redacted_url)
-                        .as_deref()
-            {
-                spec.url.clone_from(&o.url);
+            // The URL as answers show it (its secrets redacted), edited
+            // or not, keeps the stored secrets, on the same host only.
+            if let (Some(sent), Some(stored)) = (&spec.url, &o.url) {
+                let restored = switchyard_common::server_spec::restore_url_secrets(sent, stored)
+                    .map_err(|e| Status::invalid_argument(format!("spec.url: {e}")))?;
+                spec.url = Some(restored);
             }
             if keep_max {
                 spec.max_message_bytes = o.max_message_bytes;

@@ -6,6 +6,7 @@
 //! fails meanwhile.
 
 use crate::common::*;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -589,5 +590,164 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
         "{text}"
     );
     gw.wait_servers_up(&["keyed"], LIMIT).await;
+
+    // Edited as shown (another team), the stored secrets stay; moved to
+    // another host with them shown redacted, refused.
+    let edited = shown.replace("team=blue", "team=red");
+    let answered = admin
+        .update_server(pb::UpdateServerRequest {
+            spec: Some(spec(&edited, 31_000)),
+        })
+        .await
+        .expect("UpdateServer")
+        .into_inner()
+        .spec
+        .unwrap();
+    assert!(
+        answered.url.ends_with("?api_key=[redacted]&team=red"),
+        "{}",
+        answered.url
+    );
+    eventually(
+        "keyed's sidecar file has the stored key and the new team",
+        LIMIT,
+        || async {
+            let Some(pid) = gw.sidecars_of("keyed").first().copied() else {
+                return Err("no sidecar".to_owned());
+            };
+            let file = cmdline(pid)
+                .split_whitespace()
+                .find(|a| a.ends_with("/keyed.toml"))
+                .map(str::to_owned)
+                .ok_or("no --config")?;
+            let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+            if text.contains("api_key=QS-SECRET&team=red") && text.contains("alice:PW-SECRET@") {
+                Ok(())
+            } else {
+                Err(text)
+            }
+        },
+    )
+    .await;
+    let moved = shown.replace("127.0.0.1", "localhost");
+    let e = admin
+        .update_server(pb::UpdateServerRequest {
+            spec: Some(spec(&moved, 31_000)),
+        })
+        .await
+        .expect_err("the secrets are not for another host");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("another host"), "{}", e.message());
+    gw.stop().await;
+}
+
+/// `switchyard up` stopped (SIGTERM) while a changed server's old sidecar
+/// is still stopping waits for it: that sidecar finishes its stop
+/// sequence and its server is stopped, never left running without a
+/// parent. The old server ignores both the closed stdin and SIGTERM, so
+/// only its sidecar's last step (SIGKILL) stops it; the new one (the
+/// update drops those settings) stops at once, so `up` would be done
+/// before the old sidecar if it did not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_stopped_during_a_handover_leaves_no_server_running() {
+    let _serial = HEAVY.lock().await;
+    let http = start_http_reference_server().await;
+    let crashy = switchyard_test_support::stub_script("crashy.py");
+    let servers = format!(
+        "{}[servers.env]\nSTUB_IGNORE_EOF = \"1\"\nSTUB_IGNORE_SIGTERM = \"1\"\n",
+        stdio_server_toml(
+            "stubborn",
+            Path::new("python3"),
+            &[crashy.to_str().unwrap()]
+        )
+    );
+    let gw = Gateway::start_with(
+        StoreKind::Embedded,
+        10,
+        http,
+        &servers,
+        "[up]\nsidecar_grace_secs = 2\n",
+        &[],
+        &["stubborn"],
+    )
+    .await;
+    let servers_running = || -> Vec<u32> {
+        descendants(gw.pid)
+            .into_iter()
+            .filter(|p| cmdline(*p).contains("crashy.py"))
+            .collect()
+    };
+    let mut admin = gw.admin().await;
+    let mut spec = admin
+        .get_server_status(pb::GetServerStatusRequest {
+            name: "stubborn".into(),
+        })
+        .await
+        .expect("status")
+        .into_inner()
+        .spec
+        .unwrap();
+    // A call in flight on the old sidecar: it drains for its grace period.
+    let endpoint = gw.endpoint.clone();
+    let slow = tokio::spawn(async move {
+        let mut engine = engine(&endpoint).await.expect("engine");
+        let mut call = call_request("stubborn__slow", r#"{"ms":30000}"#, "");
+        call.timeout_ms = 60_000;
+        let _ = engine.call_tool(call).await;
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = gw.sidecars_of("stubborn");
+    spec.env.clear();
+    admin
+        .update_server(pb::UpdateServerRequest { spec: Some(spec) })
+        .await
+        .expect("UpdateServer");
+    // Two servers while the handover runs; stop `up` as soon as the new
+    // sidecar is there and the old one is being stopped.
+    eventually("the new sidecar started", LIMIT, || {
+        let now = gw.sidecars_of("stubborn");
+        let before = before.clone();
+        async move {
+            if now.iter().any(|p| !before.contains(p)) {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        }
+    })
+    .await;
+    eventually(
+        "the new server up and both servers running",
+        LIMIT,
+        || async {
+            let s = servers_running();
+            if s.len() >= 2 {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    )
+    .await;
+    let pids = servers_running();
+    signal(gw.pid, nix::sys::signal::Signal::SIGTERM);
+    eventually("up exited", LIMIT, || async {
+        if alive(gw.pid) {
+            Err("still running".to_owned())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    for p in &left {
+        signal(*p, nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(
+        left.is_empty(),
+        "servers left running after up stopped: {left:?} of {pids:?}\n{}",
+        gw.log()
+    );
+    slow.abort();
     gw.stop().await;
 }

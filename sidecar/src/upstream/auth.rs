@@ -36,6 +36,14 @@ pub enum Failed {
     Auth(UpstreamError),
 }
 
+impl Failed {
+    /// A send failure, without the URL reqwest puts in its text: the URL
+    /// may carry a secret (`?api_key=`); callers name the server.
+    pub fn send(e: reqwest::Error) -> Self {
+        Failed::Send(e.without_url())
+    }
+}
+
 impl From<UpstreamError> for Failed {
     fn from(e: UpstreamError) -> Self {
         Failed::Auth(e)
@@ -62,7 +70,7 @@ pub async fn send(
     build: impl Fn() -> reqwest::RequestBuilder,
 ) -> Result<reqwest::Response, Failed> {
     let Some(tokens) = tokens else {
-        return build().send().await.map_err(Failed::Send);
+        return build().send().await.map_err(Failed::send);
     };
     let (token, resp) = send_with(tokens, &build).await?;
     match refusal(&resp) {
@@ -110,7 +118,7 @@ async fn send_with(
         .header(AUTHORIZATION, bearer(&token))
         .send()
         .await
-        .map_err(Failed::Send)?;
+        .map_err(Failed::send)?;
     Ok((token, resp))
 }
 

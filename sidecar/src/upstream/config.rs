@@ -31,8 +31,9 @@ pub enum TransportConfig {
     Http(HttpConfig),
 }
 
-/// A stdio server's process.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// A stdio server's process. `Debug` shows secret-looking environment
+/// values as `[redacted]`.
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct StdioConfig {
     /// Program to run (looked up on `PATH`).
     pub command: String,
@@ -42,6 +43,17 @@ pub struct StdioConfig {
     pub env: BTreeMap<String, String>,
     /// Working directory; the sidecar's own when `None`.
     pub cwd: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for StdioConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StdioConfig")
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &switchyard_common::server_spec::redacted(&self.env))
+            .field("cwd", &self.cwd)
+            .finish()
+    }
 }
 
 impl StdioConfig {
@@ -54,7 +66,8 @@ impl StdioConfig {
     }
 }
 
-/// A Streamable HTTP server's endpoint. `Debug` shows header names only.
+/// A Streamable HTTP server's endpoint. `Debug` shows header names only,
+/// and the URL without its secrets.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct HttpConfig {
     /// The MCP endpoint URL, e.g. `http://127.0.0.1:3001/mcp`.
@@ -68,7 +81,10 @@ impl std::fmt::Debug for HttpConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
         f.debug_struct("HttpConfig")
-            .field("url", &self.url)
+            .field(
+                "url",
+                &switchyard_common::server_spec::redacted_url(&self.url),
+            )
             .field("headers", &names)
             .finish()
     }

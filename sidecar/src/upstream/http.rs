@@ -91,7 +91,10 @@ impl std::fmt::Debug for HttpConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpConnection")
             .field("server", &self.server)
-            .field("url", &self.url.as_str())
+            .field(
+                "url",
+                &switchyard_common::server_spec::redacted_url(self.url.as_str()),
+            )
             .finish()
     }
 }
@@ -408,7 +411,7 @@ impl HttpConnection {
         let Some(req) = auth::authorize(self.tokens.as_ref(), req) else {
             return;
         };
-        if let Err(e) = req.send().await {
+        if let Err(e) = req.send().await.map_err(reqwest::Error::without_url) {
             tracing::debug!(error = %e, "DELETE of the session failed");
         }
     }

@@ -104,6 +104,10 @@ pub(super) struct Sidecars {
     managed: BTreeMap<String, Managed>,
     /// Changed servers' previous sidecars, until their handover.
     retiring: Vec<Retiring>,
+    /// Sidecars being stopped (removed servers', handed-over ones): `up`
+    /// waits for them on shutdown, so none is killed before it stopped its
+    /// server. By process id, for a second SIGTERM.
+    stopping: Vec<(Option<u32>, tokio::task::JoinHandle<()>)>,
     link: SidecarLink,
     /// Where each sidecar's configuration file is written.
     workdir: PathBuf,
@@ -125,6 +129,7 @@ impl Sidecars {
         Sidecars {
             managed: BTreeMap::new(),
             retiring: Vec::new(),
+            stopping: Vec::new(),
             link,
             workdir: workdir.to_owned(),
             grace_secs,
@@ -161,7 +166,11 @@ impl Sidecars {
                     });
                 } else {
                     tracing::info!(target: TARGET, server = %name, "server removed; stopping its sidecar");
-                    tokio::spawn(stop_child(child, stop_grace(self.grace_secs)));
+                    let pid = child.id();
+                    self.stopping.push((
+                        pid,
+                        tokio::spawn(stop_child(child, stop_grace(self.grace_secs))),
+                    ));
                 }
             }
         }
@@ -212,20 +221,24 @@ impl Sidecars {
 
     /// Stops each retiring sidecar whose successor's server is connected
     /// (the successor is the server's current child; its sidecar is found
-    /// by process id in the read model), whose server was removed, or that
-    /// has served [`HANDOVER_LIMIT`]. One that exited on its own is
-    /// forgotten.
+    /// by process id in the read model), whose server was removed, or whose
+    /// successor has run [`HANDOVER_LIMIT`] without connecting. One that
+    /// exited on its own is forgotten; one without a successor (it could
+    /// not be started) keeps serving.
     fn hand_over(&mut self, snap: &Snapshot, now: tokio::time::Instant) {
         let grace = stop_grace(self.grace_secs);
+        self.stopping.retain(|(_, h)| !h.is_finished());
         for mut r in std::mem::take(&mut self.retiring) {
             if !matches!(r.child.try_wait(), Ok(None)) {
                 continue;
             }
-            let successor = self
+            // The server's current child, and when it started.
+            let (successor, successor_started) = self
                 .managed
                 .get(&r.server)
-                .and_then(|m| m.child.as_ref())
-                .and_then(Child::id);
+                .and_then(|m| m.child.as_ref().map(|c| (c.id(), m.started)))
+                .unzip();
+            let successor = successor.flatten();
             let connected = successor.is_some_and(|pid| {
                 snap.sidecars.get(&r.server).is_some_and(|all| {
                     all.values().any(|s| {
@@ -234,7 +247,9 @@ impl Sidecars {
                 })
             });
             let removed = !snap.servers.contains_key(&r.server);
-            let overdue = now >= r.since + HANDOVER_LIMIT;
+            // Counted from the successor's start: with no successor (it
+            // could not be started), the old sidecar keeps serving.
+            let overdue = successor_started.is_some_and(|t| now >= t.max(r.since) + HANDOVER_LIMIT);
             if connected || removed || overdue {
                 let why = if connected {
                     "its successor is connected"
@@ -244,7 +259,9 @@ impl Sidecars {
                     "its successor did not connect in time"
                 };
                 tracing::info!(target: TARGET, server = %r.server, waited_ms = now.saturating_duration_since(r.since).as_millis() as u64, "stopping the previous sidecar: {why}");
-                tokio::spawn(stop_child(r.child, grace));
+                let pid = r.child.id();
+                self.stopping
+                    .push((pid, tokio::spawn(stop_child(r.child, grace))));
             } else {
                 self.retiring.push(r);
             }
@@ -263,8 +280,14 @@ impl Sidecars {
             .filter_map(|m| m.child)
             .chain(self.retiring.into_iter().map(|r| r.child))
             .collect();
-        let pids: Vec<u32> = children.iter().filter_map(Child::id).collect();
-        let stops = futures::future::join_all(children.into_iter().map(|c| stop_child(c, grace)));
+        let mut pids: Vec<u32> = children.iter().filter_map(Child::id).collect();
+        pids.extend(self.stopping.iter().filter_map(|(pid, _)| *pid));
+        // The sidecars already stopping are waited for too.
+        let already = futures::future::join_all(self.stopping.into_iter().map(|(_, h)| h));
+        let stops = futures::future::join(
+            futures::future::join_all(children.into_iter().map(|c| stop_child(c, grace))),
+            already,
+        );
         tokio::pin!(stops);
         tokio::select! {
             _ = &mut stops => return,
