@@ -64,19 +64,9 @@ async fn a_server_answering_each_list_with_a_notification_cannot_loop() {
 /// the catalogue is published once one works, with the error cleared.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_tool_listing_is_shown_and_tried_again_with_backoff() {
-    use switchyard_sidecar::upstream::{Upstream, UpstreamMetrics};
-    use switchyard_sidecar::watch::watch_upstream_with;
-    let mut config = stub("storm.py");
-    if let switchyard_sidecar::upstream::TransportConfig::Stdio(s) = &mut config.transport {
-        s.env.insert("STUB_FAIL_LISTS".into(), "2".into());
-    }
-    let upstream = Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap();
     let started = Instant::now();
-    let (mut view, _watcher) = watch_upstream_with(
-        upstream.clone(),
-        switchyard_sidecar::tools::catalogue::Catalogue::new(),
-        Duration::from_millis(300),
-    );
+    let (upstream, mut view, _watcher) =
+        watched_storm(&[("STUB_FAIL_LISTS", "2")], Duration::from_millis(300));
     let status = tokio::time::timeout(
         Duration::from_secs(10),
         view.status.wait_for(|s| !s.last_error.is_empty()),
@@ -121,17 +111,8 @@ async fn a_failed_tool_listing_is_shown_and_tried_again_with_backoff() {
 /// not once per coalescing window.
 #[tokio::test(flavor = "multi_thread")]
 async fn list_changes_during_failed_listings_wait_for_the_retry() {
-    use switchyard_sidecar::upstream::{Upstream, UpstreamMetrics};
-    use switchyard_sidecar::watch::watch_upstream_with;
-    let mut config = stub("storm.py");
-    if let switchyard_sidecar::upstream::TransportConfig::Stdio(s) = &mut config.transport {
-        s.env.insert("STUB_FAIL_LISTS".into(), "1000".into());
-        s.env.insert("STUB_NOTIFY_ON_LIST".into(), "1".into());
-    }
-    let upstream = Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap();
-    let (_view, _watcher) = watch_upstream_with(
-        upstream.clone(),
-        switchyard_sidecar::tools::catalogue::Catalogue::new(),
+    let (upstream, _view, _watcher) = watched_storm(
+        &[("STUB_FAIL_LISTS", "1000"), ("STUB_NOTIFY_ON_LIST", "1")],
         Duration::from_millis(200),
     );
     // Listings at about 0, 1 and 3 s (the next at 7 s); one per 200 ms
@@ -151,18 +132,8 @@ async fn list_changes_during_failed_listings_wait_for_the_retry() {
 /// tools are listed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_that_exits_at_each_listing_always_has_a_reason() {
-    use switchyard_sidecar::upstream::{Upstream, UpstreamMetrics};
-    use switchyard_sidecar::watch::watch_upstream_with;
-    let mut config = stub("storm.py");
-    if let switchyard_sidecar::upstream::TransportConfig::Stdio(s) = &mut config.transport {
-        s.env.insert("STUB_EXIT_ON_LIST".into(), "1".into());
-    }
-    let upstream = Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap();
-    let (mut view, _watcher) = watch_upstream_with(
-        upstream.clone(),
-        switchyard_sidecar::tools::catalogue::Catalogue::new(),
-        Duration::from_millis(200),
-    );
+    let (upstream, mut view, _watcher) =
+        watched_storm(&[("STUB_EXIT_ON_LIST", "1")], Duration::from_millis(200));
     tokio::time::timeout(
         Duration::from_secs(10),
         view.status.wait_for(|s| !s.last_error.is_empty()),
@@ -186,4 +157,30 @@ async fn a_server_that_exits_at_each_listing_always_has_a_reason() {
     }
     assert!(view.catalogue.borrow().is_none());
     upstream.shutdown(Duration::from_secs(2)).await;
+}
+
+/// `storm.py` with `env`, its upstream session, and a watcher of its own
+/// (coalescing `window`); the watcher task ends with the session.
+fn watched_storm(
+    env: &[(&str, &str)],
+    window: Duration,
+) -> (
+    switchyard_sidecar::upstream::Upstream,
+    switchyard_sidecar::watch::UpstreamView,
+    tokio::task::JoinHandle<()>,
+) {
+    use switchyard_sidecar::upstream::{TransportConfig, Upstream, UpstreamMetrics};
+    let mut config = stub("storm.py");
+    if let TransportConfig::Stdio(s) = &mut config.transport {
+        for (k, v) in env {
+            s.env.insert((*k).into(), (*v).into());
+        }
+    }
+    let upstream = Upstream::new(config, &UpstreamMetrics::unregistered()).unwrap();
+    let (view, watcher) = switchyard_sidecar::watch::watch_upstream_with(
+        upstream.clone(),
+        switchyard_sidecar::tools::catalogue::Catalogue::new(),
+        window,
+    );
+    (upstream, view, watcher)
 }
