@@ -638,7 +638,7 @@ class Render(unittest.TestCase):
                 self.assertNotIn("MCP endpoint", notes)
         policy = one("etcd-bundled", "NetworkPolicy", f"{RELEASE}-control-plane")
         self.assertEqual([[p["port"] for p in r["ports"]] for r in policy["spec"]["ingress"]],
-                         [[7700], [7780, 7781]])
+                         [[7700], [7780], [7781]])
 
     def test_probes_and_scrapes_use_the_metrics_listener(self) -> None:
         # /metrics, /healthz and /readyz on a listener of their own, so a
@@ -655,6 +655,58 @@ class Render(unittest.TestCase):
                 service = {p["name"]: (p["port"], p["targetPort"])
                            for p in one(value_set, "Service", RELEASE)["spec"]["ports"]}
                 self.assertEqual((service["http"], service["metrics"]), ((7780, "http"), (7781, "metrics")))
+
+    def test_network_policy_console_and_metrics_peers(self) -> None:
+        """networkPolicy.consoleFrom reaches the control plane's HTTP port
+        (console, OAuth callback) and networkPolicy.metricsFrom its metrics
+        port, each rule one port; an empty list lets anyone in."""
+        monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        ingress = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+
+        def rules(network_policy: dict[str, Any]) -> list[dict[str, Any]]:
+            out = chart_render.render(merge_values(values_for("etcd-bundled"), {"networkPolicy": network_policy}),
+                                      name=RELEASE, namespace=NAMESPACE)
+            policy = next(d for path, text in out.items() if not path.endswith("NOTES.txt")
+                          for d in yaml.safe_load_all(text) if d and d["kind"] == "NetworkPolicy"
+                          and d["metadata"]["name"] == f"{RELEASE}-control-plane")
+            return [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] != 7700]
+
+        self.assertEqual(rules({"consoleFrom": [ingress], "metricsFrom": [monitoring]}), [
+            {"ports": [{"port": 7780, "protocol": "TCP"}], "from": [ingress]},
+            {"ports": [{"port": 7781, "protocol": "TCP"}], "from": [monitoring]}])
+        # consoleFrom unset: metricsFrom's peers, as before the split.
+        self.assertEqual(rules({"consoleFrom": None, "metricsFrom": [monitoring]}), [
+            {"ports": [{"port": 7780, "protocol": "TCP"}], "from": [monitoring]},
+            {"ports": [{"port": 7781, "protocol": "TCP"}], "from": [monitoring]}])
+        # consoleFrom empty: anyone reaches the console's port.
+        self.assertEqual(rules({"consoleFrom": [], "metricsFrom": [monitoring]}), [
+            {"ports": [{"port": 7780, "protocol": "TCP"}]},
+            {"ports": [{"port": 7781, "protocol": "TCP"}], "from": [monitoring]}])
+        self.assertEqual(rules({"consoleFrom": [ingress], "metricsFrom": []}), [
+            {"ports": [{"port": 7780, "protocol": "TCP"}], "from": [ingress]},
+            {"ports": [{"port": 7781, "protocol": "TCP"}]}])
+
+    def test_http_port_must_differ_from_grpc_port(self) -> None:
+        # Both listeners would bind the same port: the pod would crash-loop.
+        with self.assertRaises(Exception) as caught:
+            chart_render.render({"controlPlane": {"httpPort": 7700}}, name=RELEASE, namespace=NAMESPACE)
+        self.assertIn("controlPlane.httpPort (7700) must differ from controlPlane.grpcPort", str(caught.exception))
+        with self.assertRaises(Exception) as caught:
+            chart_render.render({"controlPlane": {"grpcPort": 7780}}, name=RELEASE, namespace=NAMESPACE)
+        self.assertIn("controlPlane.httpPort (7780) must differ from controlPlane.grpcPort", str(caught.exception))
+
+    def test_sidecar_ports_must_differ(self) -> None:
+        # The sidecar's two listeners, and an http server's container
+        # beside it, share the pod's network: a clash would crash-loop it.
+        with self.assertRaises(Exception) as caught:
+            chart_render.render({"sidecar": {"httpPort": 7702}}, name=RELEASE, namespace=NAMESPACE)
+        self.assertIn("sidecar.httpPort (7702) must differ from sidecar.grpcPort", str(caught.exception))
+        server = {"name": "web", "transport": "http", "image": {"repository": "x"}, "port": 7782}
+        with self.assertRaises(Exception) as caught:
+            chart_render.render({"servers": [server]}, name=RELEASE, namespace=NAMESPACE)
+        self.assertIn("servers[web].port (7782) must differ from sidecar.grpcPort and sidecar.httpPort",
+                      str(caught.exception))
+        chart_render.render({"servers": [dict(server, port=8080)]}, name=RELEASE, namespace=NAMESPACE)
 
     def test_token_encryption_key_is_generated_once(self) -> None:
         s = one("embedded", "Secret", f"{RELEASE}-token-encryption")

@@ -233,6 +233,9 @@ control plane then mounts them). */}}
 {{- fail "tls.clientAuth needs tls.enabled" -}}
 {{- end -}}
 {{- with .Values.controlPlane -}}
+{{- if eq (int .httpPort) (int .grpcPort) -}}
+{{- fail (printf "controlPlane.httpPort (%d) must differ from controlPlane.grpcPort" (int .httpPort)) -}}
+{{- end -}}
 {{- if and .mcp.enabled (has (int .mcp.port) (list (int .grpcPort) (int .httpPort) (int .metricsPort))) -}}
 {{- fail (printf "controlPlane.mcp.port (%d) must differ from controlPlane.grpcPort, controlPlane.httpPort and controlPlane.metricsPort" (int .mcp.port)) -}}
 {{- end -}}
@@ -248,7 +251,13 @@ control plane then mounts them). */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if eq (int .Values.sidecar.grpcPort) (int .Values.sidecar.httpPort) -}}
+{{- fail (printf "sidecar.httpPort (%d) must differ from sidecar.grpcPort" (int .Values.sidecar.httpPort)) -}}
+{{- end -}}
 {{- range $s := .Values.servers -}}
+{{- if and $s.port (has (int $s.port) (list (int $.Values.sidecar.grpcPort) (int $.Values.sidecar.httpPort))) -}}
+{{- fail (printf "servers[%s].port (%d) must differ from sidecar.grpcPort and sidecar.httpPort: the server and its sidecar share the pod's network" $s.name (int $s.port)) -}}
+{{- end -}}
 {{- if and $.Values.auth.required (not (include "switchyard.sidecarToken" (dict "root" $ "server" $s))) (not $.Values.tls.clientAuth) -}}
 {{- fail "auth.required with servers needs auth.sidecarToken (a token with role sidecar; or servers[].sidecarToken for each server) or tls.clientAuth with an auth.mtls entry for the sidecars" -}}
 {{- end -}}
