@@ -62,27 +62,111 @@ impl AuthKind {
 /// What API answers show in place of a secret value.
 pub const REDACTED: &str = "[redacted]";
 
-/// Whether a header or environment variable named `name` likely carries a
-/// secret, so API answers and debug output show [`REDACTED`] instead of
-/// its value: `Authorization`, `Proxy-Authorization`, `Cookie`, and any
-/// name containing `token`, `secret`, `key`, `password` or `credential`
-/// (ASCII case-insensitive). Secrets belong in `header_files`; this keeps
-/// the ones put elsewhere out of answers.
+/// Whether a header, environment variable or query parameter named `name`
+/// likely carries a secret, so API answers and debug output show
+/// [`REDACTED`] instead of its value (ASCII case-insensitive):
+/// - any name containing `token`, `secret`, `key`, `password` or
+///   `credential` (`X-Api-Key`, `GITHUB_TOKEN`, `db_password`);
+/// - any name with one of these words, the name split at characters
+///   other than letters and digits and at lower-to-upper case changes:
+///   `auth`, `authorization`, `bearer`, `cookie`, `jwt`, `pass`, `passwd`,
+///   `passphrase`, `pwd`, `session`, `sig`, `signature` (`X-Auth`,
+///   `Proxy-Authorization`, `sig` of an Azure SAS, `X-Amz-Signature`,
+///   `SMTP_PASS`; not `AUTHOR` or `PASSENGERS`).
+///
+/// Secrets belong in `header_files`; this keeps the ones put elsewhere out
+/// of answers.
 pub fn is_secret_name(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    matches!(
-        n.as_str(),
-        "authorization" | "proxy-authorization" | "cookie"
-    ) || ["token", "secret", "key", "password", "credential"]
-        .iter()
-        .any(|w| n.contains(w))
+    const PARTS: [&str; 5] = ["token", "secret", "key", "password", "credential"];
+    const WORDS: [&str; 12] = [
+        "auth",
+        "authorization",
+        "bearer",
+        "cookie",
+        "jwt",
+        "pass",
+        "passwd",
+        "passphrase",
+        "pwd",
+        "session",
+        "sig",
+        "signature",
+    ];
+    let lower = name.to_ascii_lowercase();
+    PARTS.iter().any(|p| lower.contains(p))
+        || name_words(name).any(|w| WORDS.iter().any(|x| w.eq_ignore_ascii_case(x)))
 }
 
-/// `url` with its secrets replaced by [`REDACTED`]: the password of its
-/// user information (`https://alice:[redacted]@host/`) and the values of
-/// query parameters with secret names ([`is_secret_name`]:
-/// `?api_key=[redacted]`). The rest is kept as written. Of text that is
-/// not a URL, the user information and the query are cut.
+/// The words of a name: split at characters other than ASCII letters and
+/// digits, and before an upper-case letter that follows a lower-case one
+/// (`xAmzSignature` is `x`, `Amz`, `Signature`).
+fn name_words(name: &str) -> impl Iterator<Item = &str> {
+    let mut cuts = Vec::new();
+    let bytes = name.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if !b.is_ascii_alphanumeric() {
+            cuts.push(&name[start..i]);
+            start = i + 1;
+        } else if i > start && b.is_ascii_uppercase() && bytes[i - 1].is_ascii_lowercase() {
+            cuts.push(&name[start..i]);
+            start = i;
+        }
+    }
+    cuts.push(&name[start..]);
+    cuts.into_iter().filter(|w| !w.is_empty())
+}
+
+/// Whether a path segment or a query value looks like a generated
+/// credential, whatever it is named: once percent-decoded, 20 or more of
+/// `A-Z a-z 0-9 - _ . ~ + =` with at least one letter and one digit
+/// (`sk-ak-3f9…`, a base64 signature, a UUID). Hosted MCP servers often put
+/// the caller's key in the path (`/mcp/<key>/sse`).
+fn looks_like_token(text: &str) -> bool {
+    let decoded = percent_decoded(text);
+    decoded.len() >= 20
+        && decoded
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.~+=".contains(&b))
+        && decoded.bytes().any(|b| b.is_ascii_alphabetic())
+        && decoded.bytes().any(|b| b.is_ascii_digit())
+}
+
+fn percent_decoded(text: &str) -> String {
+    // Form decoding reads `+` as a space; a path or query keeps it.
+    url::form_urlencoded::parse(format!("x={}", text.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+/// Whether a query parameter `name=value` is shown as `name=[redacted]`.
+fn secret_param(name: &str, value: &str) -> bool {
+    is_secret_name(&percent_decoded(name)) || looks_like_token(value)
+}
+
+/// The `&`- or `;`-separated parts of a query, each with the separator
+/// that ends it (none for the last), so a query rebuilt from them is the
+/// one given.
+fn query_parts(query: &str) -> impl Iterator<Item = (&str, &str)> {
+    query
+        .split_inclusive(['&', ';'])
+        .map(|part| match part.strip_suffix(['&', ';']) {
+            Some(pair) => (pair, &part[pair.len()..]),
+            None => (part, ""),
+        })
+}
+
+/// `url` with its secrets replaced by [`REDACTED`]; the rest is kept as
+/// written:
+/// - the password of its user information (`https://alice:[redacted]@host/`);
+/// - path segments that look like generated credentials (`/mcp/[redacted]/sse`);
+/// - query values with secret names ([`is_secret_name`]:
+///   `?api_key=[redacted]`, `&sig=[redacted]`) or that look like generated
+///   credentials, in parts separated by `&` or `;`;
+/// - the whole fragment (`#[redacted]`), which no client sends to a server.
+///
+/// Of text that is not a URL, the user information and the query are cut.
 pub fn redacted_url(url: &str) -> String {
     let Ok(parsed) = url::Url::parse(url) else {
         let without_query = url.split('?').next().unwrap_or(url);
@@ -94,36 +178,45 @@ pub fn redacted_url(url: &str) -> String {
             _ => without_query.to_owned(),
         };
     };
-    let mut out = parsed.as_str().to_owned();
+    let mut out = parsed[..url::Position::BeforePath].to_owned();
     if let Some(password) = parsed.password() {
-        let written = format!(":{password}@");
-        out = out.replacen(&written, &format!(":{REDACTED}@"), 1);
+        out = out.replacen(&format!(":{password}@"), &format!(":{REDACTED}@"), 1);
     }
+    let segments: Vec<&str> = parsed
+        .path()
+        .split('/')
+        .map(|seg| match looks_like_token(seg) {
+            true => REDACTED,
+            false => seg,
+        })
+        .collect();
+    out.push_str(&segments.join("/"));
     if let Some(query) = parsed.query() {
-        let cleaned: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((name, _))
-                    if is_secret_name(
-                        &url::form_urlencoded::parse(name.as_bytes())
-                            .next()
-                            .map(|(n, _)| n.into_owned())
-                            .unwrap_or_default(),
-                    ) =>
-                {
-                    format!("{name}={REDACTED}")
+        out.push('?');
+        for (pair, sep) in query_parts(query) {
+            match pair.split_once('=') {
+                Some((name, value)) if secret_param(name, value) => {
+                    out.push_str(&format!("{name}={REDACTED}"));
                 }
-                _ => pair.to_owned(),
-            })
-            .collect();
-        out = out.replacen(&format!("?{query}"), &format!("?{}", cleaned.join("&")), 1);
+                _ => out.push_str(pair),
+            }
+            out.push_str(sep);
+        }
+    }
+    if let Some(fragment) = parsed.fragment() {
+        out.push('#');
+        if !fragment.is_empty() {
+            out.push_str(REDACTED);
+        }
     }
     out
 }
 
 /// `sent` (a URL as an admin sent it back, possibly edited) with each
-/// secret it shows as [`REDACTED`] (its password, a secret-looking query
-/// value) taken from `stored`, the URL it replaces. Errors, for the caller
+/// secret it shows as [`REDACTED`] ([`redacted_url`]: its password, a path
+/// segment, a query value, the fragment) taken from `stored`, the URL it
+/// replaces. A path segment is taken from the same place in `stored`, a
+/// query value from the parameter of the same name. Errors, for the caller
 /// to refuse the update: `sent` moved to another scheme, host or port (the
 /// stored secrets are not for it), or shows a redacted value `stored` does
 /// not have.
@@ -147,22 +240,35 @@ pub fn restore_url_secrets(sent: &str, stored: &str) -> Result<String, String> {
             "shows [redacted] values but points to another host: give its secrets again".into(),
         );
     }
-    let mut out = new.as_str().to_owned();
+    let mut out = new[..url::Position::BeforePath].to_owned();
     if let Some(password) = new.password().filter(|p| is_redacted(p)) {
         let Some(stored_password) = old.password() else {
             return Err("shows a [redacted] password the stored URL does not have".into());
         };
         out = out.replacen(&format!(":{password}@"), &format!(":{stored_password}@"), 1);
     }
+    let old_segments: Vec<&str> = old.path().split('/').collect();
+    let mut segments = Vec::new();
+    for (i, seg) in new.path().split('/').enumerate() {
+        match is_redacted(seg) {
+            true => match old_segments.get(i).filter(|s| looks_like_token(s)) {
+                Some(stored_seg) => segments.push(*stored_seg),
+                None => {
+                    return Err(format!(
+                        "shows a [redacted] path segment (number {i}) that the stored URL does not have there"
+                    ));
+                }
+            },
+            false => segments.push(seg),
+        }
+    }
+    out.push_str(&segments.join("/"));
     if let Some(query) = new.query() {
-        let old_pairs: Vec<(&str, &str)> = old
-            .query()
-            .unwrap_or("")
-            .split('&')
-            .filter_map(|p| p.split_once('='))
+        let old_pairs: Vec<(&str, &str)> = query_parts(old.query().unwrap_or(""))
+            .filter_map(|(p, _)| p.split_once('='))
             .collect();
-        let mut restored = Vec::new();
-        for pair in query.split('&') {
+        out.push('?');
+        for (pair, sep) in query_parts(query) {
             match pair.split_once('=') {
                 Some((name, value)) if is_redacted(value) => {
                     let Some((_, stored_value)) = old_pairs.iter().find(|(n, _)| *n == name) else {
@@ -170,12 +276,24 @@ pub fn restore_url_secrets(sent: &str, stored: &str) -> Result<String, String> {
                             "shows a [redacted] value for {name:?} that the stored URL does not have"
                         ));
                     };
-                    restored.push(format!("{name}={stored_value}"));
+                    out.push_str(&format!("{name}={stored_value}"));
                 }
-                _ => restored.push(pair.to_owned()),
+                _ => out.push_str(pair),
             }
+            out.push_str(sep);
         }
-        out = out.replacen(&format!("?{query}"), &format!("?{}", restored.join("&")), 1);
+    }
+    if let Some(fragment) = new.fragment() {
+        out.push('#');
+        match is_redacted(fragment) {
+            true => match old.fragment().filter(|f| !f.is_empty()) {
+                Some(stored_fragment) => out.push_str(stored_fragment),
+                None => {
+                    return Err("shows a [redacted] fragment the stored URL does not have".into());
+                }
+            },
+            false => out.push_str(fragment),
+        }
     }
     Ok(out)
 }
@@ -408,14 +526,16 @@ impl OAuthSettings {
             }
         }
         if let Some(u) = &self.client_metadata_url {
-            match url::Url::parse(u) {
-                Ok(url) if url.scheme() == "https" && url.path() != "/" => {}
-                _ => {
-                    return Err(err(
-                        "oauth.client_metadata_url",
-                        format!("{u:?} must be an https URL with a path (the document's address)"),
-                    ));
-                }
+            let shown = match url::Url::parse(u) {
+                Ok(url) if url.scheme() == "https" && url.path() != "/" => None,
+                Ok(_) => Some(format!("{:?}", redacted_url(u))),
+                Err(e) => Some(format!("is not a URL ({e}):")),
+            };
+            if let Some(shown) = shown {
+                return Err(err(
+                    "oauth.client_metadata_url",
+                    format!("{shown} must be an https URL with a path (the document's address)"),
+                ));
             }
         }
         Ok(())
@@ -707,12 +827,9 @@ impl ServerConfig {
                             format!("scheme {:?} is not http or https", u.scheme()),
                         ));
                     }
-                    Err(e) => {
-                        return Err(err(
-                            "url",
-                            format!("{:?} is not a URL: {e}", redacted_url(url)),
-                        ));
-                    }
+                    // Not repeated: text that is not a URL may be a secret
+                    // typed in the wrong place.
+                    Err(e) => return Err(err("url", format!("is not a URL ({e})"))),
                 }
                 if self.command.is_some() || !self.args.is_empty() {
                     return Err(err("command", "is only for transport = \"stdio\"".into()));
@@ -839,6 +956,25 @@ mod tests {
             ("http://bob@h/x?q=1", "http://bob@h/x?q=1"),
             ("http://a:pw@[bad/x?token=t", "http://[redacted]@[bad/x"),
             ("not a url?secret=s", "not a url"),
+            // Secret names beyond token/secret/key/password/credential.
+            (
+                "https://acct.blob.example/c?sv=2024-05-04&sig=abc%2Bdef&se=2030&X-Amz-Signature=5f&auth=a;pwd=p;jwt=j;page=2",
+                "https://acct.blob.example/c?sv=2024-05-04&sig=[redacted]&se=2030&X-Amz-Signature=[redacted]&auth=[redacted];pwd=[redacted];jwt=[redacted];page=2",
+            ),
+            // A generated credential in the path or under any name, and the fragment.
+            (
+                "https://mcp.example.com/api/mcp/sk-ak-3f9a8B7c6D5e4F3g2H1i/sse?v=2025-11-25&c=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5#token=abc",
+                "https://mcp.example.com/api/mcp/[redacted]/sse?v=2025-11-25&c=[redacted]#[redacted]",
+            ),
+            (
+                "https://h/u/123e4567-e89b-12d3-a456-426614174000/mcp",
+                "https://h/u/[redacted]/mcp",
+            ),
+            // Long words without digits, and dates, are not credentials.
+            (
+                "https://h/model-context-protocol-server/2025-11-25/mcp?team=engineering-platform-blue#",
+                "https://h/model-context-protocol-server/2025-11-25/mcp?team=engineering-platform-blue#",
+            ),
         ] {
             assert_eq!(redacted_url(url), shown, "{url}");
         }
@@ -877,6 +1013,29 @@ mod tests {
         // A redacted value the stored URL lacks.
         let extra = format!("{shown}&token=[redacted]");
         assert!(restore_url_secrets(&extra, stored).is_err());
+        // A path credential, a `;` parameter and the fragment are kept too.
+        let stored = "https://h/mcp/sk-ak-3f9a8B7c6D5e4F3g2H1i/sse?team=blue;sig=S1#frag=F1";
+        let shown = redacted_url(stored);
+        assert_eq!(
+            shown,
+            "https://h/mcp/[redacted]/sse?team=blue;sig=[redacted]#[redacted]"
+        );
+        assert_eq!(
+            restore_url_secrets(&shown.replace("blue", "red"), stored).unwrap(),
+            stored.replace("blue", "red")
+        );
+        // The console may send the brackets percent-encoded.
+        assert_eq!(
+            restore_url_secrets(&shown.replace("[redacted]", "%5Bredacted%5D"), stored).unwrap(),
+            stored
+        );
+        // A redacted segment where the stored URL has no credential.
+        let moved = shown.replace("/mcp/[redacted]/sse", "/[redacted]/mcp/sse");
+        assert!(
+            restore_url_secrets(&moved, stored)
+                .unwrap_err()
+                .contains("path segment"),
+        );
         // Nothing redacted: unchanged.
         assert_eq!(
             restore_url_secrets("http://h/x?a=1", stored).unwrap(),
@@ -1065,7 +1224,29 @@ mod tests {
         ] {
             assert!(is_secret_name(name), "{name}");
         }
-        for name in ["X-Team", "Accept", "LANG", "PATH"] {
+        for name in [
+            "X-Auth",
+            "Proxy-Authorization",
+            "sig",
+            "X-Amz-Signature",
+            "xAmzSignature",
+            "SMTP_PASS",
+            "jwt",
+            "Mcp-Session",
+            "PWD",
+        ] {
+            assert!(is_secret_name(name), "{name}");
+        }
+        for name in [
+            "X-Team",
+            "Accept",
+            "LANG",
+            "PATH",
+            "AUTHOR",
+            "PASSENGERS",
+            "SIGNAL",
+            "sv",
+        ] {
             assert!(!is_secret_name(name), "{name}");
         }
         let h = parse(

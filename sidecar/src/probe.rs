@@ -132,10 +132,13 @@ pub async fn run(args: ProbeArgs) -> Result<(), String> {
 fn transport(args: &ProbeArgs) -> Result<TransportConfig, String> {
     if let Some(url) = &args.url {
         let mut headers = Vec::new();
-        for h in &args.headers {
-            let (k, v) = h
-                .split_once(':')
-                .ok_or_else(|| format!("--header {h:?} is not of the form 'Name: value'"))?;
+        for (i, h) in args.headers.iter().enumerate() {
+            let (k, v) = h.split_once(':').ok_or_else(|| {
+                format!(
+                    "--header #{} is not of the form 'Name: value' (no ':' in it)",
+                    i + 1
+                )
+            })?;
             headers.push((k.trim().to_owned(), v.trim().to_owned()));
         }
         return Ok(TransportConfig::Http(HttpConfig {

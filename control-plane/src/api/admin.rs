@@ -49,9 +49,8 @@ pub fn spec_from_pb(spec: Option<pb::ServerSpec>) -> Result<ServerConfig, Status
     let auth = match s.auth.as_str() {
         "" => None,
         a => Some(AuthKind::parse(a).ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "spec.auth: {a:?} is not one of \"none\", \"headers\", \"oauth\""
-            ))
+            // Not repeated: a secret typed in the wrong field would be.
+            Status::invalid_argument("spec.auth: is not one of \"none\", \"headers\", \"oauth\"")
         })?),
     };
     let config = ServerConfig {

@@ -525,8 +525,10 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
     let _serial = HEAVY.lock().await;
     let http = start_http_reference_server().await;
     let gw = Gateway::start(StoreKind::Embedded, 10).await;
-    let url =
-        http.url.replacen("http://", "http://alice:PW-SECRET@", 1) + "?api_key=QS-SECRET&team=blue";
+    // The query's `;` part and the fragment (which no client sends) are
+    // answered redacted too, and kept by an update.
+    let url = http.url.replacen("http://", "http://alice:PW-SECRET@", 1)
+        + "?api_key=QS-SECRET&team=blue;sig=SIG-SECRET#frag=F-SECRET";
     let mut admin = gw.admin().await;
     let spec = |url: &str, timeout_ms| pb::ServerSpec {
         name: "keyed".into(),
@@ -547,7 +549,8 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
     let shown = answered.url.clone();
     assert!(!shown.contains("SECRET"), "{shown}");
     assert!(
-        shown.contains("alice:[redacted]@") && shown.ends_with("?api_key=[redacted]&team=blue"),
+        shown.contains("alice:[redacted]@")
+            && shown.ends_with("?api_key=[redacted]&team=blue;sig=[redacted]#[redacted]"),
         "{shown}"
     );
     let listed = ok_stdout(
@@ -586,7 +589,8 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
         .expect("the sidecar's --config");
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(
-        text.contains("alice:PW-SECRET@") && text.contains("api_key=QS-SECRET"),
+        text.contains("alice:PW-SECRET@")
+            && text.contains("api_key=QS-SECRET&team=blue;sig=SIG-SECRET#frag=F-SECRET"),
         "{text}"
     );
     gw.wait_servers_up(&["keyed"], LIMIT).await;
@@ -604,7 +608,7 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
         .spec
         .unwrap();
     assert!(
-        answered.url.ends_with("?api_key=[redacted]&team=red"),
+        answered.url.contains("?api_key=[redacted]&team=red;"),
         "{}",
         answered.url
     );
@@ -621,7 +625,9 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
                 .map(str::to_owned)
                 .ok_or("no --config")?;
             let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
-            if text.contains("api_key=QS-SECRET&team=red") && text.contains("alice:PW-SECRET@") {
+            if text.contains("api_key=QS-SECRET&team=red;sig=SIG-SECRET#frag=F-SECRET")
+                && text.contains("alice:PW-SECRET@")
+            {
                 Ok(())
             } else {
                 Err(text)
@@ -638,6 +644,76 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
         .expect_err("the secrets are not for another host");
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("another host"), "{}", e.message());
+    gw.stop().await;
+}
+
+/// A secret typed in the wrong place (a token as the URL, as `auth`, a
+/// header or variable without its separator, in a metadata URL's query)
+/// is refused as invalid, and the refusal names the field without
+/// repeating the value: on the admin API, the console's API and the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_never_repeat_a_secret_typed_in_the_wrong_place() {
+    let gw = Gateway::start(StoreKind::Embedded, 10).await;
+    let mut admin = gw.admin().await;
+    let http = |url: &str| pb::ServerSpec {
+        name: "wrong".into(),
+        transport: pb::Transport::Http as i32,
+        url: url.to_owned(),
+        ..Default::default()
+    };
+    let oauth = |metadata: &str| pb::ServerSpec {
+        auth: "oauth".into(),
+        oauth: Some(pb::OAuthSettings {
+            client_metadata_url: metadata.to_owned(),
+            ..Default::default()
+        }),
+        ..http("https://mcp.example.com/mcp")
+    };
+    for (spec, field) in [
+        (http("Bearer ghp_SECRET-1"), "url"),
+        (
+            pb::ServerSpec {
+                auth: "ghp_SECRET-2".into(),
+                ..http("http://127.0.0.1:9/mcp")
+            },
+            "auth",
+        ),
+        (
+            oauth("http://cimd.example/doc?token=SECRET-3"),
+            "client_metadata_url",
+        ),
+        (oauth("ghp_SECRET-4"), "client_metadata_url"),
+    ] {
+        let e = admin
+            .add_server(pb::AddServerRequest { spec: Some(spec) })
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(field), "{}", e.message());
+        assert!(!e.message().contains("SECRET"), "{}", e.message());
+    }
+    for args in [
+        &["--url", "Bearer ghp_SECRET-5"][..],
+        &[
+            "--url",
+            "http://127.0.0.1:9/mcp",
+            "--header",
+            "Authorization=Bearer ghp_SECRET-6",
+        ],
+        &["--url", "http://127.0.0.1:9/mcp", "--env", "ghp_SECRET-7"],
+    ] {
+        let mut all = vec!["servers", "add", "--name", "wrong", "--transport", "http"];
+        all.extend_from_slice(args);
+        let out = gw.cli(&all).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(!err.contains("SECRET"), "{args:?}: {err}");
+    }
+    let out = gw.cli(&["servers", "list", "--json"]).await;
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("\"wrong\""),
+        "nothing was added"
+    );
     gw.stop().await;
 }
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
 use std::time::Duration;
-use switchyard_common::server_spec::{ConfigError, ServerConfig, TransportKind};
+use switchyard_common::server_spec::{ConfigError, ServerConfig, TransportKind, redacted_url};
 
 /// Exit status for a bad configuration (sysexits `EX_USAGE`).
 pub const EXIT_CONFIG: u8 = 64;
@@ -549,11 +549,13 @@ fn server_from_flags(args: &RunArgs) -> Result<ServerConfig, RunError> {
         (None, None) => (None, Vec::new()),
     };
     let mut headers = BTreeMap::new();
-    for h in &args.headers {
+    // A malformed value is not repeated: it may be a secret with its
+    // separator missing.
+    for (i, h) in args.headers.iter().enumerate() {
         let (k, v) = h.split_once(':').ok_or_else(|| {
             err(
                 "--header",
-                format!("{h:?} is not of the form 'Name: value'"),
+                format!("#{} is not of the form 'Name: value' (no ':' in it)", i + 1),
             )
         })?;
         headers.insert(k.trim().to_owned(), v.trim().to_owned());
@@ -592,10 +594,13 @@ fn check_url(url: &str) -> Result<(), String> {
     match reqwest::Url::parse(url) {
         Ok(u) if (u.scheme() == "http" || u.scheme() == "https") && u.host().is_some() => Ok(()),
         Ok(u) => Err(format!(
-            "{url:?} must be an http:// or https:// URL with a host (scheme {:?})",
+            "{:?} must be an http:// or https:// URL with a host (scheme {:?})",
+            redacted_url(url),
             u.scheme()
         )),
-        Err(e) => Err(format!("{url:?} is not a URL: {e}")),
+        // Not repeated: text that is not a URL may be a secret typed in
+        // the wrong place.
+        Err(e) => Err(format!("is not a URL ({e})")),
     }
 }
 

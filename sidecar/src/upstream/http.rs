@@ -125,7 +125,7 @@ impl HttpConnection {
         metrics: ServerMetrics,
     ) -> Result<Self, UpstreamError> {
         let url = reqwest::Url::parse(url)
-            .map_err(|e| UpstreamError::protocol(server, format!("invalid url {url:?}: {e}")))?;
+            .map_err(|e| UpstreamError::protocol(server, format!("invalid url ({e})")))?;
         let mut static_headers = HeaderMap::new();
         for (k, v) in headers {
             let name = HeaderName::from_bytes(k.trim().as_bytes()).map_err(|e| {

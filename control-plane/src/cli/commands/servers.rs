@@ -255,18 +255,23 @@ fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
         }
     };
     let mut env = HashMap::new();
-    for e in &a.env {
-        let (k, v) = e
-            .split_once('=')
-            .ok_or_else(|| Failure::new(EXIT_USAGE, format!("--env {e:?}: expected NAME=value")))?;
+    // A malformed value is not repeated: it may be a secret with its
+    // separator missing. Its place among the flags is named instead.
+    for (i, e) in a.env.iter().enumerate() {
+        let (k, v) = e.split_once('=').ok_or_else(|| {
+            Failure::new(
+                EXIT_USAGE,
+                format!("--env #{}: expected NAME=value (no '=' in it)", i + 1),
+            )
+        })?;
         env.insert(k.to_owned(), v.to_owned());
     }
     let mut headers = HashMap::new();
-    for h in &a.headers {
+    for (i, h) in a.headers.iter().enumerate() {
         let (k, v) = h.split_once(':').ok_or_else(|| {
             Failure::new(
                 EXIT_USAGE,
-                format!("--header {h:?}: expected 'Name: value'"),
+                format!("--header #{}: expected 'Name: value' (no ':' in it)", i + 1),
             )
         })?;
         headers.insert(k.trim().to_owned(), v.trim().to_owned());
