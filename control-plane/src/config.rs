@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use switchyard_common::server_spec::ServerConfig;
 
@@ -756,30 +757,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), (String, String)> {
-        for (key, addr) in [
-            ("control_plane.listen", &self.control_plane.listen),
-            ("control_plane.http_listen", &self.control_plane.http_listen),
-        ] {
-            if addr.parse::<std::net::SocketAddr>().is_err() {
-                return Err((key.into(), format!("{addr:?} is not an IP:port address")));
-            }
-        }
-        if let Some(addr) = &self.control_plane.metrics_listen
-            && addr.parse::<std::net::SocketAddr>().is_err()
-        {
-            return Err((
-                "control_plane.metrics_listen".into(),
-                format!("{addr:?} is not an IP:port address"),
-            ));
-        }
-        if let Some(addr) = &self.mcp.listen
-            && addr.parse::<std::net::SocketAddr>().is_err()
-        {
-            return Err((
-                "mcp.listen".into(),
-                format!("{addr:?} is not an IP:port address"),
-            ));
-        }
+        self.validate_listeners()?;
         for (i, origin) in self.mcp.allowed_origins.iter().enumerate() {
             check_origin(origin).map_err(|e| (format!("mcp.allowed_origins[{i}]"), e))?;
         }
@@ -899,18 +877,26 @@ impl Config {
             }
         }
         if let Some(u) = &self.oauth.admin_base_url {
-            match url::Url::parse(u) {
+            let shown = match url::Url::parse(u) {
                 Ok(url)
                     if matches!(url.scheme(), "http" | "https")
                         && url.host_str().is_some()
                         && url.query().is_none()
-                        && url.fragment().is_none() => {}
-                _ => {
-                    return Err((
-                        "oauth.admin_base_url".into(),
-                        format!("{u:?} is not an http(s) base URL (scheme://host[:port][/path])"),
-                    ));
+                        && url.fragment().is_none() =>
+                {
+                    None
                 }
+                Ok(_) => Some(format!(
+                    "{:?}",
+                    switchyard_common::server_spec::redacted_url(u)
+                )),
+                Err(e) => Some(format!("is not a URL ({e}):")),
+            };
+            if let Some(shown) = shown {
+                return Err((
+                    "oauth.admin_base_url".into(),
+                    format!("{shown} is not an http(s) base URL (scheme://host[:port][/path])"),
+                ));
             }
         }
         self.validate_security()?;
@@ -930,6 +916,57 @@ impl Config {
 }
 
 impl Config {
+    /// The control plane's listeners that are served, in the order they
+    /// are bound, as (config key, address as written).
+    fn listeners(&self) -> Vec<(&'static str, &str)> {
+        let cp = &self.control_plane;
+        [
+            ("control_plane.listen", Some(&cp.listen)),
+            ("control_plane.http_listen", Some(&cp.http_listen)),
+            ("control_plane.metrics_listen", cp.metrics_listen.as_ref()),
+            ("mcp.listen", self.mcp.listen.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(key, addr)| Some((key, addr?.as_str())))
+        .collect()
+    }
+
+    /// Every listener is an `IP:port` address, and no two of them would
+    /// take the same port on the same address (see [`ListenClash`]); the
+    /// later key in [`Config::listeners`] is the one named.
+    fn validate_listeners(&self) -> Result<(), (String, String)> {
+        let mut earlier: Vec<(&str, &str, SocketAddr)> = Vec::new();
+        for (key, addr) in self.listeners() {
+            let Ok(at) = addr.parse::<SocketAddr>() else {
+                return Err((key.into(), format!("{addr:?} is not an IP:port address")));
+            };
+            for &(other_key, other_addr, other) in &earlier {
+                match ListenClash::of(at, other) {
+                    None => {}
+                    Some(ListenClash::Same) => {
+                        return Err((key.into(), format!("{addr} is also {other_key}")));
+                    }
+                    Some(ListenClash::Overlap { wildcard }) => {
+                        let (wildcard, every) = if wildcard.is_ipv6() {
+                            ("[::]", "every address, IPv4 included")
+                        } else {
+                            ("0.0.0.0", "every IPv4 address")
+                        };
+                        let port = at.port();
+                        return Err((
+                            key.into(),
+                            format!(
+                                "{addr} clashes with {other_key} = {other_addr}: {wildcard} takes port {port} on {every}"
+                            ),
+                        ));
+                    }
+                }
+            }
+            earlier.push((key, addr, at));
+        }
+        Ok(())
+    }
+
     /// Stage D: an `auth = "oauth"` server without `[store]
     /// token_encryption_key_file` (tokens are only kept encrypted), as a
     /// message naming the server; `switchyard up` makes a key for the
@@ -1091,6 +1128,43 @@ impl Config {
     }
 }
 
+/// Why two listen addresses cannot both be bound (Linux, the sockets as
+/// tokio binds them: `SO_REUSEADDR`, IPv6 sockets dual-stack).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenClash {
+    /// The same address and port (an IPv4-mapped IPv6 address is its IPv4
+    /// address).
+    Same,
+    /// The same port, one side on the unspecified address `wildcard`
+    /// (`0.0.0.0` takes the port on every IPv4 address, `[::]` on every
+    /// IPv6 and IPv4 address).
+    Overlap {
+        /// `0.0.0.0` or `::`.
+        wildcard: IpAddr,
+    },
+}
+
+impl ListenClash {
+    /// How binding `a` and `b` would clash, if it would. Port 0 (a free
+    /// port picked at bind time) never clashes.
+    pub fn of(a: SocketAddr, b: SocketAddr) -> Option<ListenClash> {
+        if a.port() == 0 || a.port() != b.port() {
+            return None;
+        }
+        let (x, y) = (a.ip().to_canonical(), b.ip().to_canonical());
+        if x == y {
+            return Some(ListenClash::Same);
+        }
+        // `[::]` first: it is the wider of two unspecified addresses.
+        let wildcard = [x, y]
+            .into_iter()
+            .filter(|ip| ip.is_unspecified())
+            .max_by_key(|ip| ip.is_ipv6())?;
+        (wildcard.is_ipv6() || x.is_ipv4() == y.is_ipv4())
+            .then_some(ListenClash::Overlap { wildcard })
+    }
+}
+
 /// Reads `[store] token_encryption_key_file`: exactly 32 raw bytes, or
 /// the base64 (standard alphabet, padding optional) of 32 bytes with
 /// surrounding white space. Errors name the key and the file.
@@ -1152,6 +1226,117 @@ mod tests {
                 && e.contains("token_encryption_key_file"),
             "{e}"
         );
+    }
+
+    /// The problem `Config::parse` reports for `text`, as `key: problem`.
+    fn invalid(text: &str) -> String {
+        match Config::parse(text).unwrap_err() {
+            ConfigFileError::Invalid { key, problem, .. } => format!("{key}: {problem}"),
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn listen_clash_rule() {
+        let clash = |a: &str, b: &str| {
+            let (a, b) = (a.parse().unwrap(), b.parse().unwrap());
+            let one = ListenClash::of(a, b);
+            assert_eq!(one, ListenClash::of(b, a), "{a} {b}: not symmetric");
+            one
+        };
+        let v4 = Some(ListenClash::Overlap {
+            wildcard: "0.0.0.0".parse().unwrap(),
+        });
+        let v6 = Some(ListenClash::Overlap {
+            wildcard: "::".parse().unwrap(),
+        });
+        // The same address.
+        for a in ["127.0.0.1:7780", "0.0.0.0:7780", "[::]:7780", "[::1]:7780"] {
+            assert_eq!(clash(a, a), Some(ListenClash::Same), "{a}");
+        }
+        assert_eq!(
+            clash("[::ffff:127.0.0.1]:7780", "127.0.0.1:7780"),
+            Some(ListenClash::Same)
+        );
+        // An unspecified address and any address of its family.
+        assert_eq!(clash("0.0.0.0:7780", "127.0.0.1:7780"), v4);
+        assert_eq!(clash("0.0.0.0:7780", "10.1.2.3:7780"), v4);
+        assert_eq!(clash("[::]:7780", "[::1]:7780"), v6);
+        // Dual stack: `[::]` takes the IPv4 addresses too.
+        assert_eq!(clash("[::]:7780", "0.0.0.0:7780"), v6);
+        assert_eq!(clash("[::]:7780", "127.0.0.1:7780"), v6);
+        // ... but `0.0.0.0` takes no IPv6 address, and two specific
+        // addresses never clash.
+        assert_eq!(clash("0.0.0.0:7780", "[::1]:7780"), None);
+        assert_eq!(clash("127.0.0.1:7780", "[::1]:7780"), None);
+        assert_eq!(clash("127.0.0.1:7780", "127.0.0.2:7780"), None);
+        // Port 0 is a free port each time.
+        for a in ["127.0.0.1:0", "0.0.0.0:0", "[::]:0"] {
+            assert_eq!(clash(a, a), None, "{a}");
+            assert_eq!(clash(a, "[::]:0"), None, "{a}");
+        }
+        // Distinct ports.
+        assert_eq!(clash("127.0.0.1:7780", "127.0.0.1:7781"), None);
+        assert_eq!(clash("[::]:7780", "0.0.0.0:7781"), None);
+    }
+
+    #[test]
+    fn listeners_must_not_clash() {
+        let cp = |lines: &str| format!("[control_plane]\n{lines}\n");
+        assert_eq!(
+            invalid(&cp(
+                "http_listen = \"127.0.0.1:7781\"\nmetrics_listen = \"127.0.0.1:7781\""
+            )),
+            "control_plane.metrics_listen: 127.0.0.1:7781 is also control_plane.http_listen"
+        );
+        // The defaults: gRPC on 127.0.0.1:7700, HTTP on 127.0.0.1:7780.
+        assert_eq!(
+            invalid(&cp("http_listen = \"127.0.0.1:7700\"")),
+            "control_plane.http_listen: 127.0.0.1:7700 is also control_plane.listen"
+        );
+        assert_eq!(
+            invalid(&cp("metrics_listen = \"127.0.0.1:7700\"")),
+            "control_plane.metrics_listen: 127.0.0.1:7700 is also control_plane.listen"
+        );
+        assert_eq!(
+            invalid("[mcp]\nlisten = \"127.0.0.1:7780\"\n"),
+            "mcp.listen: 127.0.0.1:7780 is also control_plane.http_listen"
+        );
+        assert_eq!(
+            invalid(&format!(
+                "{}[mcp]\nlisten = \"127.0.0.1:7781\"\n",
+                cp("metrics_listen = \"127.0.0.1:7781\"")
+            )),
+            "mcp.listen: 127.0.0.1:7781 is also control_plane.metrics_listen"
+        );
+        assert_eq!(
+            invalid(&cp("metrics_listen = \"0.0.0.0:7780\"")),
+            "control_plane.metrics_listen: 0.0.0.0:7780 clashes with control_plane.http_listen = 127.0.0.1:7780: 0.0.0.0 takes port 7780 on every IPv4 address"
+        );
+        assert_eq!(
+            invalid(&cp(
+                "listen = \"[::]:7780\"\nhttp_listen = \"127.0.0.1:7780\""
+            )),
+            "control_plane.http_listen: 127.0.0.1:7780 clashes with control_plane.listen = [::]:7780: [::] takes port 7780 on every address, IPv4 included"
+        );
+        // Port 0 never clashes; neither do other ports or families.
+        for ok in [
+            cp(
+                "listen = \"127.0.0.1:0\"\nhttp_listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"",
+            ),
+            cp("listen = \"[::]:0\"\nhttp_listen = \"0.0.0.0:0\""),
+            cp(
+                "listen = \"0.0.0.0:7700\"\nhttp_listen = \"0.0.0.0:7780\"\nmetrics_listen = \"0.0.0.0:7781\"",
+            ),
+            cp("http_listen = \"[::1]:7700\""),
+            format!(
+                "{}[mcp]\nlisten = \"127.0.0.1:7701\"\n",
+                cp("metrics_listen = \"[::]:7781\"")
+            ),
+        ] {
+            let parsed = Config::parse(&ok);
+            assert!(parsed.is_ok(), "{ok}: {}", parsed.unwrap_err());
+        }
     }
 
     #[test]

@@ -257,7 +257,7 @@ impl Metrics {
         let connections = IntGaugeVec::new(
             Opts::new(
                 "switchyard_control_plane_connections",
-                "Open connections by listener (`grpc`, `http`, `mcp`), read at scrape time.",
+                "Open connections by listener (`grpc`, `http`, `metrics`, `mcp`), read at scrape time.",
             ),
             &["listener"],
         )
@@ -265,7 +265,7 @@ impl Metrics {
         let connections_max = IntGaugeVec::new(
             Opts::new(
                 "switchyard_control_plane_connections_max",
-                "The most connections each listener serves at once (`control_plane.max_connections`, `mcp.max_connections`; 1024 for `http`).",
+                "The most connections each listener serves at once (`control_plane.max_connections` for `grpc`, `mcp.max_connections` for `mcp`; 1024 for `http` and `metrics`).",
             ),
             &["listener"],
         )
@@ -532,5 +532,73 @@ pub struct StateGauges {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The listener names the sources pass to [`Metrics::listener`]
+    /// (`.listener("name", …)`).
+    fn listener_names() -> BTreeSet<String> {
+        fn walk(dir: &std::path::Path, names: &mut BTreeSet<String>) {
+            for entry in std::fs::read_dir(dir).expect("read src") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    walk(&path, names);
+                } else if path.extension().is_some_and(|e| e == "rs")
+                    // This file defines `listener` and serves none.
+                    && !path.ends_with("src/metrics.rs")
+                {
+                    let text = std::fs::read_to_string(&path).expect("read a source file");
+                    for (at, _) in text.match_indices(".listener(") {
+                        let rest = text[at + ".listener(".len()..].trim_start();
+                        if let Some(quoted) = rest.strip_prefix('"') {
+                            let name = quoted.split('"').next().unwrap_or_default();
+                            names.insert(name.to_owned());
+                        }
+                    }
+                }
+            }
+        }
+        let mut names = BTreeSet::new();
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut names,
+        );
+        names
+    }
+
+    /// The connection gauges' help names every listener the control plane
+    /// serves.
+    #[test]
+    fn connection_gauges_help_names_every_listener() {
+        let names = listener_names();
+        assert!(
+            ["grpc", "http", "metrics", "mcp"]
+                .iter()
+                .all(|n| names.contains(*n)),
+            "{names:?}"
+        );
+        let metrics = Metrics::new();
+        for name in &names {
+            metrics.listener(name.clone().leak(), 1);
+        }
+        let families = metrics.registry().gather();
+        for family in [
+            "switchyard_control_plane_connections",
+            "switchyard_control_plane_connections_max",
+        ] {
+            let help = families
+                .iter()
+                .find(|f| f.name() == family)
+                .unwrap_or_else(|| panic!("no {family}"))
+                .help();
+            for name in &names {
+                assert!(help.contains(&format!("`{name}`")), "{family}: {help}");
+            }
+        }
     }
 }

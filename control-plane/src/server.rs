@@ -83,8 +83,11 @@ pub enum StartError {
     #[error("mcp.tls: cannot set up TLS on the MCP endpoint: {0}")]
     McpTls(String),
     /// An address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("{key}: cannot listen on {addr}: {source}")]
     Bind {
+        /// The setting (`control_plane.listen`, `control_plane.http_listen`,
+        /// `control_plane.metrics_listen` or `mcp.listen`).
+        key: &'static str,
         /// The address.
         addr: String,
         /// The OS error.
@@ -307,14 +310,18 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         tokio::spawn(async move { health.probe(store, stop).await });
     }
 
-    let grpc_listener = bind(&config.control_plane.listen).await?;
-    let http_listener = bind(&config.control_plane.http_listen).await?;
+    let grpc_listener = bind("control_plane.listen", &config.control_plane.listen).await?;
+    let http_listener = bind(
+        "control_plane.http_listen",
+        &config.control_plane.http_listen,
+    )
+    .await?;
     let metrics_listener = match &config.control_plane.metrics_listen {
-        Some(addr) => Some(bind(addr).await?),
+        Some(addr) => Some(bind("control_plane.metrics_listen", addr).await?),
         None => None,
     };
     let mcp_listener = match &config.mcp.listen {
-        Some(addr) => Some(bind(addr).await?),
+        Some(addr) => Some(bind("mcp.listen", addr).await?),
         None => None,
     };
     let grpc_addr = grpc_listener.local_addr().expect("bound");
@@ -493,11 +500,12 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     })
 }
 
-/// Binds a listener; the error names the address.
-async fn bind(addr: &str) -> Result<tokio::net::TcpListener, StartError> {
+/// Binds `addr`, the value of the setting `key` (named in the error).
+async fn bind(key: &'static str, addr: &str) -> Result<tokio::net::TcpListener, StartError> {
     tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind {
+            key,
             addr: addr.to_owned(),
             source,
         })

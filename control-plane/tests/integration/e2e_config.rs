@@ -187,6 +187,88 @@ async fn bad_configs_exit_64_naming_file_key_and_problem() {
     ok_stdout(&out, "switchyard-control-plane --check");
 }
 
+/// Two listeners on the same address and port (or the same port with one
+/// of them on an unspecified address) are refused by every entry point,
+/// naming both keys, before anything is bound.
+#[tokio::test]
+async fn clashing_listeners_exit_64_naming_both_keys() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let (grpc, port) = (free_port(), free_port());
+    let store = "[store]\npath = \"store/store.redb\"\n";
+    let same = write(
+        d,
+        "same.toml",
+        &format!(
+            "[control_plane]\nlisten = \"127.0.0.1:{grpc}\"\nhttp_listen = \"127.0.0.1:{port}\"\nmetrics_listen = \"127.0.0.1:{port}\"\n{store}"
+        ),
+    );
+    let words = [format!(
+        "control_plane.metrics_listen: 127.0.0.1:{port} is also control_plane.http_listen"
+    )];
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    assert_bad(
+        &cli(&nowhere, &["check-config", &same]).await,
+        &same,
+        &words,
+    );
+    assert_bad(
+        &control_plane(&["--check", "--config", &same]).await,
+        &same,
+        &words,
+    );
+    assert_bad(
+        &cli(&nowhere, &["up", "--config", &same]).await,
+        &same,
+        &words,
+    );
+    assert_bad(&control_plane(&["--config", &same]).await, &same, &words);
+
+    // `[::]` takes the port on IPv4 addresses too.
+    let dual = write(
+        d,
+        "dual.toml",
+        &format!(
+            "[control_plane]\nlisten = \"[::]:{port}\"\n{store}[mcp]\nlisten = \"127.0.0.1:{port}\"\n"
+        ),
+    );
+    let words = [format!(
+        "mcp.listen: 127.0.0.1:{port} clashes with control_plane.listen = [::]:{port}: [::] takes port {port} on every address, IPv4 included"
+    )];
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    assert_bad(
+        &cli(&nowhere, &["check-config", &dual]).await,
+        &dual,
+        &words,
+    );
+}
+
+/// A listener whose address another process holds fails the start with
+/// its key, not only its address.
+#[tokio::test]
+async fn a_listener_that_cannot_bind_is_named_by_its_key() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = taken.local_addr().expect("bound");
+    let file = write(
+        dir.path(),
+        "cp.toml",
+        &format!(
+            "[control_plane]\nlisten = \"127.0.0.1:0\"\nhttp_listen = \"127.0.0.1:0\"\nmetrics_listen = \"{taken}\"\n\n[store]\npath = \"store/store.redb\"\n"
+        ),
+    );
+    let out = control_plane(&["--config", &file]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stderr.contains(&format!(
+            "control_plane.metrics_listen: cannot listen on {taken}: "
+        )),
+        "{stderr}"
+    );
+}
+
 /// `[runtime] worker_threads` above 1024, or not a count: refused by every
 /// entry point with the file and the key; 0 to 1024 check clean.
 #[tokio::test]

@@ -10,7 +10,8 @@
 //! `isError` result is exit status 1; an unknown tool is NOT_FOUND;
 //! `servers list --json` shows the three `up` with their protocol versions;
 //! `/metrics`, `/healthz`, `/readyz`; SIGTERM stops `up`, its sidecars and
-//! their servers, and it exits 0.
+//! their servers, and it exits 0. With `control_plane.metrics_listen`, the
+//! start-up line to scrape names that listener.
 
 use crate::common::*;
 use serde_json::Value;
@@ -348,4 +349,49 @@ async fn gateway_serves_all_three(store: StoreKind) {
     // ---- SIGTERM: up, its sidecars and their servers stop; exit 0
     let took = gw.stop().await;
     eprintln!("switchyard up stopped in {took:?}");
+}
+
+/// With `control_plane.metrics_listen`, the start-up line to scrape names
+/// that listener, not `http_listen`, and it serves `/metrics`.
+#[tokio::test]
+async fn up_prints_the_metrics_listener() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let metrics = format!("127.0.0.1:{}", switchyard_test_support::free_port());
+    let (text, _, _) = config_text_with(
+        dir.path(),
+        &StoreKind::Embedded,
+        10,
+        &format!("metrics_listen = \"{metrics}\""),
+        "",
+    );
+    let config = dir.path().join("up.toml");
+    std::fs::write(&config, text).expect("write the config");
+    let mut cmd = tokio::process::Command::new(switchyard_bin());
+    cmd.arg("up")
+        .arg("--config")
+        .arg(&config)
+        .env("SWITCHYARD_SIDECAR_BIN", sidecar_bin());
+    let (mut up, line) = Proc::start(
+        "switchyard up",
+        cmd,
+        dir.path().join("up.log"),
+        "switchyard: metrics ",
+    )
+    .await;
+    assert!(
+        line.starts_with(&format!(
+            "switchyard: metrics http://{metrics}/metrics, store "
+        )),
+        "{line}"
+    );
+    assert_eq!(
+        scrape(
+            &metrics,
+            "switchyard_control_plane_connections_max",
+            &[("listener", "metrics")]
+        )
+        .await,
+        1024.0
+    );
+    assert!(up.terminate().await.success(), "{}", up.log());
 }

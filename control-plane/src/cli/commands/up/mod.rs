@@ -136,9 +136,10 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         let scheme = if config.mcp.tls { "https" } else { "http" };
         println!("switchyard: MCP endpoint {scheme}://{mcp}/mcp");
     }
+    // The metrics listener when there is one: the one to scrape.
     println!(
         "switchyard: metrics http://{}/metrics, store {}",
-        running.http_addr,
+        running.metrics_addr.unwrap_or(running.http_addr),
         if config.store.etcd_endpoints.is_empty() {
             format!("embedded ({})", config.store.path.display())
         } else {
