@@ -94,10 +94,19 @@ type ConnectFuture = Shared<BoxFuture<'static, Result<Arc<Connection>, UpstreamE
 
 enum State {
     /// Not connected. `failures` counts consecutive failed or short-lived
-    /// connections, for the backoff.
-    Idle { failures: u32 },
-    /// A connection attempt is under way; everyone waits on the same one.
-    Connecting(ConnectFuture),
+    /// connections, for the backoff; `failed` is why the last attempt to
+    /// connect failed, if it did.
+    Idle {
+        failures: u32,
+        failed: Option<UpstreamError>,
+    },
+    /// A connection attempt is under way; everyone waits on the same one,
+    /// except a request while the previous attempt `failed`: it is
+    /// answered that failure at once ([`Upstream::connection`]).
+    Connecting {
+        attempt: ConnectFuture,
+        failed: Option<UpstreamError>,
+    },
     /// Connected.
     Ready {
         conn: Arc<Connection>,
@@ -105,6 +114,16 @@ enum State {
     },
     /// Shut down; no more connections.
     Closed,
+}
+
+/// Whether [`Upstream::connection`] waits for an attempt to connect.
+#[derive(Clone, Copy)]
+enum Waiting {
+    /// Always: the watcher, the lists, a session renewal.
+    Always,
+    /// Not when the previous attempt failed: a request, answered that
+    /// failure at once.
+    NotAfterAFailure,
 }
 
 struct Inner {
@@ -258,7 +277,10 @@ impl Upstream {
                 config,
                 ids: Arc::new(AtomicU64::new(1)),
                 http_client,
-                state: Mutex::new(State::Idle { failures: 0 }),
+                state: Mutex::new(State::Idle {
+                    failures: 0,
+                    failed: None,
+                }),
                 span,
                 attempts: AtomicU64::new(0),
                 dropped: tokio_util::sync::CancellationToken::new(),
@@ -326,7 +348,7 @@ impl Upstream {
 
     /// Connects if needed and returns what negotiation established.
     pub async fn connect(&self) -> Result<Negotiated, UpstreamError> {
-        Ok(self.connection().await?.negotiated().clone())
+        Ok(self.connection(Waiting::Always).await?.negotiated().clone())
     }
 
     /// What the current connection negotiated, if connected.
@@ -389,14 +411,14 @@ impl Upstream {
             // a new one.
             let conn = match self.ready_connection() {
                 Some(conn) => conn,
-                None => Box::pin(self.connection()).await?,
+                None => Box::pin(self.connection(Waiting::NotAfterAFailure)).await?,
             };
             // Boxed: the futures above this one stay small, so moving them
             // (each `.await` on the way does) copies little.
             match Box::pin(conn.request_observed(method, params.clone(), on_stream)).await {
                 Err(UpstreamError::SessionExpired { .. }) => {
                     tracing::info!(%method, "session expired; re-negotiating and retrying once");
-                    Box::pin(self.connection())
+                    Box::pin(self.connection(Waiting::Always))
                         .await?
                         .request_observed(method, params, on_stream)
                         .await
@@ -440,10 +462,10 @@ impl Upstream {
     /// every `nextCursor` (the page walker, [`pages::walk`]). A server
     /// without the tools capability has none.
     pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
-        let conn = self.connection().await?;
+        let conn = self.connection(Waiting::Always).await?;
         match conn.list_tools().await {
             Err(UpstreamError::SessionExpired { .. }) => {
-                self.connection().await?.list_tools().await
+                self.connection(Waiting::Always).await?.list_tools().await
             }
             other => other,
         }
@@ -457,10 +479,10 @@ impl Upstream {
     /// list's capability. Connects first when needed.
     pub async fn list(&self, list: pages::ListMethod) -> Result<pages::Walked, UpstreamError> {
         async {
-            let conn = self.connection().await?;
+            let conn = self.connection(Waiting::Always).await?;
             match conn.list(list).await {
                 Err(UpstreamError::SessionExpired { .. }) => {
-                    self.connection().await?.list(list).await
+                    self.connection(Waiting::Always).await?.list(list).await
                 }
                 other => other,
             }
@@ -678,7 +700,7 @@ impl Upstream {
         self.inner.link.send_modify(|l| l.connected = false);
         let conn = match previous {
             State::Ready { conn, .. } => Some(conn),
-            State::Connecting(f) => f.await.ok(),
+            State::Connecting { attempt, .. } => attempt.await.ok(),
             _ => None,
         };
         if let Some(conn) = conn {
@@ -686,8 +708,6 @@ impl Upstream {
         }
     }
 
-    /// The live connection, connecting first when needed. Concurrent callers
-    /// share one attempt.
     /// The connection when it is up and alive (what
     /// [`Upstream::connection`] answers at once).
     fn ready_connection(&self) -> Option<Arc<Connection>> {
@@ -697,8 +717,15 @@ impl Upstream {
         }
     }
 
-    async fn connection(&self) -> Result<Arc<Connection>, UpstreamError> {
-        let attempt = {
+    /// The live connection, connecting first when needed. Concurrent callers
+    /// share one attempt. With [`Waiting::NotAfterAFailure`], a caller that
+    /// comes while the server's last attempt to connect failed is answered
+    /// that failure at once (the next attempt runs on, after its backoff):
+    /// a server whose command cannot start, or that refuses connections,
+    /// fails each request in a moment instead of after the backoff (up to
+    /// [`RestartPolicy`]'s `max_backoff`) and one more failed attempt.
+    async fn connection(&self, waiting: Waiting) -> Result<Arc<Connection>, UpstreamError> {
+        let (attempt, failed) = {
             let mut state = self.inner.state.lock().unwrap();
             // The server ended the HTTP session: a new one is a renewal.
             let renewal =
@@ -708,7 +735,7 @@ impl Upstream {
                 // The connection died. A stdio exit counts as a failure
                 // unless the server had been up long enough; an expired
                 // HTTP session does not count.
-                State::Ready { conn, failures } => Err(
+                State::Ready { conn, failures } => Err((
                     if conn.transport().is_http()
                         || conn.opened().elapsed() >= self.inner.config.restart.reset_after
                     {
@@ -716,9 +743,10 @@ impl Upstream {
                     } else {
                         failures + 1
                     },
-                ),
-                State::Connecting(f) => Ok(f.clone()),
-                State::Idle { failures } => Err(*failures),
+                    None,
+                )),
+                State::Connecting { attempt, failed } => Ok((attempt.clone(), failed.clone())),
+                State::Idle { failures, failed } => Err((*failures, failed.clone())),
                 State::Closed => {
                     return Err(UpstreamError::Closed {
                         server: self.name().to_owned(),
@@ -726,19 +754,25 @@ impl Upstream {
                 }
             };
             match next {
-                Ok(f) => f,
-                Err(failures) => {
+                Ok(joined) => joined,
+                Err((failures, failed)) => {
                     // An oauth server without a token: not contacted at all.
                     if let Some(e) = self.inner.not_authorized() {
                         return Err(e);
                     }
-                    let f = self.start_attempt(failures, renewal);
-                    *state = State::Connecting(f.clone());
-                    f
+                    let attempt = self.start_attempt(failures, renewal);
+                    *state = State::Connecting {
+                        attempt: attempt.clone(),
+                        failed: failed.clone(),
+                    };
+                    (attempt, failed)
                 }
             }
         };
-        attempt.await
+        match (waiting, failed) {
+            (Waiting::NotAfterAFailure, Some(failed)) => Err(failed),
+            _ => attempt.await,
+        }
     }
 
     /// Opens a new connection after `delay(failures)`; counted as a
@@ -808,7 +842,10 @@ impl Upstream {
                 // watcher connects when a token comes.
                 Err(e @ UpstreamError::NotAuthorized { .. }) => {
                     tracing::info!(server = %inner.config.name, reason = %e, "not connecting: no access token");
-                    *state = State::Idle { failures };
+                    *state = State::Idle {
+                        failures,
+                        failed: None,
+                    };
                     drop(state);
                     inner.link.send_modify(|l| {
                         l.connected = false;
@@ -819,6 +856,7 @@ impl Upstream {
                     tracing::warn!(server = %inner.config.name, error = %e, "connecting failed");
                     *state = State::Idle {
                         failures: failures + 1,
+                        failed: Some(e.clone()),
                     };
                     drop(state);
                     inner.link.send_modify(|l| {
@@ -898,7 +936,13 @@ impl Inner {
     fn withdraw(&self, reason: String) {
         let conn = {
             let mut state = self.state.lock().unwrap();
-            match std::mem::replace(&mut *state, State::Idle { failures: 0 }) {
+            match std::mem::replace(
+                &mut *state,
+                State::Idle {
+                    failures: 0,
+                    failed: None,
+                },
+            ) {
                 State::Ready { conn, .. } => Some(conn),
                 other => {
                     *state = other;
@@ -1088,7 +1132,7 @@ fn watch_exit(inner: Weak<Inner>, conn: Arc<Connection>, generation: u64) {
             inner = again;
         }
         let upstream = Upstream { inner };
-        if let Err(e) = upstream.connection().await {
+        if let Err(e) = upstream.connection(Waiting::Always).await {
             // `connecting failed` was logged (WARN) by the attempt.
             tracing::debug!(server = %upstream.name(), error = %e, "restart failed; tried again with backoff (by the sidecar's watcher, or the next request)");
         }

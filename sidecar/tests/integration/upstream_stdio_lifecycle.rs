@@ -570,14 +570,22 @@ async fn shutdown_sends_sigkill_when_sigterm_is_ignored() {
 
 #[tokio::test]
 async fn a_missing_command_fails_fast_with_spawn() {
-    let up = upstream(UpstreamConfig::new(
+    let mut cfg = UpstreamConfig::new(
         "ghost",
         TransportConfig::Stdio(StdioConfig {
             command: "switchyard-no-such-command".into(),
             args: vec!["--serve".into()],
             ..StdioConfig::default()
         }),
-    ));
+    );
+    // A long backoff, so a request that waited for the next attempt
+    // would take at least 20 s.
+    cfg.restart = RestartPolicy {
+        initial_backoff: Duration::from_secs(20),
+        max_backoff: Duration::from_secs(20),
+        ..RestartPolicy::default()
+    };
+    let up = upstream(cfg);
     let started = Instant::now();
     let err = within(up.connect()).await.unwrap_err();
     assert!(
@@ -603,12 +611,34 @@ async fn a_missing_command_fails_fast_with_spawn() {
         "{shown}"
     );
     assert!(err.is_connection_failure());
-    // A later request tries again (after the backoff) and fails the same way.
-    let again = within(up.call_tool(json!({"name": "echo"})))
-        .await
-        .unwrap_err();
-    assert!(matches!(again, UpstreamError::Spawn { .. }), "{again:?}");
-    assert_eq!(up.connection_attempts(), 2);
+    // Later requests are answered that failure at once, not after the
+    // backoff and another failed start; the next attempt waits out its
+    // backoff meanwhile (started by the first of them).
+    for _ in 0..3 {
+        let started = Instant::now();
+        let again = within(up.call_tool(json!({"name": "echo"})))
+            .await
+            .unwrap_err();
+        assert!(matches!(again, UpstreamError::Spawn { .. }), "{again:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the request waited for the next attempt: {:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        up.connection_attempts(),
+        1,
+        "one attempt still in its backoff"
+    );
+    // What waits for a connection (the watcher, `connect`) still waits
+    // for the next attempt: it is not answered the old failure.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), up.connect())
+            .await
+            .is_err(),
+        "connect waits for the attempt"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
