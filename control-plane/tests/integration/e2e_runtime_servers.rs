@@ -721,9 +721,10 @@ async fn refusals_never_repeat_a_secret_typed_in_the_wrong_place() {
 /// is still stopping waits for it: that sidecar finishes its stop
 /// sequence and its server is stopped, never left running without a
 /// parent. The old server ignores both the closed stdin and SIGTERM, so
-/// only its sidecar's last step (SIGKILL) stops it; the new one (the
-/// update drops those settings) stops at once, so `up` would be done
-/// before the old sidecar if it did not wait for it.
+/// only its sidecar's last step (SIGKILL, 2 x 5 s after its drain) stops
+/// it; the new one (the update drops those settings) stops at once and
+/// nothing is in flight, so `up` would be done long before the old
+/// sidecar if it did not wait for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn up_stopped_during_a_handover_leaves_no_server_running() {
     let _serial = HEAVY.lock().await;
@@ -742,7 +743,7 @@ async fn up_stopped_during_a_handover_leaves_no_server_running() {
         10,
         http,
         &servers,
-        "[up]\nsidecar_grace_secs = 2\n",
+        "[up]\nsidecar_grace_secs = 5\n",
         &[],
         &["stubborn"],
     )
@@ -763,49 +764,30 @@ async fn up_stopped_during_a_handover_leaves_no_server_running() {
         .into_inner()
         .spec
         .unwrap();
-    // A call in flight on the old sidecar: it drains for its grace period.
-    let endpoint = gw.endpoint.clone();
-    let slow = tokio::spawn(async move {
-        let mut engine = engine(&endpoint).await.expect("engine");
-        let mut call = call_request("stubborn__slow", r#"{"ms":30000}"#, "");
-        call.timeout_ms = 60_000;
-        let _ = engine.call_tool(call).await;
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = gw.sidecars_of("stubborn");
+    let old_server = servers_running();
+    assert_eq!(old_server.len(), 1, "{old_server:?}");
     spec.env.clear();
     admin
         .update_server(pb::UpdateServerRequest { spec: Some(spec) })
         .await
         .expect("UpdateServer");
-    // Two servers while the handover runs; stop `up` as soon as the new
-    // sidecar is there and the old one is being stopped.
-    eventually("the new sidecar started", LIMIT, || {
-        let now = gw.sidecars_of("stubborn");
-        let before = before.clone();
-        async move {
-            if now.iter().any(|p| !before.contains(p)) {
-                Ok(())
-            } else {
-                Err(format!("{now:?}"))
-            }
+    // Stop `up` once the handover is done: the new sidecar is connected
+    // and `up` has begun stopping the old one (it is no longer among the
+    // sidecars `up` manages or retires, only among those it stops).
+    eventually("up stopping the previous sidecar", LIMIT, || async {
+        if gw
+            .log()
+            .contains("stopping the previous sidecar: its successor is connected")
+        {
+            Ok(())
+        } else {
+            Err("not yet".to_owned())
         }
     })
     .await;
-    eventually(
-        "the new server up and both servers running",
-        LIMIT,
-        || async {
-            let s = servers_running();
-            if s.len() >= 2 {
-                Ok(())
-            } else {
-                Err(format!("{s:?}"))
-            }
-        },
-    )
-    .await;
+    assert!(alive(old_server[0]), "the old server is still stopping");
     let pids = servers_running();
+    assert!(pids.contains(&old_server[0]), "{pids:?}");
     signal(gw.pid, nix::sys::signal::Signal::SIGTERM);
     eventually("up exited", LIMIT, || async {
         if alive(gw.pid) {
@@ -824,6 +806,5 @@ async fn up_stopped_during_a_handover_leaves_no_server_running() {
         "servers left running after up stopped: {left:?} of {pids:?}\n{}",
         gw.log()
     );
-    slow.abort();
     gw.stop().await;
 }

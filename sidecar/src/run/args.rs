@@ -65,7 +65,7 @@ pub struct RunArgs {
     /// gRPC listen address for SidecarCalls (default 127.0.0.1:0).
     #[arg(long)]
     pub listen: Option<String>,
-    /// The URL registered as the call address (default: http://<bound listen address>).
+    /// The URL registered as the call address (default: `http://<bound listen address>`).
     #[arg(long)]
     pub advertise: Option<String>,
     /// Listen address of /metrics, /healthz, /readyz (default 127.0.0.1:0).
