@@ -591,6 +591,18 @@ impl AdminService for AdminApi {
             if keep_timeout {
                 spec.request_timeout_sec = o.request_timeout_sec;
             }
+            // The pre-registered client's secret, sealed in the store when
+            // it was given, is never answered, so an update that does not
+            // give it again (a form that edits the answer) keeps it, for the
+            // same client.
+            if let (Some(new), Some(stored)) = (spec.oauth.as_mut(), o.oauth.as_ref())
+                && new.client_secret.is_none()
+                && new.client_secret_file.is_none()
+                && stored.client_secret_sealed
+                && new.client_id == stored.client_id
+            {
+                new.client_secret_sealed = true;
+            }
         }
         if old.is_some_and(|o| {
             o.url != spec.url

@@ -647,6 +647,71 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
     gw.stop().await;
 }
 
+/// An OAuth server's pre-registered client secret, given once, is never
+/// answered; an update that sends the answered spec back (another
+/// timeout) keeps it for the same client, and one for another client
+/// drops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_keeps_the_oauth_client_secret_it_does_not_repeat() {
+    let gw = Gateway::start(StoreKind::Embedded, 10).await;
+    let mut admin = gw.admin().await;
+    let added = admin
+        .add_server(pb::AddServerRequest {
+            spec: Some(pb::ServerSpec {
+                name: "confidential".into(),
+                transport: pb::Transport::Http as i32,
+                url: "https://mcp.example.com/mcp".into(),
+                auth: "oauth".into(),
+                oauth: Some(pb::OAuthSettings {
+                    client_id: "switchyard-test".into(),
+                    client_secret: "CLIENT-SECRET-1".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("AddServer")
+        .into_inner()
+        .spec
+        .unwrap();
+    let oauth = added.oauth.clone().unwrap();
+    assert!(
+        oauth.has_client_secret && oauth.client_secret.is_empty(),
+        "{oauth:?}"
+    );
+    let update = |spec: pb::ServerSpec| pb::UpdateServerRequest { spec: Some(spec) };
+    let answered = admin
+        .update_server(update(pb::ServerSpec {
+            request_timeout_ms: 45_000,
+            ..added.clone()
+        }))
+        .await
+        .expect("UpdateServer")
+        .into_inner()
+        .spec
+        .unwrap();
+    assert_eq!(answered.request_timeout_ms, 45_000);
+    assert!(
+        answered.oauth.as_ref().unwrap().has_client_secret,
+        "the secret was dropped: {answered:?}"
+    );
+    let mut other = answered.clone();
+    other.oauth.as_mut().unwrap().client_id = "another-client".into();
+    let answered = admin
+        .update_server(update(other))
+        .await
+        .expect("UpdateServer")
+        .into_inner()
+        .spec
+        .unwrap();
+    assert!(
+        !answered.oauth.as_ref().unwrap().has_client_secret,
+        "another client's secret was kept: {answered:?}"
+    );
+    gw.stop().await;
+}
+
 /// A secret typed in the wrong place (a token as the URL, as `auth`, a
 /// header or variable without its separator, in a metadata URL's query)
 /// is refused as invalid, and the refusal names the field without
