@@ -285,6 +285,10 @@ pub enum ServersCommand {
     },
     /// Add a server.
     Add(Box<ServerArgs>),
+    /// Change some settings of a server, keeping the others (and the
+    /// secrets answers show as `[redacted]`); `switchyard up` replaces its
+    /// sidecar (make-before-break). Waits for a new sidecar to connect.
+    Update(Box<ServerUpdateArgs>),
     /// Remove a server.
     Remove {
         /// Its name.
@@ -430,8 +434,8 @@ pub enum BackgroundCommand {
     },
 }
 
-/// A server spec on the command line.
-#[derive(Debug, Args)]
+/// `switchyard servers add`.
+#[derive(Debug, clap::Args)]
 pub struct ServerArgs {
     /// Unique name.
     #[arg(long)]
@@ -439,6 +443,23 @@ pub struct ServerArgs {
     /// `stdio` or `http`.
     #[arg(long)]
     pub transport: String,
+    #[command(flatten)]
+    pub settings: ServerSettings,
+    /// oauth: authorize even though the authorization server does not
+    /// advertise PKCE (audited).
+    #[arg(long)]
+    pub oauth_allow_unadvertised_pkce: bool,
+    /// auto, 2026-07-28 or 2025-11-25.
+    #[arg(long, default_value = "auto")]
+    pub era: String,
+}
+
+/// The settings `servers add` and `servers update` share. `update` changes
+/// only those given: a list flag (`--arg`, `--oauth-scope`) replaces the
+/// whole list; a table flag (`--env`, `--header`, `--header-file`) sets
+/// one entry.
+#[derive(Debug, clap::Args)]
+pub struct ServerSettings {
     /// stdio: the program.
     #[arg(long)]
     pub command: Option<String>,
@@ -451,7 +472,8 @@ pub struct ServerArgs {
     /// stdio: working directory.
     #[arg(long)]
     pub cwd: Option<String>,
-    /// http: endpoint URL.
+    /// http: endpoint URL. On update, `[redacted]` parts (as answers show
+    /// them) keep the stored secrets, on the same scheme, host and port.
     #[arg(long)]
     pub url: Option<String>,
     /// http: 'Name: value' (repeatable). Put secrets in --header-file.
@@ -468,6 +490,7 @@ pub struct ServerArgs {
     pub auth: Option<String>,
     /// oauth: the client id of a client registered beforehand with the
     /// server's authorization server (else the client registers itself).
+    /// On update, another id drops the stored client secret.
     #[arg(long)]
     pub oauth_client_id: Option<String>,
     /// oauth: a file holding that client's secret, read here and sent to
@@ -480,13 +503,6 @@ pub struct ServerArgs {
     /// oauth: the HTTPS URL of Switchyard's Client ID Metadata Document.
     #[arg(long, value_name = "URL")]
     pub oauth_client_metadata_url: Option<String>,
-    /// oauth: authorize even though the authorization server does not
-    /// advertise PKCE (audited).
-    #[arg(long)]
-    pub oauth_allow_unadvertised_pkce: bool,
-    /// auto, 2026-07-28 or 2025-11-25.
-    #[arg(long, default_value = "auto")]
-    pub era: String,
     /// Per-request timeout towards the server, seconds (default 600).
     #[arg(long, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_sec: Option<u64>,
@@ -498,14 +514,43 @@ pub struct ServerArgs {
     /// checks it is still there (default 15; 0 = never; at most 86400).
     #[arg(long, value_name = "SEC")]
     pub liveness_interval_sec: Option<u64>,
-    /// Return as soon as the server is added, without waiting for it to
-    /// come up.
+    /// Return at once, without waiting for the server's (new) sidecar to
+    /// connect.
     #[arg(long)]
     pub no_wait: bool,
-    /// How long to wait for the server to come up, seconds (an oauth
-    /// server is not waited for: it needs authorization first).
+    /// How long to wait for it, seconds (an oauth server that is not
+    /// authorized is not waited for).
     #[arg(long, default_value_t = 10, value_name = "SEC")]
     pub timeout: u64,
+}
+
+/// `switchyard servers update`: the settings of [`ServerSettings`] that are
+/// given, the `--unset-*` removals, `--clear-args`. Another `--transport`
+/// drops the other transport's settings.
+#[derive(Debug, clap::Args)]
+pub struct ServerUpdateArgs {
+    /// The server's name.
+    pub name: String,
+    /// `stdio` or `http`.
+    #[arg(long)]
+    pub transport: Option<String>,
+    #[command(flatten)]
+    pub settings: ServerSettings,
+    /// stdio: no arguments.
+    #[arg(long, conflicts_with = "args")]
+    pub clear_args: bool,
+    /// stdio: NAME (repeatable): removes one variable.
+    #[arg(long = "unset-env", value_name = "NAME")]
+    pub unset_env: Vec<String>,
+    /// http: NAME (repeatable): removes one header.
+    #[arg(long = "unset-header", value_name = "NAME")]
+    pub unset_headers: Vec<String>,
+    /// http: NAME (repeatable): removes one header file.
+    #[arg(long = "unset-header-file", value_name = "NAME")]
+    pub unset_header_files: Vec<String>,
+    /// auto, 2026-07-28 or 2025-11-25.
+    #[arg(long)]
+    pub era: Option<String>,
 }
 
 /// `switchyard sessions ...`.

@@ -647,6 +647,117 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
     gw.stop().await;
 }
 
+/// `switchyard servers update` changes only the settings given: a variable
+/// set and one removed, the timeout; the secret-looking variable it does
+/// not mention (answered `[redacted]`) keeps its value in the new
+/// sidecar's file, and the server answers through the new sidecar. It
+/// refuses an update with nothing to change and an unknown `--unset-env`
+/// name (exit 64).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_update_changes_only_the_settings_given() {
+    let _serial = HEAVY.lock().await;
+    let gw = Gateway::start(StoreKind::Embedded, 10).await;
+    let reference = reference_server_bin();
+    let out = gw
+        .cli(&[
+            "servers",
+            "add",
+            "--name",
+            "upd",
+            "--transport",
+            "stdio",
+            "--command",
+            reference.to_str().unwrap(),
+            "--env",
+            "OLD=1",
+            "--env",
+            "API_TOKEN=tok-SECRET",
+        ])
+        .await;
+    assert!(ok_stdout(&out, "servers add").starts_with("added upd (up)"));
+    let before = gw.sidecars_of("upd");
+
+    let out = gw
+        .cli(&[
+            "servers",
+            "update",
+            "upd",
+            "--env",
+            "NEW=2",
+            "--unset-env",
+            "OLD",
+            "--request-timeout-sec",
+            "45",
+        ])
+        .await;
+    let text = ok_stdout(&out, "servers update");
+    assert_eq!(text.trim(), "updated upd (up)", "{out:?}");
+    let after = gw.sidecars_of("upd");
+    assert!(
+        after.iter().any(|p| !before.contains(p)),
+        "a new sidecar: {before:?} then {after:?}"
+    );
+    let mut admin = gw.admin().await;
+    let spec = admin
+        .get_server_status(pb::GetServerStatusRequest { name: "upd".into() })
+        .await
+        .expect("status")
+        .into_inner()
+        .spec
+        .unwrap();
+    assert_eq!(spec.request_timeout_ms, 45_000);
+    assert_eq!(spec.command, reference.to_str().unwrap());
+    let env: Vec<(&str, &str)> = spec
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .collect();
+    assert_eq!(env, [("API_TOKEN", "[redacted]"), ("NEW", "2")]);
+    let pid = *gw
+        .sidecars_of("upd")
+        .iter()
+        .find(|p| !before.contains(p))
+        .unwrap();
+    let file = cmdline(pid)
+        .split_whitespace()
+        .find(|a| a.ends_with("/upd.toml"))
+        .map(str::to_owned)
+        .expect("the sidecar's --config");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("tok-SECRET") && !text.contains("OLD"),
+        "{text}"
+    );
+    let mut engine = engine(&gw.endpoint).await.expect("engine");
+    get_order(&mut engine, "upd__get_order", "")
+        .await
+        .expect("a call through the new sidecar");
+
+    for (args, says) in [
+        (
+            &["servers", "update", "upd"][..],
+            "nothing to change for upd",
+        ),
+        (
+            &["servers", "update", "upd", "--unset-env", "OLD"][..],
+            "--unset-env \"OLD\": the server has no such entry",
+        ),
+    ] {
+        let out = gw.cli(args).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let out = gw
+        .cli(&["servers", "update", "nowhere", "--env", "A=1"])
+        .await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("nowhere"), "{err}");
+    gw.stop().await;
+}
+
 /// An OAuth server's pre-registered client secret, given once, is never
 /// answered; an update that sends the answered spec back (another
 /// timeout) keeps it for the same client, and one for another client

@@ -1,16 +1,18 @@
-//! `switchyard servers list|add|remove|status|authorize|deauthorize|tools`:
+//! `switchyard servers list|add|update|remove|status|authorize|deauthorize|tools`:
 //! the servers behind the gateway, through the admin API. `add` and
 //! `authorize` wait (bounded) for the server to come up ([`wait_up`]) and
-//! print the state it reached; `status` prints a card, or with `--json`
-//! the JSON shape of `servers list --json` plus its tools.
+//! print the state it reached; `update` changes the settings given on the
+//! stored spec and waits for a new sidecar to connect; `status` prints a
+//! card, or with `--json` the JSON shape of `servers list --json` plus its
+//! tools.
 
 use crate::cli::connect::Remote;
 use crate::cli::render::cards::render_server;
 use crate::cli::render::json::{server_tool_json, status_json};
 use crate::cli::render::tables::{server_tools_table, servers_table};
 use crate::cli::render::{out, print_json, print_lines, print_list};
-use crate::cli::{EXIT_USAGE, Failure, ServerArgs, ServersCommand};
-use std::collections::HashMap;
+use crate::cli::{EXIT_USAGE, Failure, ServerArgs, ServerUpdateArgs, ServersCommand};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use switchyard_common::tls::AuthChannel;
 use switchyard_proto::v1 as pb;
@@ -31,7 +33,7 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
             print_list(json, "servers", &resp.servers, status_json, servers_table);
         }
         ServersCommand::Add(a) => {
-            let (no_wait, timeout) = (a.no_wait, a.timeout);
+            let (no_wait, timeout) = (a.settings.no_wait, a.settings.timeout);
             let spec = spec(*a)?;
             let status = client
                 .add_server(pb::AddServerRequest { spec: Some(spec) })
@@ -47,19 +49,7 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
             let state = &status.state;
             out!("added {} ({state})", spec.name);
             if !no_wait && spec.auth != "oauth" && state != "up" {
-                // Why, when its sidecar says.
-                let why = status
-                    .sidecars
-                    .iter()
-                    .map(|c| c.last_error.as_str())
-                    .find(|e| !e.is_empty())
-                    .map(|e| {
-                        format!(
-                            ": {}",
-                            crate::cli::render::printable(&e.replace('\n', "\\n"))
-                        )
-                    })
-                    .unwrap_or_default();
+                let why = why(status.sidecars.iter());
                 eprintln!(
                     "({} is not up after {timeout} s{why}; see switchyard servers status {})",
                     spec.name, spec.name
@@ -72,6 +62,7 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
                 );
             }
         }
+        ServersCommand::Update(a) => update(&mut client, *a).await?,
         ServersCommand::Remove { name } => {
             client
                 .remove_server(pb::RemoveServerRequest { name: name.clone() })
@@ -240,106 +231,478 @@ async fn wait_up_status(
     }
 }
 
+/// A table flag of `servers add|update` (`--env NAME=value`, ...).
+struct Pairs {
+    flag: &'static str,
+    separator: char,
+    form: &'static str,
+    /// Whether names and values are trimmed (headers).
+    trim: bool,
+}
+
+impl Pairs {
+    const ENV: Pairs = Pairs {
+        flag: "--env",
+        separator: '=',
+        form: "NAME=value",
+        trim: false,
+    };
+    const HEADER: Pairs = Pairs {
+        flag: "--header",
+        separator: ':',
+        form: "'Name: value'",
+        trim: true,
+    };
+    const HEADER_FILE: Pairs = Pairs {
+        flag: "--header-file",
+        separator: '=',
+        form: "Name=PATH",
+        trim: true,
+    };
+}
+
+/// The (name, value) pairs of the `kind` flags `given`. Errors (exit 64):
+/// a value without the separator, named by its place among the flags
+/// (`--header #2`), never repeated: it may be a secret with its separator
+/// missing.
+fn pairs(kind: Pairs, given: &[String]) -> Result<Vec<(String, String)>, Failure> {
+    given
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let (k, v) = g.split_once(kind.separator).ok_or_else(|| {
+                Failure::new(
+                    EXIT_USAGE,
+                    format!(
+                        "{} #{}: expected {} (no '{}' in it)",
+                        kind.flag,
+                        i + 1,
+                        kind.form,
+                        kind.separator
+                    ),
+                )
+            })?;
+            Ok(match kind.trim {
+                true => (k.trim().to_owned(), v.trim().to_owned()),
+                false => (k.to_owned(), v.to_owned()),
+            })
+        })
+        .collect()
+}
+
+/// `servers update`: the stored spec (secrets as answers show them, which
+/// the update keeps) with the settings given changed, then (unless
+/// `--no-wait`) a wait for a sidecar that was not there before to connect.
+/// Errors: no setting given, or an `--unset-*` name the spec does not have
+/// (exit 64); the admin API's refusals.
+async fn update(client: &mut Admin, a: ServerUpdateArgs) -> Result<(), Failure> {
+    let name = a.name.clone();
+    let before = client
+        .get_server_status(pb::GetServerStatusRequest { name: name.clone() })
+        .await?
+        .into_inner();
+    let mut spec = before.spec.unwrap_or_default();
+    if !changed(&mut spec, &a)? {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            format!(
+                "nothing to change for {name}: give a setting (switchyard servers update --help)"
+            ),
+        ));
+    }
+    let old: HashSet<String> = before.sidecars.into_iter().map(|s| s.sidecar_id).collect();
+    let status = client
+        .update_server(pb::UpdateServerRequest { spec: Some(spec) })
+        .await?
+        .into_inner();
+    // An oauth server that is not authorized cannot come up.
+    let authorized = status
+        .oauth
+        .as_ref()
+        .is_none_or(|o| o.state == "authorized");
+    if a.settings.no_wait || !authorized {
+        out!("updated {name} ({})", status.state);
+        return Ok(());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(a.settings.timeout);
+    loop {
+        let status = client
+            .get_server_status(pb::GetServerStatusRequest { name: name.clone() })
+            .await?
+            .into_inner();
+        let new: Vec<&pb::SidecarInfo> = status
+            .sidecars
+            .iter()
+            .filter(|s| !old.contains(&s.sidecar_id))
+            .collect();
+        let connected = new.iter().any(|s| s.upstream_state == "connected");
+        if (connected && status.state == "up") || tokio::time::Instant::now() >= deadline {
+            out!("updated {name} ({})", status.state);
+            if !connected {
+                eprintln!(
+                    "(no new sidecar of {name} connected after {} s{}; see switchyard servers status {name})",
+                    a.settings.timeout,
+                    why(new.into_iter()),
+                );
+            }
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Why a server is not up, when one of `sidecars` says (`: listing tools
+/// failed …`, on one line), else nothing.
+fn why<'a>(sidecars: impl Iterator<Item = &'a pb::SidecarInfo>) -> String {
+    sidecars
+        .map(|c| c.last_error.as_str())
+        .find(|e| !e.is_empty())
+        .map(|e| {
+            format!(
+                ": {}",
+                crate::cli::render::printable(&e.replace('\n', "\\n"))
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// Applies `servers update`'s settings to `spec`; whether any was given.
+fn changed(spec: &mut pb::ServerSpec, a: &ServerUpdateArgs) -> Result<bool, Failure> {
+    let set = &a.settings;
+    let mut changed = false;
+    for (field, value) in [
+        (&mut spec.command, &set.command),
+        (&mut spec.cwd, &set.cwd),
+        (&mut spec.url, &set.url),
+        (&mut spec.era, &a.era),
+    ] {
+        if let Some(v) = value {
+            *field = v.clone();
+            changed = true;
+        }
+    }
+    if let Some(t) = &a.transport {
+        let transport = transport(t)?;
+        if transport as i32 != spec.transport {
+            // The other transport's settings would be refused.
+            match transport {
+                pb::Transport::Http => {
+                    spec.command.clear();
+                    spec.args.clear();
+                    spec.env.clear();
+                    spec.cwd.clear();
+                }
+                _ => {
+                    spec.url.clear();
+                    spec.headers.clear();
+                    spec.header_files.clear();
+                    spec.auth.clear();
+                    spec.oauth = None;
+                }
+            }
+            spec.transport = transport as i32;
+        }
+        changed = true;
+    }
+    if let Some(auth) = &set.auth {
+        spec.auth = auth_kind(auth)?;
+        changed = true;
+    }
+    if !set.args.is_empty() || a.clear_args {
+        spec.args = set.args.clone();
+        changed = true;
+    }
+    for (table, kind, given, unset, flag) in [
+        (
+            &mut spec.env,
+            Pairs::ENV,
+            &set.env,
+            &a.unset_env,
+            "--unset-env",
+        ),
+        (
+            &mut spec.headers,
+            Pairs::HEADER,
+            &set.headers,
+            &a.unset_headers,
+            "--unset-header",
+        ),
+        (
+            &mut spec.header_files,
+            Pairs::HEADER_FILE,
+            &set.header_files,
+            &a.unset_header_files,
+            "--unset-header-file",
+        ),
+    ] {
+        // Header names are case-insensitive: `authorization` replaces
+        // `Authorization`. Environment names are not.
+        let trim = kind.trim;
+        let same = |a: &str, b: &str| match trim {
+            true => a.eq_ignore_ascii_case(b),
+            false => a == b,
+        };
+        for name in unset {
+            let before = table.len();
+            table.retain(|k, _| !same(k, name));
+            if table.len() == before {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    format!("{flag} {name:?}: the server has no such entry"),
+                ));
+            }
+            changed = true;
+        }
+        for (k, v) in pairs(kind, given)? {
+            table.retain(|old, _| !same(old, &k));
+            table.insert(k, v);
+            changed = true;
+        }
+    }
+    let oauth_given = set.oauth_client_id.is_some()
+        || set.oauth_client_secret_file.is_some()
+        || !set.oauth_scopes.is_empty()
+        || set.oauth_client_metadata_url.is_some();
+    if oauth_given {
+        let o = spec.oauth.get_or_insert_with(Default::default);
+        if let Some(id) = &set.oauth_client_id {
+            o.client_id = id.clone();
+        }
+        if let Some(f) = &set.oauth_client_secret_file {
+            o.client_secret = client_secret(f)?;
+        }
+        if !set.oauth_scopes.is_empty() {
+            o.scopes = set.oauth_scopes.clone();
+        }
+        if let Some(u) = &set.oauth_client_metadata_url {
+            o.client_metadata_url = u.clone();
+        }
+        changed = true;
+    }
+    for (field, value) in [
+        (&mut spec.max_message_bytes, set.max_message_bytes),
+        (&mut spec.liveness_interval_sec, set.liveness_interval_sec),
+    ] {
+        if value.is_some() {
+            *field = value;
+            changed = true;
+        }
+    }
+    if let Some(sec) = set.request_timeout_sec {
+        spec.request_timeout_ms = sec.saturating_mul(1000);
+        changed = true;
+    }
+    Ok(changed)
+}
+
+/// `--transport`'s value. Errors (exit 64): neither `stdio` nor `http`.
+fn transport(given: &str) -> Result<pb::Transport, Failure> {
+    match given {
+        "stdio" => Ok(pb::Transport::Stdio),
+        "http" => Ok(pb::Transport::Http),
+        other => Err(Failure::new(
+            EXIT_USAGE,
+            format!("--transport {other:?}: expected stdio or http"),
+        )),
+    }
+}
+
+/// `--auth`'s value. Errors (exit 64): not a kind; not repeated, as it may
+/// be a secret typed in the wrong place.
+fn auth_kind(given: &str) -> Result<String, Failure> {
+    match given {
+        "none" | "headers" | "oauth" => Ok(given.to_owned()),
+        _ => Err(Failure::new(
+            EXIT_USAGE,
+            "--auth: expected none, headers or oauth".to_owned(),
+        )),
+    }
+}
+
+/// The content of `--oauth-client-secret-file`, read here, on the admin's
+/// machine, and sent to be sealed in the store.
+fn client_secret(file: &str) -> Result<String, Failure> {
+    switchyard_common::server_spec::load_header_value(
+        "--oauth-client-secret-file",
+        std::path::Path::new(file),
+    )
+    .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))
+}
+
 /// The server spec of `servers add`'s flags. Errors (exit 64): an unknown
 /// `--transport`, an `--env` without `=`, a `--header` without `:`, a
 /// `--header-file` without `=`, an unknown `--auth`.
 fn spec(a: ServerArgs) -> Result<pb::ServerSpec, Failure> {
-    let transport = match a.transport.as_str() {
-        "stdio" => pb::Transport::Stdio,
-        "http" => pb::Transport::Http,
-        other => {
-            return Err(Failure::new(
-                EXIT_USAGE,
-                format!("--transport {other:?}: expected stdio or http"),
-            ));
-        }
-    };
-    let mut env = HashMap::new();
-    // A malformed value is not repeated: it may be a secret with its
-    // separator missing. Its place among the flags is named instead.
-    for (i, e) in a.env.iter().enumerate() {
-        let (k, v) = e.split_once('=').ok_or_else(|| {
-            Failure::new(
-                EXIT_USAGE,
-                format!("--env #{}: expected NAME=value (no '=' in it)", i + 1),
-            )
-        })?;
-        env.insert(k.to_owned(), v.to_owned());
-    }
-    let mut headers = HashMap::new();
-    for (i, h) in a.headers.iter().enumerate() {
-        let (k, v) = h.split_once(':').ok_or_else(|| {
-            Failure::new(
-                EXIT_USAGE,
-                format!("--header #{}: expected 'Name: value' (no ':' in it)", i + 1),
-            )
-        })?;
-        headers.insert(k.trim().to_owned(), v.trim().to_owned());
-    }
-    let mut header_files = HashMap::new();
-    for h in &a.header_files {
-        let (k, v) = h.split_once('=').ok_or_else(|| {
-            Failure::new(
-                EXIT_USAGE,
-                format!("--header-file {h:?}: expected Name=PATH"),
-            )
-        })?;
-        header_files.insert(k.trim().to_owned(), v.trim().to_owned());
-    }
-    let any_oauth = a.oauth_client_id.is_some()
-        || a.oauth_client_secret_file.is_some()
-        || !a.oauth_scopes.is_empty()
-        || a.oauth_client_metadata_url.is_some()
+    let set = a.settings;
+    let transport = transport(&a.transport)?;
+    let env: HashMap<_, _> = pairs(Pairs::ENV, &set.env)?.into_iter().collect();
+    let headers: HashMap<_, _> = pairs(Pairs::HEADER, &set.headers)?.into_iter().collect();
+    let header_files: HashMap<_, _> = pairs(Pairs::HEADER_FILE, &set.header_files)?
+        .into_iter()
+        .collect();
+    let any_oauth = set.oauth_client_id.is_some()
+        || set.oauth_client_secret_file.is_some()
+        || !set.oauth_scopes.is_empty()
+        || set.oauth_client_metadata_url.is_some()
         || a.oauth_allow_unadvertised_pkce;
-    if any_oauth && a.auth.as_deref() != Some("oauth") {
+    if any_oauth && set.auth.as_deref() != Some("oauth") {
         return Err(Failure::new(
             EXIT_USAGE,
             "--oauth-* flags need --auth oauth".to_owned(),
         ));
     }
-    // The secret file is read here, on the admin's machine, and sent to be
-    // sealed in the store.
-    let client_secret = match &a.oauth_client_secret_file {
-        Some(f) => switchyard_common::server_spec::load_header_value(
-            "--oauth-client-secret-file",
-            std::path::Path::new(f),
-        )
-        .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?,
+    let client_secret = match &set.oauth_client_secret_file {
+        Some(f) => client_secret(f)?,
         None => String::new(),
     };
     let oauth = any_oauth.then(|| pb::OAuthSettings {
-        client_id: a.oauth_client_id.clone().unwrap_or_default(),
+        client_id: set.oauth_client_id.clone().unwrap_or_default(),
         client_secret,
-        scopes: a.oauth_scopes.clone(),
-        client_metadata_url: a.oauth_client_metadata_url.clone().unwrap_or_default(),
+        scopes: set.oauth_scopes.clone(),
+        client_metadata_url: set.oauth_client_metadata_url.clone().unwrap_or_default(),
         allow_unadvertised_pkce: a.oauth_allow_unadvertised_pkce,
         ..Default::default()
     });
     Ok(pb::ServerSpec {
         name: a.name,
         transport: transport as i32,
-        command: a.command.unwrap_or_default(),
-        args: a.args,
+        command: set.command.unwrap_or_default(),
+        args: set.args,
         env,
-        cwd: a.cwd.unwrap_or_default(),
-        url: a.url.unwrap_or_default(),
+        cwd: set.cwd.unwrap_or_default(),
+        url: set.url.unwrap_or_default(),
         headers,
         era: a.era,
-        request_timeout_ms: a.request_timeout_sec.map_or(0, |s| s.saturating_mul(1000)),
-        max_message_bytes: a.max_message_bytes,
-        liveness_interval_sec: a.liveness_interval_sec,
-        auth: match a.auth.as_deref() {
+        request_timeout_ms: set
+            .request_timeout_sec
+            .map_or(0, |s| s.saturating_mul(1000)),
+        max_message_bytes: set.max_message_bytes,
+        liveness_interval_sec: set.liveness_interval_sec,
+        auth: match set.auth.as_deref() {
             None => String::new(),
-            Some(v @ ("none" | "headers" | "oauth")) => v.to_owned(),
-            // Not repeated: it may be a secret typed in the wrong place.
-            Some(_) => {
-                return Err(Failure::new(
-                    EXIT_USAGE,
-                    "--auth: expected none, headers or oauth".to_owned(),
-                ));
-            }
+            Some(given) => auth_kind(given)?,
         },
         header_files,
         oauth,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    /// `servers update ARGS…` applied to `spec`.
+    fn update(spec: &pb::ServerSpec, args: &[&str]) -> Result<(bool, pb::ServerSpec), Failure> {
+        let mut argv = vec!["switchyard", "servers", "update", "s"];
+        argv.extend_from_slice(args);
+        let Command::Servers(ServersCommand::Update(a)) =
+            Cli::try_parse_from(argv).expect("parses").command
+        else {
+            panic!("not servers update");
+        };
+        let mut spec = spec.clone();
+        changed(&mut spec, &a).map(|c| (c, spec))
+    }
+
+    fn http() -> pb::ServerSpec {
+        pb::ServerSpec {
+            name: "s".into(),
+            transport: pb::Transport::Http as i32,
+            url: "https://h/mcp".into(),
+            headers: [("Authorization".into(), "[redacted]".into())].into(),
+            header_files: [("X-Key".into(), "/run/k".into())].into(),
+            auth: "headers".into(),
+            request_timeout_ms: 600_000,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_the_settings_given_change() {
+        let (changed, spec) = update(&http(), &["--request-timeout-sec", "5"]).unwrap();
+        assert!(changed);
+        assert_eq!(
+            spec,
+            pb::ServerSpec {
+                request_timeout_ms: 5_000,
+                ..http()
+            }
+        );
+        let (changed, spec) = update(&http(), &[]).unwrap();
+        assert!(!changed);
+        assert_eq!(spec, http());
+    }
+
+    #[test]
+    fn header_names_are_replaced_whatever_their_case() {
+        let (_, spec) = update(
+            &http(),
+            &[
+                "--header",
+                "authorization: Bearer new",
+                "--unset-header-file",
+                "x-key",
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            spec.headers,
+            [("authorization".to_owned(), "Bearer new".to_owned())].into()
+        );
+        assert!(spec.header_files.is_empty());
+        let e = update(&http(), &["--unset-header", "X-Nope"]).unwrap_err();
+        assert_eq!(e.code, EXIT_USAGE);
+        // Environment names are case-sensitive.
+        let stdio = pb::ServerSpec {
+            transport: pb::Transport::Stdio as i32,
+            env: [("PATH".into(), "/bin".into())].into(),
+            ..Default::default()
+        };
+        let (_, spec) = update(&stdio, &["--env", "path=/usr/bin"]).unwrap();
+        assert_eq!(spec.env.len(), 2);
+    }
+
+    #[test]
+    fn another_transport_drops_the_other_transports_settings() {
+        let (_, spec) = update(
+            &http(),
+            &[
+                "--transport",
+                "stdio",
+                "--command",
+                "srv",
+                "--arg",
+                "--flag",
+            ],
+        )
+        .unwrap();
+        assert_eq!(spec.transport, pb::Transport::Stdio as i32);
+        assert_eq!(
+            (spec.command.as_str(), spec.args.as_slice()),
+            ("srv", &["--flag".to_owned()][..])
+        );
+        assert!(spec.url.is_empty() && spec.headers.is_empty() && spec.header_files.is_empty());
+        assert!(spec.auth.is_empty() && spec.oauth.is_none());
+        let (_, spec) = update(&spec, &["--clear-args"]).unwrap();
+        assert!(spec.args.is_empty());
+    }
+
+    #[test]
+    fn a_malformed_entry_is_named_by_its_place_not_its_value() {
+        let e = update(
+            &http(),
+            &["--header", "X-A: 1", "--header", "Authorization=SECRET"],
+        )
+        .unwrap_err();
+        assert_eq!(e.code, EXIT_USAGE);
+        assert!(
+            e.message.contains("--header #2") && !e.message.contains("SECRET"),
+            "{}",
+            e.message
+        );
+        let e = update(&http(), &["--auth", "SECRET"]).unwrap_err();
+        assert!(!e.message.contains("SECRET"), "{}", e.message);
+    }
 }
