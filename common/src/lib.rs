@@ -7,6 +7,7 @@
 //! - [`logging`] and [`audit`]: log initialisation and the one audit sink
 //!   (JSON lines to a file or the log);
 //! - [`runtime`]: the tokio runtime built from `worker_threads`;
+//! - [`args`]: command-line parsing with the binaries' exit statuses;
 //! - [`toml_file`]: reading a TOML configuration, with errors that name
 //!   the key; [`serde_errors`]: serde's messages without the values they
 //!   quote;
@@ -17,6 +18,7 @@
 //!   and their checks;
 //! - [`error_chain`]: an error and its causes on one line.
 
+pub mod args;
 pub mod audit;
 pub mod connections;
 pub mod http_serve;

@@ -76,7 +76,11 @@ fn check_config(args: &CheckConfigArgs) -> Result<String, (String, u8)> {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    // A bad flag value exits 64, other bad syntax 2.
+    let cli: Cli = match switchyard_common::args::parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     let default_level = match cli.command {
         Command::Run(_) => "info",
         // The probe's failure is its one `error:` line; logs only on request.

@@ -32,7 +32,11 @@ struct Args {
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    // A bad flag value exits 64, other bad syntax 2.
+    let args: Args = match switchyard_common::args::parse() {
+        Ok(args) => args,
+        Err(code) => return code,
+    };
     let _log = switchyard_control_plane::init_logging();
     let config = match Config::load(&args.config) {
         Ok(c) => c,

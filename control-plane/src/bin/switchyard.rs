@@ -1,6 +1,5 @@
 //! `switchyard`: run the gateway (`up`) and use it from the command line.
 
-use clap::Parser;
 use switchyard_control_plane::cli;
 use switchyard_control_plane::config::Config;
 
@@ -10,8 +9,12 @@ use switchyard_control_plane::config::Config;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    // Bad syntax exits 2 (clap's convention), like switchyard-sidecar.
-    let cli = cli::Cli::parse();
+    // A bad flag value exits 64 (the README's table), other bad syntax 2
+    // (clap's convention), like switchyard-sidecar.
+    let cli: cli::Cli = match switchyard_common::args::parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     let _log = switchyard_control_plane::init_logging();
     // `up` runs the control plane in-process: its file's [runtime]
     // worker_threads decides the runtime. A file that does not load is

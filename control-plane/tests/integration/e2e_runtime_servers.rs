@@ -265,7 +265,7 @@ async fn server_limits_set_at_runtime_are_obeyed_and_kept_by_an_update() {
         assert!(stderr.contains(field), "{flags:?}: {stderr}");
     }
     let out = gw.cli(&add(&["--request-timeout-sec", "0"])).await;
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
 
     // 2048 bytes: less than the server's tool list (about 3 KB).
     let out = gw
