@@ -404,8 +404,9 @@ impl Tasks {
         };
         let negotiated = match upstream.negotiated() {
             Some(n) => n,
-            // Boxed: rare, and its future is large.
-            None => Box::pin(upstream.connect()).await?,
+            // Boxed: rare, and its future is large. A server whose last
+            // attempt to connect failed fails the call at once.
+            None => Box::pin(upstream.connect_or_last_failure()).await?,
         };
         let caps = &negotiated.capabilities;
         match negotiated.era {

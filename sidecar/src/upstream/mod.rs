@@ -351,6 +351,17 @@ impl Upstream {
         Ok(self.connection(Waiting::Always).await?.negotiated().clone())
     }
 
+    /// [`Upstream::connect`] for a request: while the server's last
+    /// attempt to connect failed, that failure at once (the next attempt
+    /// runs on after its backoff), as requests get it.
+    pub async fn connect_or_last_failure(&self) -> Result<Negotiated, UpstreamError> {
+        Ok(self
+            .connection(Waiting::NotAfterAFailure)
+            .await?
+            .negotiated()
+            .clone())
+    }
+
     /// What the current connection negotiated, if connected.
     pub fn negotiated(&self) -> Option<Negotiated> {
         match &*self.inner.state.lock().unwrap() {

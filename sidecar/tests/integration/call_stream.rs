@@ -236,3 +236,68 @@ async fn raw_frames_bad_ids_and_closing_the_sending_side() {
     }
     assert!(within(outcomes.message()).await.unwrap().is_none());
 }
+
+/// A server whose restarts fail (it exits at start) fails each call at
+/// once with why, while the next attempt waits out its 10 s backoff; once
+/// it can start again, calls are served without anything done by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_to_a_server_that_cannot_restart_fail_at_once_with_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken");
+    let mut config = stub("crashy.py");
+    if let switchyard_sidecar::upstream::TransportConfig::Stdio(s) = &mut config.transport {
+        s.env
+            .insert("STUB_EXIT_ON_START_IF".into(), broken.display().to_string());
+    }
+    config.restart = switchyard_sidecar::upstream::RestartPolicy {
+        initial_backoff: Duration::from_secs(10),
+        max_backoff: Duration::from_secs(10),
+        // A crash restarts at once; the failed restart then backs off.
+        reset_after: Duration::ZERO,
+        eager: true,
+    };
+    let h = harness(config, Duration::from_millis(200)).await;
+    let mux = open(&h).await;
+    std::fs::write(&broken, "").unwrap();
+    match within(mux.call(call("crash", json!({"code": 3})))).await {
+        Err(CallError::Call(s)) => assert_eq!(s.code(), Code::Unavailable, "{s:?}"),
+        other => panic!("{other:?}"),
+    }
+    // The restart at once fails (exit status 4).
+    let mut link = h.upstream.link();
+    tokio::time::timeout(
+        LIMIT,
+        link.wait_for(|l| l.last_error.as_deref().is_some_and(|e| e.contains("4"))),
+    )
+    .await
+    .expect("the failed restart is reported")
+    .unwrap();
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        match within(mux.call(call("echo", json!({"message": "hi"})))).await {
+            Err(CallError::Call(s)) => {
+                assert_eq!(s.code(), Code::Unavailable, "{s:?}");
+                assert!(s.message().contains("crashy"), "{s:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the call waited for the next attempt: {:?}",
+            started.elapsed()
+        );
+    }
+    // Fixed: the next attempt (after its backoff) connects, and calls are
+    // served again.
+    std::fs::remove_file(&broken).unwrap();
+    let r = eventually("calls served again", || {
+        let mux = mux.clone();
+        async move {
+            mux.call(call("echo", json!({"message": "back"})))
+                .await
+                .map_err(|e| format!("{e:?}"))
+        }
+    })
+    .await;
+    assert_eq!(text_of(&r.result_json), "back");
+}

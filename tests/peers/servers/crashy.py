@@ -25,6 +25,8 @@ STUB_IGNORE_EOF, STUB_IGNORE_SIGTERM):
   STUB_START_DELAY_MS=n    sleep n ms before reading stdin (slow start)
   STUB_EXIT_ON_START=code  after the log/delay, print the crash lines to stderr
                            and exit with `code` before reading anything
+  STUB_EXIT_ON_START_IF=path  the same (code 4) when path exists, so a test
+                           can make the restarts of a running server fail
 """
 import json
 import os
@@ -78,4 +80,6 @@ if os.environ.get("STUB_START_LOG"):
 time.sleep(env_int("STUB_START_DELAY_MS", 0) / 1000)
 if os.environ.get("STUB_EXIT_ON_START"):
     die(int(os.environ["STUB_EXIT_ON_START"]))
+if os.environ.get("STUB_EXIT_ON_START_IF") and os.path.exists(os.environ["STUB_EXIT_ON_START_IF"]):
+    die(4)
 srv.run()
