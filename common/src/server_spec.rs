@@ -212,6 +212,20 @@ pub fn redacted_url(url: &str) -> String {
     out
 }
 
+/// Whether URLs `a` and `b` have the same scheme, host and port (the
+/// default port of the scheme when none is written): whether a secret
+/// stored for one may be sent to the other. `false` when either is not a
+/// URL.
+pub fn same_origin(a: &str, b: &str) -> bool {
+    match (url::Url::parse(a), url::Url::parse(b)) {
+        (Ok(a), Ok(b)) => {
+            (a.scheme(), a.host_str(), a.port_or_known_default())
+                == (b.scheme(), b.host_str(), b.port_or_known_default())
+        }
+        _ => false,
+    }
+}
+
 /// `sent` (a URL as an admin sent it back, possibly edited) with each
 /// secret it shows as [`REDACTED`] ([`redacted_url`]: its password, a path
 /// segment, a query value, the fragment) taken from `stored`, the URL it
@@ -233,9 +247,7 @@ pub fn restore_url_secrets(sent: &str, stored: &str) -> Result<String, String> {
     let (Ok(new), Ok(old)) = (url::Url::parse(sent), url::Url::parse(stored)) else {
         return Err("shows [redacted] values but is not a URL".into());
     };
-    if (new.scheme(), new.host_str(), new.port_or_known_default())
-        != (old.scheme(), old.host_str(), old.port_or_known_default())
-    {
+    if !same_origin(sent, stored) {
         return Err(
             "shows [redacted] values but points to another host: give its secrets again".into(),
         );

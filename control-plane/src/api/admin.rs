@@ -178,17 +178,53 @@ pub fn spec_to_pb(s: &ServerConfig) -> pb::ServerSpec {
 
 /// Values of `new` that are [`switchyard_common::server_spec::REDACTED`]
 /// (as answers show secrets) take the value `old` has for the same name.
+///
+/// Only while the secrets go where they went (`same_target`: an HTTP
+/// server's URL keeps its scheme, host and port; a stdio server its
+/// command and arguments); else, and for a name the stored spec does not
+/// have, a `[redacted]` value is refused (INVALID_ARGUMENT naming
+/// `field.NAME`), never stored as the literal text nor sent elsewhere.
 fn keep_redacted(
+    field: &str,
     new: &mut std::collections::BTreeMap<String, String>,
     old: &std::collections::BTreeMap<String, String>,
-) {
+    same_target: bool,
+) -> Result<(), Status> {
     for (name, value) in new.iter_mut() {
-        if value == switchyard_common::server_spec::REDACTED
-            && let Some(stored) = old.get(name)
-        {
-            value.clone_from(stored);
+        if value != switchyard_common::server_spec::REDACTED {
+            continue;
+        }
+        match old.get(name) {
+            Some(stored) if same_target => value.clone_from(stored),
+            Some(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "spec.{field}.{}: shows [redacted], but the server now points elsewhere (another URL host or command): give its secret again",
+                    switchyard_common::serde_errors::escape_controls(name)
+                )));
+            }
+            None => {
+                return Err(Status::invalid_argument(format!(
+                    "spec.{field}.{}: shows [redacted], which the stored spec does not have: give its value",
+                    switchyard_common::serde_errors::escape_controls(name)
+                )));
+            }
         }
     }
+    Ok(())
+}
+
+/// Whether `new` sends its secrets where `old` did: the same transport and,
+/// for HTTP, the same URL scheme, host and port, for stdio the same command
+/// and arguments.
+fn same_target(new: &ServerConfig, old: &ServerConfig) -> bool {
+    new.transport == old.transport
+        && match new.transport {
+            TransportKind::Http => match (&new.url, &old.url) {
+                (Some(n), Some(o)) => switchyard_common::server_spec::same_origin(n, o),
+                _ => false,
+            },
+            TransportKind::Stdio => new.command == old.command && new.args == old.args,
+        }
 }
 
 /// The status of one server from the read model.
@@ -573,8 +609,11 @@ impl AdminService for AdminApi {
         // A secret shown as `[redacted]` and sent back unchanged (a form
         // that edits the answer) keeps its stored value.
         if let Some(o) = &old {
-            keep_redacted(&mut spec.headers, &o.headers);
-            keep_redacted(&mut spec.env, &o.env);
+            // Judged on the URL as sent: its `[redacted]` parts are
+            // restored below only on the same origin anyway.
+            let same_target = same_target(&spec, o);
+            keep_redacted("headers", &mut spec.headers, &o.headers, same_target)?;
+            keep_redacted("env", &mut spec.env, &o.env, same_target)?;
             // The URL as answers show it (its secrets redacted), edited
             // or not, keeps the stored secrets, on the same host only.
             if let (Some(sent), Some(stored)) = (&spec.url, &o.url) {
@@ -594,12 +633,13 @@ impl AdminService for AdminApi {
             // The pre-registered client's secret, sealed in the store when
             // it was given, is never answered, so an update that does not
             // give it again (a form that edits the answer) keeps it, for the
-            // same client.
+            // same client and the same server origin.
             if let (Some(new), Some(stored)) = (spec.oauth.as_mut(), o.oauth.as_ref())
                 && new.client_secret.is_none()
                 && new.client_secret_file.is_none()
                 && stored.client_secret_sealed
                 && new.client_id == stored.client_id
+                && same_target
             {
                 new.client_secret_sealed = true;
             }
@@ -741,15 +781,22 @@ mod tests {
             [("X-Api-Key".to_owned(), "s3cret".to_owned())].into();
         let mut sent: std::collections::BTreeMap<String, String> = [
             ("X-Api-Key".to_owned(), "[redacted]".to_owned()),
-            ("X-New".to_owned(), "[redacted]".to_owned()),
             ("X-Plain".to_owned(), "v".to_owned()),
         ]
         .into();
-        keep_redacted(&mut sent, &stored);
+        let mut moved = sent.clone();
+        keep_redacted("headers", &mut sent, &stored, true).unwrap();
         assert_eq!(sent["X-Api-Key"], "s3cret");
-        // Nothing stored under that name: kept as sent.
-        assert_eq!(sent["X-New"], "[redacted]");
         assert_eq!(sent["X-Plain"], "v");
+        // Pointed elsewhere: refused, not carried.
+        let e = keep_redacted("headers", &mut moved, &stored, false).unwrap_err();
+        assert!(e.message().contains("spec.headers.X-Api-Key"), "{e:?}");
+        assert_eq!(moved["X-Api-Key"], "[redacted]");
+        // Nothing stored under that name: refused, not stored literally.
+        let mut new: std::collections::BTreeMap<String, String> =
+            [("X-New".to_owned(), "[redacted]".to_owned())].into();
+        let e = keep_redacted("headers", &mut new, &stored, true).unwrap_err();
+        assert!(e.message().contains("does not have"), "{e:?}");
     }
 
     #[test]

@@ -807,6 +807,21 @@ async fn an_update_keeps_the_oauth_client_secret_it_does_not_repeat() {
         answered.oauth.as_ref().unwrap().has_client_secret,
         "the secret was dropped: {answered:?}"
     );
+    // Another host: the secret is not sent there.
+    let moved = admin
+        .update_server(update(pb::ServerSpec {
+            url: "https://elsewhere.example.com/mcp".into(),
+            ..answered.clone()
+        }))
+        .await
+        .expect("UpdateServer")
+        .into_inner()
+        .spec
+        .unwrap();
+    assert!(
+        !moved.oauth.as_ref().unwrap().has_client_secret,
+        "the secret was kept for another host: {moved:?}"
+    );
     let mut other = answered.clone();
     other.oauth.as_mut().unwrap().client_id = "another-client".into();
     let answered = admin
@@ -820,6 +835,97 @@ async fn an_update_keeps_the_oauth_client_secret_it_does_not_repeat() {
         !answered.oauth.as_ref().unwrap().has_client_secret,
         "another client's secret was kept: {answered:?}"
     );
+    gw.stop().await;
+}
+
+/// Header and environment values sent back `[redacted]` keep their
+/// stored secrets only while they go where they went: an HTTP server's
+/// URL on the same origin, a stdio server's same command. Pointed
+/// elsewhere, or for a name the stored spec lacks, the update is refused
+/// and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redacted_secrets_are_not_carried_to_another_host_or_command() {
+    let gw = Gateway::start(StoreKind::Embedded, 10).await;
+    let mut admin = gw.admin().await;
+    let http = pb::ServerSpec {
+        name: "keyed".into(),
+        transport: pb::Transport::Http as i32,
+        url: "http://127.0.0.1:9/mcp".into(),
+        headers: [("Authorization".into(), "Bearer H-SECRET".into())].into(),
+        ..Default::default()
+    };
+    let stdio = pb::ServerSpec {
+        name: "tokened".into(),
+        transport: pb::Transport::Stdio as i32,
+        command: "/bin/true".into(),
+        env: [("GITHUB_TOKEN".into(), "E-SECRET".into())].into(),
+        ..Default::default()
+    };
+    let mut answered = Vec::new();
+    for spec in [http, stdio] {
+        answered.push(
+            admin
+                .add_server(pb::AddServerRequest { spec: Some(spec) })
+                .await
+                .expect("AddServer")
+                .into_inner()
+                .spec
+                .unwrap(),
+        );
+    }
+    let (http, stdio) = (answered[0].clone(), answered[1].clone());
+    assert_eq!(http.headers["Authorization"], "[redacted]");
+    assert_eq!(stdio.env["GITHUB_TOKEN"], "[redacted]");
+    let refused = [
+        (
+            pb::ServerSpec {
+                url: "http://127.0.0.2:9/mcp".into(),
+                ..http.clone()
+            },
+            "spec.headers.Authorization: shows [redacted], but the server now points elsewhere",
+        ),
+        (
+            pb::ServerSpec {
+                command: "/bin/sh".into(),
+                ..stdio.clone()
+            },
+            "spec.env.GITHUB_TOKEN: shows [redacted], but the server now points elsewhere",
+        ),
+        (
+            pb::ServerSpec {
+                headers: [("X-Api-Key".into(), "[redacted]".into())].into(),
+                ..http.clone()
+            },
+            "spec.headers.X-Api-Key: shows [redacted], which the stored spec does not have",
+        ),
+    ];
+    for (spec, says) in refused {
+        let e = admin
+            .update_server(pb::UpdateServerRequest { spec: Some(spec) })
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(says), "{}", e.message());
+    }
+    // The same origin (another path) keeps the header; the stored spec
+    // was not changed by the refusals.
+    admin
+        .update_server(pb::UpdateServerRequest {
+            spec: Some(pb::ServerSpec {
+                url: "http://127.0.0.1:9/other".into(),
+                ..http.clone()
+            }),
+        })
+        .await
+        .expect("the same origin");
+    let status = admin
+        .get_server_status(pb::GetServerStatusRequest {
+            name: "tokened".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.spec.unwrap().command, "/bin/true");
     gw.stop().await;
 }
 
