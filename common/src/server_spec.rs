@@ -212,6 +212,30 @@ pub fn redacted_url(url: &str) -> String {
     out
 }
 
+/// `text` with every `http://` or `https://` URL in it (up to white space,
+/// a quote, `)` or `>`) replaced by its [`redacted_url`]: for messages of
+/// other libraries that quote a URL they were given (rmcp's "discovery
+/// failed for URL", reqwest's "error sending request for url (URL)").
+pub fn redact_urls_in(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = ["http://", "https://"]
+        .iter()
+        .filter_map(|scheme| rest.find(scheme))
+        .min()
+    {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ')' | '>'))
+            .unwrap_or(tail.len());
+        out.push_str(&redacted_url(&tail[..end]));
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Whether URLs `a` and `b` have the same scheme, host and port (the
 /// default port of the scheme when none is written): whether a secret
 /// stored for one may be sent to the other. `false` when either is not a
@@ -990,6 +1014,17 @@ mod tests {
         ] {
             assert_eq!(redacted_url(url), shown, "{url}");
         }
+    }
+
+    #[test]
+    fn urls_quoted_in_messages_are_redacted() {
+        assert_eq!(
+            redact_urls_in(
+                "OAuth metadata discovery failed for http://a:PW@h/mcp?api_key=K; error sending request for url (https://h/x?token=T#f): refused"
+            ),
+            "OAuth metadata discovery failed for http://a:[redacted]@h/mcp?api_key=[redacted]; error sending request for url (https://h/x?token=[redacted]#[redacted]): refused"
+        );
+        assert_eq!(redact_urls_in("no url here"), "no url here");
     }
 
     #[test]

@@ -545,8 +545,9 @@ impl OAuth {
                     return Err(OAuthError::Unreachable {
                         server: server.into(),
                         problem: format!(
-                            "{url} cannot be reached: {}",
-                            switchyard_common::error_chain(&e)
+                            "{} cannot be reached: {}",
+                            switchyard_common::server_spec::redacted_url(&url),
+                            switchyard_common::error_chain(&e.without_url())
                         ),
                     });
                 }

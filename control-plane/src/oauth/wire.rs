@@ -250,9 +250,11 @@ pub fn describe_hiding(e: &AuthError, secrets: &[&str]) -> String {
 }
 
 /// `text` cut to 300 characters with each of `secrets` (4 characters or
-/// more) replaced by `[redacted]`, also in its form-encoded spelling.
+/// more) replaced by `[redacted]`, also in its form-encoded spelling, and
+/// the secrets of the URLs it quotes (the server's URL may hold a key:
+/// [`switchyard_common::server_spec::redact_urls_in`]).
 pub fn hide(text: &str, secrets: &[&str]) -> String {
-    let mut text = text.to_owned();
+    let mut text = switchyard_common::server_spec::redact_urls_in(text);
     for s in secrets.iter().filter(|s| s.len() >= 4) {
         let encoded: String = url::form_urlencoded::byte_serialize(s.as_bytes()).collect();
         text = text

@@ -996,6 +996,27 @@ async fn refusals_never_repeat_a_secret_typed_in_the_wrong_place() {
         !String::from_utf8_lossy(&out.stdout).contains("\"wrong\""),
         "nothing was added"
     );
+    // An OAuth server that cannot be reached: the refusal of its
+    // authorization names it without its URL's secrets.
+    admin
+        .add_server(pb::AddServerRequest {
+            spec: Some(pb::ServerSpec {
+                name: "unreachable".into(),
+                auth: "oauth".into(),
+                ..http("http://alice:PW-SECRET@127.0.0.1:9/mcp/sk-ak-3f9a8B7c6D5e4F3g2H1i?api_key=Q-SECRET#F-SECRET")
+            }),
+        })
+        .await
+        .expect("AddServer");
+    let out = gw
+        .cli(&["servers", "authorize", "unreachable", "--no-wait"])
+        .await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("cannot be reached"), "{err}");
+    for secret in ["SECRET", "sk-ak-"] {
+        assert!(!err.contains(secret), "{err}");
+    }
     gw.stop().await;
 }
 
