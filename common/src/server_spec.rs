@@ -6,7 +6,7 @@
 //! (`switchyard_sidecar::upstream::UpstreamConfig::from_spec`).
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use switchyard_mcp::era::EraPreference;
 
@@ -69,8 +69,9 @@ pub const REDACTED: &str = "[redacted]";
 ///   `credential` (`X-Api-Key`, `GITHUB_TOKEN`, `db_password`);
 /// - any name with one of these words, the name split at characters
 ///   other than letters and digits and at lower-to-upper case changes:
-///   `auth`, `authorization`, `bearer`, `cookie`, `jwt`, `pass`, `passwd`,
-///   `passphrase`, `pwd`, `session`, `sig`, `signature` (`X-Auth`,
+///   `auth`, `authorization`, `bearer`, `cookie`, `jsessionid`, `jwt`,
+///   `pass`, `passcode`, `passwd`, `passphrase`, `pin`, `pwd`, `session`,
+///   `sessionid`, `sid`, `sig`, `signature` (`X-Auth`,
 ///   `Proxy-Authorization`, `sig` of an Azure SAS, `X-Amz-Signature`,
 ///   `SMTP_PASS`; not `AUTHOR` or `PASSENGERS`).
 ///
@@ -78,17 +79,22 @@ pub const REDACTED: &str = "[redacted]";
 /// of answers.
 pub fn is_secret_name(name: &str) -> bool {
     const PARTS: [&str; 5] = ["token", "secret", "key", "password", "credential"];
-    const WORDS: [&str; 12] = [
+    const WORDS: [&str; 17] = [
         "auth",
         "authorization",
         "bearer",
         "cookie",
+        "jsessionid",
         "jwt",
         "pass",
+        "passcode",
         "passwd",
         "passphrase",
+        "pin",
         "pwd",
         "session",
+        "sessionid",
+        "sid",
         "sig",
         "signature",
     ];
@@ -117,19 +123,26 @@ fn name_words(name: &str) -> impl Iterator<Item = &str> {
     cuts.into_iter().filter(|w| !w.is_empty())
 }
 
-/// Whether a path segment or a query value looks like a generated
-/// credential, whatever it is named: once percent-decoded, 20 or more of
-/// `A-Z a-z 0-9 - _ . ~ + =` with at least one letter and one digit
-/// (`sk-ak-3f9…`, a base64 signature, a UUID). Hosted MCP servers often put
-/// the caller's key in the path (`/mcp/<key>/sse`).
+/// Whether a path segment, a query value or a user name looks like a
+/// generated credential, whatever it is named: once percent-decoded, 20
+/// or more of `A-Z a-z 0-9 - _ . ~ + = /` with at least one letter and one
+/// digit, and at least one run between punctuation that mixes letters and
+/// digits (`sk-ak-3f9…`, a base64 signature, a UUID; not
+/// `my-project-2024-production`). Hosted MCP servers often put the
+/// caller's key in the path (`/mcp/<key>/sse`).
 fn looks_like_token(text: &str) -> bool {
     let decoded = percent_decoded(text);
+    let punctuation = |b: u8| b"-_.~+=/".contains(&b);
     decoded.len() >= 20
         && decoded
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.~+=".contains(&b))
-        && decoded.bytes().any(|b| b.is_ascii_alphabetic())
-        && decoded.bytes().any(|b| b.is_ascii_digit())
+            .all(|b| b.is_ascii_alphanumeric() || punctuation(b))
+        && decoded
+            .split(|c: char| c.is_ascii() && punctuation(c as u8))
+            .any(|run| {
+                run.bytes().any(|b| b.is_ascii_alphabetic())
+                    && run.bytes().any(|b| b.is_ascii_digit())
+            })
 }
 
 fn percent_decoded(text: &str) -> String {
@@ -140,9 +153,11 @@ fn percent_decoded(text: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Whether a query parameter `name=value` is shown as `name=[redacted]`.
+/// Whether a parameter `name=value` (of the query, or of a path segment
+/// after `;`) is shown as `name=[redacted]`: a secret name, or a value
+/// that looks like a credential; an empty value is shown as it is.
 fn secret_param(name: &str, value: &str) -> bool {
-    is_secret_name(&percent_decoded(name)) || looks_like_token(value)
+    !value.is_empty() && (is_secret_name(&percent_decoded(name)) || looks_like_token(value))
 }
 
 /// The `&`- or `;`-separated parts of a query, each with the separator
@@ -157,13 +172,129 @@ fn query_parts(query: &str) -> impl Iterator<Item = (&str, &str)> {
         })
 }
 
+/// A part of a URL that may hold a secret, named so the same part of
+/// another URL can be found: a repeated name is told apart by its
+/// occurrence (`k`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Slot {
+    Username,
+    /// The password, of this user name.
+    Password(String),
+    /// Path segment `i`.
+    Segment(usize),
+    /// Path segment `i`'s `;` parameter `name`, occurrence `k`.
+    SegmentParam(usize, String, usize),
+    /// Query parameter `name`, occurrence `k`.
+    Query(String, usize),
+    /// Query part `k` without `=`.
+    QueryBare(usize),
+    Fragment,
+}
+
+impl Slot {
+    /// Whether `value` in this slot is a secret [`redacted_url`] hides.
+    fn is_secret(&self, value: &str) -> bool {
+        match self {
+            Slot::Password(_) | Slot::Fragment => !value.is_empty(),
+            Slot::Username | Slot::Segment(_) | Slot::QueryBare(_) => looks_like_token(value),
+            Slot::SegmentParam(_, name, _) | Slot::Query(name, _) => secret_param(name, value),
+        }
+    }
+
+    /// What the slot is, for an error.
+    fn describe(&self) -> String {
+        match self {
+            Slot::Username => "user name".into(),
+            Slot::Password(_) => "password (of this user name)".into(),
+            Slot::Segment(i) => format!("path segment (number {i})"),
+            Slot::SegmentParam(i, name, _) => {
+                format!("value for {name:?} in path segment number {i}")
+            }
+            Slot::Query(name, _) => format!("value for {name:?}"),
+            Slot::QueryBare(k) => format!("query part (number {})", k + 1),
+            Slot::Fragment => "fragment".into(),
+        }
+    }
+}
+
+/// `url` rebuilt part by part, each part that may hold a secret written
+/// as `part(slot, its text)` says (`None`: as it is).
+fn rebuild(url: &url::Url, part: &mut dyn FnMut(&Slot, &str) -> Option<String>) -> String {
+    let mut write = |out: &mut String, slot: Slot, text: &str| match part(&slot, text) {
+        Some(t) => out.push_str(&t),
+        None => out.push_str(text),
+    };
+    let mut out = url[..url::Position::BeforeUsername].to_owned();
+    let (user, password) = (url.username(), url.password());
+    if !user.is_empty() || password.is_some() {
+        write(&mut out, Slot::Username, user);
+        if let Some(password) = password {
+            out.push(':');
+            write(&mut out, Slot::Password(user.to_owned()), password);
+        }
+        out.push('@');
+    }
+    out.push_str(&url[url::Position::BeforeHost..url::Position::AfterPort]);
+    for (i, segment) in url.path().split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        let mut params = segment.split(';');
+        write(&mut out, Slot::Segment(i), params.next().unwrap_or(""));
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for param in params {
+            out.push(';');
+            match param.split_once('=') {
+                Some((name, value)) => {
+                    let k = seen.entry(name).or_default();
+                    out.push_str(name);
+                    out.push('=');
+                    write(&mut out, Slot::SegmentParam(i, name.to_owned(), *k), value);
+                    *k += 1;
+                }
+                None => out.push_str(param),
+            }
+        }
+    }
+    if let Some(query) = url.query() {
+        out.push('?');
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut bare = 0;
+        for (pair, sep) in query_parts(query) {
+            match pair.split_once('=') {
+                Some((name, value)) => {
+                    let k = seen.entry(name).or_default();
+                    out.push_str(name);
+                    out.push('=');
+                    write(&mut out, Slot::Query(name.to_owned(), *k), value);
+                    *k += 1;
+                }
+                None => {
+                    write(&mut out, Slot::QueryBare(bare), pair);
+                    bare += 1;
+                }
+            }
+            out.push_str(sep);
+        }
+    }
+    if let Some(fragment) = url.fragment() {
+        out.push('#');
+        write(&mut out, Slot::Fragment, fragment);
+    }
+    out
+}
+
 /// `url` with its secrets replaced by [`REDACTED`]; the rest is kept as
 /// written:
-/// - the password of its user information (`https://alice:[redacted]@host/`);
-/// - path segments that look like generated credentials (`/mcp/[redacted]/sse`);
+/// - the password of its user information (`https://alice:[redacted]@host/`),
+///   and a user name that looks like a generated credential
+///   (`https://[redacted]@github.com/…`);
+/// - path segments that look like generated credentials (`/mcp/[redacted]/sse`),
+///   and their `;` parameters as query parameters are;
 /// - query values with secret names ([`is_secret_name`]:
 ///   `?api_key=[redacted]`, `&sig=[redacted]`) or that look like generated
-///   credentials, in parts separated by `&` or `;`;
+///   credentials, in parts separated by `&` or `;`, and parts without `=`
+///   that look like credentials; an empty value stays empty;
 /// - the whole fragment (`#[redacted]`), which no client sends to a server.
 ///
 /// Of text that is not a URL, the user information and the query are cut.
@@ -178,38 +309,9 @@ pub fn redacted_url(url: &str) -> String {
             _ => without_query.to_owned(),
         };
     };
-    let mut out = parsed[..url::Position::BeforePath].to_owned();
-    if let Some(password) = parsed.password() {
-        out = out.replacen(&format!(":{password}@"), &format!(":{REDACTED}@"), 1);
-    }
-    let segments: Vec<&str> = parsed
-        .path()
-        .split('/')
-        .map(|seg| match looks_like_token(seg) {
-            true => REDACTED,
-            false => seg,
-        })
-        .collect();
-    out.push_str(&segments.join("/"));
-    if let Some(query) = parsed.query() {
-        out.push('?');
-        for (pair, sep) in query_parts(query) {
-            match pair.split_once('=') {
-                Some((name, value)) if secret_param(name, value) => {
-                    out.push_str(&format!("{name}={REDACTED}"));
-                }
-                _ => out.push_str(pair),
-            }
-            out.push_str(sep);
-        }
-    }
-    if let Some(fragment) = parsed.fragment() {
-        out.push('#');
-        if !fragment.is_empty() {
-            out.push_str(REDACTED);
-        }
-    }
-    out
+    rebuild(&parsed, &mut |slot, text| {
+        slot.is_secret(text).then(|| REDACTED.to_owned())
+    })
 }
 
 /// `text` with every `http://` or `https://` URL in it (up to white space,
@@ -251,13 +353,13 @@ pub fn same_origin(a: &str, b: &str) -> bool {
 }
 
 /// `sent` (a URL as an admin sent it back, possibly edited) with each
-/// secret it shows as [`REDACTED`] ([`redacted_url`]: its password, a path
-/// segment, a query value, the fragment) taken from `stored`, the URL it
-/// replaces. A path segment is taken from the same place in `stored`, a
-/// query value from the parameter of the same name. Errors, for the caller
-/// to refuse the update: `sent` moved to another scheme, host or port (the
-/// stored secrets are not for it), or shows a redacted value `stored` does
-/// not have.
+/// secret it shows as [`REDACTED`] ([`redacted_url`]) taken from `stored`,
+/// the URL it replaces, from the same part: the user name; the password
+/// of the same user name; a path segment from the same place; a query
+/// value from the same occurrence of the same name; the fragment. Errors,
+/// for the caller to refuse the update: `sent` moved to another scheme,
+/// host or port (the stored secrets are not for it), or shows a redacted
+/// part `stored` does not have.
 pub fn restore_url_secrets(sent: &str, stored: &str) -> Result<String, String> {
     const ENCODED: &str = "%5Bredacted%5D";
     let is_redacted = |v: &str| v == REDACTED || v.eq_ignore_ascii_case(ENCODED);
@@ -276,62 +378,31 @@ pub fn restore_url_secrets(sent: &str, stored: &str) -> Result<String, String> {
             "shows [redacted] values but points to another host: give its secrets again".into(),
         );
     }
-    let mut out = new[..url::Position::BeforePath].to_owned();
-    if let Some(password) = new.password().filter(|p| is_redacted(p)) {
-        let Some(stored_password) = old.password() else {
-            return Err("shows a [redacted] password the stored URL does not have".into());
-        };
-        out = out.replacen(&format!(":{password}@"), &format!(":{stored_password}@"), 1);
-    }
-    let old_segments: Vec<&str> = old.path().split('/').collect();
-    let mut segments = Vec::new();
-    for (i, seg) in new.path().split('/').enumerate() {
-        match is_redacted(seg) {
-            true => match old_segments.get(i).filter(|s| looks_like_token(s)) {
-                Some(stored_seg) => segments.push(*stored_seg),
-                None => {
-                    return Err(format!(
-                        "shows a [redacted] path segment (number {i}) that the stored URL does not have there"
-                    ));
-                }
-            },
-            false => segments.push(seg),
+    let mut stored_parts: HashMap<Slot, String> = HashMap::new();
+    rebuild(&old, &mut |slot, text| {
+        stored_parts.insert(slot.clone(), text.to_owned());
+        None
+    });
+    let mut missing = None;
+    let restored = rebuild(&new, &mut |slot, text| {
+        if !is_redacted(text) {
+            return None;
         }
-    }
-    out.push_str(&segments.join("/"));
-    if let Some(query) = new.query() {
-        let old_pairs: Vec<(&str, &str)> = query_parts(old.query().unwrap_or(""))
-            .filter_map(|(p, _)| p.split_once('='))
-            .collect();
-        out.push('?');
-        for (pair, sep) in query_parts(query) {
-            match pair.split_once('=') {
-                Some((name, value)) if is_redacted(value) => {
-                    let Some((_, stored_value)) = old_pairs.iter().find(|(n, _)| *n == name) else {
-                        return Err(format!(
-                            "shows a [redacted] value for {name:?} that the stored URL does not have"
-                        ));
-                    };
-                    out.push_str(&format!("{name}={stored_value}"));
-                }
-                _ => out.push_str(pair),
+        // Only a part the stored URL's answer showed redacted.
+        match stored_parts.get(slot).filter(|v| slot.is_secret(v)) {
+            Some(v) => Some(v.clone()),
+            None => {
+                missing.get_or_insert_with(|| slot.describe());
+                None
             }
-            out.push_str(sep);
         }
+    });
+    match missing {
+        Some(what) => Err(format!(
+            "shows a [redacted] {what} that the stored URL does not have"
+        )),
+        None => Ok(restored),
     }
-    if let Some(fragment) = new.fragment() {
-        out.push('#');
-        match is_redacted(fragment) {
-            true => match old.fragment().filter(|f| !f.is_empty()) {
-                Some(stored_fragment) => out.push_str(stored_fragment),
-                None => {
-                    return Err("shows a [redacted] fragment the stored URL does not have".into());
-                }
-            },
-            false => out.push_str(fragment),
-        }
-    }
-    Ok(out)
 }
 
 /// `map` with the values of secret names ([`is_secret_name`]) replaced by
@@ -650,7 +721,17 @@ fn header_name_problem<V>(
     all: &BTreeMap<String, V>,
 ) -> Option<(String, String)> {
     if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
-        return Some((table.into(), format!("{k:?} is not a valid header name")));
+        // Only its leading name characters: a header pasted whole as a
+        // name (`Authorization: Bearer …`) would repeat its secret.
+        let lead: String = k
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "-_".contains(*c))
+            .take(40)
+            .collect();
+        return Some((
+            table.into(),
+            format!("{lead:?}… is not a valid header name (visible ASCII, no spaces or ':')"),
+        ));
     }
     if !settable_header(k) {
         return Some((
@@ -1006,6 +1087,17 @@ mod tests {
                 "https://h/u/123e4567-e89b-12d3-a456-426614174000/mcp",
                 "https://h/u/[redacted]/mcp",
             ),
+            // Break-it trial 7: a token as the user name, a query part
+            // without `=`, `;` parameters of a path segment, base64 with `/`
+            // (written or encoded), an empty value, wordy ids.
+            (
+                "https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@h/mcp;jsessionid=ABC;v=1?ghp_16C7e42F292c6912E7710c838347Ae178B4a&sig=ab/cd3EF%2Fgh&token=&id=my-project-2024-production",
+                "https://[redacted]@h/mcp;jsessionid=[redacted];v=1?[redacted]&sig=[redacted]&token=&id=my-project-2024-production",
+            ),
+            (
+                "https://h/x?k=Zm9vYmFyYmF6/cXV4MTIzNDU2Nzg5&passcode=1234&pin=9&sid=x",
+                "https://h/x?k=[redacted]&passcode=[redacted]&pin=[redacted]&sid=[redacted]",
+            ),
             // Long words without digits, and dates, are not credentials.
             (
                 "https://h/model-context-protocol-server/2025-11-25/mcp?team=engineering-platform-blue#",
@@ -1082,6 +1174,22 @@ mod tests {
             restore_url_secrets(&moved, stored)
                 .unwrap_err()
                 .contains("path segment"),
+        );
+        // A repeated name: each occurrence keeps its own value.
+        let stored = "https://h/c?sig=AAA1&sig=BBB2&id=123e4567-e89b-12d3-a456-426614174000&id=223e4567-e89b-12d3-a456-426614174000";
+        let shown = redacted_url(stored);
+        assert_eq!(
+            shown,
+            "https://h/c?sig=[redacted]&sig=[redacted]&id=[redacted]&id=[redacted]"
+        );
+        assert_eq!(restore_url_secrets(&shown, stored).unwrap(), stored);
+        // The password of another user name is not carried over.
+        let stored = "https://alice:PW-1@h/mcp";
+        let bob = redacted_url(stored).replace("alice", "bob");
+        assert!(
+            restore_url_secrets(&bob, stored)
+                .unwrap_err()
+                .contains("password"),
         );
         // Nothing redacted: unchanged.
         assert_eq!(
@@ -1281,6 +1389,11 @@ mod tests {
             "jwt",
             "Mcp-Session",
             "PWD",
+            "JSESSIONID",
+            "sessionid",
+            "passcode",
+            "pin",
+            "sid",
         ] {
             assert!(is_secret_name(name), "{name}");
         }
@@ -1291,6 +1404,7 @@ mod tests {
             "PATH",
             "AUTHOR",
             "PASSENGERS",
+            "SPINNER",
             "SIGNAL",
             "sv",
         ] {

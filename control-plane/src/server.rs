@@ -83,16 +83,16 @@ pub enum StartError {
     #[error("mcp.tls: cannot set up TLS on the MCP endpoint: {0}")]
     McpTls(String),
     /// An address could not be bound.
-    #[error("{key}: cannot listen on {addr}: {source}")]
+    #[error("{key}: cannot listen on {addr}: {error}")]
     Bind {
         /// The setting (`control_plane.listen`, `control_plane.http_listen`,
         /// `control_plane.metrics_listen` or `mcp.listen`).
         key: &'static str,
         /// The address.
         addr: String,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
+        /// The OS error: in the message, not a source, so a printed error
+        /// chain (`up`'s) does not repeat it.
+        error: std::io::Error,
     },
 }
 
@@ -504,9 +504,9 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
 async fn bind(key: &'static str, addr: &str) -> Result<tokio::net::TcpListener, StartError> {
     tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|source| StartError::Bind {
+        .map_err(|error| StartError::Bind {
             key,
             addr: addr.to_owned(),
-            source,
+            error,
         })
 }

@@ -48,9 +48,8 @@ impl std::str::FromStr for EraPreference {
             "auto" => Ok(EraPreference::Auto),
             "2026-07-28" | "modern" => Ok(EraPreference::Modern),
             "2025-11-25" | "legacy" => Ok(EraPreference::Legacy),
-            other => Err(format!(
-                "unknown protocol era {other:?}: expected auto, 2026-07-28 or 2025-11-25"
-            )),
+            // Not repeated: a secret typed in the wrong place would be.
+            _ => Err("unknown protocol era: expected auto, 2026-07-28 or 2025-11-25".to_owned()),
         }
     }
 }
@@ -64,7 +63,12 @@ mod tests {
         assert_eq!("auto".parse(), Ok(EraPreference::Auto));
         assert_eq!("2026-07-28".parse(), Ok(EraPreference::Modern));
         assert_eq!("legacy".parse(), Ok(EraPreference::Legacy));
-        let e = "2024".parse::<EraPreference>().unwrap_err();
-        assert!(e.contains("\"2024\"") && e.contains("expected auto"), "{e}");
+        // The text is not repeated: a secret typed in the wrong place
+        // would be.
+        let e = "ghp_2024".parse::<EraPreference>().unwrap_err();
+        assert!(
+            !e.contains("ghp_2024") && e.contains("expected auto"),
+            "{e}"
+        );
     }
 }

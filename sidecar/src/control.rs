@@ -103,7 +103,7 @@ pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
 /// settings are unusable.
 pub(crate) fn endpoint(settings: &ControlSettings) -> Result<Endpoint, ControlError> {
     let url_error = |source| ControlError::Url {
-        url: settings.control_plane.clone(),
+        url: switchyard_common::server_spec::redacted_url(&settings.control_plane),
         source,
     };
     let mut endpoint = Endpoint::from_shared(settings.control_plane.clone())

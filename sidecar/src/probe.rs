@@ -72,7 +72,12 @@ pub async fn run(args: ProbeArgs) -> Result<(), String> {
         None => json!({}),
     };
     let name = match &transport {
-        TransportConfig::Http(h) => h.url.clone(),
+        // Named in every log line and error: its secrets redacted, and
+        // text that is not a URL not repeated.
+        TransportConfig::Http(h) => match reqwest::Url::parse(&h.url) {
+            Ok(_) => switchyard_common::server_spec::redacted_url(&h.url),
+            Err(_) => "probe".to_owned(),
+        },
         TransportConfig::Stdio(s) => s.command.clone(),
     };
     let mut config = UpstreamConfig::new(name, transport);
@@ -151,10 +156,13 @@ fn transport(args: &ProbeArgs) -> Result<TransportConfig, String> {
         .split_first()
         .ok_or("give a server: --url URL, or -- CMD ARGS...")?;
     let mut env = std::collections::BTreeMap::new();
-    for e in &args.env {
-        let (k, v) = e
-            .split_once('=')
-            .ok_or_else(|| format!("--env {e:?} is not of the form NAME=value"))?;
+    for (i, e) in args.env.iter().enumerate() {
+        let (k, v) = e.split_once('=').ok_or_else(|| {
+            format!(
+                "--env #{} is not of the form NAME=value (no '=' in it)",
+                i + 1
+            )
+        })?;
         env.insert(k.to_owned(), v.to_owned());
     }
     Ok(TransportConfig::Stdio(StdioConfig {

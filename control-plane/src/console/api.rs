@@ -139,10 +139,11 @@ impl SpecBody {
         let transport = match self.transport.as_str() {
             "stdio" => pb::Transport::Stdio,
             "http" => pb::Transport::Http,
-            other => {
-                return Err(ConsoleError::bad_request(format!(
-                    "transport: {other:?} is not one of stdio, http"
-                )));
+            _ => {
+                // Not repeated: a secret typed in the wrong place would be.
+                return Err(ConsoleError::bad_request(
+                    "transport: is not one of stdio, http".to_owned(),
+                ));
             }
         };
         Ok(pb::ServerSpec {

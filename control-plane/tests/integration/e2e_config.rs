@@ -267,6 +267,8 @@ async fn a_listener_that_cannot_bind_is_named_by_its_key() {
         )),
         "{stderr}"
     );
+    // The OS error once, not repeated by the printed chain.
+    assert_eq!(stderr.matches("(os error").count(), 1, "{stderr}");
 }
 
 /// `[runtime] worker_threads` above 1024, or not a count: refused by every

@@ -965,6 +965,27 @@ async fn refusals_never_repeat_a_secret_typed_in_the_wrong_place() {
             "client_metadata_url",
         ),
         (oauth("ghp_SECRET-4"), "client_metadata_url"),
+        (
+            pb::ServerSpec {
+                era: "ghp_SECRET-8".into(),
+                ..http("http://127.0.0.1:9/mcp")
+            },
+            "era",
+        ),
+        (
+            pb::ServerSpec {
+                headers: [("Authorization: Bearer ghp_SECRET-9".into(), "".into())].into(),
+                ..http("http://127.0.0.1:9/mcp")
+            },
+            "headers",
+        ),
+        (
+            pb::ServerSpec {
+                header_files: [("Authorization".into(), "Bearer ghp_SECRET-10".into())].into(),
+                ..http("http://127.0.0.1:9/mcp")
+            },
+            "header_files.Authorization",
+        ),
     ] {
         let e = admin
             .add_server(pb::AddServerRequest { spec: Some(spec) })
@@ -983,6 +1004,13 @@ async fn refusals_never_repeat_a_secret_typed_in_the_wrong_place() {
             "Authorization=Bearer ghp_SECRET-6",
         ],
         &["--url", "http://127.0.0.1:9/mcp", "--env", "ghp_SECRET-7"],
+        &["--url", "http://127.0.0.1:9/mcp", "--auth", "ghp_SECRET-11"],
+        &[
+            "--url",
+            "http://127.0.0.1:9/mcp",
+            "--header-file",
+            "Authorization: Bearer ghp_SECRET-12",
+        ],
     ] {
         let mut all = vec!["servers", "add", "--name", "wrong", "--transport", "http"];
         all.extend_from_slice(args);

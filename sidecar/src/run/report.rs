@@ -98,7 +98,7 @@ pub async fn report_with(
             Ok(()) => return,
             Err(e) => {
                 let error = with_causes(&e);
-                tracing::warn!(control_plane = %settings.control_plane, %error, retry_in_ms = backoff.as_millis() as u64, "control plane unavailable");
+                tracing::warn!(control_plane = %switchyard_common::server_spec::redacted_url(&settings.control_plane), %error, retry_in_ms = backoff.as_millis() as u64, "control plane unavailable");
             }
         }
         tokio::time::sleep(backoff).await;
@@ -136,7 +136,7 @@ async fn session(
             .connect()
             .await
             .map_err(|source| ControlError::Connect {
-                url: settings.control_plane.clone(),
+                url: switchyard_common::server_spec::redacted_url(&settings.control_plane),
                 source,
             })?;
     let mut client = SidecarRegistryClient::with_interceptor(channel, bearer(settings));

@@ -561,10 +561,13 @@ fn server_from_flags(args: &RunArgs) -> Result<ServerConfig, RunError> {
         headers.insert(k.trim().to_owned(), v.trim().to_owned());
     }
     let mut env = BTreeMap::new();
-    for e in &args.env {
-        let (k, v) = e
-            .split_once('=')
-            .ok_or_else(|| err("--env", format!("{e:?} is not of the form NAME=value")))?;
+    for (i, e) in args.env.iter().enumerate() {
+        let (k, v) = e.split_once('=').ok_or_else(|| {
+            err(
+                "--env",
+                format!("#{} is not of the form NAME=value (no '=' in it)", i + 1),
+            )
+        })?;
         env.insert(k.to_owned(), v.to_owned());
     }
     // Defaults come from the shared deserialiser, so flags and files agree.

@@ -500,9 +500,10 @@ fn transport(given: &str) -> Result<pb::Transport, Failure> {
     match given {
         "stdio" => Ok(pb::Transport::Stdio),
         "http" => Ok(pb::Transport::Http),
-        other => Err(Failure::new(
+        // Not repeated: it may be a secret typed in the wrong place.
+        _ => Err(Failure::new(
             EXIT_USAGE,
-            format!("--transport {other:?}: expected stdio or http"),
+            "--transport: expected stdio or http".to_owned(),
         )),
     }
 }
