@@ -375,7 +375,7 @@ pub fn restore_url_secrets(sent: &str, stored: &str) -> Result<String, String> {
     };
     if !same_origin(sent, stored) {
         return Err(
-            "shows [redacted] values but points to another host: give its secrets again".into(),
+            "shows [redacted] values but points to another scheme, host or port: give its secrets again".into(),
         );
     }
     let mut stored_parts: HashMap<Slot, String> = HashMap::new();
@@ -948,8 +948,11 @@ impl ServerConfig {
                     // typed in the wrong place.
                     Err(e) => return Err(err("url", format!("is not a URL ({e})"))),
                 }
-                if self.command.is_some() || !self.args.is_empty() {
+                if self.command.is_some() {
                     return Err(err("command", "is only for transport = \"stdio\"".into()));
+                }
+                if !self.args.is_empty() {
+                    return Err(err("args", "is only for transport = \"stdio\"".into()));
                 }
                 for (k, v) in &self.headers {
                     if let Some((key, problem)) = header_name_problem("headers", k, &self.headers) {
@@ -1147,7 +1150,7 @@ mod tests {
         assert!(
             restore_url_secrets(&moved, stored)
                 .unwrap_err()
-                .contains("another host")
+                .contains("another scheme, host or port")
         );
         // A redacted value the stored URL lacks.
         let extra = format!("{shown}&token=[redacted]");

@@ -197,7 +197,7 @@ fn keep_redacted(
             Some(stored) if same_target => value.clone_from(stored),
             Some(_) => {
                 return Err(Status::invalid_argument(format!(
-                    "spec.{field}.{}: shows [redacted], but the server now points elsewhere (another URL host or command): give its secret again",
+                    "spec.{field}.{}: shows [redacted], but the server now points elsewhere (another URL scheme, host or port, or stdio command or arguments): give its secret again",
                     switchyard_common::serde_errors::escape_controls(name)
                 )));
             }

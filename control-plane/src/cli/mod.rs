@@ -452,6 +452,14 @@ pub struct ServerArgs {
     /// auto, 2026-07-28 or 2025-11-25.
     #[arg(long, default_value = "auto")]
     pub era: String,
+    /// Return as soon as the server is added, without waiting for it to
+    /// come up.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait for the server to come up, seconds (an oauth
+    /// server is not waited for: it needs authorization first).
+    #[arg(long, default_value_t = 10, value_name = "SEC")]
+    pub timeout: u64,
 }
 
 /// The settings `servers add` and `servers update` share. `update` changes
@@ -463,17 +471,19 @@ pub struct ServerSettings {
     /// stdio: the program.
     #[arg(long)]
     pub command: Option<String>,
-    /// stdio: an argument (repeatable).
+    /// stdio: an argument (repeatable; `servers update`: replaces every
+    /// argument).
     #[arg(long = "arg", allow_hyphen_values = true)]
     pub args: Vec<String>,
-    /// stdio: NAME=value (repeatable).
+    /// stdio: NAME=value (repeatable; `servers update`: sets each one).
     #[arg(long = "env")]
     pub env: Vec<String>,
     /// stdio: working directory.
     #[arg(long)]
     pub cwd: Option<String>,
-    /// http: endpoint URL. On update, `[redacted]` parts (as answers show
-    /// them) keep the stored secrets, on the same scheme, host and port.
+    /// http: endpoint URL (`servers update`: `[redacted]` parts, as answers
+    /// show them, keep the stored secrets on the same scheme, host and
+    /// port).
     #[arg(long)]
     pub url: Option<String>,
     /// http: 'Name: value' (repeatable). Put secrets in --header-file.
@@ -484,13 +494,14 @@ pub struct ServerSettings {
     #[arg(long = "header-file")]
     pub header_files: Vec<String>,
     /// http: none, headers or oauth (default: headers when a header is
-    /// given, else none). oauth: authorize it afterwards with `switchyard
-    /// servers authorize NAME`.
+    /// given, else none; `servers update`: headers when the first header is
+    /// set, none when the last is unset). oauth: authorize it afterwards
+    /// with `switchyard servers authorize NAME`.
     #[arg(long)]
     pub auth: Option<String>,
     /// oauth: the client id of a client registered beforehand with the
-    /// server's authorization server (else the client registers itself).
-    /// On update, another id drops the stored client secret.
+    /// server's authorization server (else the client registers itself;
+    /// `servers update`: another id drops the stored client secret).
     #[arg(long)]
     pub oauth_client_id: Option<String>,
     /// oauth: a file holding that client's secret, read here and sent to
@@ -503,8 +514,9 @@ pub struct ServerSettings {
     /// oauth: the HTTPS URL of Switchyard's Client ID Metadata Document.
     #[arg(long, value_name = "URL")]
     pub oauth_client_metadata_url: Option<String>,
-    /// Per-request timeout towards the server, seconds (default 600).
-    #[arg(long, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Per-request timeout towards the server, seconds (1 to 604800; `servers
+    /// add`'s default 600).
+    #[arg(long, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..=604_800))]
     pub request_timeout_sec: Option<u64>,
     /// The largest message taken from the server, bytes (default 16 MiB,
     /// at least 1024).
@@ -514,14 +526,6 @@ pub struct ServerSettings {
     /// checks it is still there (default 15; 0 = never; at most 86400).
     #[arg(long, value_name = "SEC")]
     pub liveness_interval_sec: Option<u64>,
-    /// Return at once, without waiting for the server's (new) sidecar to
-    /// connect.
-    #[arg(long)]
-    pub no_wait: bool,
-    /// How long to wait for it, seconds (an oauth server that is not
-    /// authorized is not waited for).
-    #[arg(long, default_value_t = 10, value_name = "SEC")]
-    pub timeout: u64,
 }
 
 /// `switchyard servers update`: the settings of [`ServerSettings`] that are
@@ -551,6 +555,17 @@ pub struct ServerUpdateArgs {
     /// auto, 2026-07-28 or 2025-11-25.
     #[arg(long)]
     pub era: Option<String>,
+    /// Return as soon as the update is stored, without waiting for a
+    /// sidecar with the new settings (for sidecars `switchyard up` does not
+    /// run).
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait for a sidecar with the new settings to connect and
+    /// the previous ones to go, seconds; `switchyard up` keeps the previous
+    /// sidecar serving for up to 15 s meanwhile. Not connected in time:
+    /// exit 1.
+    #[arg(long, default_value_t = 20, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
 }
 
 /// `switchyard sessions ...`.

@@ -643,7 +643,11 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
         .await
         .expect_err("the secrets are not for another host");
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
-    assert!(e.message().contains("another host"), "{}", e.message());
+    assert!(
+        e.message().contains("another scheme, host or port"),
+        "{}",
+        e.message()
+    );
     gw.stop().await;
 }
 
@@ -735,6 +739,53 @@ async fn servers_update_changes_only_the_settings_given() {
         .await
         .expect("a call through the new sidecar");
 
+    // The same value again: nothing to wait for.
+    let out = gw
+        .cli(&["servers", "update", "upd", "--request-timeout-sec", "45"])
+        .await;
+    assert_eq!(
+        ok_stdout(&out, "servers update").trim(),
+        "upd unchanged (up)"
+    );
+
+    // A command that cannot start: refused while the token would go to it
+    // unseen; given up, stored, and exit 1 once no sidecar with it
+    // connected in time (the previous one serves meanwhile).
+    let broken = [
+        "servers",
+        "update",
+        "upd",
+        "--command",
+        "/nonexistent/server",
+    ];
+    let out = gw.cli(&broken).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("--env API_TOKEN=…"), "{err}");
+    let mut args = broken.to_vec();
+    args.extend(["--unset-env", "API_TOKEN", "--timeout", "3"]);
+    let out = gw.cli(&args).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no sidecar of upd with the new settings connected within 3 s"),
+        "{err}"
+    );
+    // Fixed: up again, through a new sidecar, with no earlier one left.
+    let out = gw
+        .cli(&[
+            "servers",
+            "update",
+            "upd",
+            "--command",
+            reference.to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!(ok_stdout(&out, "servers update").trim(), "updated upd (up)");
+    get_order(&mut engine, "upd__get_order", "")
+        .await
+        .expect("a call after the fix");
+
     for (args, says) in [
         (
             &["servers", "update", "upd"][..],
@@ -743,6 +794,16 @@ async fn servers_update_changes_only_the_settings_given() {
         (
             &["servers", "update", "upd", "--unset-env", "OLD"][..],
             "--unset-env \"OLD\": the server has no such entry",
+        ),
+        (
+            &[
+                "servers",
+                "update",
+                "upd",
+                "--request-timeout-sec",
+                "604801",
+            ][..],
+            "604801",
         ),
     ] {
         let out = gw.cli(args).await;

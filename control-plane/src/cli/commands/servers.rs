@@ -33,7 +33,7 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
             print_list(json, "servers", &resp.servers, status_json, servers_table);
         }
         ServersCommand::Add(a) => {
-            let (no_wait, timeout) = (a.settings.no_wait, a.settings.timeout);
+            let (no_wait, timeout) = (a.no_wait, a.timeout);
             let spec = spec(*a)?;
             let status = client
                 .add_server(pb::AddServerRequest { spec: Some(spec) })
@@ -292,16 +292,21 @@ fn pairs(kind: Pairs, given: &[String]) -> Result<Vec<(String, String)>, Failure
 
 /// `servers update`: the stored spec (secrets as answers show them, which
 /// the update keeps) with the settings given changed, then (unless
-/// `--no-wait`) a wait for a sidecar that was not there before to connect.
-/// Errors: no setting given, or an `--unset-*` name the spec does not have
-/// (exit 64); the admin API's refusals.
+/// `--no-wait`) a wait until a sidecar that was not there before is
+/// connected, every earlier one is gone or draining, and that held for a
+/// second (a sidecar of an update sent just before is not taken for this
+/// one's). Errors: no setting given, an `--unset-*` name the spec does not
+/// have, or secrets shown `[redacted]` that would go elsewhere (exit 64);
+/// the admin API's refusals; no sidecar with the new settings connected
+/// within `--timeout` (exit 1: the update is stored).
 async fn update(client: &mut Admin, a: ServerUpdateArgs) -> Result<(), Failure> {
     let name = a.name.clone();
     let before = client
         .get_server_status(pb::GetServerStatusRequest { name: name.clone() })
         .await?
         .into_inner();
-    let mut spec = before.spec.unwrap_or_default();
+    let stored = before.spec.clone().unwrap_or_default();
+    let mut spec = stored.clone();
     if !changed(&mut spec, &a)? {
         return Err(Failure::new(
             EXIT_USAGE,
@@ -310,6 +315,11 @@ async fn update(client: &mut Admin, a: ServerUpdateArgs) -> Result<(), Failure> 
             ),
         ));
     }
+    if spec == stored {
+        out!("{name} unchanged ({})", before.state);
+        return Ok(());
+    }
+    secrets_stay(&stored, &spec)?;
     let old: HashSet<String> = before.sidecars.into_iter().map(|s| s.sidecar_id).collect();
     let status = client
         .update_server(pb::UpdateServerRequest { spec: Some(spec) })
@@ -320,35 +330,84 @@ async fn update(client: &mut Admin, a: ServerUpdateArgs) -> Result<(), Failure> 
         .oauth
         .as_ref()
         .is_none_or(|o| o.state == "authorized");
-    if a.settings.no_wait || !authorized {
-        out!("updated {name} ({})", status.state);
+    if a.no_wait || !authorized {
+        out!("updated {name} (not waited for a sidecar with the new settings)");
         return Ok(());
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(a.settings.timeout);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(a.timeout);
+    let mut since: Option<tokio::time::Instant> = None;
     loop {
         let status = client
             .get_server_status(pb::GetServerStatusRequest { name: name.clone() })
             .await?
             .into_inner();
-        let new: Vec<&pb::SidecarInfo> = status
+        let (new, earlier): (Vec<&pb::SidecarInfo>, Vec<&pb::SidecarInfo>) = status
             .sidecars
             .iter()
-            .filter(|s| !old.contains(&s.sidecar_id))
-            .collect();
-        let connected = new.iter().any(|s| s.upstream_state == "connected");
-        if (connected && status.state == "up") || tokio::time::Instant::now() >= deadline {
-            out!("updated {name} ({})", status.state);
-            if !connected {
-                eprintln!(
-                    "(no new sidecar of {name} connected after {} s{}; see switchyard servers status {name})",
-                    a.settings.timeout,
-                    why(new.into_iter()),
-                );
-            }
+            .filter(|s| s.upstream_state != "draining")
+            .partition(|s| !old.contains(&s.sidecar_id));
+        let done = status.state == "up"
+            && earlier.is_empty()
+            && !new.is_empty()
+            && new.iter().all(|s| s.upstream_state == "connected");
+        let now = tokio::time::Instant::now();
+        since = if done { since.or(Some(now)) } else { None };
+        if since.is_some_and(|t| now >= t + Duration::from_secs(1)) {
+            out!("updated {name} (up)");
             return Ok(());
+        }
+        if now >= deadline {
+            out!("updated {name} ({})", status.state);
+            return Err(Failure::new(
+                1,
+                format!(
+                    "no sidecar of {name} with the new settings connected within {} s{} (the update is stored; switchyard up's log says why a sidecar could not start; see switchyard servers status {name})",
+                    a.timeout,
+                    why(new.into_iter()),
+                ),
+            ));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Refuses (exit 64), before anything is sent, an update that points the
+/// server elsewhere (another transport, URL scheme, host or port, stdio
+/// command or arguments) while secrets it was given still show
+/// `[redacted]`: the control plane would refuse them one by one; this
+/// names every one and the flag that gives it again.
+fn secrets_stay(stored: &pb::ServerSpec, spec: &pb::ServerSpec) -> Result<(), Failure> {
+    let same = stored.transport == spec.transport
+        && match pb::Transport::try_from(spec.transport) {
+            Ok(pb::Transport::Stdio) => stored.command == spec.command && stored.args == spec.args,
+            _ => switchyard_common::server_spec::same_origin(&stored.url, &spec.url),
+        };
+    if same {
+        return Ok(());
+    }
+    let redacted = switchyard_common::server_spec::REDACTED;
+    let again: Vec<String> = spec
+        .env
+        .iter()
+        .filter(|(_, v)| *v == redacted)
+        .map(|(k, _)| format!("--env {k}=…"))
+        .chain(
+            spec.headers
+                .iter()
+                .filter(|(_, v)| *v == redacted)
+                .map(|(k, _)| format!("--header '{k}: …'")),
+        )
+        .collect();
+    if again.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::new(
+        EXIT_USAGE,
+        format!(
+            "the server would point elsewhere (another URL scheme, host or port, or stdio command or arguments), and its stored secrets are only for where it points now: give them again ({}), or remove them (--unset-env, --unset-header)",
+            again.join(", ")
+        ),
+    ))
 }
 
 /// Why a server is not up, when one of `sidecars` says (`: listing tools
@@ -457,6 +516,16 @@ fn changed(spec: &mut pb::ServerSpec, a: &ServerUpdateArgs) -> Result<bool, Fail
             table.retain(|old, _| !same(old, &k));
             table.insert(k, v);
             changed = true;
+        }
+    }
+    // Headers need `auth = "headers"`: the first one set turns it on, the
+    // last one removed off, unless --auth says otherwise.
+    if set.auth.is_none() {
+        let any = !spec.headers.is_empty() || !spec.header_files.is_empty();
+        match spec.auth.as_str() {
+            "none" | "" if any => spec.auth = "headers".into(),
+            "headers" if !any => spec.auth = "none".into(),
+            _ => {}
         }
     }
     let oauth_given = set.oauth_client_id.is_some()
@@ -688,6 +757,53 @@ mod tests {
         assert!(spec.auth.is_empty() && spec.oauth.is_none());
         let (_, spec) = update(&spec, &["--clear-args"]).unwrap();
         assert!(spec.args.is_empty());
+    }
+
+    #[test]
+    fn the_first_header_turns_auth_headers_on_and_the_last_off() {
+        let plain = pb::ServerSpec {
+            headers: Default::default(),
+            header_files: Default::default(),
+            auth: "none".into(),
+            ..http()
+        };
+        let (_, with) = update(&plain, &["--header", "X-A: 1"]).unwrap();
+        assert_eq!(with.auth, "headers");
+        let (_, without) = update(&with, &["--unset-header", "x-a"]).unwrap();
+        assert_eq!(without.auth, "none");
+        // --auth says otherwise: obeyed.
+        let (_, oauth) = update(&plain, &["--header", "X-A: 1", "--auth", "oauth"]).unwrap();
+        assert_eq!(oauth.auth, "oauth");
+    }
+
+    #[test]
+    fn secrets_shown_redacted_may_not_go_elsewhere() {
+        let stored = pb::ServerSpec {
+            transport: pb::Transport::Stdio as i32,
+            command: "srv".into(),
+            env: [
+                ("API_TOKEN".into(), "[redacted]".into()),
+                ("PLAIN".into(), "1".into()),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let (_, same) = update(&stored, &["--env", "PLAIN=2"]).unwrap();
+        secrets_stay(&stored, &same).unwrap();
+        let (_, moved) = update(&stored, &["--command", "other"]).unwrap();
+        let e = secrets_stay(&stored, &moved).unwrap_err();
+        assert_eq!(e.code, EXIT_USAGE);
+        assert!(e.message.contains("--env API_TOKEN=…"), "{}", e.message);
+        let (_, given) = update(&stored, &["--command", "other", "--env", "API_TOKEN=t"]).unwrap();
+        secrets_stay(&stored, &given).unwrap();
+        // Another port is elsewhere too.
+        let (_, port) = update(&http(), &["--url", "https://h:8443/mcp"]).unwrap();
+        assert!(
+            secrets_stay(&http(), &port)
+                .unwrap_err()
+                .message
+                .contains("--header 'Authorization: …'")
+        );
     }
 
     #[test]
