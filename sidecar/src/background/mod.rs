@@ -404,9 +404,10 @@ impl Tasks {
         };
         let negotiated = match upstream.negotiated() {
             Some(n) => n,
-            // Boxed: rare, and its future is large. A server whose last
-            // attempt to connect failed fails the call at once.
-            None => Box::pin(upstream.connect_or_last_failure()).await?,
+            // Boxed: rare, and its future is large. After a failed attempt
+            // to connect, the call waits at most about a second for the
+            // next ([`crate::upstream::REQUEST_BACKOFF`]).
+            None => Box::pin(upstream.connect_for_request()).await?,
         };
         let caps = &negotiated.capabilities;
         match negotiated.era {

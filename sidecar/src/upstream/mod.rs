@@ -94,18 +94,19 @@ type ConnectFuture = Shared<BoxFuture<'static, Result<Arc<Connection>, UpstreamE
 
 enum State {
     /// Not connected. `failures` counts consecutive failed or short-lived
-    /// connections, for the backoff; `failed` is why the last attempt to
+    /// connections, for the backoff; `failed` is when the last attempt to
     /// connect failed, if it did.
     Idle {
         failures: u32,
-        failed: Option<UpstreamError>,
+        failed: Option<tokio::time::Instant>,
     },
-    /// A connection attempt is under way; everyone waits on the same one,
-    /// except a request while the previous attempt `failed`: it is
-    /// answered that failure at once ([`Upstream::connection`]).
+    /// A connection attempt is under way; everyone waits on the same one.
+    /// After a failed attempt (`failed`: when), a waiting request cuts its
+    /// backoff to [`REQUEST_BACKOFF`] (`hurry`; [`Upstream::connection`]).
     Connecting {
         attempt: ConnectFuture,
-        failed: Option<UpstreamError>,
+        failed: Option<tokio::time::Instant>,
+        hurry: tokio_util::sync::CancellationToken,
     },
     /// Connected.
     Ready {
@@ -116,14 +117,21 @@ enum State {
     Closed,
 }
 
-/// Whether [`Upstream::connection`] waits for an attempt to connect.
+/// The longest a request waits for the next attempt to connect after a
+/// failed one: the restart backoff (up to `max_backoff`, 30 s by default)
+/// is cut to this while a request waits, so a request to a server that
+/// cannot start fails after about this long, and one to a server that is
+/// back is served about this soon. Attempts made for waiting requests are
+/// at most one per this long.
+pub const REQUEST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How [`Upstream::connection`] waits for an attempt to connect.
 #[derive(Clone, Copy)]
 enum Waiting {
-    /// Always: the watcher, the lists, a session renewal.
+    /// Out the whole backoff: the watcher, the lists, a session renewal.
     Always,
-    /// Not when the previous attempt failed: a request, answered that
-    /// failure at once.
-    NotAfterAFailure,
+    /// At most [`REQUEST_BACKOFF`] after the last failed attempt: a request.
+    Request,
 }
 
 struct Inner {
@@ -351,12 +359,12 @@ impl Upstream {
         Ok(self.connection(Waiting::Always).await?.negotiated().clone())
     }
 
-    /// [`Upstream::connect`] for a request: while the server's last
-    /// attempt to connect failed, that failure at once (the next attempt
-    /// runs on after its backoff), as requests get it.
-    pub async fn connect_or_last_failure(&self) -> Result<Negotiated, UpstreamError> {
+    /// [`Upstream::connect`] for a request: after a failed attempt to
+    /// connect, the next one comes at most [`REQUEST_BACKOFF`] after it,
+    /// not after the whole restart backoff, as for requests.
+    pub async fn connect_for_request(&self) -> Result<Negotiated, UpstreamError> {
         Ok(self
-            .connection(Waiting::NotAfterAFailure)
+            .connection(Waiting::Request)
             .await?
             .negotiated()
             .clone())
@@ -422,7 +430,7 @@ impl Upstream {
             // a new one.
             let conn = match self.ready_connection() {
                 Some(conn) => conn,
-                None => Box::pin(self.connection(Waiting::NotAfterAFailure)).await?,
+                None => Box::pin(self.connection(Waiting::Request)).await?,
             };
             // Boxed: the futures above this one stay small, so moving them
             // (each `.await` on the way does) copies little.
@@ -729,14 +737,15 @@ impl Upstream {
     }
 
     /// The live connection, connecting first when needed. Concurrent callers
-    /// share one attempt. With [`Waiting::NotAfterAFailure`], a caller that
-    /// comes while the server's last attempt to connect failed is answered
-    /// that failure at once (the next attempt runs on, after its backoff):
-    /// a server whose command cannot start, or that refuses connections,
-    /// fails each request in a moment instead of after the backoff (up to
-    /// [`RestartPolicy`]'s `max_backoff`) and one more failed attempt.
+    /// share one attempt. With [`Waiting::Request`], after a failed attempt
+    /// the next one starts at most [`REQUEST_BACKOFF`] after it, not after
+    /// the whole backoff (up to [`RestartPolicy`]'s `max_backoff`): a
+    /// server whose command cannot start fails each request in about a
+    /// second (it used to take the backoff, up to 30 s), and a server that
+    /// is back is served about as soon; every request that fails saw an
+    /// attempt fail after it came.
     async fn connection(&self, waiting: Waiting) -> Result<Arc<Connection>, UpstreamError> {
-        let (attempt, failed) = {
+        let (attempt, failed, hurry) = {
             let mut state = self.inner.state.lock().unwrap();
             // The server ended the HTTP session: a new one is a renewal.
             let renewal =
@@ -756,8 +765,12 @@ impl Upstream {
                     },
                     None,
                 )),
-                State::Connecting { attempt, failed } => Ok((attempt.clone(), failed.clone())),
-                State::Idle { failures, failed } => Err((*failures, failed.clone())),
+                State::Connecting {
+                    attempt,
+                    failed,
+                    hurry,
+                } => Ok((attempt.clone(), *failed, hurry.clone())),
+                State::Idle { failures, failed } => Err((*failures, *failed)),
                 State::Closed => {
                     return Err(UpstreamError::Closed {
                         server: self.name().to_owned(),
@@ -771,25 +784,35 @@ impl Upstream {
                     if let Some(e) = self.inner.not_authorized() {
                         return Err(e);
                     }
-                    let attempt = self.start_attempt(failures, renewal);
+                    let hurry = tokio_util::sync::CancellationToken::new();
+                    let attempt = self.start_attempt(failures, renewal, hurry.clone());
                     *state = State::Connecting {
                         attempt: attempt.clone(),
-                        failed: failed.clone(),
+                        failed,
+                        hurry: hurry.clone(),
                     };
-                    (attempt, failed)
+                    (attempt, failed, hurry)
                 }
             }
         };
-        match (waiting, failed) {
-            (Waiting::NotAfterAFailure, Some(failed)) => Err(failed),
-            _ => attempt.await,
+        if let (Waiting::Request, Some(at)) = (waiting, failed) {
+            tokio::select! {
+                result = attempt.clone() => return result,
+                () = tokio::time::sleep_until(at + REQUEST_BACKOFF) => hurry.cancel(),
+            }
         }
+        attempt.await
     }
 
     /// Opens a new connection after `delay(failures)`; counted as a
     /// restart, or as a session renewal when `renewal` (the server ended
     /// our HTTP session).
-    fn start_attempt(&self, failures: u32, renewal: bool) -> ConnectFuture {
+    fn start_attempt(
+        &self,
+        failures: u32,
+        renewal: bool,
+        hurry: tokio_util::sync::CancellationToken,
+    ) -> ConnectFuture {
         let inner = self.inner.clone();
         let delay = inner.config.restart.delay(failures);
         let span = inner.span.clone();
@@ -798,6 +821,8 @@ impl Upstream {
                 tracing::info!(server = %inner.config.name, delay_ms = delay.as_millis() as u64, "waiting before reconnecting");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
+                    // A request waited long enough ([`REQUEST_BACKOFF`]).
+                    () = hurry.cancelled() => {}
                     // Shutting down: no reason to wait, nor to connect.
                     _ = inner.closing.cancelled() => {
                         return Err(UpstreamError::Closed {
@@ -867,7 +892,7 @@ impl Upstream {
                     tracing::warn!(server = %inner.config.name, error = %e, "connecting failed");
                     *state = State::Idle {
                         failures: failures + 1,
-                        failed: Some(e.clone()),
+                        failed: Some(tokio::time::Instant::now()),
                     };
                     drop(state);
                     inner.link.send_modify(|l| {

@@ -78,7 +78,7 @@ fn store_key(config: &mut Config) -> anyhow::Result<()> {
     let (file, made) = secret_beside_store(config, "token-encryption.key", |key| key.to_vec())?;
     if made {
         println!(
-            "switchyard: secrets at rest (OAuth tokens, secret header values) are encrypted with the new key {}",
+            "switchyard: secrets at rest (OAuth tokens, secret header and environment values) are encrypted with the new key {}",
             file.display()
         );
     }
