@@ -287,7 +287,8 @@ pub enum ServersCommand {
     Add(Box<ServerArgs>),
     /// Change some settings of a server, keeping the others (and the
     /// secrets answers show as `[redacted]`); `switchyard up` replaces its
-    /// sidecar (make-before-break). Waits for a new sidecar to connect.
+    /// sidecar (make-before-break). Waits up to --timeout for a sidecar
+    /// with the new settings (exit 1 if none connected).
     Update(Box<ServerUpdateArgs>),
     /// Remove a server.
     Remove {
