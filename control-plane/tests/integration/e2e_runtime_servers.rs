@@ -582,11 +582,7 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
     })
     .await;
     let pid = gw.sidecars_of("keyed")[0];
-    let file = cmdline(pid)
-        .split_whitespace()
-        .find(|a| a.ends_with("/keyed.toml"))
-        .map(str::to_owned)
-        .expect("the sidecar's --config");
+    let file = sidecar_config_file(pid, "keyed").expect("the sidecar's --config");
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(
         text.contains("alice:PW-SECRET@")
@@ -619,11 +615,7 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
             let Some(pid) = gw.sidecars_of("keyed").first().copied() else {
                 return Err("no sidecar".to_owned());
             };
-            let file = cmdline(pid)
-                .split_whitespace()
-                .find(|a| a.ends_with("/keyed.toml"))
-                .map(str::to_owned)
-                .ok_or("no --config")?;
+            let file = sidecar_config_file(pid, "keyed").ok_or("no --config")?;
             let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
             if text.contains("api_key=QS-SECRET&team=red;sig=SIG-SECRET#frag=F-SECRET")
                 && text.contains("alice:PW-SECRET@")
@@ -724,11 +716,7 @@ async fn servers_update_changes_only_the_settings_given() {
         .iter()
         .find(|p| !before.contains(p))
         .unwrap();
-    let file = cmdline(pid)
-        .split_whitespace()
-        .find(|a| a.ends_with("/upd.toml"))
-        .map(str::to_owned)
-        .expect("the sidecar's --config");
+    let file = sidecar_config_file(pid, "upd").expect("the sidecar's --config");
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(
         text.contains("tok-SECRET") && !text.contains("OLD"),

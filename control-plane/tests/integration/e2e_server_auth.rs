@@ -83,12 +83,8 @@ async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
     let (_, metrics) = http_get(&gw.http_addr, "/metrics").await;
     let sidecar = gw.sidecars_of("stub");
     assert_eq!(sidecar.len(), 1, "one sidecar for stub");
-    let line = cmdline(sidecar[0]);
-    let generated = line
-        .split(' ')
-        .find(|a| a.ends_with("/stub.toml"))
-        .unwrap_or_else(|| panic!("the sidecar's config file in {line:?}"))
-        .to_owned();
+    let generated = sidecar_config_file(sidecar[0], "stub")
+        .unwrap_or_else(|| panic!("the sidecar's config file in {:?}", cmdline(sidecar[0])));
     let mode = std::fs::metadata(&generated).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "{generated}");
     let generated_text = std::fs::read_to_string(&generated).unwrap();

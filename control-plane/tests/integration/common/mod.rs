@@ -770,6 +770,16 @@ pub fn cmdline(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// The configuration file (`…/SERVER.toml`) that `switchyard up` gave the
+/// sidecar with process id `pid`, from its command line.
+pub fn sidecar_config_file(pid: u32, server: &str) -> Option<String> {
+    let suffix = format!("/{server}.toml");
+    cmdline(pid)
+        .split_whitespace()
+        .find(|a| a.ends_with(&suffix))
+        .map(str::to_owned)
+}
+
 /// A process started by a test whose output goes to a log file; its first
 /// stdout line is returned by [`Proc::start`]. Killed on drop.
 #[derive(Debug)]
