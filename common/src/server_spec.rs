@@ -192,8 +192,12 @@ enum Slot {
 }
 
 impl Slot {
-    /// Whether `value` in this slot is a secret [`redacted_url`] hides.
+    /// Whether `value` in this slot is a secret [`redacted_url`] hides: a
+    /// value sealed at rest ([`looks_sealed`]) always is.
     fn is_secret(&self, value: &str) -> bool {
+        if looks_sealed(value) {
+            return true;
+        }
         match self {
             Slot::Password(_) | Slot::Fragment => !value.is_empty(),
             Slot::Username | Slot::Segment(_) | Slot::QueryBare(_) => looks_like_token(value),
@@ -215,6 +219,87 @@ impl Slot {
             Slot::Fragment => "fragment".into(),
         }
     }
+
+    /// A name of the slot that stays the same whatever its value and the
+    /// user name are, for binding a value sealed at rest to its place.
+    fn place(&self) -> String {
+        match self {
+            Slot::Username => "username".into(),
+            Slot::Password(_) => "password".into(),
+            Slot::Segment(i) => format!("path {i}"),
+            Slot::SegmentParam(i, name, k) => format!("path {i} {name:?} {k}"),
+            Slot::Query(name, k) => format!("query {name:?} {k}"),
+            Slot::QueryBare(k) => format!("query {k}"),
+            Slot::Fragment => "fragment".into(),
+        }
+    }
+}
+
+/// Whether `value` has the shape of a value sealed at rest by the control
+/// plane's key ring (`sy1.<12 hex>.<base64url>`): such a value is never
+/// shown, whatever its place.
+pub fn looks_sealed(value: &str) -> bool {
+    let mut parts = value.splitn(3, '.');
+    matches!(
+        (parts.next(), parts.next(), parts.next()),
+        (Some("sy1"), Some(id), Some(data))
+            if id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) && !data.is_empty()
+    )
+}
+
+/// A part of a URL that holds a secret, as [`map_url_secrets`] shows it.
+#[derive(Debug)]
+pub struct UrlSecret<'a> {
+    /// Where it is, the same whatever its value (`password`,
+    /// `query "api_key" 0`, `path 2`): what a value sealed at rest is
+    /// bound to.
+    pub place: String,
+    /// What it is, for an error (`password (of this user name)`,
+    /// `value for "api_key"`).
+    pub what: String,
+    /// Its text as written in the URL (percent-encoded).
+    pub value: &'a str,
+}
+
+/// `url` with each part [`redacted_url`] would hide (a sealed value
+/// included) written as `f` says (`Ok(None)`: as it is); the first error
+/// of `f` is returned. A URL with no such part, or text that is not a
+/// URL, comes back exactly as given. For sealing a server's URL secrets
+/// at rest and opening them where the URL is used.
+pub fn map_url_secrets<E>(
+    url: &str,
+    mut f: impl FnMut(&UrlSecret<'_>) -> Result<Option<String>, E>,
+) -> Result<String, E> {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return Ok(url.to_owned());
+    };
+    let (mut failed, mut changed) = (None, false);
+    let out = rebuild(&parsed, &mut |slot, value| {
+        if failed.is_some() || !slot.is_secret(value) {
+            return None;
+        }
+        let part = UrlSecret {
+            place: slot.place(),
+            what: slot.describe(),
+            value,
+        };
+        match f(&part) {
+            Ok(Some(text)) => {
+                changed = true;
+                Some(text)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                failed = Some(e);
+                None
+            }
+        }
+    });
+    match (failed, changed) {
+        (Some(e), _) => Err(e),
+        (None, true) => Ok(out),
+        (None, false) => Ok(url.to_owned()),
+    }
 }
 
 /// `url` rebuilt part by part, each part that may hold a secret written
@@ -227,10 +312,14 @@ fn rebuild(url: &url::Url, part: &mut dyn FnMut(&Slot, &str) -> Option<String>) 
     let mut out = url[..url::Position::BeforeUsername].to_owned();
     let (user, password) = (url.username(), url.password());
     if !user.is_empty() || password.is_some() {
+        // The password's slot names the user name as written (a restored
+        // user name finds the password stored under it).
+        let written = out.len();
         write(&mut out, Slot::Username, user);
+        let user = out[written..].to_owned();
         if let Some(password) = password {
             out.push(':');
-            write(&mut out, Slot::Password(user.to_owned()), password);
+            write(&mut out, Slot::Password(user), password);
         }
         out.push('@');
     }
@@ -1194,11 +1283,69 @@ mod tests {
                 .unwrap_err()
                 .contains("password"),
         );
+        // A token as the user name, with a password: both come back (the
+        // password is found under the restored user name).
+        let stored = "https://ghp_3f9a8B7c6D5e4F3g2H1i0j:x-oauth-basic@h/mcp";
+        let shown = redacted_url(stored);
+        assert_eq!(shown, "https://[redacted]:[redacted]@h/mcp");
+        assert_eq!(restore_url_secrets(&shown, stored).unwrap(), stored);
         // Nothing redacted: unchanged.
         assert_eq!(
             restore_url_secrets("http://h/x?a=1", stored).unwrap(),
             "http://h/x?a=1"
         );
+    }
+
+    #[test]
+    fn url_secrets_are_mapped_by_a_place_that_does_not_depend_on_values() {
+        let stored = "https://alice:PW-1@h/mcp/sk-ak-3f9a8B7c6D5e4F3g2H1i/sse;sig=S1?team=blue&api_key=K-2&api_key=K-3#F";
+        let mut seen = Vec::new();
+        let sealed = map_url_secrets(stored, |part| {
+            seen.push((part.place.clone(), part.value.to_owned()));
+            Ok::<_, ()>(Some(format!("sy1.0123456789ab.{}", seen.len())))
+        })
+        .unwrap();
+        let places: Vec<&str> = seen.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            places,
+            [
+                "password",
+                "path 2",
+                "path 3 \"sig\" 0",
+                "query \"api_key\" 0",
+                "query \"api_key\" 1",
+                "fragment"
+            ]
+        );
+        assert_eq!(seen[0].1, "PW-1");
+        assert_eq!(
+            sealed,
+            "https://alice:sy1.0123456789ab.1@h/mcp/sy1.0123456789ab.2/sse;sig=sy1.0123456789ab.3?team=blue&api_key=sy1.0123456789ab.4&api_key=sy1.0123456789ab.5#sy1.0123456789ab.6"
+        );
+        // Sealed values are secrets wherever they are, so never shown, and
+        // the same places are found in the sealed URL to open it.
+        assert_eq!(
+            redacted_url(&sealed),
+            "https://alice:[redacted]@h/mcp/[redacted]/sse;sig=[redacted]?team=blue&api_key=[redacted]&api_key=[redacted]#[redacted]"
+        );
+        let opened = map_url_secrets(&sealed, |part| {
+            let i: usize = part.value.rsplit('.').next().unwrap().parse().unwrap();
+            assert_eq!(part.place, seen[i - 1].0);
+            Ok::<_, ()>(Some(seen[i - 1].1.clone()))
+        })
+        .unwrap();
+        assert_eq!(opened, stored);
+        // The first error is returned; no secret part, or not a URL:
+        // exactly as given (not normalised).
+        assert_eq!(map_url_secrets(&sealed, |_| Err("no")), Err("no"));
+        for plain in ["HTTP://H:80/x?team=blue", "not a url ?token=x"] {
+            assert_eq!(
+                map_url_secrets(plain, |_| Ok::<_, ()>(Some("z".into()))),
+                Ok(plain.to_owned())
+            );
+        }
+        assert!(looks_sealed("sy1.0123456789ab.AAAA"));
+        assert!(!looks_sealed("sy1.0123456789a.AAAA") && !looks_sealed("sy1.0123456789ab."));
     }
 
     #[test]

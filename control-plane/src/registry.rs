@@ -2,7 +2,7 @@
 //! leases), catalogues with `toolsUpdatedAt`, the engine-visible name map,
 //! sessions. Every read-modify-write is a compare-and-swap transaction, so
 //! replicas never lose each other's updates. A server's secret-looking
-//! header and environment values are written sealed when a key ring is
+//! header and environment values and URL parts are written sealed when a key ring is
 //! configured ([`crate::oauth::server_secrets`]).
 
 use crate::oauth::server_secrets as secrets;

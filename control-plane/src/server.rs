@@ -233,7 +233,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
     let grpc_tls = tls.server().map_err(StartError::Tls)?;
     // The one store every component shares, counted in the store metrics.
     let store = Metered::new(open_store(config).await?, metrics.clone());
-    // Servers' secret header and environment values are stored sealed.
+    // Servers' secret header, environment and URL values are stored sealed.
     let registry = Registry::new(store.clone()).with_key_ring(key_ring.clone());
     if key_ring.is_none()
         && let Some(s) = config
@@ -241,7 +241,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             .iter()
             .find(|s| crate::oauth::server_secrets::has_plain_secrets(s))
     {
-        tracing::warn!(server = %s.name, "secret-looking header or environment values are stored as given: set [store] token_encryption_key_file to store them sealed, or use header_files");
+        tracing::warn!(server = %s.name, "secret-looking header, environment or URL values are stored as given: set [store] token_encryption_key_file to store them sealed, or use header_files");
     }
     let audit = match &config.audit.path {
         Some(path) => Audit::to_file(path).map_err(|source| StartError::Audit {

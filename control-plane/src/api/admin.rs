@@ -328,8 +328,16 @@ impl AdminApi {
     async fn full_status(&self, snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
         let mut st = status_of(snap, rec);
         if rec.spec.auth_kind() == AuthKind::OAuth {
-            let url = rec.spec.url.clone().unwrap_or_default();
-            st.oauth = Some(self.cp.oauth.status_pb(&rec.spec.name, &url).await);
+            let url = self.cp.oauth.server_url(&rec.spec);
+            let mut oauth = self
+                .cp
+                .oauth
+                .status_pb(&rec.spec.name, url.as_deref().unwrap_or_default())
+                .await;
+            if let Err(problem) = url {
+                oauth.reason = problem;
+            }
+            st.oauth = Some(oauth);
         }
         st
     }
@@ -643,8 +651,10 @@ impl AdminService for AdminApi {
                 new.client_secret_sealed = true;
             }
         }
+        // URLs compared opened: sealed again, a part is another text.
+        let url = |s: &ServerConfig| self.cp.oauth.server_url(s).ok();
         if old.is_some_and(|o| {
-            o.url != spec.url
+            url(&o) != url(&spec)
                 || o.auth_kind() != spec.auth_kind()
                 || o.oauth.as_ref().and_then(|x| x.client_id.clone())
                     != spec.oauth.as_ref().and_then(|x| x.client_id.clone())

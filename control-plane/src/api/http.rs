@@ -112,7 +112,7 @@ async fn oauth_callback(
             .snapshot()
             .servers
             .get(server)
-            .map(|r| r.spec.url.clone().unwrap_or_default())
+            .map(|r| cp.oauth.server_url(&r.spec).unwrap_or_default())
     };
     let (status, title, text) = match cp.oauth.finish(&params, current_url).await {
         Ok(server) => (

@@ -285,8 +285,14 @@ impl SidecarRegistry for SidecarApi {
             // Stage D: an oauth server's sidecars get its access token now
             // and at every change.
             let oauth_url = cp.state.snapshot().servers.get(&server).and_then(|r| {
-                (r.spec.auth_kind() == switchyard_common::server_spec::AuthKind::OAuth)
-                    .then(|| r.spec.url.clone().unwrap_or_default())
+                (r.spec.auth_kind() == switchyard_common::server_spec::AuthKind::OAuth).then(|| {
+                    // Its URL opened; one that does not open matches no
+                    // tokens (the server's status says why).
+                    cp.oauth.server_url(&r.spec).unwrap_or_else(|problem| {
+                        tracing::warn!(%server, %problem, "the server's URL does not open: its sidecars get no access token");
+                        String::new()
+                    })
+                })
             });
             if let Some(url) = oauth_url {
                 cp.oauth.push_to(server.clone(), url, tx.clone());

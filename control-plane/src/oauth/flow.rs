@@ -216,6 +216,9 @@ impl OAuth {
             return Err(OAuthError::NotOAuth(server.into()));
         }
         let ring = self.ring()?;
+        // The spec with its sealed secrets (headers, URL parts) opened.
+        let spec = &crate::oauth::server_secrets::open(Some(ring), spec)
+            .map_err(|problem| refused(server, &problem))?;
         let url = spec.url.clone().unwrap_or_default();
         let settings = spec.oauth.clone().unwrap_or_default();
         let challenge = self.challenge(spec).await?;
@@ -470,17 +473,12 @@ impl OAuth {
 
     /// The server's answer to an unauthenticated request: its
     /// `WWW-Authenticate` when it is a 401, else `None` (discovery then
-    /// starts from the well-known URLs). Errors: the server cannot be
-    /// reached.
+    /// starts from the well-known URLs). `spec`: opened
+    /// ([`crate::oauth::server_secrets::open`]). Errors: the server cannot
+    /// be reached.
     async fn challenge(&self, spec: &ServerConfig) -> Result<Option<String>, OAuthError> {
         let server = spec.name.as_str();
-        // The server's own headers, opened (stored sealed).
-        let headers = crate::oauth::server_secrets::open(self.ring.as_deref(), spec)
-            .map_err(|problem| OAuthError::Refused {
-                server: server.into(),
-                problem,
-            })?
-            .headers;
+        let headers = &spec.headers;
         let url = spec.url.clone().unwrap_or_default();
         let client = &self.http;
         let modern = spec.era == "2026-07-28";
@@ -536,7 +534,7 @@ impl OAuth {
             if let Some(sid) = &session {
                 req = req.header("mcp-session-id", sid.as_str());
             }
-            for (k, v) in &headers {
+            for (k, v) in headers {
                 req = req.header(k.as_str(), v.as_str());
             }
             let resp = match req.send().await {

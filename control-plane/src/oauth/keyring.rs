@@ -1,5 +1,5 @@
 //! The key ring that encrypts secrets at rest (OAuth tokens and client
-//! secrets, secret header and environment values): AES-256-GCM (ring's AEAD) with a fresh
+//! secrets, secret header, environment and URL values): AES-256-GCM (ring's AEAD) with a fresh
 //! random 96-bit nonce per seal, under 256-bit keys read from files
 //! (`[store] token_encryption_key_file`, the active key, and
 //! `token_encryption_previous_key_files`, older keys that still open what

@@ -125,6 +125,17 @@ impl OAuth {
         format!("{}{CALLBACK_PATH}", self.base_url())
     }
 
+    /// `spec`'s URL with its sealed parts opened
+    /// ([`server_secrets::url`]): what discovery requests, and what an
+    /// authorization and its tokens are bound to. Errors: a sealed part
+    /// does not open (named, never its value).
+    pub fn server_url(
+        &self,
+        spec: &switchyard_common::server_spec::ServerConfig,
+    ) -> Result<String, String> {
+        server_secrets::url(self.ring.as_deref(), spec)
+    }
+
     /// The key ring, if one is configured.
     pub fn key_ring(&self) -> Option<&Arc<KeyRing>> {
         self.ring.as_ref()

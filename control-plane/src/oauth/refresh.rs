@@ -172,7 +172,8 @@ pub fn spawn(cp: Arc<ControlPlane>) {
                 .servers
                 .values()
                 .filter(|r| r.spec.auth_kind() == AuthKind::OAuth)
-                .map(|r| (r.spec.name.clone(), r.spec.url.clone().unwrap_or_default()))
+                // Its URL opened; one that does not open is in its status.
+                .filter_map(|r| Some((r.spec.name.clone(), cp.oauth.server_url(&r.spec).ok()?)))
                 .collect();
             for (server, url) in servers {
                 if running.contains_key(&server) {

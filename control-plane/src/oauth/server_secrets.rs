@@ -1,19 +1,24 @@
 //! Secret values of a server's spec at rest. The inline values of
 //! secret-looking headers and environment variables
 //! ([`is_secret_name`]: `Authorization`, `X-Api-Key`, `DB_PASSWORD`, ...)
-//! are written to the store sealed with the key ring of secrets at rest
-//! ([`KeyRing`], `[store] token_encryption_key_file`), each bound to its
-//! server, field and name (`servers/NAME/headers/X-Api-Key`), so a sealed
-//! value moved elsewhere does not open. They are opened only where they
-//! are used ([`open`]): the sidecar files `switchyard up` writes, OAuth
-//! discovery requests, and comparisons of specs, which compare opened
+//! and the secret parts of its URL (what answers show `[redacted]`: the
+//! password, `?api_key=`, a credential in the path, the fragment;
+//! [`map_url_secrets`]) are written to the store sealed with the key ring
+//! of secrets at rest ([`KeyRing`], `[store] token_encryption_key_file`),
+//! each bound to its server, field and name
+//! (`servers/NAME/headers/X-Api-Key`, `servers/NAME/url/password`), so a
+//! sealed value moved elsewhere does not open. A sealed URL part is
+//! URL-safe text, so the stored URL stays a URL with the same parts.
+//! Values are opened only where they are used ([`open`], [`url()`]): the
+//! sidecar files `switchyard up` writes, OAuth discovery and the URL
+//! tokens are bound to, and comparisons of specs, which compare opened
 //! values (a value sealed again under a fresh nonce is the same value).
 //! Without a key ring, values are stored as given. Errors name the server,
 //! field and name, never a value.
 
 use super::KeyRing;
 use std::collections::BTreeMap;
-use switchyard_common::server_spec::{ServerConfig, is_secret_name};
+use switchyard_common::server_spec::{ServerConfig, is_secret_name, looks_sealed, map_url_secrets};
 
 /// The fields of a spec whose secret-looking values are sealed.
 const FIELDS: [&str; 2] = ["headers", "env"];
@@ -30,11 +35,23 @@ fn aad(server: &str, field: &str, name: &str) -> String {
     format!("servers/{server}/{field}/{name}")
 }
 
-/// Seals the secret-looking header and environment values of `spec` that
-/// are not sealed for their place already (a value copied back from the
-/// stored spec, e.g. one an admin left `[redacted]`, stays as it is).
+/// Seals the secret-looking header and environment values and the URL's
+/// secret parts of `spec` that are not sealed for their place already (a
+/// value copied back from the stored spec, e.g. one an admin left
+/// `[redacted]`, stays as it is).
 pub fn seal(ring: &KeyRing, spec: &mut ServerConfig) {
     let server = spec.name.clone();
+    if let Some(url) = &spec.url {
+        let Ok(sealed) = map_url_secrets(url, |part| {
+            let bound = aad(&server, "url", &part.place);
+            Ok::<_, std::convert::Infallible>(
+                ring.open(part.value, &bound)
+                    .is_err()
+                    .then(|| ring.seal(part.value.as_bytes(), &bound)),
+            )
+        });
+        spec.url = Some(sealed);
+    }
     for field in FIELDS {
         for (name, value) in field_mut(spec, field).iter_mut() {
             if !is_secret_name(name) {
@@ -54,6 +71,7 @@ pub fn seal(ring: &KeyRing, spec: &mut ServerConfig) {
 /// name; a sealed value with no key ring configured.
 pub fn open(ring: Option<&KeyRing>, spec: &ServerConfig) -> Result<ServerConfig, String> {
     let mut out = spec.clone();
+    out.url = spec.url.is_some().then(|| url(ring, spec)).transpose()?;
     for field in FIELDS {
         for (name, value) in field_mut(&mut out, field).iter_mut() {
             if !is_secret_name(name) || !looks_sealed(value) {
@@ -75,27 +93,52 @@ pub fn open(ring: Option<&KeyRing>, spec: &ServerConfig) -> Result<ServerConfig,
     Ok(out)
 }
 
+/// `spec`'s URL with its sealed parts opened (empty for a server without
+/// one), for where it is used or compared: OAuth discovery, the URL an
+/// authorization and its tokens are bound to. Errors as [`open`]'s.
+pub fn url(ring: Option<&KeyRing>, spec: &ServerConfig) -> Result<String, String> {
+    let url = spec.url.as_deref().unwrap_or_default();
+    map_url_secrets(url, |part| {
+        if !looks_sealed(part.value) {
+            return Ok(None);
+        }
+        let place = format!("servers.{}.url: the {}", spec.name, part.what);
+        let Some(ring) = ring else {
+            return Err(format!(
+                "{place} is sealed, and no [store] token_encryption_key_file is configured to open it"
+            ));
+        };
+        let plain = ring
+            .open(part.value, &aad(&spec.name, "url", &part.place))
+            .map_err(|e| format!("{place}: {e}"))?;
+        String::from_utf8(plain.to_vec())
+            .map(Some)
+            .map_err(|_| format!("{place}: the sealed value is not UTF-8"))
+    })
+}
+
 /// Whether two specs are the same once opened (`false` when either does
 /// not open).
 pub fn same(ring: Option<&KeyRing>, a: &ServerConfig, b: &ServerConfig) -> bool {
     a == b || matches!((open(ring, a), open(ring, b)), (Ok(a), Ok(b)) if a == b)
 }
 
-/// Whether `spec` holds secret-looking values stored as given.
+/// Whether `spec` holds secret-looking values stored as given (headers,
+/// environment, URL parts).
 pub fn has_plain_secrets(spec: &ServerConfig) -> bool {
-    [&spec.headers, &spec.env]
-        .iter()
-        .any(|m| m.iter().any(|(k, v)| is_secret_name(k) && !looks_sealed(v)))
-}
-
-/// Whether `value` has the shape of a sealed value (`sy1.<12 hex>.<data>`).
-fn looks_sealed(value: &str) -> bool {
-    let mut parts = value.splitn(3, '.');
-    matches!(
-        (parts.next(), parts.next(), parts.next()),
-        (Some("sy1"), Some(id), Some(data))
-            if id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) && !data.is_empty()
-    )
+    let plain_in_url =
+        map_url_secrets(
+            spec.url.as_deref().unwrap_or_default(),
+            |part| match looks_sealed(part.value) {
+                true => Ok(None),
+                false => Err(()),
+            },
+        )
+        .is_err();
+    plain_in_url
+        || [&spec.headers, &spec.env]
+            .iter()
+            .any(|m| m.iter().any(|(k, v)| is_secret_name(k) && !looks_sealed(v)))
 }
 
 #[cfg(test)]
@@ -104,7 +147,7 @@ mod tests {
 
     fn spec() -> ServerConfig {
         let mut s: ServerConfig = toml::from_str(
-            "name = \"files\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:9/mcp\"",
+            "name = \"files\"\ntransport = \"http\"\nurl = \"http://alice:PW-SECRET@127.0.0.1:9/mcp?api_key=K-SECRET&team=blue\"",
         )
         .expect("a spec");
         s.headers.insert("X-Api-Key".into(), "hunter2".into());
@@ -123,6 +166,24 @@ mod tests {
         assert!(!format!("{stored:?}{}", toml::to_string(&stored).unwrap()).contains("hunter2"));
         assert!(!toml::to_string(&stored).unwrap().contains("swordfish"));
         assert_eq!(stored.headers["X-Team"], "blue", "not secret: as given");
+        // The URL's secret parts too; it stays a URL with the same parts.
+        let url = stored.url.clone().unwrap();
+        assert!(
+            !url.contains("PW-SECRET") && !url.contains("K-SECRET"),
+            "{url}"
+        );
+        assert!(
+            url.starts_with("http://alice:sy1.") && url.ends_with("&team=blue"),
+            "{url}"
+        );
+        assert_eq!(
+            switchyard_common::server_spec::redacted_url(&url),
+            "http://alice:[redacted]@127.0.0.1:9/mcp?api_key=[redacted]&team=blue"
+        );
+        assert_eq!(
+            super::url(Some(&ring), &stored).unwrap(),
+            given.url.clone().unwrap()
+        );
         assert!(!has_plain_secrets(&stored) && has_plain_secrets(&given));
         assert_eq!(open(Some(&ring), &stored).unwrap(), given);
         // Sealed again (a fresh nonce): another text, the same spec.
@@ -149,6 +210,35 @@ mod tests {
         assert!(open(Some(&KeyRing::new(&[8; 32], &[])), &stored).is_err());
         let e = open(None, &stored).unwrap_err();
         assert!(e.contains("token_encryption_key_file"), "{e}");
+        // A URL part moved to another place does not open either, and the
+        // error names the part.
+        let mut swapped = stored.clone();
+        let (pw, key) = {
+            let u = url::Url::parse(&url).unwrap();
+            let key = u
+                .query_pairs()
+                .find(|(k, _)| k == "api_key")
+                .unwrap()
+                .1
+                .into_owned();
+            (u.password().unwrap().to_owned(), key)
+        };
+        swapped.url = Some(
+            url.replace(&pw, "P")
+                .replace(&key, &pw)
+                .replace(":P@", &format!(":{key}@")),
+        );
+        let e = open(Some(&ring), &swapped).unwrap_err();
+        assert!(e.contains("servers.files.url: the password"), "{e}");
+        assert!(!e.contains("PW-SECRET") && !e.contains(&pw), "{e}");
+        // Stored as given without a ring; sealed with one.
+        assert!(has_plain_secrets(&given));
+        let mut only_url = given.clone();
+        only_url.headers.clear();
+        only_url.env.clear();
+        assert!(has_plain_secrets(&only_url));
+        seal(&ring, &mut only_url);
+        assert!(!has_plain_secrets(&only_url));
         // A plain value that merely starts like one is sealed, not kept.
         let mut odd = given.clone();
         odd.headers

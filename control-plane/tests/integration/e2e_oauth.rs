@@ -14,7 +14,10 @@
 //! - a revoked grant turns the server to `needs_reauthorization`, and calls
 //!   fail at once with a message a model can relay;
 //! - no access token, refresh token or client secret appears in any log
-//!   line, metric, audit record, CLI output or API answer of the run.
+//!   line, metric, audit record, CLI output or API answer of the run;
+//! - the server's URL carries a secret query value (`api_key`), which is
+//!   sealed in the store and shown nowhere, and the authorization (bound
+//!   to the URL opened) works through it.
 
 use crate::common::oauth::*;
 use crate::common::*;
@@ -66,9 +69,10 @@ async fn an_admin_authorizes_an_oauth_server_from_the_cli_and_no_token_leaks() {
     let as_ = start_as(&[("OAUTH_AS_TOKEN_TTL", "4")]).await;
     let issuer = as_.url.trim_end_matches('/').to_owned();
     let stub = start_protected(&issuer).await;
+    let url_key = format!("urlkey-{}", switchyard_common::ids::new_id());
     let servers = format!(
         "[[servers]]\nname = \"stub\"\ntransport = \"http\"\nurl = {}\nauth = \"oauth\"\n",
-        toml_str(&stub.url)
+        toml_str(format!("{}?api_key={url_key}", stub.url))
     );
     let http = start_http_reference_server().await;
     let gw = Gateway::start_with(StoreKind::Embedded, 10, http, &servers, "", &[], &[]).await;
@@ -328,19 +332,37 @@ async fn an_admin_authorizes_an_oauth_server_from_the_cli_and_no_token_leaks() {
         log.contains("oauth.authorized"),
         "the audit records are in up's log"
     );
+    let outputs_of_the_run = [
+        ("up's and the sidecars' log (with the audit)", &log),
+        ("the CLI", &outputs),
+        ("servers list", &listed),
+        ("servers status", &shown),
+        ("metrics", &metrics),
+        ("the admin API", &api),
+    ];
     for s in &secrets {
-        for (what, text) in [
-            ("up's and the sidecars' log (with the audit)", &log),
-            ("the CLI", &outputs),
-            ("servers list", &listed),
-            ("servers status", &shown),
-            ("metrics", &metrics),
-            ("the admin API", &api),
-            ("config files", &store_files),
-        ] {
+        for (what, text) in outputs_of_the_run
+            .iter()
+            .chain([&("config files", &store_files)])
+        {
             assert!(!text.contains(s.as_str()), "a token or secret is in {what}");
         }
     }
+    // The URL's key: only in the sidecars' files, never in the store.
+    let store = std::fs::read(gw.dir.path().join("store/store.redb")).expect("the store file");
+    assert!(
+        !store
+            .windows(url_key.len())
+            .any(|w| w == url_key.as_bytes()),
+        "the URL key is in the store"
+    );
+    for (what, text) in &outputs_of_the_run {
+        assert!(!text.contains(&url_key), "the URL key is in {what}");
+    }
+    assert!(
+        store_files.contains(&url_key),
+        "the sidecars' files have the URL opened"
+    );
     drop((stub, as_));
 }
 

@@ -559,6 +559,18 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
     );
     assert!(!listed.contains("SECRET"), "{listed}");
     gw.wait_servers_up(&["keyed"], LIMIT).await;
+    // In the store, the secret parts are sealed (opened for the sidecar's
+    // file below).
+    let store_holds = |secret: &str| {
+        let store = std::fs::read(gw.dir.path().join("store/store.redb")).expect("the store file");
+        store.windows(secret.len()).any(|w| w == secret.as_bytes())
+    };
+    for secret in ["PW-SECRET", "QS-SECRET", "SIG-SECRET", "F-SECRET"] {
+        assert!(
+            !store_holds(secret),
+            "the store holds {secret} in plain text"
+        );
+    }
 
     // Sent back as answered, with another timeout: the stored URL stays,
     // and the new sidecar's file has it.
@@ -627,6 +639,12 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
         },
     )
     .await;
+    for secret in ["PW-SECRET", "QS-SECRET", "SIG-SECRET", "F-SECRET"] {
+        assert!(
+            !store_holds(secret),
+            "after updates, the store holds {secret} in plain text"
+        );
+    }
     let moved = shown.replace("127.0.0.1", "localhost");
     let e = admin
         .update_server(pb::UpdateServerRequest {

@@ -4,7 +4,8 @@
 //! answers, the CLI, `up`'s and the sidecars' logs, the metrics, or the
 //! sidecar's generated config file (mode 0600, the path only). Plain
 //! `headers` with secret-looking names are answered `[redacted]`, and are
-//! sealed in the store (opened for the sidecar's file only).
+//! sealed in the store (opened for the sidecar's file only), as is the
+//! URL's `api_key` query value.
 
 use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -18,26 +19,29 @@ async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
     let secrets = tempfile::tempdir().unwrap();
     let token = format!("s3cr3t-{}", switchyard_common::ids::new_id());
     let plain_key = format!("plain-{}", switchyard_common::ids::new_id());
+    let url_key = format!("urlkey-{}", switchyard_common::ids::new_id());
     let file = secrets.path().join("stub-token");
     // As a Kubernetes Secret or an operator writes it: a trailing newline.
     std::fs::write(&file, format!("Bearer {token}\n")).unwrap();
     // The stub answers 401 to any request without exactly this header.
     let mut cmd = Command::new("python3");
     cmd.arg(stub_script("http_stub.py"))
-        .env("STUB_HTTP_BEARER", &token);
+        .env("STUB_HTTP_BEARER", &token)
+        .env("STUB_HTTP_QUERY_KEY", &url_key);
     let stub = start_http_server(cmd, "/mcp").await;
     let servers = format!(
         "[[servers]]\nname = \"stub\"\ntransport = \"http\"\nurl = {}\nauth = \"headers\"\n\
          [servers.headers]\nX-Team = \"blue\"\nX-Api-Key = {}\n\
          [servers.header_files]\nAuthorization = {}\n",
-        toml_str(&stub.url),
+        toml_str(format!("{}?api_key={url_key}&team=blue", stub.url)),
         toml_str(&plain_key),
         toml_str(file.to_string_lossy()),
     );
     let http = start_http_reference_server().await;
     let gw = Gateway::start_with(StoreKind::Embedded, 10, http, &servers, "", &[], &["stub"]).await;
 
-    // Up means the stub took our bearer: it refuses everything else.
+    // Up means the stub took our bearer and URL key: it refuses
+    // everything else.
     let mut engine = gw.engine().await;
     let resp = engine
         .call_tool(call_request("stub__echo", r#"{"message":"hi"}"#, ""))
@@ -67,6 +71,11 @@ async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
         Some(file.to_str().unwrap())
     );
     assert_eq!(spec.headers.get("X-Team").map(String::as_str), Some("blue"));
+    assert!(
+        spec.url.ends_with("/mcp?api_key=[redacted]&team=blue"),
+        "{}",
+        spec.url
+    );
     assert_eq!(
         spec.headers.get("X-Api-Key").map(String::as_str),
         Some("[redacted]")
@@ -93,13 +102,14 @@ async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
     // opened from the store, where it is sealed: the store file does not
     // hold it.
     assert!(generated_text.contains(&plain_key), "{generated_text}");
+    assert!(generated_text.contains(&url_key), "{generated_text}");
     let store = std::fs::read(gw.dir.path().join("store/store.redb")).expect("the store file");
-    assert!(
-        !store
-            .windows(plain_key.len())
-            .any(|w| w == plain_key.as_bytes()),
-        "the store holds the inline secret header value in plain text"
-    );
+    for (what, secret) in [("header", &plain_key), ("URL", &url_key)] {
+        assert!(
+            !store.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the store holds the inline secret {what} value in plain text"
+        );
+    }
     assert!(
         store.windows(5).any(|w| w == b"\"sy1."),
         "the store holds sealed values"
@@ -115,11 +125,13 @@ async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
     for (place, text) in &places {
         assert!(!text.contains(&token), "the secret header value in {place}");
     }
-    for (place, text) in &places[..4] {
-        assert!(
-            !text.contains(&plain_key),
-            "a secret-looking plain header value in {place}"
-        );
+    for (place, text) in places[..4].iter().chain(&places[5..]) {
+        for secret in [&plain_key, &url_key] {
+            assert!(
+                !text.contains(secret),
+                "a secret-looking plain value in {place}"
+            );
+        }
     }
     gw.stop().await;
 }

@@ -54,6 +54,7 @@ Knobs (env):
                                `WWW-Authenticate: Bearer realm="stub"`)
   STUB_HTTP_BEARER=TOKEN       requests without `Authorization: Bearer TOKEN` get 401
                                (with `WWW-Authenticate: Bearer realm="stub"`)
+  STUB_HTTP_QUERY_KEY=KEY      requests to /mcp without `api_key=KEY` in the query get 401
   STUB_HTTP_REDIRECT=URL       every request gets 307 to URL (its log still records it)
   STUB_HTTP_STRICT=1           non-initialize POSTs need MCP-Protocol-Version (else
                                400); POSTs need Accept with both types (else 406)
@@ -103,6 +104,7 @@ AUTH = env_int("STUB_HTTP_AUTH", 0)
 STRICT = os.environ.get("STUB_HTTP_STRICT") == "1"
 BEARER = os.environ.get("STUB_HTTP_BEARER")
 REDIRECT = os.environ.get("STUB_HTTP_REDIRECT")
+QUERY_KEY = os.environ.get("STUB_HTTP_QUERY_KEY")
 OAUTH_AS = os.environ.get("STUB_HTTP_OAUTH_AS") or None
 OAUTH_SCOPES = (os.environ.get("STUB_HTTP_OAUTH_SCOPES") or "mcp:read").split()
 WRITE_SCOPES = OAUTH_SCOPES + [s for s in ["mcp:write"] if s not in OAUTH_SCOPES]
@@ -309,6 +311,9 @@ class Handler(BaseHTTPRequestHandler):
         elif REDIRECT is not None:
             self.fail(307, "Temporary Redirect", headers=[("Location", REDIRECT)])
         elif BEARER is not None and headers.get("authorization") != f"Bearer {BEARER}":
+            self.fail(401, "Unauthorized", headers=[("WWW-Authenticate", 'Bearer realm="stub"')])
+        elif QUERY_KEY is not None and QUERY_KEY not in urllib.parse.parse_qs(
+                urllib.parse.urlsplit(self.path).query).get("api_key", []):
             self.fail(401, "Unauthorized", headers=[("WWW-Authenticate", 'Bearer realm="stub"')])
         elif OAUTH_AS and self.path.split("?")[0] == PRM_PATH:
             self.protected_resource_metadata()

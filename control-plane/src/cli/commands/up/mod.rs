@@ -67,7 +67,7 @@ fn secret_beside_store(
 }
 
 /// Secrets at rest are kept sealed (stage D's OAuth tokens, servers'
-/// secret header and environment values: [`crate::oauth::server_secrets`]).
+/// secret header, environment and URL values: [`crate::oauth::server_secrets`]).
 /// With no `[store] token_encryption_key_file` and the embedded store,
 /// `up` uses a key of its own beside the store (`token-encryption.key`,
 /// made once, mode 0600), so they open again after a restart.
@@ -78,7 +78,7 @@ fn store_key(config: &mut Config) -> anyhow::Result<()> {
     let (file, made) = secret_beside_store(config, "token-encryption.key", |key| key.to_vec())?;
     if made {
         println!(
-            "switchyard: secrets at rest (OAuth tokens, secret header and environment values) are encrypted with the new key {}",
+            "switchyard: secrets at rest (OAuth tokens, secret header, environment and URL values) are encrypted with the new key {}",
             file.display()
         );
     }
