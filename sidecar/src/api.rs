@@ -508,7 +508,8 @@ fn fit(status: Status) -> Status {
 /// The gRPC status for an upstream failure. A JSON-RPC error answer is
 /// `FAILED_PRECONDITION` with the error object (`code`, `message`, `data`
 /// when present) as JSON text in the status details; connection-level
-/// failures are `UNAVAILABLE`, and so are the server's refusals (401, 403)
+/// failures are `UNAVAILABLE`, and so are a failed handshake (no era both
+/// sides speak, whatever the server answered), the server's refusals (401, 403)
 /// and, for an `auth = "oauth"` server, no access token to send or a
 /// scope it lacks (the message says an admin must authorize it); a
 /// timeout is `DEADLINE_EXCEEDED`; an answer over `max_message_bytes` is
@@ -527,6 +528,7 @@ pub fn status_of(error: &UpstreamError) -> Status {
         | UpstreamError::Io { .. }
         | UpstreamError::Closed { .. }
         | UpstreamError::SessionExpired { .. }
+        | UpstreamError::Handshake { .. }
         | UpstreamError::Unauthorized { .. }
         | UpstreamError::NotAuthorized { .. }
         | UpstreamError::InsufficientScope { .. } => Status::unavailable(error.to_string()),

@@ -235,24 +235,64 @@ pub async fn negotiate(
     transport: &Transport,
     config: &UpstreamConfig,
 ) -> Result<Negotiated, UpstreamError> {
+    let failed = |e| handshake(config, e, None);
     match config.era {
-        EraPreference::Legacy => initialize(transport, config).await,
-        EraPreference::Modern => match discover(transport, config).await? {
+        EraPreference::Legacy => initialize(transport, config).await.map_err(failed),
+        EraPreference::Modern => match discover(transport, config).await.map_err(failed)? {
             Probe::Modern(n) => Ok(n),
-            Probe::Legacy(why) => Err(UpstreamError::protocol(
-                &config.name,
-                format!(
-                    "the server does not speak {MODERN_VERSION} ({why}) and the era is pinned to it"
+            Probe::Legacy(why) => Err(UpstreamError::Handshake {
+                server: config.name.clone(),
+                detail: format!(
+                    "the server does not speak {MODERN_VERSION} ({why}{}), and the era is pinned to it",
+                    path_hint(&why)
                 ),
-            )),
+            }),
         },
-        EraPreference::Auto => match discover(transport, config).await? {
+        EraPreference::Auto => match discover(transport, config).await.map_err(failed)? {
             Probe::Modern(n) => Ok(n),
             Probe::Legacy(why) => {
                 tracing::info!(server = %config.name, reason = %why, "server is not modern; falling back to initialize");
-                initialize(transport, config).await
+                initialize(transport, config)
+                    .await
+                    .map_err(|e| handshake(config, e, Some(&why)))
             }
         },
+    }
+}
+
+/// A handshake failure that is an answer of the server (a JSON-RPC error,
+/// an HTTP status, no or a bad response) as [`UpstreamError::Handshake`],
+/// with `before`, why `initialize` was tried, when it was the fallback.
+/// The rest (the process or the network failing, a refusal, a timeout)
+/// stays as it is.
+fn handshake(config: &UpstreamConfig, e: UpstreamError, before: Option<&str>) -> UpstreamError {
+    match e {
+        UpstreamError::Rpc { .. }
+        | UpstreamError::HttpStatus { .. }
+        | UpstreamError::NoResponse { .. }
+        | UpstreamError::Protocol { .. } => {
+            let text = e.to_string();
+            let prefix = format!("server {}: ", config.name);
+            let what = text.strip_prefix(&prefix).unwrap_or(&text);
+            let detail = match before {
+                Some(why) => format!("{what}; before that, {why}{}", path_hint(why)),
+                None => what.to_owned(),
+            };
+            UpstreamError::Handshake {
+                server: config.name.clone(),
+                detail,
+            }
+        }
+        other => other,
+    }
+}
+
+/// A hint when the server answered `server/discover` with HTTP 404: the
+/// URL's path is the likely mistake.
+fn path_hint(why: &str) -> &'static str {
+    match why.contains("HTTP 404") {
+        true => " (check the URL's path)",
+        false => "",
     }
 }
 

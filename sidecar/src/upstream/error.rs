@@ -157,13 +157,27 @@ pub enum UpstreamError {
         /// The configured limit.
         limit: usize,
     },
-    /// The server broke the protocol (bad handshake, unsupported version,
-    /// malformed message).
+    /// The server broke the protocol (unsupported version, malformed
+    /// message).
     #[error("server {server}: protocol error: {detail}")]
     Protocol {
         /// Server name.
         server: String,
         /// What was wrong.
+        detail: String,
+    },
+    /// The handshake (`server/discover`, `initialize`) got an answer that
+    /// leaves no era both sides speak: an error, an HTTP status, a result
+    /// we cannot use, or the era pinned to one the server does not speak.
+    /// Like the process or the network failing, the server cannot be used
+    /// now: requests that waited for it are refused as unavailable.
+    #[error("server {server}: cannot connect: {detail}")]
+    Handshake {
+        /// Server name.
+        server: String,
+        /// What the server answered, and what it answered before when
+        /// `initialize` was the fallback (`server/discover answered HTTP
+        /// 404`, with a hint to check the URL's path).
         detail: String,
     },
     /// HTTP 404 to a request that carried an `MCP-Session-Id`: the server
@@ -286,7 +300,7 @@ impl UpstreamError {
             UpstreamError::HttpStatus { .. } | UpstreamError::Io { .. } => "transport_error",
             UpstreamError::NoResponse { .. } => "no_response",
             UpstreamError::MessageTooLarge { .. } => "too_large",
-            UpstreamError::Protocol { .. } => "protocol_error",
+            UpstreamError::Protocol { .. } | UpstreamError::Handshake { .. } => "protocol_error",
             UpstreamError::SessionExpired { .. } => "session_expired",
             UpstreamError::Closed { .. } => "closed",
         }

@@ -637,14 +637,24 @@ async fn era_fallback_and_pinning() {
     let stats = json_tool(&up, "stats").await;
     assert_eq!(stats["initialize"], 1, "{stats}");
 
-    // Pinned to the modern era: no fallback, a protocol error.
+    // Pinned to the modern era: no fallback, a failed handshake, which
+    // requests see as unavailable (as a server that cannot start).
     let mut cfg = config("stub-pinned-modern", &server.url);
     cfg.era = EraPreference::Modern;
     let err = within("connect", STEP, upstream(cfg).connect())
         .await
         .unwrap_err();
-    assert!(matches!(err, UpstreamError::Protocol { .. }), "{err:?}");
-    assert!(err.to_string().contains("2026-07-28"), "{err}");
+    assert!(matches!(err, UpstreamError::Handshake { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with(
+            "server stub-pinned-modern: cannot connect: the server does not speak 2026-07-28"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        switchyard_sidecar::api::status_of(&err).code(),
+        tonic::Code::Unavailable
+    );
 
     // A legacy reference server answers discover with 404 and -32601: fallback.
     let legacy = reference_server("2025-11-25").await;
@@ -665,9 +675,32 @@ async fn era_fallback_and_pinning() {
     let err = within("connect", STEP, upstream(cfg).connect())
         .await
         .unwrap_err();
+    assert!(matches!(&err, UpstreamError::Handshake { .. }), "{err:?}");
     assert!(
-        matches!(&err, UpstreamError::Rpc { code: -32022, method, .. } if method == "initialize"),
-        "{err:?}"
+        err.to_string()
+            .contains("initialize failed with JSON-RPC error -32022"),
+        "{err}"
+    );
+    assert_eq!(
+        switchyard_sidecar::api::status_of(&err).code(),
+        tonic::Code::Unavailable
+    );
+
+    // The modern-only server at a wrong path: the error says what
+    // server/discover answered before the fallback, and where to look.
+    let wrong = modern.url.replace("/mcp", "/wrong");
+    let err = within(
+        "connect",
+        STEP,
+        upstream(config("ref-wrong-path", &wrong)).connect(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(&err, UpstreamError::Handshake { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("before that, server/discover answered HTTP 404 (check the URL's path)"),
+        "{err}"
     );
 }
 
