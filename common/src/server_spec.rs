@@ -247,15 +247,16 @@ pub fn looks_sealed(value: &str) -> bool {
     )
 }
 
-/// A part of a URL that holds a secret, as [`map_url_secrets`] shows it.
+/// A part of a URL or of a server's arguments that holds a secret, as
+/// [`map_url_secrets`] and [`map_arg_secrets`] show it.
 #[derive(Debug)]
-pub struct UrlSecret<'a> {
+pub struct SecretPart<'a> {
     /// Where it is, the same whatever its value (`password`,
-    /// `query "api_key" 0`, `path 2`): what a value sealed at rest is
-    /// bound to.
+    /// `query "api_key" 0`, `path 2`, `args 3`, `args 1 password`): what a
+    /// value sealed at rest is bound to.
     pub place: String,
     /// What it is, for an error (`password (of this user name)`,
-    /// `value for "api_key"`).
+    /// `value for "api_key"`, `args[3]`).
     pub what: String,
     /// Its text as written in the URL (percent-encoded).
     pub value: &'a str,
@@ -268,7 +269,7 @@ pub struct UrlSecret<'a> {
 /// at rest and opening them where the URL is used.
 pub fn map_url_secrets<E>(
     url: &str,
-    mut f: impl FnMut(&UrlSecret<'_>) -> Result<Option<String>, E>,
+    mut f: impl FnMut(&SecretPart<'_>) -> Result<Option<String>, E>,
 ) -> Result<String, E> {
     let Ok(parsed) = url::Url::parse(url) else {
         return Ok(url.to_owned());
@@ -278,7 +279,7 @@ pub fn map_url_secrets<E>(
         if failed.is_some() || !slot.is_secret(value) {
             return None;
         }
-        let part = UrlSecret {
+        let part = SecretPart {
             place: slot.place(),
             what: slot.describe(),
             value,
@@ -492,6 +493,112 @@ pub fn restore_url_secrets(sent: &str, stored: &str) -> Result<String, String> {
         )),
         None => Ok(restored),
     }
+}
+
+/// Whether a command-line flag (`--api-key`, `-token`; not `--x=1`) names
+/// a secret, so the argument after it is one.
+fn secret_flag(arg: &str) -> bool {
+    arg.starts_with('-') && !arg.contains('=') && is_secret_name(arg.trim_start_matches('-'))
+}
+
+/// `args` (a stdio server's arguments) with each part that holds a secret
+/// written as `f` says (`Ok(None)`: as it is); the first error of `f` is
+/// returned. The parts, by argument:
+/// - the whole argument after a flag with a secret name (`--api-key K`,
+///   `--password P`), unless it is another flag;
+/// - the value of `NAME=value` or `--NAME=value` with a secret name
+///   (`--token=T`, `API_KEY=K`);
+/// - in an argument or such a value that is a URL
+///   (`postgresql://user:P@host/db`), the parts [`redacted_url`] hides,
+///   each its own part (`args 2 password`);
+/// - a whole argument or value that looks like a generated credential
+///   (`sk-…`, a UUID, the rule of [`redacted_url`]), or is sealed.
+pub fn map_arg_secrets<E>(
+    args: &[String],
+    mut f: impl FnMut(&SecretPart<'_>) -> Result<Option<String>, E>,
+) -> Result<Vec<String>, E> {
+    let mut out = Vec::with_capacity(args.len());
+    for (i, arg) in args.iter().enumerate() {
+        let after_flag = i > 0 && secret_flag(&args[i - 1]) && !arg.starts_with('-');
+        // `NAME=value`: the value is judged on its own.
+        let (head, value, named) = match arg.split_once('=') {
+            Some((name, value))
+                if !after_flag
+                    && !name.is_empty()
+                    && name
+                        .trim_start_matches('-')
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)) =>
+            {
+                let secret = is_secret_name(name.trim_start_matches('-'));
+                (&arg[..=name.len()], value, secret)
+            }
+            _ => ("", arg.as_str(), false),
+        };
+        let whole = |what: String| SecretPart {
+            place: format!("args {i}"),
+            what,
+            value,
+        };
+        let what = match head.is_empty() {
+            true => format!("args[{i}]"),
+            false => format!("the value of args[{i}] ({head}…)"),
+        };
+        let shown = if value.is_empty() {
+            None
+        } else if after_flag || named || looks_sealed(value) || looks_like_token(value) {
+            f(&whole(what))?
+        } else if value.contains("://") && url::Url::parse(value).is_ok() {
+            let mapped = map_url_secrets(value, |part| {
+                f(&SecretPart {
+                    place: format!("args {i} {}", part.place),
+                    what: format!("{what}'s {}", part.what),
+                    value: part.value,
+                })
+            })?;
+            (mapped != value).then_some(mapped)
+        } else {
+            None
+        };
+        out.push(match shown {
+            Some(text) => format!("{head}{text}"),
+            None => arg.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// `args` with the parts [`map_arg_secrets`] finds replaced by
+/// [`REDACTED`], for answers, messages and debug output.
+pub fn redacted_args(args: &[String]) -> Vec<String> {
+    let Ok(shown) = map_arg_secrets(args, |_| {
+        Ok::<_, std::convert::Infallible>(Some(REDACTED.to_owned()))
+    });
+    shown
+}
+
+/// `sent` (arguments as an admin sent them back, possibly edited) with
+/// each argument that shows [`REDACTED`] taken from `stored` at the same
+/// position, when the stored argument there is answered exactly as sent.
+/// Errors, for the caller to refuse the update, naming the argument: one
+/// shows `[redacted]` but the stored argument at its place is answered
+/// otherwise (edited, moved, or none there); give its secret again.
+pub fn restore_arg_secrets(sent: &[String], stored: &[String]) -> Result<Vec<String>, String> {
+    let shown = redacted_args(stored);
+    sent.iter()
+        .enumerate()
+        .map(|(i, arg)| {
+            if !arg.contains(REDACTED) {
+                return Ok(arg.clone());
+            }
+            match (shown.get(i), stored.get(i)) {
+                (Some(s), Some(stored)) if s == arg => Ok(stored.clone()),
+                _ => Err(format!(
+                    "args[{i}] shows [redacted], but the stored argument at its place is not that one (edited, moved or none): give its secret again"
+                )),
+            }
+        })
+        .collect()
 }
 
 /// `map` with the values of secret names ([`is_secret_name`]) replaced by
@@ -754,7 +861,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("name", &self.name)
             .field("transport", &self.transport)
             .field("command", &self.command)
-            .field("args", &self.args)
+            .field("args", &redacted_args(&self.args))
             .field("env", &redacted(&self.env))
             .field("cwd", &self.cwd)
             .field("url", &self.url.as_deref().map(redacted_url))
@@ -967,11 +1074,28 @@ impl ServerConfig {
                 format!("must be between 1 and {MAX_TIMEOUT_SEC} (7 days)"),
             ));
         }
-        for k in self.env.keys() {
-            if k.is_empty() || k.contains('=') || k.contains('\0') {
+        for (k, v) in &self.env {
+            let stop = |c: char| c == '=' || c.is_whitespace() || c.is_control();
+            if k.is_empty() || k.contains(stop) {
+                // Only the part before the first bad character: what
+                // follows may be a value pasted in with the name.
+                let lead = k.split(stop).next().unwrap_or_default();
+                let name = match k.is_empty() {
+                    true => "an empty name".to_owned(),
+                    false => format!("the name {lead:?}…"),
+                };
                 return Err(err(
                     "env",
-                    format!("{k:?} is not a valid environment variable name"),
+                    format!(
+                        "{name} is not a valid environment variable name: it must be non-empty, without '=', white space or control characters"
+                    ),
+                ));
+            }
+            if v.contains('\0') {
+                return Err(err(
+                    &format!("env.{k}"),
+                    "the value contains a NUL character, which no process environment can hold"
+                        .into(),
                 ));
             }
         }
@@ -1346,6 +1470,126 @@ mod tests {
         }
         assert!(looks_sealed("sy1.0123456789ab.AAAA"));
         assert!(!looks_sealed("sy1.0123456789a.AAAA") && !looks_sealed("sy1.0123456789ab."));
+    }
+
+    #[test]
+    fn secrets_in_arguments_are_redacted_and_restored_by_place() {
+        let args: Vec<String> = [
+            "-y",
+            "@modelcontextprotocol/server-postgres",
+            "postgresql://app:PG-PW@db:5432/orders",
+            "--api-key",
+            "K-1",
+            "--token=T-2",
+            "API_SECRET=S-3",
+            "sk-ak-3f9a8B7c6D5e4F3g2H1i",
+            "--db=postgresql://u:PW-4@h/d",
+            "--password",
+            "--verbose",
+            "--author=ann",
+            "--region=eu-2024-production",
+        ]
+        .map(String::from)
+        .to_vec();
+        let shown = redacted_args(&args);
+        assert_eq!(
+            shown,
+            [
+                "-y",
+                "@modelcontextprotocol/server-postgres",
+                "postgresql://app:[redacted]@db:5432/orders",
+                "--api-key",
+                "[redacted]",
+                "--token=[redacted]",
+                "API_SECRET=[redacted]",
+                "[redacted]",
+                "--db=postgresql://u:[redacted]@h/d",
+                "--password",
+                "--verbose",
+                "--author=ann",
+                "--region=eu-2024-production",
+            ]
+        );
+        let debug = format!(
+            "{:?}",
+            ServerConfig {
+                args: args.clone(),
+                ..parse("name = \"w\"\ntransport = \"stdio\"\ncommand = \"x\"\n")
+            }
+        );
+        assert!(
+            !debug.contains("PG-PW") && !debug.contains("K-1"),
+            "{debug}"
+        );
+        // Places stay the same whatever the values.
+        let mut places = Vec::new();
+        map_arg_secrets(&args, |p| {
+            places.push(p.place.clone());
+            Ok::<_, ()>(None)
+        })
+        .unwrap();
+        assert_eq!(
+            places,
+            [
+                "args 2 password",
+                "args 4",
+                "args 5",
+                "args 6",
+                "args 7",
+                "args 8 password"
+            ]
+        );
+        // Sent back as answered: the stored values; one edited: as given;
+        // a redacted one moved, or with no stored one at its place: refused.
+        assert_eq!(restore_arg_secrets(&shown, &args).unwrap(), args);
+        let mut edited = shown.clone();
+        edited[12] = "--region=us".into();
+        edited[4] = "K-9".into();
+        let restored = restore_arg_secrets(&edited, &args).unwrap();
+        assert_eq!(
+            (&*restored[4], &*restored[5], &*restored[12]),
+            ("K-9", "--token=T-2", "--region=us")
+        );
+        let mut moved = shown.clone();
+        moved.insert(0, "--new".into());
+        let e = restore_arg_secrets(&moved, &args).unwrap_err();
+        assert!(e.starts_with("args[3] shows [redacted]"), "{e}");
+        let mut extra = shown.clone();
+        extra.push("--key=[redacted]".into());
+        assert!(
+            restore_arg_secrets(&extra, &args)
+                .unwrap_err()
+                .starts_with("args[13]")
+        );
+    }
+
+    #[test]
+    fn env_names_and_values_are_checked_without_repeating_a_pasted_value() {
+        let stdio = "name = \"w\"\ntransport = \"stdio\"\ncommand = \"x\"\n[env]\n";
+        parse(&format!("{stdio}API_TOKEN = \"t\"\nlower_ok = \"1\"\n"))
+            .validate("s")
+            .unwrap();
+        for (name, lead) in [
+            ("API_KEY=sk-PASTED", "\"API_KEY\"…"),
+            ("API KEY sk-PASTED", "\"API\"…"),
+            ("TAB\tsk-PASTED", "\"TAB\"…"),
+            ("NUL\u{0}sk-PASTED", "\"NUL\"…"),
+            ("", "an empty name"),
+        ] {
+            let text = format!("{stdio}{} = \"v\"\n", toml::Value::from(name));
+            let e = parse(&text).validate("s").unwrap_err();
+            assert_eq!(e.key, "s.env", "{text}");
+            assert!(e.problem.contains(lead), "{e}");
+            assert!(!e.problem.contains("PASTED"), "{e}");
+        }
+        let e = parse(&format!("{stdio}A = \"SECRET\\u0000y\"\n"))
+            .validate("s")
+            .unwrap_err();
+        assert_eq!(e.key, "s.env.A");
+        assert!(
+            e.problem.contains("NUL") && !e.problem.contains("SECRET"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -134,7 +134,7 @@ pub fn spec_to_pb(s: &ServerConfig) -> pb::ServerSpec {
             TransportKind::Http => pb::Transport::Http as i32,
         },
         command: s.command.clone().unwrap_or_default(),
-        args: s.args.clone(),
+        args: switchyard_common::server_spec::redacted_args(&s.args),
         env: redacted(&s.env).into_iter().collect(),
         cwd: s
             .cwd
@@ -214,16 +214,43 @@ fn keep_redacted(
 
 /// Whether `new` sends its secrets where `old` did: the same transport and,
 /// for HTTP, the same URL scheme, host and port, for stdio the same command
-/// and arguments.
-fn same_target(new: &ServerConfig, old: &ServerConfig) -> bool {
+/// and arguments (compared opened: `ring` opens their sealed parts).
+fn same_target(
+    ring: Option<&crate::oauth::KeyRing>,
+    new: &ServerConfig,
+    old: &ServerConfig,
+) -> bool {
+    use crate::oauth::server_secrets::args;
     new.transport == old.transport
         && match new.transport {
             TransportKind::Http => match (&new.url, &old.url) {
                 (Some(n), Some(o)) => switchyard_common::server_spec::same_origin(n, o),
                 _ => false,
             },
-            TransportKind::Stdio => new.command == old.command && new.args == old.args,
+            TransportKind::Stdio => {
+                new.command == old.command
+                    && matches!((args(ring, new), args(ring, old)), (Ok(n), Ok(o)) if n == o)
+            }
         }
+}
+
+/// `new`'s arguments with those shown `[redacted]` taken from `old`'s at
+/// the same place ([`switchyard_common::server_spec::restore_arg_secrets`]),
+/// for the same transport and command only. Errors (INVALID_ARGUMENT,
+/// naming the argument): another command, or an argument edited or moved.
+fn keep_redacted_args(new: &mut ServerConfig, old: &ServerConfig) -> Result<(), Status> {
+    use switchyard_common::server_spec::{REDACTED, restore_arg_secrets};
+    if !new.args.iter().any(|a| a.contains(REDACTED)) {
+        return Ok(());
+    }
+    if new.transport != old.transport || new.command != old.command {
+        return Err(Status::invalid_argument(
+            "spec.args: shows [redacted], but the server now runs another command: give its secrets again",
+        ));
+    }
+    new.args = restore_arg_secrets(&new.args, &old.args)
+        .map_err(|e| Status::invalid_argument(format!("spec.{e}")))?;
+    Ok(())
 }
 
 /// The status of one server from the read model.
@@ -618,7 +645,9 @@ impl AdminService for AdminApi {
         if let Some(o) = &old {
             // Judged on the URL as sent: its `[redacted]` parts are
             // restored below only on the same origin anyway.
-            let same_target = same_target(&spec, o);
+            keep_redacted_args(&mut spec, o)?;
+            let ring = self.cp.oauth.key_ring().map(|r| &**r);
+            let same_target = same_target(ring, &spec, o);
             keep_redacted("headers", &mut spec.headers, &o.headers, same_target)?;
             keep_redacted("env", &mut spec.env, &o.env, same_target)?;
             // The URL as answers show it (its secrets redacted), edited

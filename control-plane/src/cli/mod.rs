@@ -458,8 +458,9 @@ pub struct ServerArgs {
     #[arg(long)]
     pub no_wait: bool,
     /// How long to wait for the server to come up, seconds (an oauth
-    /// server is not waited for: it needs authorization first).
-    #[arg(long, default_value_t = 10, value_name = "SEC")]
+    /// server is not waited for: it needs authorization first;
+    /// `--no-wait` waits not at all).
+    #[arg(long, default_value_t = 10, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
 }
 

@@ -1,14 +1,17 @@
 //! Secret values of a server's spec at rest. The inline values of
 //! secret-looking headers and environment variables
 //! ([`is_secret_name`]: `Authorization`, `X-Api-Key`, `DB_PASSWORD`, ...)
-//! and the secret parts of its URL (what answers show `[redacted]`: the
-//! password, `?api_key=`, a credential in the path, the fragment;
-//! [`map_url_secrets`]) are written to the store sealed with the key ring
+//! and the secret parts of its URL and arguments (what answers show
+//! `[redacted]`: the password, `?api_key=`, a credential in the path, the
+//! fragment, `--api-key K`; [`map_url_secrets`], [`map_arg_secrets`]) are
+//! written to the store sealed with the key ring
 //! of secrets at rest ([`KeyRing`], `[store] token_encryption_key_file`),
 //! each bound to its server, field and name
-//! (`servers/NAME/headers/X-Api-Key`, `servers/NAME/url/password`), so a
+//! (`servers/NAME/headers/X-Api-Key`, `servers/NAME/url/password`,
+//! `servers/NAME/args/args 2`), so a
 //! sealed value moved elsewhere does not open. A sealed URL part is
-//! URL-safe text, so the stored URL stays a URL with the same parts.
+//! URL-safe text, so the stored URL stays a URL with the same parts, and
+//! arguments keep their places.
 //! Values are opened only where they are used ([`open`], [`url()`]): the
 //! sidecar files `switchyard up` writes, OAuth discovery and the URL
 //! tokens are bound to, and comparisons of specs, which compare opened
@@ -18,7 +21,9 @@
 
 use super::KeyRing;
 use std::collections::BTreeMap;
-use switchyard_common::server_spec::{ServerConfig, is_secret_name, looks_sealed, map_url_secrets};
+use switchyard_common::server_spec::{
+    SecretPart, ServerConfig, is_secret_name, looks_sealed, map_arg_secrets, map_url_secrets,
+};
 
 /// The fields of a spec whose secret-looking values are sealed.
 const FIELDS: [&str; 2] = ["headers", "env"];
@@ -35,23 +40,26 @@ fn aad(server: &str, field: &str, name: &str) -> String {
     format!("servers/{server}/{field}/{name}")
 }
 
-/// Seals the secret-looking header and environment values and the URL's
-/// secret parts of `spec` that are not sealed for their place already (a
-/// value copied back from the stored spec, e.g. one an admin left
-/// `[redacted]`, stays as it is).
+/// Seals the secret-looking header and environment values, the URL's
+/// secret parts and the arguments' of `spec` that are not sealed for their
+/// place already (a value copied back from the stored spec, e.g. one an
+/// admin left `[redacted]`, stays as it is).
 pub fn seal(ring: &KeyRing, spec: &mut ServerConfig) {
     let server = spec.name.clone();
+    let seal_part = |field: &str, part: &SecretPart<'_>| {
+        let bound = aad(&server, field, &part.place);
+        Ok::<_, std::convert::Infallible>(
+            ring.open(part.value, &bound)
+                .is_err()
+                .then(|| ring.seal(part.value.as_bytes(), &bound)),
+        )
+    };
     if let Some(url) = &spec.url {
-        let Ok(sealed) = map_url_secrets(url, |part| {
-            let bound = aad(&server, "url", &part.place);
-            Ok::<_, std::convert::Infallible>(
-                ring.open(part.value, &bound)
-                    .is_err()
-                    .then(|| ring.seal(part.value.as_bytes(), &bound)),
-            )
-        });
+        let Ok(sealed) = map_url_secrets(url, |part| seal_part("url", part));
         spec.url = Some(sealed);
     }
+    let Ok(args) = map_arg_secrets(&spec.args, |part| seal_part("args", part));
+    spec.args = args;
     for field in FIELDS {
         for (name, value) in field_mut(spec, field).iter_mut() {
             if !is_secret_name(name) {
@@ -72,25 +80,55 @@ pub fn seal(ring: &KeyRing, spec: &mut ServerConfig) {
 pub fn open(ring: Option<&KeyRing>, spec: &ServerConfig) -> Result<ServerConfig, String> {
     let mut out = spec.clone();
     out.url = spec.url.is_some().then(|| url(ring, spec)).transpose()?;
+    out.args = args(ring, spec)?;
     for field in FIELDS {
         for (name, value) in field_mut(&mut out, field).iter_mut() {
             if !is_secret_name(name) || !looks_sealed(value) {
                 continue;
             }
-            let place = format!("servers.{}.{field}.{name}", spec.name);
-            let Some(ring) = ring else {
-                return Err(format!(
-                    "{place}: the value is sealed, and no [store] token_encryption_key_file is configured to open it"
-                ));
-            };
-            let plain = ring
-                .open(value, &aad(&spec.name, field, name))
-                .map_err(|e| format!("{place}: {e}"))?;
-            *value = String::from_utf8(plain.to_vec())
-                .map_err(|_| format!("{place}: the sealed value is not UTF-8"))?;
+            *value = open_value(ring, value, &aad(&spec.name, field, name), || {
+                format!("servers.{}.{field}.{name}: the value", spec.name)
+            })?;
         }
     }
     Ok(out)
+}
+
+/// `sealed` opened, bound to `bound`; errors start with `what()`.
+fn open_value(
+    ring: Option<&KeyRing>,
+    sealed: &str,
+    bound: &str,
+    what: impl Fn() -> String,
+) -> Result<String, String> {
+    let Some(ring) = ring else {
+        return Err(format!(
+            "{} is sealed, and no [store] token_encryption_key_file is configured to open it",
+            what()
+        ));
+    };
+    let plain = ring
+        .open(sealed, bound)
+        .map_err(|e| format!("{}: {e}", what()))?;
+    String::from_utf8(plain.to_vec())
+        .map_err(|_| format!("{}: the sealed value is not UTF-8", what()))
+}
+
+/// A sealed part of `server`'s `field` (`url`, `args`) opened; `None` for
+/// a part stored as given.
+fn open_part(
+    ring: Option<&KeyRing>,
+    server: &str,
+    field: &str,
+    part: &SecretPart<'_>,
+) -> Result<Option<String>, String> {
+    if !looks_sealed(part.value) {
+        return Ok(None);
+    }
+    open_value(ring, part.value, &aad(server, field, &part.place), || {
+        format!("servers.{server}.{field}: the {}", part.what)
+    })
+    .map(Some)
 }
 
 /// `spec`'s URL with its sealed parts opened (empty for a server without
@@ -98,23 +136,13 @@ pub fn open(ring: Option<&KeyRing>, spec: &ServerConfig) -> Result<ServerConfig,
 /// authorization and its tokens are bound to. Errors as [`open`]'s.
 pub fn url(ring: Option<&KeyRing>, spec: &ServerConfig) -> Result<String, String> {
     let url = spec.url.as_deref().unwrap_or_default();
-    map_url_secrets(url, |part| {
-        if !looks_sealed(part.value) {
-            return Ok(None);
-        }
-        let place = format!("servers.{}.url: the {}", spec.name, part.what);
-        let Some(ring) = ring else {
-            return Err(format!(
-                "{place} is sealed, and no [store] token_encryption_key_file is configured to open it"
-            ));
-        };
-        let plain = ring
-            .open(part.value, &aad(&spec.name, "url", &part.place))
-            .map_err(|e| format!("{place}: {e}"))?;
-        String::from_utf8(plain.to_vec())
-            .map(Some)
-            .map_err(|_| format!("{place}: the sealed value is not UTF-8"))
-    })
+    map_url_secrets(url, |part| open_part(ring, &spec.name, "url", part))
+}
+
+/// `spec`'s arguments with their sealed parts opened. Errors as
+/// [`open`]'s.
+pub fn args(ring: Option<&KeyRing>, spec: &ServerConfig) -> Result<Vec<String>, String> {
+    map_arg_secrets(&spec.args, |part| open_part(ring, &spec.name, "args", part))
 }
 
 /// Whether two specs are the same once opened (`false` when either does
@@ -124,18 +152,14 @@ pub fn same(ring: Option<&KeyRing>, a: &ServerConfig, b: &ServerConfig) -> bool 
 }
 
 /// Whether `spec` holds secret-looking values stored as given (headers,
-/// environment, URL parts).
+/// environment, URL parts, arguments).
 pub fn has_plain_secrets(spec: &ServerConfig) -> bool {
-    let plain_in_url =
-        map_url_secrets(
-            spec.url.as_deref().unwrap_or_default(),
-            |part| match looks_sealed(part.value) {
-                true => Ok(None),
-                false => Err(()),
-            },
-        )
-        .is_err();
-    plain_in_url
+    let plain = |part: &SecretPart<'_>| match looks_sealed(part.value) {
+        true => Ok(None),
+        false => Err(()),
+    };
+    map_url_secrets(spec.url.as_deref().unwrap_or_default(), plain).is_err()
+        || map_arg_secrets(&spec.args, plain).is_err()
         || [&spec.headers, &spec.env]
             .iter()
             .any(|m| m.iter().any(|(k, v)| is_secret_name(k) && !looks_sealed(v)))
@@ -239,6 +263,30 @@ mod tests {
         assert!(has_plain_secrets(&only_url));
         seal(&ring, &mut only_url);
         assert!(!has_plain_secrets(&only_url));
+        // Arguments: the secret parts, each bound to its place.
+        let mut stdio = given.clone();
+        stdio.args = [
+            "--api-key",
+            "K-SECRET",
+            "postgresql://app:PG-SECRET@db/x",
+            "-v",
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut sealed = stdio.clone();
+        seal(&ring, &mut sealed);
+        let text = sealed.args.join(" ");
+        assert!(
+            !text.contains("K-SECRET") && !text.contains("PG-SECRET"),
+            "{text}"
+        );
+        assert!(sealed.args[2].starts_with("postgresql://app:sy1.") && sealed.args[3] == "-v");
+        assert!(has_plain_secrets(&stdio) && !has_plain_secrets(&sealed));
+        assert_eq!(open(Some(&ring), &sealed).unwrap(), stdio);
+        let mut shifted = sealed.clone();
+        shifted.args.insert(0, "-x".into());
+        let e = open(Some(&ring), &shifted).unwrap_err();
+        assert!(e.starts_with("servers.files.args: the args[2]"), "{e}");
         // A plain value that merely starts like one is sealed, not kept.
         let mut odd = given.clone();
         odd.headers

@@ -264,8 +264,10 @@ async fn server_limits_set_at_runtime_are_obeyed_and_kept_by_an_update() {
         assert_eq!(out.status.code(), Some(64), "{flags:?}: {stderr}");
         assert!(stderr.contains(field), "{flags:?}: {stderr}");
     }
-    let out = gw.cli(&add(&["--request-timeout-sec", "0"])).await;
-    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    for flags in [["--request-timeout-sec", "0"], ["--timeout", "0"]] {
+        let out = gw.cli(&add(&flags)).await;
+        assert_eq!(out.status.code(), Some(64), "{flags:?}: {out:?}");
+    }
 
     // 2048 bytes: less than the server's tool list (about 3 KB).
     let out = gw
@@ -561,13 +563,9 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
     gw.wait_servers_up(&["keyed"], LIMIT).await;
     // In the store, the secret parts are sealed (opened for the sidecar's
     // file below).
-    let store_holds = |secret: &str| {
-        let store = std::fs::read(gw.dir.path().join("store/store.redb")).expect("the store file");
-        store.windows(secret.len()).any(|w| w == secret.as_bytes())
-    };
     for secret in ["PW-SECRET", "QS-SECRET", "SIG-SECRET", "F-SECRET"] {
         assert!(
-            !store_holds(secret),
+            !gw.store_holds(secret),
             "the store holds {secret} in plain text"
         );
     }
@@ -641,7 +639,7 @@ async fn a_urls_secrets_are_redacted_in_answers_and_kept_by_an_update() {
     .await;
     for secret in ["PW-SECRET", "QS-SECRET", "SIG-SECRET", "F-SECRET"] {
         assert!(
-            !store_holds(secret),
+            !gw.store_holds(secret),
             "after updates, the store holds {secret} in plain text"
         );
     }
@@ -993,6 +991,165 @@ async fn redacted_secrets_are_not_carried_to_another_host_or_command() {
         .unwrap()
         .into_inner();
     assert_eq!(status.spec.unwrap().command, "/bin/true");
+    gw.stop().await;
+}
+
+/// A stdio server whose arguments carry secrets (`--api-key K`, a
+/// connection URL with a password): answers, the CLI and the sidecar's
+/// messages show them `[redacted]`, the store holds them sealed, and the
+/// server gets them. An update that sends the arguments back as answered
+/// keeps them; one that moves a redacted argument or changes the command
+/// is refused (INVALID_ARGUMENT naming the argument).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
+    let _serial = HEAVY.lock().await;
+    let gw = Gateway::start(StoreKind::Embedded, 10).await;
+    let mut admin = gw.admin().await;
+    let key = format!("K-{}", switchyard_common::ids::new_id());
+    let password = format!("PW-{}", switchyard_common::ids::new_id());
+    let crashy = switchyard_test_support::stub_script("crashy.py");
+    let args = vec![
+        crashy.to_string_lossy().into_owned(),
+        "--api-key".into(),
+        key.clone(),
+        format!("postgresql://app:{password}@db:5432/orders"),
+    ];
+    let spec = |args: Vec<String>, command: &str, timeout_ms| pb::ServerSpec {
+        name: "argued".into(),
+        transport: pb::Transport::Stdio as i32,
+        command: command.into(),
+        args,
+        request_timeout_ms: timeout_ms,
+        ..Default::default()
+    };
+    let shown = admin
+        .add_server(pb::AddServerRequest {
+            spec: Some(spec(args.clone(), "python3", 30_000)),
+        })
+        .await
+        .expect("AddServer")
+        .into_inner()
+        .spec
+        .unwrap()
+        .args;
+    assert_eq!(
+        shown[1..],
+        [
+            "--api-key",
+            "[redacted]",
+            "postgresql://app:[redacted]@db:5432/orders"
+        ]
+    );
+    gw.wait_servers_up(&["argued"], LIMIT).await;
+    let argv = || async {
+        let resp = gw
+            .engine()
+            .await
+            .call_tool(call_request("argued__argv", "{}", ""))
+            .await
+            .expect("argv")
+            .into_inner();
+        serde_json::from_str::<Vec<String>>(&resp.text).expect("a JSON list")
+    };
+    assert_eq!(argv().await, args[1..], "the server got the secrets");
+    let cli = ok_stdout(
+        &gw.cli(&["servers", "status", "argued"]).await,
+        "servers status",
+    );
+    for secret in [&key, &password] {
+        assert!(
+            !gw.store_holds(secret),
+            "the store holds an argument's secret"
+        );
+        assert!(!cli.contains(secret.as_str()), "{cli}");
+    }
+
+    // Sent back as answered, with another timeout: the new sidecar's
+    // server gets the stored arguments.
+    let before = gw.sidecars_of("argued");
+    admin
+        .update_server(pb::UpdateServerRequest {
+            spec: Some(spec(shown.clone(), "python3", 31_000)),
+        })
+        .await
+        .expect("UpdateServer");
+    eventually("argued's new sidecar is up", LIMIT, || {
+        let now = gw.sidecars_of("argued");
+        let before = before.clone();
+        async move {
+            match now.len() == 1 && now != before {
+                true => Ok(()),
+                false => Err(format!("{now:?}")),
+            }
+        }
+    })
+    .await;
+    gw.wait_servers_up(&["argued"], LIMIT).await;
+    assert_eq!(argv().await, args[1..], "the stored secrets were kept");
+    for secret in [&key, &password] {
+        assert!(
+            !gw.store_holds(secret),
+            "after the update, the store holds an argument's secret"
+        );
+    }
+
+    // A redacted argument moved, or another command: refused, naming it.
+    let mut moved = shown.clone();
+    moved.insert(1, "--verbose".into());
+    for (sent, says) in [
+        (
+            spec(moved, "python3", 31_000),
+            "spec.args[3] shows [redacted]",
+        ),
+        (
+            spec(shown.clone(), "/bin/sh", 31_000),
+            "spec.args: shows [redacted], but the server now runs another command",
+        ),
+    ] {
+        let e = admin
+            .update_server(pb::UpdateServerRequest { spec: Some(sent) })
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(says), "{}", e.message());
+    }
+
+    // A command that cannot start: its error shows the arguments redacted.
+    let mut bad = spec(
+        args.clone(),
+        "/nonexistent/switchyard-no-such-server",
+        30_000,
+    );
+    bad.name = "argued-bad".into();
+    admin
+        .add_server(pb::AddServerRequest { spec: Some(bad) })
+        .await
+        .expect("AddServer");
+    let why = eventually("argued-bad says why it is down", LIMIT, || async {
+        let s = gw
+            .admin()
+            .await
+            .get_server_status(pb::GetServerStatusRequest {
+                name: "argued-bad".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        s.sidecars
+            .iter()
+            .map(|c| c.last_error.clone())
+            .find(|e| e.contains("switchyard-no-such-server"))
+            .ok_or(format!("{:?}", s.sidecars))
+    })
+    .await;
+    assert!(why.contains("--api-key [redacted]"), "{why}");
+    for secret in [&key, &password] {
+        assert!(!why.contains(secret.as_str()), "{why}");
+        assert!(
+            !gw.log().contains(secret.as_str()),
+            "a secret argument is in a log"
+        );
+    }
     gw.stop().await;
 }
 

@@ -32,7 +32,7 @@ pub enum TransportConfig {
 }
 
 /// A stdio server's process. `Debug` shows secret-looking environment
-/// values as `[redacted]`.
+/// values and arguments as `[redacted]`.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct StdioConfig {
     /// Program to run (looked up on `PATH`).
@@ -49,7 +49,10 @@ impl std::fmt::Debug for StdioConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StdioConfig")
             .field("command", &self.command)
-            .field("args", &self.args)
+            .field(
+                "args",
+                &switchyard_common::server_spec::redacted_args(&self.args),
+            )
             .field("env", &switchyard_common::server_spec::redacted(&self.env))
             .field("cwd", &self.cwd)
             .finish()
@@ -57,10 +60,13 @@ impl std::fmt::Debug for StdioConfig {
 }
 
 impl StdioConfig {
-    /// The command line, for messages.
+    /// The command line, for messages: arguments that hold secrets
+    /// (`--api-key K`, `postgresql://user:P@host/db`) are shown
+    /// `[redacted]` ([`switchyard_common::server_spec::redacted_args`]).
     pub fn command_line(&self) -> String {
+        let args = switchyard_common::server_spec::redacted_args(&self.args);
         std::iter::once(self.command.as_str())
-            .chain(self.args.iter().map(String::as_str))
+            .chain(args.iter().map(String::as_str))
             .collect::<Vec<_>>()
             .join(" ")
     }

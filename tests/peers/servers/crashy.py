@@ -15,6 +15,7 @@ Tools:
         are served meanwhile); after notifications/cancelled for it, no reply
         (unless STUB_IGNORE_CANCEL=1: then it replies late).
   pid   -> the process id as text
+  argv  -> the arguments after the script, as a JSON list
   echo {message} -> message
   cancelled_ids -> JSON list of the requestIds of notifications/cancelled
         received so far, exactly as sent (see mcpstub.add_cancelled_ids)
@@ -48,6 +49,7 @@ srv = Server("crashy")
 srv.add_echo()
 srv.add_cancelled_ids()
 srv.tool("pid", "the server's process id")(lambda args, ctx: str(os.getpid()))
+srv.tool("argv", "the arguments after the script")(lambda args, ctx: json.dumps(sys.argv[1:]))
 srv.tool("crash", "exit with `code` without replying", code="integer", partial="boolean")(
     lambda args, ctx: die(int(args.get("code", 3)), ctx.id if args.get("partial") else None))
 

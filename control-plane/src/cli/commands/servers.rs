@@ -379,7 +379,11 @@ async fn update(client: &mut Admin, a: ServerUpdateArgs) -> Result<(), Failure> 
 fn secrets_stay(stored: &pb::ServerSpec, spec: &pb::ServerSpec) -> Result<(), Failure> {
     let same = stored.transport == spec.transport
         && match pb::Transport::try_from(spec.transport) {
-            Ok(pb::Transport::Stdio) => stored.command == spec.command && stored.args == spec.args,
+            // The stored arguments as answered (their secrets redacted).
+            Ok(pb::Transport::Stdio) => {
+                stored.command == spec.command
+                    && stored.args == switchyard_common::server_spec::redacted_args(&spec.args)
+            }
             _ => switchyard_common::server_spec::same_origin(&stored.url, &spec.url),
         };
     if same {
@@ -396,6 +400,13 @@ fn secrets_stay(stored: &pb::ServerSpec, spec: &pb::ServerSpec) -> Result<(), Fa
                 .iter()
                 .filter(|(_, v)| *v == redacted)
                 .map(|(k, _)| format!("--header '{k}: …'")),
+        )
+        // Arguments are kept by place, for the same command only.
+        .chain(
+            spec.args
+                .iter()
+                .position(|a| a.contains(redacted))
+                .map(|i| format!("every --arg (args[{i}] shows {redacted})")),
         )
         .collect();
     if again.is_empty() {
@@ -796,6 +807,22 @@ mod tests {
         assert!(e.message.contains("--env API_TOKEN=…"), "{}", e.message);
         let (_, given) = update(&stored, &["--command", "other", "--env", "API_TOKEN=t"]).unwrap();
         secrets_stay(&stored, &given).unwrap();
+        // Arguments shown redacted: named too; the same ones given again
+        // in full stay where they were.
+        let keyed = pb::ServerSpec {
+            args: vec!["--api-key".into(), "[redacted]".into()],
+            ..stored.clone()
+        };
+        let (_, moved) = update(&keyed, &["--command", "other"]).unwrap();
+        let e = secrets_stay(&keyed, &moved).unwrap_err();
+        assert!(
+            e.message.contains("every --arg (args[1] shows [redacted])")
+                && e.message.contains("--env API_TOKEN=…"),
+            "{}",
+            e.message
+        );
+        let (_, again) = update(&keyed, &["--arg", "--api-key", "--arg", "sk-1"]).unwrap();
+        secrets_stay(&keyed, &again).unwrap();
         // Another port is elsewhere too.
         let (_, port) = update(&http(), &["--url", "https://h:8443/mcp"]).unwrap();
         assert!(

@@ -170,6 +170,24 @@ pub fn utc(ms: i64) -> String {
 /// server it turned out to be; counts; auth and OAuth state; one line per
 /// sidecar; name collisions; then its tools as `servers tools` lists them.
 pub fn render_server(s: &pb::ServerStatus, tools: &[pb::ServerTool]) -> Vec<String> {
+    // An argument as a shell would need it: quoted when it is empty or
+    // has white space or quotes, so where one ends is visible.
+    let shell_word = |a: &str| {
+        let plain = !a.is_empty()
+            && a.chars()
+                .all(|c| c.is_alphanumeric() || "@%+=:,./_-[]~^".contains(c));
+        match plain {
+            true => a.to_owned(),
+            false => format!("'{}'", a.replace('\'', "'\\''")),
+        }
+    };
+    // A size in the largest unit that divides it.
+    let bytes = |b: u64| match b {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    };
     let spec = s.spec.clone().unwrap_or_default();
     let http = spec.transport == pb::Transport::Http as i32;
     let mut lines = vec![format!(
@@ -191,13 +209,34 @@ pub fn render_server(s: &pb::ServerStatus, tools: &[pb::ServerTool]) -> Vec<Stri
     if http {
         lines.push(format!("url:       {}", spec.url));
     } else {
-        let mut command = spec.command.clone();
-        for a in &spec.args {
-            command.push(' ');
-            command.push_str(a);
+        let command: Vec<String> = std::iter::once(&spec.command)
+            .chain(&spec.args)
+            .map(|a| shell_word(a))
+            .collect();
+        lines.push(format!("command:   {}", command.join(" ")));
+        if !spec.env.is_empty() {
+            let env: std::collections::BTreeMap<_, _> = spec.env.iter().collect();
+            let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            lines.push(format!("env:       {}", env.join(", ")));
         }
-        lines.push(format!("command:   {command}"));
+        if !spec.cwd.is_empty() {
+            lines.push(format!("cwd:       {}", spec.cwd));
+        }
     }
+    // The limits, as `servers add` and the configuration set them.
+    let mut limits = vec![format!(
+        "request timeout {} s",
+        spec.request_timeout_ms / 1000
+    )];
+    match spec.liveness_interval_sec {
+        Some(0) => limits.push("liveness probe off".into()),
+        Some(s) => limits.push(format!("liveness probe every {s} s")),
+        None => {}
+    }
+    if let Some(b) = spec.max_message_bytes {
+        limits.push(format!("messages up to {}", bytes(b)));
+    }
+    lines.push(format!("limits:    {}", limits.join(", ")));
     let info = parse_json_text(&s.server_info_json);
     if let Some(name) = info.get("name").and_then(|v| v.as_str()) {
         let version = info.get("version").and_then(|v| v.as_str()).unwrap_or("");
@@ -342,7 +381,22 @@ mod tests {
                 name: "orders".into(),
                 transport: pb::Transport::Stdio as i32,
                 command: "switchyard-reference-server".into(),
-                args: vec!["--era".into(), "2026-07-28".into()],
+                args: vec![
+                    "--era".into(),
+                    "2026-07-28".into(),
+                    "--name".into(),
+                    "two words".into(),
+                    "it's".into(),
+                    "".into(),
+                ],
+                env: [
+                    ("RUST_LOG".into(), "info".into()),
+                    ("API_TOKEN".into(), "[redacted]".into()),
+                ]
+                .into(),
+                request_timeout_ms: 30_000,
+                liveness_interval_sec: Some(0),
+                max_message_bytes: Some(16 << 20),
                 era: "auto".into(),
                 ..Default::default()
             }),
@@ -382,7 +436,19 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("command:   switchyard-reference-server --era 2026-07-28"),
+            text.contains(
+                "command:   switchyard-reference-server --era 2026-07-28 --name 'two words' 'it'\\''s' ''\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("env:       API_TOKEN=[redacted], RUST_LOG=info\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "limits:    request timeout 30 s, liveness probe off, messages up to 16 MiB\n"
+            ),
             "{text}"
         );
         assert!(text.contains("server:    reference 1.2"), "{text}");

@@ -185,6 +185,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// Whether the embedded store's file holds `secret` as plain bytes
+    /// (a sealed value does not).
+    pub fn store_holds(&self, secret: &str) -> bool {
+        let store =
+            std::fs::read(self.dir.path().join("store/store.redb")).expect("the store file");
+        store.windows(secret.len()).any(|w| w == secret.as_bytes())
+    }
+
     /// Starts `up` and waits until all three servers are `up`.
     pub async fn start(store: StoreKind, lease_ttl: u64) -> Gateway {
         let http_server = start_http_reference_server().await;
