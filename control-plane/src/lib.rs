@@ -25,6 +25,7 @@ pub mod cli;
 pub mod config;
 pub mod console;
 pub mod interactions;
+pub mod launches;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
@@ -72,6 +73,8 @@ pub struct ControlPlane {
     /// Cancelled when the replica stops: the long-lived streams (session
     /// events, sidecar reports) end, so the gRPC server can stop at once.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Why `switchyard up`'s sidecar of a server is not running.
+    pub launches: Arc<launches::Launches>,
 }
 
 /// Logs to stderr; `SWITCHYARD_LOG` sets the filter (default `info`).

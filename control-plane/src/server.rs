@@ -298,6 +298,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         call_timeout: Duration::from_secs(config.control_plane.call_timeout_sec),
         ready: std::sync::atomic::AtomicBool::new(false),
         store_health: Arc::new(crate::store::health::StoreHealth::answered_now()),
+        launches: Default::default(),
         shutdown: shutdown.clone(),
     });
     // `/readyz` follows whether the store answers.

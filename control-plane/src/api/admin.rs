@@ -302,6 +302,8 @@ pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
         resource_template_count: res.map_or(0, |c| c.resource_templates.len() as u32),
         prompt_count: res.map_or(0, |c| c.prompts.len() as u32),
         oauth: None,
+        // Only this replica's `up` knows ([`AdminApi::full_status`]).
+        launch_error: String::new(),
     }
 }
 
@@ -354,6 +356,7 @@ impl AdminApi {
     /// the store).
     async fn full_status(&self, snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
         let mut st = status_of(snap, rec);
+        st.launch_error = self.cp.launches.get(&rec.spec.name).unwrap_or_default();
         if rec.spec.auth_kind() == AuthKind::OAuth {
             let url = self.cp.oauth.server_url(&rec.spec);
             let mut oauth = self

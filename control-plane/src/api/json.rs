@@ -51,6 +51,7 @@ pub fn status_json(s: &pb::ServerStatus) -> Value {
             "lastError": c.last_error, "registeredAtMs": c.registered_at_ms,
         })).collect::<Vec<_>>(),
         "nameCollisions": s.name_collisions,
+        "launchError": s.launch_error,
         // What the server was configured with, as the API answers it
         // (secret-looking values `[redacted]`; header_files: paths).
         "url": spec.url,

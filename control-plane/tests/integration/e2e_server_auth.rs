@@ -136,8 +136,9 @@ async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
 /// before anything starts (its sidecars would run here), naming the key
 /// and the file; a server added at runtime with one never gets a sidecar
 /// that sends a request without it (the sidecar stops, naming the key and
-/// the file, never the content), and a relative path is refused by the
-/// admin API.
+/// the file, never the content; `servers add` and `servers status` say
+/// so, from `up`, until the file is there and the server connects), and a
+/// relative path is refused by the admin API.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_secret_file_is_named_and_the_server_stays_down() {
     let _heavy = HEAVY.lock().await;
@@ -215,9 +216,18 @@ async fn a_missing_secret_file_is_named_and_the_server_stays_down() {
     let added = add(&[
         "--header-file",
         &format!("Authorization={}", missing.display()),
+        "--timeout",
+        "3",
     ])
     .await;
     ok_stdout(&added, "servers add");
+    // Why, from `up`: the sidecar exited, with its last line.
+    let said = String::from_utf8_lossy(&added.stderr);
+    assert!(
+        said.contains("(stub is not up after 3 s: its sidecar exited (exit status: ")
+            && said.contains("server.header_files.Authorization"),
+        "{said}"
+    );
     eventually(
         "the sidecar's error names the key and the file",
         LIMIT,
@@ -247,5 +257,21 @@ async fn a_missing_secret_file_is_named_and_the_server_stays_down() {
         .find(|s| s.spec.as_ref().is_some_and(|s| s.name == "stub"))
         .expect("stub listed");
     assert_eq!(stub_status.state, "down");
+    assert!(
+        stub_status.launch_error.contains("its sidecar exited")
+            && stub_status.launch_error.contains("no-such-token"),
+        "{stub_status:?}"
+    );
+    let card = ok_stdout(&gw.cli(&["servers", "status", "stub"]).await, "status");
+    assert!(
+        card.contains("\nnot running: its sidecar exited (exit status: "),
+        "{card}"
+    );
+    // The file is there: the next sidecar connects, and the status says
+    // nothing more.
+    std::fs::write(&missing, "Bearer t\n").unwrap();
+    gw.wait_servers_up(&["stub"], LIMIT).await;
+    let card = ok_stdout(&gw.cli(&["servers", "status", "stub"]).await, "status");
+    assert!(!card.contains("not running"), "{card}");
     gw.stop().await;
 }

@@ -49,7 +49,7 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
             let state = &status.state;
             out!("added {} ({state})", spec.name);
             if !no_wait && spec.auth != "oauth" && state != "up" {
-                let why = why(status.sidecars.iter());
+                let why = why(status.sidecars.iter(), &status.launch_error);
                 eprintln!(
                     "({} is not up after {timeout} s{why}; see switchyard servers status {})",
                     spec.name, spec.name
@@ -361,9 +361,9 @@ async fn update(client: &mut Admin, a: ServerUpdateArgs) -> Result<(), Failure> 
             return Err(Failure::new(
                 1,
                 format!(
-                    "no sidecar of {name} with the new settings connected within {} s{} (the update is stored; switchyard up's log says why a sidecar could not start; see switchyard servers status {name})",
+                    "no sidecar of {name} with the new settings connected within {} s{} (the update is stored; see switchyard servers status {name}, and switchyard up's log)",
                     a.timeout,
-                    why(new.into_iter()),
+                    why(new.into_iter(), &status.launch_error),
                 ),
             ));
         }
@@ -422,10 +422,12 @@ fn secrets_stay(stored: &pb::ServerSpec, spec: &pb::ServerSpec) -> Result<(), Fa
 }
 
 /// Why a server is not up, when one of `sidecars` says (`: listing tools
-/// failed …`, on one line), else nothing.
-fn why<'a>(sidecars: impl Iterator<Item = &'a pb::SidecarInfo>) -> String {
+/// failed …`, on one line), else `launch_error` (`switchyard up`'s: its
+/// sidecar exited), else nothing.
+fn why<'a>(sidecars: impl Iterator<Item = &'a pb::SidecarInfo>, launch_error: &str) -> String {
     sidecars
         .map(|c| c.last_error.as_str())
+        .chain([launch_error])
         .find(|e| !e.is_empty())
         .map(|e| {
             format!(

@@ -292,6 +292,12 @@ pub fn render_server(s: &pb::ServerStatus, tools: &[pb::ServerTool]) -> Vec<Stri
             lines.push(format!("           {}", o.reason));
         }
     }
+    if !s.launch_error.is_empty() {
+        lines.push(format!(
+            "not running: {}",
+            s.launch_error.replace('\n', "\\n")
+        ));
+    }
     if s.sidecars.is_empty() {
         lines.push("sidecars:  none".into());
     } else {
@@ -405,6 +411,7 @@ mod tests {
             tools_updated_at_ms: 1_767_225_600_000,
             protocol_version: "2026-07-28".into(),
             server_info_json: r#"{"name":"reference","version":"1.2"}"#.into(),
+            launch_error: "its sidecar exited (exit status: 1)".into(),
             sidecars: vec![pb::SidecarInfo {
                 sidecar_id: "sc-1".into(),
                 call_address: "127.0.0.1:9".into(),
@@ -452,6 +459,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("server:    reference 1.2"), "{text}");
+        assert!(
+            text.contains("not running: its sidecar exited (exit status: 1)\nsidecars:"),
+            "{text}"
+        );
         assert!(
             text.contains("7 tools, 0 resources, 0 templates, 0 prompts (tools updated 2026-01-01 00:00:00.000Z)"),
             "{text}"

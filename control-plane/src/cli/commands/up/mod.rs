@@ -171,6 +171,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         workdir.path(),
         config.up.sidecar_grace_secs,
         running.cp.oauth.key_ring().cloned(),
+        running.cp.launches.clone(),
     );
     let mut changes = running.cp.state.subscribe();
     let mut tick = tokio::time::interval(Duration::from_millis(500));

@@ -6,8 +6,13 @@
 //! sidecar at once, and its old one keeps serving until the new one's
 //! server is connected, at most [`HANDOVER_LIMIT`] (make before break: an
 //! update does not leave the server without a sidecar meanwhile).
+//! Each sidecar's stderr passes through `up` (to `up`'s stderr), which
+//! keeps its last line: a sidecar that exits, or cannot be spawned, is
+//! reported in its server's status until one connects
+//! ([`crate::launches`]).
 
 use super::link::SidecarLink;
+use crate::launches::Launches;
 use crate::oauth::KeyRing;
 use crate::oauth::server_secrets as secrets;
 use crate::state::Snapshot;
@@ -60,6 +65,8 @@ struct Managed {
     next_start: tokio::time::Instant,
     /// When the running child started.
     started: tokio::time::Instant,
+    /// The last line the running child wrote to its stderr.
+    last_line: Arc<std::sync::Mutex<String>>,
 }
 
 /// A changed server's previous sidecar, serving until its successor's
@@ -116,6 +123,8 @@ pub(super) struct Sidecars {
     /// Opens the specs' sealed secret values
     /// ([`crate::oauth::server_secrets`]).
     ring: Option<Arc<KeyRing>>,
+    /// Why a server's sidecar is not running, for its status.
+    launches: Arc<Launches>,
 }
 
 impl Sidecars {
@@ -125,6 +134,7 @@ impl Sidecars {
         workdir: &Path,
         grace_secs: u64,
         ring: Option<Arc<KeyRing>>,
+        launches: Arc<Launches>,
     ) -> Sidecars {
         Sidecars {
             managed: BTreeMap::new(),
@@ -134,6 +144,7 @@ impl Sidecars {
             workdir: workdir.to_owned(),
             grace_secs,
             ring,
+            launches,
         }
     }
 
@@ -156,6 +167,9 @@ impl Sidecars {
             .collect();
         let now = tokio::time::Instant::now();
         for name in gone {
+            if !snap.servers.contains_key(&name) {
+                self.launches.clear(&name);
+            }
             if let Some(child) = managed.remove(&name).and_then(|m| m.child) {
                 if snap.servers.contains_key(&name) {
                     tracing::info!(target: TARGET, server = %name, "server changed; starting a new sidecar, the old one stops once the new one is connected");
@@ -181,13 +195,33 @@ impl Sidecars {
                 failures: 0,
                 next_start: now,
                 started: now,
+                last_line: Default::default(),
             });
             if let Some(child) = &mut m.child {
                 match child.try_wait() {
-                    Ok(None) => continue,
+                    Ok(None) => {
+                        // Connected: nothing to report any more.
+                        if is_connected(snap, name, child.id()) {
+                            self.launches.clear(name);
+                        }
+                        continue;
+                    }
                     Ok(Some(status)) => {
-                        let (failures, delay) = next_restart(m.failures, m.started.elapsed());
+                        let ran = m.started.elapsed();
+                        let (failures, delay) = next_restart(m.failures, ran);
                         m.failures = failures;
+                        let last = m.last_line.lock().expect("not poisoned").clone();
+                        self.launches.set(
+                            name,
+                            format!(
+                                "its sidecar exited ({status}) {:.1} s after it started{}",
+                                ran.as_secs_f64(),
+                                match last.is_empty() {
+                                    true => String::new(),
+                                    false => format!(": {last}"),
+                                }
+                            ),
+                        );
                         tracing::warn!(target: TARGET, server = %name, %status, retry_in_ms = delay.as_millis() as u64, "sidecar exited; restarting");
                         m.child = None;
                         m.next_start = now + delay;
@@ -204,11 +238,14 @@ impl Sidecars {
                 match opened.and_then(|spec| {
                     spawn_sidecar(&spec, &self.link, &self.workdir, self.grace_secs)
                 }) {
-                    Ok(child) => {
+                    Ok((child, last_line)) => {
                         m.child = Some(child);
+                        m.last_line = last_line;
                         m.started = tokio::time::Instant::now();
                     }
                     Err(e) => {
+                        self.launches
+                            .set(name, format!("cannot start its sidecar: {e:#}"));
                         tracing::error!(target: TARGET, server = %name, error = %e, "cannot start a sidecar");
                         m.failures += 1;
                         m.next_start = now + Duration::from_secs(5);
@@ -238,14 +275,7 @@ impl Sidecars {
                 .get(&r.server)
                 .and_then(|m| m.child.as_ref().map(|c| (c.id(), m.started)))
                 .unzip();
-            let successor = successor.flatten();
-            let connected = successor.is_some_and(|pid| {
-                snap.sidecars.get(&r.server).is_some_and(|all| {
-                    all.values().any(|s| {
-                        s.upstream_state == "connected" && pid_of(&s.sidecar_id) == Some(pid)
-                    })
-                })
-            });
+            let connected = is_connected(snap, &r.server, successor.flatten());
             let removed = !snap.servers.contains_key(&r.server);
             // Counted from the successor's start: with no successor (it
             // could not be started), the old sidecar keeps serving.
@@ -307,14 +337,51 @@ impl Sidecars {
     }
 }
 
+/// Whether the sidecar with process id `pid` has `server` connected, as
+/// the read model says (found by the process id in its sidecar id).
+fn is_connected(snap: &Snapshot, server: &str, pid: Option<u32>) -> bool {
+    pid.is_some_and(|pid| {
+        snap.sidecars.get(server).is_some_and(|all| {
+            all.values()
+                .any(|s| s.upstream_state == "connected" && pid_of(&s.sidecar_id) == Some(pid))
+        })
+    })
+}
+
+/// Copies a sidecar's stderr to `up`'s, line by line, keeping the last
+/// non-empty line (at most 1000 characters) in `last`.
+fn forward_stderr(stderr: tokio::process::ChildStderr, last: Arc<std::sync::Mutex<String>>) {
+    tokio::spawn(async move {
+        use std::io::Write;
+        use tokio::io::AsyncBufReadExt;
+        let mut reader = tokio::io::BufReader::new(stderr);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    let _ = std::io::stderr().lock().write_all(&line);
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim();
+                    if !text.is_empty() {
+                        *last.lock().expect("not poisoned") = text.chars().take(1000).collect();
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// Writes the configuration file of `spec`'s sidecar into `workdir`, then
-/// starts `switchyard-sidecar run --config FILE`.
+/// starts `switchyard-sidecar run --config FILE`; returns the child and
+/// where the last line of its stderr is kept.
 fn spawn_sidecar(
     spec: &ServerConfig,
     link: &SidecarLink,
     workdir: &Path,
     grace_secs: u64,
-) -> anyhow::Result<Child> {
+) -> anyhow::Result<(Child, Arc<std::sync::Mutex<String>>)> {
     #[derive(serde::Serialize)]
     struct SidecarFile<'a> {
         server: &'a ServerConfig,
@@ -348,11 +415,12 @@ fn spawn_sidecar(
     }
     // Owner-only: the spec may carry header values.
     write_private(&file, &text)?;
-    let child = Command::new(sidecar_binary())
+    let mut child = Command::new(sidecar_binary())
         .arg("run")
         .arg("--config")
         .arg(&file)
         .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         // Its own process group: a Ctrl-C in the terminal (SIGINT to the
         // foreground group) reaches `up` only, which stops each sidecar
@@ -363,7 +431,11 @@ fn spawn_sidecar(
         .spawn()
         .map_err(|e| anyhow::anyhow!("{}: {e}", sidecar_binary().display()))?;
     tracing::info!(target: TARGET, server = %spec.name, pid = child.id().unwrap_or(0), "sidecar started");
-    Ok(child)
+    let last = Arc::new(std::sync::Mutex::new(String::new()));
+    if let Some(stderr) = child.stderr.take() {
+        forward_stderr(stderr, last.clone());
+    }
+    Ok((child, last))
 }
 
 /// Writes `text` to `file`, readable and writable by its owner only
