@@ -70,7 +70,7 @@ pub const REDACTED: &str = "[redacted]";
 /// - any name with one of these words, the name split at characters
 ///   other than letters and digits and at lower-to-upper case changes:
 ///   `auth`, `authorization`, `bearer`, `cookie`, `jsessionid`, `jwt`,
-///   `pass`, `passcode`, `passwd`, `passphrase`, `pin`, `pwd`, `session`,
+///   `pass`, `passcode`, `passwd`, `passphrase`, `pat`, `pin`, `pwd`, `session`,
 ///   `sessionid`, `sid`, `sig`, `signature` (`X-Auth`,
 ///   `Proxy-Authorization`, `sig` of an Azure SAS, `X-Amz-Signature`,
 ///   `SMTP_PASS`; not `AUTHOR` or `PASSENGERS`).
@@ -79,7 +79,7 @@ pub const REDACTED: &str = "[redacted]";
 /// of answers.
 pub fn is_secret_name(name: &str) -> bool {
     const PARTS: [&str; 5] = ["token", "secret", "key", "password", "credential"];
-    const WORDS: [&str; 17] = [
+    const WORDS: [&str; 18] = [
         "auth",
         "authorization",
         "bearer",
@@ -90,6 +90,7 @@ pub fn is_secret_name(name: &str) -> bool {
         "passcode",
         "passwd",
         "passphrase",
+        "pat",
         "pin",
         "pwd",
         "session",
@@ -108,16 +109,21 @@ pub fn is_secret_name(name: &str) -> bool {
 /// (`xAmzSignature` is `x`, `Amz`, `Signature`).
 fn name_words(name: &str) -> impl Iterator<Item = &str> {
     let mut cuts = Vec::new();
-    let bytes = name.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if !b.is_ascii_alphanumeric() {
+    let mut previous: Option<char> = None;
+    // By character: a cut never falls inside a multi-byte one (`región`).
+    for (i, c) in name.char_indices() {
+        if !c.is_ascii_alphanumeric() {
             cuts.push(&name[start..i]);
-            start = i + 1;
-        } else if i > start && b.is_ascii_uppercase() && bytes[i - 1].is_ascii_lowercase() {
+            start = i + c.len_utf8();
+        } else if i > start
+            && c.is_ascii_uppercase()
+            && previous.is_some_and(|p| p.is_ascii_lowercase())
+        {
             cuts.push(&name[start..i]);
             start = i;
         }
+        previous = Some(c);
     }
     cuts.push(&name[start..]);
     cuts.into_iter().filter(|w| !w.is_empty())
@@ -495,6 +501,39 @@ pub fn restore_url_secrets(sent: &str, stored: &str) -> Result<String, String> {
     }
 }
 
+/// Whether an argument is a file path (`/opt/srv/bin-2024.sh`, `./x`,
+/// `~/y`), never taken for a credential by its looks.
+fn looks_like_path(value: &str) -> bool {
+    ["/", "./", "../", "~/"]
+        .iter()
+        .any(|p| value.starts_with(p))
+}
+
+/// Where the secret starts in an argument that is a header line with a
+/// secret name (`Authorization: Bearer X`, `X-Api-Key: K`), or an
+/// authorization value (`Bearer X`, `Basic X`, `token X`): after the
+/// name's `: `, and after the scheme's space. `None` otherwise.
+fn header_secret(value: &str) -> Option<usize> {
+    let scheme = |v: &str| {
+        ["bearer ", "basic ", "token "]
+            .iter()
+            .find(|s| {
+                v.len() > s.len() && v.get(..s.len()).is_some_and(|h| h.eq_ignore_ascii_case(s))
+            })
+            .map(|s| s.len())
+    };
+    if let Some((name, rest)) = value.split_once(':')
+        && !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && is_secret_name(name)
+    {
+        let pad = rest.len() - rest.trim_start().len();
+        let at = name.len() + 1 + pad;
+        return (at < value.len()).then_some(at);
+    }
+    scheme(value)
+}
+
 /// Whether a command-line flag (`--api-key`, `-token`; not `--x=1`) names
 /// a secret, so the argument after it is one.
 fn secret_flag(arg: &str) -> bool {
@@ -546,8 +585,21 @@ pub fn map_arg_secrets<E>(
         };
         let shown = if value.is_empty() {
             None
-        } else if after_flag || named || looks_sealed(value) || looks_like_token(value) {
+        } else if after_flag
+            || named
+            || looks_sealed(value)
+            || (looks_like_token(value) && !looks_like_path(value))
+        {
             f(&whole(what))?
+        } else if let Some(at) = header_secret(value) {
+            // `Authorization: Bearer X` (`--header`, `-H`), `Bearer X`:
+            // the part after the name or scheme.
+            let part = SecretPart {
+                place: format!("args {i}"),
+                what: what.clone(),
+                value: &value[at..],
+            };
+            f(&part)?.map(|text| format!("{}{text}", &value[..at]))
         } else if value.contains("://") && url::Url::parse(value).is_ok() {
             let mapped = map_url_secrets(value, |part| {
                 f(&SecretPart {
@@ -1082,6 +1134,10 @@ impl ServerConfig {
                 let lead = k.split(stop).next().unwrap_or_default();
                 let name = match k.is_empty() {
                     true => "an empty name".to_owned(),
+                    // A credential pasted as the name is not repeated.
+                    false if lead.len() > 64 || looks_like_token(lead) => {
+                        "a name (not shown: it looks like a credential)".to_owned()
+                    }
                     false => format!("the name {lead:?}…"),
                 };
                 return Err(err(
@@ -1121,6 +1177,22 @@ impl ServerConfig {
                         "command",
                         "is required for transport = \"stdio\"".into(),
                     ));
+                }
+                // No process can be started with a NUL in its command
+                // line or directory (the value is not repeated).
+                let nul = "contains a NUL character, which no process can be started with";
+                if self.command.as_deref().is_some_and(|c| c.contains('\0')) {
+                    return Err(err("command", nul.into()));
+                }
+                if let Some(i) = self.args.iter().position(|a| a.contains('\0')) {
+                    return Err(err(&format!("args[{i}]"), nul.into()));
+                }
+                if self
+                    .cwd
+                    .as_ref()
+                    .is_some_and(|c| c.as_os_str().as_encoded_bytes().contains(&0))
+                {
+                    return Err(err("cwd", nul.into()));
                 }
                 if self.url.is_some() {
                     return Err(err("url", "is only for transport = \"http\"".into()));
@@ -1488,6 +1560,12 @@ mod tests {
             "--verbose",
             "--author=ann",
             "--region=eu-2024-production",
+            "--header",
+            "Authorization: Bearer H-5",
+            "Bearer B-6",
+            "/opt/breakit9/bin-wrap-2024x.sh",
+            "--pat",
+            "P-7",
         ]
         .map(String::from)
         .to_vec();
@@ -1508,6 +1586,12 @@ mod tests {
                 "--verbose",
                 "--author=ann",
                 "--region=eu-2024-production",
+                "--header",
+                "Authorization: [redacted]",
+                "Bearer [redacted]",
+                "/opt/breakit9/bin-wrap-2024x.sh",
+                "--pat",
+                "[redacted]",
             ]
         );
         let debug = format!(
@@ -1536,7 +1620,10 @@ mod tests {
                 "args 5",
                 "args 6",
                 "args 7",
-                "args 8 password"
+                "args 8 password",
+                "args 14",
+                "args 15",
+                "args 18"
             ]
         );
         // Sent back as answered: the stored values; one edited: as given;
@@ -1559,8 +1646,31 @@ mod tests {
         assert!(
             restore_arg_secrets(&extra, &args)
                 .unwrap_err()
-                .starts_with("args[13]")
+                .starts_with("args[19]")
         );
+    }
+
+    proptest::proptest! {
+        /// Hostile text in any place (names, arguments, URLs; any
+        /// Unicode) is judged without panicking, and what is redacted
+        /// comes back from the stored value.
+        #[test]
+        fn redaction_never_panics_and_restores(
+            args in proptest::collection::vec("\\PC{0,24}|--[a-zé_-]{0,10}(=\\PC{0,12})?|[a-zA-Z]{1,6}://[a-zé]{1,5}:\\PC{0,8}@h/\\PC{0,12}", 0..6),
+            url in "https?://[a-zA-Zé:@]{0,12}h(:[0-9]{1,4})?/\\PC{0,16}(\\?\\PC{0,24})?(#\\PC{0,6})?",
+        ) {
+            let shown = redacted_args(&args);
+            proptest::prop_assert_eq!(restore_arg_secrets(&shown, &args).ok(), Some(args.clone()));
+            for a in &args {
+                let _ = is_secret_name(a);
+                let _ = redact_urls_in(a);
+            }
+            let shown = redacted_url(&url);
+            if url::Url::parse(&url).is_ok() {
+                let back = restore_url_secrets(&shown, &url);
+                proptest::prop_assert!(back.is_ok(), "{:?}", back);
+            }
+        }
     }
 
     #[test]
@@ -1575,12 +1685,34 @@ mod tests {
             ("TAB\tsk-PASTED", "\"TAB\"…"),
             ("NUL\u{0}sk-PASTED", "\"NUL\"…"),
             ("", "an empty name"),
+            ("sk-live-4f9a8B7c6D5e4F3g2H1i\t", "not shown"),
         ] {
             let text = format!("{stdio}{} = \"v\"\n", toml::Value::from(name));
             let e = parse(&text).validate("s").unwrap_err();
             assert_eq!(e.key, "s.env", "{text}");
             assert!(e.problem.contains(lead), "{e}");
-            assert!(!e.problem.contains("PASTED"), "{e}");
+            assert!(
+                !e.problem.contains("PASTED") && !e.problem.contains("sk-live"),
+                "{e}"
+            );
+        }
+        // A NUL in the command line or directory: named, not repeated.
+        for (line, key) in [
+            ("command = \"x\\u0000SECRET\"", "s.command"),
+            (
+                "command = \"x\"\nargs = [\"a\", \"b\\u0000SECRET\"]",
+                "s.args[1]",
+            ),
+            ("command = \"x\"\ncwd = \"/t\\u0000SECRET\"", "s.cwd"),
+        ] {
+            let e = parse(&format!("name = \"w\"\ntransport = \"stdio\"\n{line}\n"))
+                .validate("s")
+                .unwrap_err();
+            assert_eq!(e.key, key, "{line}");
+            assert!(
+                e.problem.contains("NUL") && !e.problem.contains("SECRET"),
+                "{e}"
+            );
         }
         let e = parse(&format!("{stdio}A = \"SECRET\\u0000y\"\n"))
             .validate("s")
@@ -1801,9 +1933,16 @@ mod tests {
             "SPINNER",
             "SIGNAL",
             "sv",
+            // Not ASCII: judged without panicking (a cut never falls
+            // inside a character).
+            "región",
+            "--café",
+            "Aé",
+            "日本",
         ] {
             assert!(!is_secret_name(name), "{name}");
         }
+        assert!(is_secret_name("clé-token") && is_secret_name("éSession"));
         let h = parse(
             "name = \"w\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\n[headers]\nAuthorization = \"Bearer hunter2\"\nX-Team = \"blue\"\n",
         );

@@ -197,7 +197,7 @@ fn keep_redacted(
             Some(stored) if same_target => value.clone_from(stored),
             Some(_) => {
                 return Err(Status::invalid_argument(format!(
-                    "spec.{field}.{}: shows [redacted], but the server now points elsewhere (another URL scheme, host or port, or stdio command or arguments): give its secret again",
+                    "spec.{field}.{}: shows [redacted], but the server now points elsewhere (another URL scheme, host or port; for stdio another command, arguments, cwd or environment): give its secret again",
                     switchyard_common::serde_errors::escape_controls(name)
                 )));
             }
@@ -213,8 +213,9 @@ fn keep_redacted(
 }
 
 /// Whether `new` sends its secrets where `old` did: the same transport and,
-/// for HTTP, the same URL scheme, host and port, for stdio the same command
-/// and arguments (compared opened: `ring` opens their sealed parts).
+/// for HTTP, the same URL scheme, host and port; for stdio the same
+/// process ([`same_process`], the arguments compared opened: `ring` opens
+/// their sealed parts).
 fn same_target(
     ring: Option<&crate::oauth::KeyRing>,
     new: &ServerConfig,
@@ -228,24 +229,84 @@ fn same_target(
                 _ => false,
             },
             TransportKind::Stdio => {
-                new.command == old.command
+                same_process(new, old)
                     && matches!((args(ring, new), args(ring, old)), (Ok(n), Ok(o)) if n == o)
             }
         }
 }
 
-/// `new`'s arguments with those shown `[redacted]` taken from `old`'s at
-/// the same place ([`switchyard_common::server_spec::restore_arg_secrets`]),
-/// for the same transport and command only. Errors (INVALID_ARGUMENT,
-/// naming the argument): another command, or an argument edited or moved.
+/// Refuses (INVALID_ARGUMENT, naming the place) a new server with a value
+/// shown as `[redacted]`: answers show that in place of a secret, and there
+/// is no stored one to keep; stored, it would be sent as the credential.
+fn no_redacted_values(spec: &ServerConfig) -> Result<(), Status> {
+    use switchyard_common::server_spec::REDACTED;
+    let shows = |v: &str| v.contains(REDACTED) || v.to_ascii_lowercase().contains("%5bredacted%5d");
+    let place = [("headers", &spec.headers), ("env", &spec.env)]
+        .into_iter()
+        .flat_map(|(field, map)| {
+            map.iter().filter(|(_, v)| shows(v)).map(move |(k, _)| {
+                format!(
+                    "{field}.{}",
+                    switchyard_common::serde_errors::escape_controls(k)
+                )
+            })
+        })
+        .chain(
+            spec.args
+                .iter()
+                .position(|a| shows(a))
+                .map(|i| format!("args[{i}]")),
+        )
+        .chain(
+            spec.url
+                .as_deref()
+                .filter(|u| shows(u))
+                .map(|_| "url".to_owned()),
+        )
+        .next();
+    match place {
+        Some(place) => Err(Status::invalid_argument(format!(
+            "spec.{place}: shows [redacted], which answers show in place of a secret; a new server has no stored value to keep: give the value"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Whether a stdio server's process would start as it did, arguments
+/// aside: the same command, working directory and environment apart from
+/// its secret-looking values. Anything else (another `PATH`, a variable
+/// the server reads its API's address from, `cwd` for a relative command)
+/// may run other code, or point the server elsewhere, with the stored
+/// secrets.
+fn same_process(new: &ServerConfig, old: &ServerConfig) -> bool {
+    use switchyard_common::server_spec::is_secret_name;
+    let plain = |s: &ServerConfig| -> Vec<(String, String)> {
+        s.env
+            .iter()
+            .filter(|(k, _)| !is_secret_name(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    new.command == old.command && new.cwd == old.cwd && plain(new) == plain(old)
+}
+
+/// `new`'s arguments with those shown `[redacted]` taken from `old`'s
+/// ([`switchyard_common::server_spec::restore_arg_secrets`]), only when
+/// the arguments are all sent back as answered and the process would start
+/// as it did ([`same_process`]). Errors (INVALID_ARGUMENT): anything else
+/// changed (another command, argument, `cwd` or environment): give the
+/// arguments again.
 fn keep_redacted_args(new: &mut ServerConfig, old: &ServerConfig) -> Result<(), Status> {
-    use switchyard_common::server_spec::{REDACTED, restore_arg_secrets};
+    use switchyard_common::server_spec::{REDACTED, redacted_args, restore_arg_secrets};
     if !new.args.iter().any(|a| a.contains(REDACTED)) {
         return Ok(());
     }
-    if new.transport != old.transport || new.command != old.command {
+    if new.transport != old.transport
+        || !same_process(new, old)
+        || new.args != redacted_args(&old.args)
+    {
         return Err(Status::invalid_argument(
-            "spec.args: shows [redacted], but the server now runs another command: give its secrets again",
+            "spec.args: shows [redacted], but the server's command, arguments, cwd or environment changed, and the stored secrets go only to the process they were given for: give every argument again",
         ));
     }
     new.args = restore_arg_secrets(&new.args, &old.args)
@@ -592,6 +653,7 @@ impl AdminService for AdminApi {
         req: Request<pb::AddServerRequest>,
     ) -> Result<Response<pb::ServerStatus>, Status> {
         let mut spec = spec_from_pb(req.into_inner().spec)?;
+        no_redacted_values(&spec)?;
         if spec.auth_kind() == AuthKind::OAuth {
             self.cp.oauth.ring()?;
         }

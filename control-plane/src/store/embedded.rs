@@ -578,6 +578,12 @@ fn open_database(path: &Path) -> Result<Database, Fail> {
             Err(e) => return Err(e.into()),
         }
     };
+    // Owner-only: the file holds servers' specs and sessions, and (in
+    // pages not yet reused) values written before they were sealed.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(Fail::Io)?;
+    }
     // Create the tables so that readers never meet a missing one.
     let wtx = db.begin_write()?;
     {

@@ -689,19 +689,25 @@ async fn servers_update_changes_only_the_settings_given() {
     assert!(ok_stdout(&out, "servers add").starts_with("added upd (up)"));
     let before = gw.sidecars_of("upd");
 
-    let out = gw
-        .cli(&[
-            "servers",
-            "update",
-            "upd",
-            "--env",
-            "NEW=2",
-            "--unset-env",
-            "OLD",
-            "--request-timeout-sec",
-            "45",
-        ])
-        .await;
+    // Another environment may run other code with the token: it must be
+    // given again.
+    let mut env_update = vec![
+        "servers",
+        "update",
+        "upd",
+        "--env",
+        "NEW=2",
+        "--unset-env",
+        "OLD",
+        "--request-timeout-sec",
+        "45",
+    ];
+    let out = gw.cli(&env_update).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("--env API_TOKEN=…"), "{err}");
+    env_update.extend(["--env", "API_TOKEN=tok-SECRET"]);
+    let out = gw.cli(&env_update).await;
     let text = ok_stdout(&out, "servers update");
     assert_eq!(text.trim(), "updated upd (up)", "{out:?}");
     let after = gw.sidecars_of("upd");
@@ -743,9 +749,24 @@ async fn servers_update_changes_only_the_settings_given() {
         .await
         .expect("a call through the new sidecar");
 
+    // Only the timeout: the token shown [redacted] is kept.
+    let before = gw.sidecars_of("upd");
+    let out = gw
+        .cli(&["servers", "update", "upd", "--request-timeout-sec", "46"])
+        .await;
+    assert_eq!(ok_stdout(&out, "servers update").trim(), "updated upd (up)");
+    let pid = *gw
+        .sidecars_of("upd")
+        .iter()
+        .find(|p| !before.contains(p))
+        .expect("a new sidecar");
+    let file = sidecar_config_file(pid, "upd").expect("the sidecar's --config");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("tok-SECRET"), "{text}");
+
     // The same value again: nothing to wait for.
     let out = gw
-        .cli(&["servers", "update", "upd", "--request-timeout-sec", "45"])
+        .cli(&["servers", "update", "upd", "--request-timeout-sec", "46"])
         .await;
     assert_eq!(
         ok_stdout(&out, "servers update").trim(),
@@ -956,6 +977,25 @@ async fn redacted_secrets_are_not_carried_to_another_host_or_command() {
             },
             "spec.env.GITHUB_TOKEN: shows [redacted], but the server now points elsewhere",
         ),
+        // Another PATH or working directory may run another program.
+        (
+            pb::ServerSpec {
+                env: [
+                    ("GITHUB_TOKEN".into(), "[redacted]".into()),
+                    ("PATH".into(), "/tmp/evil:/usr/bin".into()),
+                ]
+                .into(),
+                ..stdio.clone()
+            },
+            "spec.env.GITHUB_TOKEN: shows [redacted], but the server now points elsewhere",
+        ),
+        (
+            pb::ServerSpec {
+                cwd: "/tmp".into(),
+                ..stdio.clone()
+            },
+            "spec.env.GITHUB_TOKEN: shows [redacted], but the server now points elsewhere",
+        ),
         (
             pb::ServerSpec {
                 headers: [("X-Api-Key".into(), "[redacted]".into())].into(),
@@ -999,7 +1039,7 @@ async fn redacted_secrets_are_not_carried_to_another_host_or_command() {
 /// messages show them `[redacted]`, the store holds them sealed, and the
 /// server gets them. An update that sends the arguments back as answered
 /// keeps them; one that moves a redacted argument or changes the command
-/// is refused (INVALID_ARGUMENT naming the argument).
+/// is refused (INVALID_ARGUMENT).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
     let _serial = HEAVY.lock().await;
@@ -1099,11 +1139,11 @@ async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
     for (sent, says) in [
         (
             spec(moved, "python3", 31_000),
-            "spec.args[3] shows [redacted]",
+            "spec.args: shows [redacted], but the server's command, arguments, cwd or environment changed",
         ),
         (
             spec(shown.clone(), "/bin/sh", 31_000),
-            "spec.args: shows [redacted], but the server now runs another command",
+            "spec.args: shows [redacted], but the server's command, arguments, cwd or environment changed",
         ),
     ] {
         let e = admin
@@ -1113,6 +1153,23 @@ async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains(says), "{}", e.message());
     }
+
+    // A new server with a value shown [redacted]: there is nothing to
+    // keep, and it would be sent as the credential.
+    let mut literal = spec(shown.clone(), "python3", 30_000);
+    literal.name = "argued-literal".into();
+    let e = admin
+        .add_server(pb::AddServerRequest {
+            spec: Some(literal),
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().starts_with("spec.args[2]: shows [redacted]"),
+        "{}",
+        e.message()
+    );
 
     // A command that cannot start: its error shows the arguments redacted.
     let mut bad = spec(

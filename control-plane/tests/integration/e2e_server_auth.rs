@@ -110,6 +110,10 @@ async fn a_secret_header_file_reaches_the_server_and_is_never_shown() {
         );
     }
     assert!(gw.store_holds("\"sy1."), "the store holds sealed values");
+    // Owner-only, as the sidecar's file.
+    let store = gw.dir.path().join("store/store.redb");
+    let mode = std::fs::metadata(&store).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{store:?}");
     let places = [
         ("ListServers", format!("{list:?}")),
         ("servers list --json", cli_list),

@@ -60,6 +60,28 @@ impl std::fmt::Debug for StdioConfig {
 }
 
 impl StdioConfig {
+    /// The secret values it is given (those of secret-looking environment
+    /// variables, the secret parts of its arguments), at least 4
+    /// characters, longest first: what is scrubbed from what the server
+    /// writes to its stderr before the sidecar logs or reports it.
+    pub fn secret_values(&self) -> Vec<String> {
+        use switchyard_common::server_spec::{is_secret_name, map_arg_secrets};
+        let mut values: Vec<String> = self
+            .env
+            .iter()
+            .filter(|(k, _)| is_secret_name(k))
+            .map(|(_, v)| v.clone())
+            .collect();
+        let _ = map_arg_secrets(&self.args, |part| {
+            values.push(part.value.to_owned());
+            Ok::<_, std::convert::Infallible>(None)
+        });
+        values.retain(|v| v.chars().count() >= 4);
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        values.dedup();
+        values
+    }
+
     /// The command line, for messages: arguments that hold secrets
     /// (`--api-key K`, `postgresql://user:P@host/db`) are shown
     /// `[redacted]` ([`switchyard_common::server_spec::redacted_args`]).

@@ -130,7 +130,9 @@ impl StdioConnection {
             .instrument(span.clone()),
         );
         let tail = Arc::new(Mutex::new(VecDeque::new()));
-        let stderr_task = tokio::spawn(stderr_loop(stderr, tail.clone()).instrument(span.clone()));
+        let stderr_task = tokio::spawn(
+            stderr_loop(stderr, tail.clone(), config.secret_values()).instrument(span.clone()),
+        );
 
         let (shutdown_tx, shutdown_rx) = oneshot::channel();
         let (exited_tx, exited_rx) = watch::channel(None);
@@ -415,13 +417,26 @@ fn log_noise(n: u64) -> bool {
     n <= 20 || n.is_multiple_of(1000)
 }
 
-async fn stderr_loop(stderr: tokio::process::ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
+/// Logs the server's stderr (at debug) and keeps its tail, each line with
+/// the `secrets` it was given replaced by `[redacted]`: a server that
+/// echoes its command line (`unrecognized arguments: --api-key …`) does
+/// not put them in the log or in the exit report.
+async fn stderr_loop(
+    stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    secrets: Vec<String>,
+) {
     let mut reader = LineReader::new(BufReader::new(stderr), STDERR_MAX_LINE);
     while let Ok(Some(frame)) = reader.next_frame().await {
-        let text = match frame {
+        let mut text = match frame {
             Frame::Line(l) => String::from_utf8_lossy(&l).into_owned(),
             Frame::Oversized { size, .. } => format!("<{size}-byte stderr line cut>"),
         };
+        for secret in &secrets {
+            if text.contains(secret.as_str()) {
+                text = text.replace(secret.as_str(), switchyard_common::server_spec::REDACTED);
+            }
+        }
         // At debug: what a server writes there is its own business (a
         // healthy start of server-everything writes an "error" there), and
         // the tail is logged at warn when it exits.

@@ -144,6 +144,37 @@ fn assert_exited(err: &UpstreamError, status: &str) {
     );
 }
 
+/// A server that writes its secrets to stderr (its arguments, a token from
+/// its environment) before it crashes: the exit report and the log show
+/// them `[redacted]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_a_server_writes_to_stderr_are_scrubbed() {
+    let mut cfg = config_with(
+        "crashy",
+        &[
+            ("STUB_ECHO_SECRETS", "1".into()),
+            ("API_TOKEN", "env-SECRET-2".into()),
+        ],
+    );
+    if let TransportConfig::Stdio(s) = &mut cfg.transport {
+        s.args
+            .extend(["--api-key".into(), "arg-SECRET-1".into(), "-v".into()]);
+    }
+    let up = upstream(cfg);
+    within(up.connect()).await.unwrap();
+    let err = call(&up, "crash", json!({"code": 3})).await.unwrap_err();
+    let UpstreamError::Exited { stderr_tail, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        stderr_tail.contains("unrecognized arguments: ")
+            && stderr_tail.contains("--api-key [redacted] -v")
+            && stderr_tail.contains("token is [redacted]"),
+        "{stderr_tail}"
+    );
+    assert!(!stderr_tail.contains("SECRET"), "{stderr_tail}");
+}
+
 fn is_running(pid: u32) -> bool {
     kill(Pid::from_raw(pid as i32), None).is_ok()
 }

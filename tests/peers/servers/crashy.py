@@ -28,6 +28,8 @@ STUB_IGNORE_EOF, STUB_IGNORE_SIGTERM):
                            and exit with `code` before reading anything
   STUB_EXIT_ON_START_IF=path  the same (code 4) when path exists, so a test
                            can make the restarts of a running server fail
+  STUB_ECHO_SECRETS=1      at start, write its arguments and the value of
+                           API_TOKEN to stderr, as a careless server does
 """
 import json
 import os
@@ -80,6 +82,10 @@ if os.environ.get("STUB_START_LOG"):
     with open(os.environ["STUB_START_LOG"], "a") as f:
         f.write(f"{os.getpid()} {time.time():.6f}\n")
 time.sleep(env_int("STUB_START_DELAY_MS", 0) / 1000)
+if os.environ.get("STUB_ECHO_SECRETS"):
+    sys.stderr.write(f"usage: unrecognized arguments: {' '.join(sys.argv[1:])}\n")
+    sys.stderr.write(f"token is {os.environ.get('API_TOKEN', '')}\n")
+    sys.stderr.flush()
 if os.environ.get("STUB_EXIT_ON_START"):
     die(int(os.environ["STUB_EXIT_ON_START"]))
 if os.environ.get("STUB_EXIT_ON_START_IF") and os.path.exists(os.environ["STUB_EXIT_ON_START_IF"]):

@@ -372,19 +372,30 @@ async fn update(client: &mut Admin, a: ServerUpdateArgs) -> Result<(), Failure> 
 }
 
 /// Refuses (exit 64), before anything is sent, an update that points the
-/// server elsewhere (another transport, URL scheme, host or port, stdio
-/// command or arguments) while secrets it was given still show
-/// `[redacted]`: the control plane would refuse them one by one; this
-/// names every one and the flag that gives it again.
+/// server elsewhere (another transport, URL scheme, host or port; for
+/// stdio another command, arguments, cwd or environment, which may run
+/// other code) while secrets it was given still show `[redacted]`: the
+/// control plane would refuse them; this names every one and the flag that
+/// gives it again.
 fn secrets_stay(stored: &pb::ServerSpec, spec: &pb::ServerSpec) -> Result<(), Failure> {
+    use switchyard_common::server_spec::{is_secret_name, redacted_args, same_origin};
+    let plain_env = |s: &pb::ServerSpec| -> std::collections::BTreeMap<String, String> {
+        s.env
+            .iter()
+            .filter(|(k, _)| !is_secret_name(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
     let same = stored.transport == spec.transport
         && match pb::Transport::try_from(spec.transport) {
             // The stored arguments as answered (their secrets redacted).
             Ok(pb::Transport::Stdio) => {
                 stored.command == spec.command
-                    && stored.args == switchyard_common::server_spec::redacted_args(&spec.args)
+                    && stored.cwd == spec.cwd
+                    && plain_env(stored) == plain_env(spec)
+                    && stored.args == redacted_args(&spec.args)
             }
-            _ => switchyard_common::server_spec::same_origin(&stored.url, &spec.url),
+            _ => same_origin(&stored.url, &spec.url),
         };
     if same {
         return Ok(());
@@ -415,7 +426,7 @@ fn secrets_stay(stored: &pb::ServerSpec, spec: &pb::ServerSpec) -> Result<(), Fa
     Err(Failure::new(
         EXIT_USAGE,
         format!(
-            "the server would point elsewhere (another URL scheme, host or port, or stdio command or arguments), and its stored secrets are only for where it points now: give them again ({}), or remove them (--unset-env, --unset-header)",
+            "the server would point elsewhere (another URL scheme, host or port; for stdio another command, arguments, cwd or environment), and its stored secrets are only for where it points now: give them again ({}), or remove them (--unset-env, --unset-header)",
             again.join(", ")
         ),
     ))
@@ -801,8 +812,18 @@ mod tests {
             .into(),
             ..Default::default()
         };
-        let (_, same) = update(&stored, &["--env", "PLAIN=2"]).unwrap();
+        let (_, same) = update(&stored, &["--request-timeout-sec", "40"]).unwrap();
         secrets_stay(&stored, &same).unwrap();
+        // Another variable, or working directory, may run other code.
+        for flags in [["--env", "PLAIN=2"], ["--cwd", "/elsewhere"]] {
+            let (_, moved) = update(&stored, &flags).unwrap();
+            let e = secrets_stay(&stored, &moved).unwrap_err();
+            assert!(
+                e.message.contains("--env API_TOKEN=…"),
+                "{flags:?}: {}",
+                e.message
+            );
+        }
         let (_, moved) = update(&stored, &["--command", "other"]).unwrap();
         let e = secrets_stay(&stored, &moved).unwrap_err();
         assert_eq!(e.code, EXIT_USAGE);

@@ -216,7 +216,11 @@ pub fn render_server(s: &pb::ServerStatus, tools: &[pb::ServerTool]) -> Vec<Stri
         lines.push(format!("command:   {}", command.join(" ")));
         if !spec.env.is_empty() {
             let env: std::collections::BTreeMap<_, _> = spec.env.iter().collect();
-            let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            // One line: a value's line breaks cannot fake card lines.
+            let env: Vec<String> = env
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.replace('\r', "\\r").replace('\n', "\\n")))
+                .collect();
             lines.push(format!("env:       {}", env.join(", ")));
         }
         if !spec.cwd.is_empty() {
@@ -396,7 +400,7 @@ mod tests {
                     "".into(),
                 ],
                 env: [
-                    ("RUST_LOG".into(), "info".into()),
+                    ("RUST_LOG".into(), "info\nsidecars:  none".into()),
                     ("API_TOKEN".into(), "[redacted]".into()),
                 ]
                 .into(),
@@ -449,7 +453,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("env:       API_TOKEN=[redacted], RUST_LOG=info\n"),
+            text.contains("env:       API_TOKEN=[redacted], RUST_LOG=info\\nsidecars:  none\n"),
             "{text}"
         );
         assert!(
