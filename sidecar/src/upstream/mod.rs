@@ -904,13 +904,32 @@ impl Upstream {
             result
         }
         .instrument(span));
-        let server = self.name().to_owned();
+        let inner = self.inner.clone();
         async move {
             task.await.unwrap_or_else(|e| {
-                Err(UpstreamError::protocol(
-                    &server,
-                    format!("connection task failed: {e}"),
-                ))
+                // The task ended (a bug: it panicked) without recording its
+                // outcome: recorded here as a failed attempt, so the next
+                // one waits its backoff instead of every caller joining
+                // this finished attempt at once, forever.
+                tracing::error!(server = %inner.config.name, error = %e, "the connection task failed");
+                let error = UpstreamError::protocol(
+                    &inner.config.name,
+                    "the connection task failed (see the sidecar's log)",
+                );
+                {
+                    let mut state = inner.state.lock().unwrap();
+                    if matches!(*state, State::Connecting { .. }) {
+                        *state = State::Idle {
+                            failures: failures + 1,
+                            failed: Some(tokio::time::Instant::now()),
+                        };
+                    }
+                }
+                inner.link.send_modify(|l| {
+                    l.connected = false;
+                    l.last_error = Some(error.to_string());
+                });
+                Err(error)
             })
         }
         .boxed()
