@@ -620,6 +620,60 @@ pub fn map_arg_secrets<E>(
     Ok(out)
 }
 
+/// `text` with each of `secrets` (as [`secret_values`] lists them,
+/// longest first) replaced by [`REDACTED`]: for what a server writes or
+/// answers, which may echo a secret it was given.
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_owned();
+    for secret in secrets {
+        if out.contains(secret.as_str()) {
+            out = out.replace(secret.as_str(), REDACTED);
+        }
+    }
+    out
+}
+
+/// The secret values of a spec's parts, for [`scrub`]: those of
+/// secret-named `env` and `headers` entries (also after an `Authorization`
+/// scheme: the token alone), the secret parts of `args` and of the URL
+/// (also percent-decoded), each also without surrounding white space, at
+/// least 4 characters, longest first.
+pub fn secret_values<'a>(
+    env_and_headers: impl Iterator<Item = (&'a str, &'a str)>,
+    args: &[String],
+    url: Option<&str>,
+) -> Vec<String> {
+    let mut values: Vec<String> = Vec::new();
+    for (name, value) in env_and_headers {
+        if is_secret_name(name) {
+            values.push(value.to_owned());
+            if let Some((_, token)) = value.split_once(' ') {
+                values.push(token.to_owned());
+            }
+        }
+    }
+    let mut collect = |part: &SecretPart<'_>| {
+        values.push(part.value.to_owned());
+        values.push(percent_decoded(part.value));
+        Ok::<_, std::convert::Infallible>(None)
+    };
+    let _ = map_arg_secrets(args, &mut collect);
+    if let Some(url) = url {
+        let _ = map_url_secrets(url, &mut collect);
+    }
+    let mut values: Vec<String> = values
+        .into_iter()
+        .flat_map(|v| {
+            let trimmed = v.trim().to_owned();
+            [v, trimmed]
+        })
+        .filter(|v| v.chars().count() >= 4)
+        .collect();
+    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    values.dedup();
+    values
+}
+
 /// `args` with the parts [`map_arg_secrets`] finds replaced by
 /// [`REDACTED`], for answers, messages and debug output.
 pub fn redacted_args(args: &[String]) -> Vec<String> {
@@ -1671,6 +1725,32 @@ mod tests {
                 proptest::prop_assert!(back.is_ok(), "{:?}", back);
             }
         }
+    }
+
+    #[test]
+    fn secret_values_are_scrubbed_from_what_a_server_echoes() {
+        let env = [
+            ("API_TOKEN", "env-SECRET-1\n"),
+            ("Authorization", "Bearer hdr-SECRET-2"),
+            ("LOG", "info"),
+            ("PIN", "123"),
+        ];
+        let args: Vec<String> = ["--api-key", "arg-SECRET-3", "-v"]
+            .map(String::from)
+            .to_vec();
+        let secrets = secret_values(
+            env.iter().copied(),
+            &args,
+            Some("http://u:P%40ss-SECRET-4@h/mcp?api_key=q-SECRET-5"),
+        );
+        let echoed = "got env-SECRET-1 and hdr-SECRET-2 (Bearer hdr-SECRET-2), arg-SECRET-3, P@ss-SECRET-4 and P%40ss-SECRET-4, q-SECRET-5; log info, pin 123";
+        let shown = scrub(echoed, &secrets);
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains("log info, pin 123"), "{shown}");
+        assert!(
+            shown.starts_with("got [redacted] and [redacted] ([redacted])"),
+            "{shown}"
+        );
     }
 
     #[test]

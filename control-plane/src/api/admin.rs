@@ -229,7 +229,7 @@ fn same_target(
                 _ => false,
             },
             TransportKind::Stdio => {
-                same_process(new, old)
+                same_process(ring, new, old)
                     && matches!((args(ring, new), args(ring, old)), (Ok(n), Ok(o)) if n == o)
             }
         }
@@ -273,21 +273,29 @@ fn no_redacted_values(spec: &ServerConfig) -> Result<(), Status> {
 }
 
 /// Whether a stdio server's process would start as it did, arguments
-/// aside: the same command, working directory and environment apart from
-/// its secret-looking values. Anything else (another `PATH`, a variable
-/// the server reads its API's address from, `cwd` for a relative command)
-/// may run other code, or point the server elsewhere, with the stored
-/// secrets.
-fn same_process(new: &ServerConfig, old: &ServerConfig) -> bool {
-    use switchyard_common::server_spec::is_secret_name;
-    let plain = |s: &ServerConfig| -> Vec<(String, String)> {
-        s.env
-            .iter()
-            .filter(|(k, _)| !is_secret_name(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+/// aside: the same command, working directory and environment, each
+/// variable with the stored value (compared opened: `ring` opens sealed
+/// ones) or sent back as `[redacted]`, none added or removed. Anything else
+/// (another `PATH`, a variable the server reads an address or a file from,
+/// even one with a secret-looking name such as `AUTH_TOKEN_URL`, `cwd` for
+/// a relative command) may run other code, or point the server elsewhere,
+/// with the stored secrets.
+fn same_process(
+    ring: Option<&crate::oauth::KeyRing>,
+    new: &ServerConfig,
+    old: &ServerConfig,
+) -> bool {
+    use switchyard_common::server_spec::REDACTED;
+    let Ok(old_env) = crate::oauth::server_secrets::open(ring, old).map(|o| o.env) else {
+        return false;
     };
-    new.command == old.command && new.cwd == old.cwd && plain(new) == plain(old)
+    let same_env = new.env.len() == old_env.len()
+        && new.env.iter().all(|(k, v)| {
+            old_env
+                .get(k)
+                .is_some_and(|stored| v == REDACTED || v == stored)
+        });
+    new.command == old.command && new.cwd == old.cwd && same_env
 }
 
 /// `new`'s arguments with those shown `[redacted]` taken from `old`'s
@@ -296,13 +304,17 @@ fn same_process(new: &ServerConfig, old: &ServerConfig) -> bool {
 /// as it did ([`same_process`]). Errors (INVALID_ARGUMENT): anything else
 /// changed (another command, argument, `cwd` or environment): give the
 /// arguments again.
-fn keep_redacted_args(new: &mut ServerConfig, old: &ServerConfig) -> Result<(), Status> {
+fn keep_redacted_args(
+    ring: Option<&crate::oauth::KeyRing>,
+    new: &mut ServerConfig,
+    old: &ServerConfig,
+) -> Result<(), Status> {
     use switchyard_common::server_spec::{REDACTED, redacted_args, restore_arg_secrets};
     if !new.args.iter().any(|a| a.contains(REDACTED)) {
         return Ok(());
     }
     if new.transport != old.transport
-        || !same_process(new, old)
+        || !same_process(ring, new, old)
         || new.args != redacted_args(&old.args)
     {
         return Err(Status::invalid_argument(
@@ -710,8 +722,8 @@ impl AdminService for AdminApi {
         if let Some(o) = &old {
             // Judged on the URL as sent: its `[redacted]` parts are
             // restored below only on the same origin anyway.
-            keep_redacted_args(&mut spec, o)?;
             let ring = self.cp.oauth.key_ring().map(|r| &**r);
+            keep_redacted_args(ring, &mut spec, o)?;
             let same_target = same_target(ring, &spec, o);
             keep_redacted("headers", &mut spec.headers, &o.headers, same_target)?;
             keep_redacted("env", &mut spec.env, &o.env, same_target)?;

@@ -977,7 +977,19 @@ async fn redacted_secrets_are_not_carried_to_another_host_or_command() {
             },
             "spec.env.GITHUB_TOKEN: shows [redacted], but the server now points elsewhere",
         ),
-        // Another PATH or working directory may run another program.
+        // Another PATH or working directory may run another program, and
+        // a variable with a secret-looking name may be an address.
+        (
+            pb::ServerSpec {
+                env: [
+                    ("GITHUB_TOKEN".into(), "[redacted]".into()),
+                    ("AUTH_TOKEN_URL".into(), "http://127.0.0.1:9/steal".into()),
+                ]
+                .into(),
+                ..stdio.clone()
+            },
+            "spec.env.GITHUB_TOKEN: shows [redacted], but the server now points elsewhere",
+        ),
         (
             pb::ServerSpec {
                 env: [
@@ -1207,6 +1219,23 @@ async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
             "a secret argument is in a log"
         );
     }
+    // Removed: the sidecar's file, which holds the secrets opened, goes.
+    let pid = gw.sidecars_of("argued")[0];
+    let file = sidecar_config_file(pid, "argued").expect("the sidecar's --config");
+    assert!(std::fs::read_to_string(&file).unwrap().contains(&key));
+    admin
+        .remove_server(pb::RemoveServerRequest {
+            name: "argued".into(),
+        })
+        .await
+        .expect("RemoveServer");
+    eventually("the removed server's file is gone", LIMIT, || async {
+        match Path::new(&file).exists() {
+            false => Ok(()),
+            true => Err(file.clone()),
+        }
+    })
+    .await;
     gw.stop().await;
 }
 

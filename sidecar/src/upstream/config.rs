@@ -60,28 +60,6 @@ impl std::fmt::Debug for StdioConfig {
 }
 
 impl StdioConfig {
-    /// The secret values it is given (those of secret-looking environment
-    /// variables, the secret parts of its arguments), at least 4
-    /// characters, longest first: what is scrubbed from what the server
-    /// writes to its stderr before the sidecar logs or reports it.
-    pub fn secret_values(&self) -> Vec<String> {
-        use switchyard_common::server_spec::{is_secret_name, map_arg_secrets};
-        let mut values: Vec<String> = self
-            .env
-            .iter()
-            .filter(|(k, _)| is_secret_name(k))
-            .map(|(_, v)| v.clone())
-            .collect();
-        let _ = map_arg_secrets(&self.args, |part| {
-            values.push(part.value.to_owned());
-            Ok::<_, std::convert::Infallible>(None)
-        });
-        values.retain(|v| v.chars().count() >= 4);
-        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        values.dedup();
-        values
-    }
-
     /// The command line, for messages: arguments that hold secrets
     /// (`--api-key K`, `postgresql://user:P@host/db`) are shown
     /// `[redacted]` ([`switchyard_common::server_spec::redacted_args`]).
@@ -208,6 +186,28 @@ pub struct UpstreamConfig {
 }
 
 impl UpstreamConfig {
+    /// The secret values this server is given (secret-looking environment
+    /// variables and headers, the secret parts of its arguments and URL;
+    /// [`switchyard_common::server_spec::secret_values`]): what is
+    /// scrubbed from what the server writes (stderr, stdout noise) and
+    /// from the errors the sidecar reports, before they are logged or
+    /// reported (`lastError`).
+    pub fn secret_values(&self) -> Vec<String> {
+        use switchyard_common::server_spec::secret_values;
+        match &self.transport {
+            TransportConfig::Stdio(s) => secret_values(
+                s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                &s.args,
+                None,
+            ),
+            TransportConfig::Http(h) => secret_values(
+                h.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                &[],
+                Some(&h.url),
+            ),
+        }
+    }
+
     /// The session configuration of a server spec (call
     /// [`ServerConfig::validate`] first: an unparsable era reads as `auto`).
     pub fn from_spec(spec: &ServerConfig) -> Self {

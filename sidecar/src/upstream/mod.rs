@@ -136,6 +136,9 @@ enum Waiting {
 
 struct Inner {
     config: Arc<UpstreamConfig>,
+    /// The server's secret values, scrubbed from the errors it reports
+    /// ([`UpstreamConfig::secret_values`]).
+    secrets: Vec<String>,
     ids: Arc<AtomicU64>,
     inbound: Arc<Inbound>,
     metrics: ServerMetrics,
@@ -282,6 +285,7 @@ impl Upstream {
                     None => Inbound::new(&config.name, relay.clone()),
                 }),
                 metrics,
+                secrets: config.secret_values(),
                 config,
                 ids: Arc::new(AtomicU64::new(1)),
                 http_client,
@@ -885,7 +889,7 @@ impl Upstream {
                     drop(state);
                     inner.link.send_modify(|l| {
                         l.connected = false;
-                        l.last_error = Some(e.to_string());
+                        l.last_error = Some(inner.scrubbed(&e.to_string()));
                     });
                 }
                 Err(e) => {
@@ -897,7 +901,7 @@ impl Upstream {
                     drop(state);
                     inner.link.send_modify(|l| {
                         l.connected = false;
-                        l.last_error = Some(e.to_string());
+                        l.last_error = Some(inner.scrubbed(&e.to_string()));
                     });
                 }
             }
@@ -927,7 +931,7 @@ impl Upstream {
                 }
                 inner.link.send_modify(|l| {
                     l.connected = false;
-                    l.last_error = Some(error.to_string());
+                    l.last_error = Some(inner.scrubbed(&error.to_string()));
                 });
                 Err(error)
             })
@@ -975,6 +979,11 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    /// `text` without the server's secret values (`[redacted]`).
+    fn scrubbed(&self, text: &str) -> String {
+        switchyard_common::server_spec::scrub(text, &self.secrets)
+    }
+
     /// `auth = "oauth"` without an access token to send:
     /// [`UpstreamError::NotAuthorized`] with the control plane's reason.
     fn not_authorized(&self) -> Option<UpstreamError> {

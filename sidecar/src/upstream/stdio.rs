@@ -115,13 +115,23 @@ impl StdioConnection {
         let stderr = child.stderr.take().expect("stderr is piped");
         let pending = Arc::new(Mutex::new(Pending::default()));
         let (writer_tx, writer_rx) = mpsc::unbounded_channel();
+        // What the server writes is logged with these `[redacted]`.
+        let secrets: Arc<[String]> = switchyard_common::server_spec::secret_values(
+            config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            &config.args,
+            None,
+        )
+        .into();
 
         tokio::spawn(write_loop(stdin, writer_rx, metrics.clone()).instrument(span.clone()));
         let reader = tokio::spawn(
             read_loop(
-                server.to_owned(),
+                Reading {
+                    server: server.to_owned(),
+                    max_message_bytes,
+                    secrets: secrets.clone(),
+                },
                 stdout,
-                max_message_bytes,
                 pending.clone(),
                 writer_tx.clone(),
                 inbound,
@@ -130,9 +140,8 @@ impl StdioConnection {
             .instrument(span.clone()),
         );
         let tail = Arc::new(Mutex::new(VecDeque::new()));
-        let stderr_task = tokio::spawn(
-            stderr_loop(stderr, tail.clone(), config.secret_values()).instrument(span.clone()),
-        );
+        let stderr_task =
+            tokio::spawn(stderr_loop(stderr, tail.clone(), secrets).instrument(span.clone()));
 
         let (shutdown_tx, shutdown_rx) = oneshot::channel();
         let (exited_tx, exited_rx) = watch::channel(None);
@@ -315,15 +324,27 @@ async fn write_loop(
     }
 }
 
-async fn read_loop(
+/// Who the server is, for [`read_loop`]: its name, its largest message,
+/// and the secret values scrubbed from what it writes.
+struct Reading {
     server: String,
-    stdout: tokio::process::ChildStdout,
     max_message_bytes: usize,
+    secrets: Arc<[String]>,
+}
+
+async fn read_loop(
+    reading: Reading,
+    stdout: tokio::process::ChildStdout,
     pending: Arc<Mutex<Pending>>,
     writer: mpsc::UnboundedSender<WriterMsg>,
     inbound: Arc<Inbound>,
     metrics: ServerMetrics,
 ) {
+    let Reading {
+        server,
+        max_message_bytes,
+        secrets,
+    } = reading;
     let mut reader = LineReader::new(
         BufReader::with_capacity(64 * 1024, stdout),
         max_message_bytes,
@@ -365,7 +386,7 @@ async fn read_loop(
                     metrics.skipped("not_json");
                     noise += 1;
                     if log_noise(noise) {
-                        tracing::warn!(line = %jsonrpc::preview(&line, 200), skipped_so_far = noise, "skipping a stdout line that is not JSON");
+                        tracing::warn!(line = %switchyard_common::server_spec::scrub(&jsonrpc::preview(&line, 200), &secrets), skipped_so_far = noise, "skipping a stdout line that is not JSON");
                     }
                     continue;
                 };
@@ -401,7 +422,7 @@ async fn read_loop(
                         metrics.skipped("not_jsonrpc");
                         noise += 1;
                         if log_noise(noise) {
-                            tracing::warn!(line = %jsonrpc::preview(&line, 200), skipped_so_far = noise, "skipping a stdout line that is not JSON-RPC");
+                            tracing::warn!(line = %switchyard_common::server_spec::scrub(&jsonrpc::preview(&line, 200), &secrets), skipped_so_far = noise, "skipping a stdout line that is not JSON-RPC");
                         }
                     }
                 }
@@ -424,19 +445,15 @@ fn log_noise(n: u64) -> bool {
 async fn stderr_loop(
     stderr: tokio::process::ChildStderr,
     tail: Arc<Mutex<VecDeque<String>>>,
-    secrets: Vec<String>,
+    secrets: Arc<[String]>,
 ) {
     let mut reader = LineReader::new(BufReader::new(stderr), STDERR_MAX_LINE);
     while let Ok(Some(frame)) = reader.next_frame().await {
-        let mut text = match frame {
+        let text = match frame {
             Frame::Line(l) => String::from_utf8_lossy(&l).into_owned(),
             Frame::Oversized { size, .. } => format!("<{size}-byte stderr line cut>"),
         };
-        for secret in &secrets {
-            if text.contains(secret.as_str()) {
-                text = text.replace(secret.as_str(), switchyard_common::server_spec::REDACTED);
-            }
-        }
+        let text = switchyard_common::server_spec::scrub(&text, &secrets);
         // At debug: what a server writes there is its own business (a
         // healthy start of server-everything writes an "error" there), and
         // the tail is logged at warn when it exits.

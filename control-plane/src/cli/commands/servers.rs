@@ -378,21 +378,17 @@ async fn update(client: &mut Admin, a: ServerUpdateArgs) -> Result<(), Failure> 
 /// control plane would refuse them; this names every one and the flag that
 /// gives it again.
 fn secrets_stay(stored: &pb::ServerSpec, spec: &pb::ServerSpec) -> Result<(), Failure> {
-    use switchyard_common::server_spec::{is_secret_name, redacted_args, same_origin};
-    let plain_env = |s: &pb::ServerSpec| -> std::collections::BTreeMap<String, String> {
-        s.env
-            .iter()
-            .filter(|(k, _)| !is_secret_name(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    };
+    use switchyard_common::server_spec::{redacted_args, same_origin};
     let same = stored.transport == spec.transport
         && match pb::Transport::try_from(spec.transport) {
             // The stored arguments as answered (their secrets redacted).
             Ok(pb::Transport::Stdio) => {
                 stored.command == spec.command
                     && stored.cwd == spec.cwd
-                    && plain_env(stored) == plain_env(spec)
+                    // Every variable as answered: one given anew (even a
+                    // secret-looking `AUTH_TOKEN_URL`) may point the
+                    // server elsewhere.
+                    && stored.env == spec.env
                     && stored.args == redacted_args(&spec.args)
             }
             _ => same_origin(&stored.url, &spec.url),
@@ -815,7 +811,11 @@ mod tests {
         let (_, same) = update(&stored, &["--request-timeout-sec", "40"]).unwrap();
         secrets_stay(&stored, &same).unwrap();
         // Another variable, or working directory, may run other code.
-        for flags in [["--env", "PLAIN=2"], ["--cwd", "/elsewhere"]] {
+        for flags in [
+            ["--env", "PLAIN=2"],
+            ["--cwd", "/elsewhere"],
+            ["--env", "AUTH_TOKEN_URL=http://evil.example/"],
+        ] {
             let (_, moved) = update(&stored, &flags).unwrap();
             let e = secrets_stay(&stored, &moved).unwrap_err();
             assert!(

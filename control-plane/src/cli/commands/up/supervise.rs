@@ -169,6 +169,9 @@ impl Sidecars {
         for name in gone {
             if !snap.servers.contains_key(&name) {
                 self.launches.clear(&name);
+                // Its file holds the spec's secrets opened; the sidecar
+                // read it when it started.
+                let _ = std::fs::remove_file(self.workdir.join(format!("{name}.toml")));
             }
             if let Some(child) = managed.remove(&name).and_then(|m| m.child) {
                 if snap.servers.contains_key(&name) {
@@ -200,8 +203,8 @@ impl Sidecars {
             if let Some(child) = &mut m.child {
                 match child.try_wait() {
                     Ok(None) => {
-                        // Connected: nothing to report any more.
-                        if is_connected(snap, name, child.id()) {
+                        // Registered: it reports for itself from now on.
+                        if is_registered(snap, name, child.id()) {
                             self.launches.clear(name);
                         }
                         continue;
@@ -340,12 +343,25 @@ impl Sidecars {
 /// Whether the sidecar with process id `pid` has `server` connected, as
 /// the read model says (found by the process id in its sidecar id).
 fn is_connected(snap: &Snapshot, server: &str, pid: Option<u32>) -> bool {
-    pid.is_some_and(|pid| {
-        snap.sidecars.get(server).is_some_and(|all| {
-            all.values()
-                .any(|s| s.upstream_state == "connected" && pid_of(&s.sidecar_id) == Some(pid))
-        })
-    })
+    registered(snap, server, pid).any(|s| s.upstream_state == "connected")
+}
+
+/// Whether the sidecar with process id `pid` is registered for `server`.
+fn is_registered(snap: &Snapshot, server: &str, pid: Option<u32>) -> bool {
+    registered(snap, server, pid).next().is_some()
+}
+
+/// The registrations of `server` by the sidecar with process id `pid`.
+fn registered<'a>(
+    snap: &'a Snapshot,
+    server: &str,
+    pid: Option<u32>,
+) -> impl Iterator<Item = &'a crate::model::SidecarRecord> {
+    snap.sidecars
+        .get(server)
+        .into_iter()
+        .flat_map(|all| all.values())
+        .filter(move |s| pid.is_some() && pid_of(&s.sidecar_id) == pid)
 }
 
 /// Copies a sidecar's stderr to `up`'s, line by line, keeping the last
