@@ -104,6 +104,25 @@ pub fn is_secret_name(name: &str) -> bool {
         || name_words(name).any(|w| WORDS.iter().any(|x| w.eq_ignore_ascii_case(x)))
 }
 
+/// Whether a header or environment entry `name = value` is a secret,
+/// shown as [`REDACTED`] and sealed at rest whole: a secret name
+/// ([`is_secret_name`]), or a value that holds one whatever its name, by
+/// the rules [`map_arg_secrets`] applies to an argument: a URL with a
+/// secret part (`DATABASE_URL=postgresql://app:PW@db/x`), an authorization
+/// value (`Bearer X`), a value that looks like a generated credential and
+/// is not a file path, or a value sealed at rest.
+pub fn is_secret_entry(name: &str, value: &str) -> bool {
+    is_secret_name(name) || value_holds_secret(value)
+}
+
+fn value_holds_secret(value: &str) -> bool {
+    !value.is_empty()
+        && (looks_sealed(value)
+            || (looks_like_token(value) && !looks_like_path(value))
+            || header_secret(value).is_some()
+            || (value.contains("://") && redacted_url(value) != value))
+}
+
 /// The words of a name: split at characters other than ASCII letters and
 /// digits, and before an upper-case letter that follows a lower-case one
 /// (`xAmzSignature` is `x`, `Amz`, `Signature`).
@@ -633,30 +652,47 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
     out
 }
 
-/// The secret values of a spec's parts, for [`scrub`]: those of
-/// secret-named `env` and `headers` entries (also after an `Authorization`
-/// scheme: the token alone), the secret parts of `args` and of the URL
-/// (also percent-decoded), each also without surrounding white space, at
-/// least 4 characters, longest first.
+/// The secret values of a spec's parts, for [`scrub`]: those of secret
+/// `env` and `headers` entries ([`is_secret_entry`]; also after an
+/// `Authorization` scheme: the token alone; of a secret value under
+/// another name, also its parts: a URL's password), the secret parts of
+/// `args` and of the URL, each also percent-decoded and without
+/// surrounding white space, at least 4 characters, longest first.
 pub fn secret_values<'a>(
     env_and_headers: impl Iterator<Item = (&'a str, &'a str)>,
     args: &[String],
     url: Option<&str>,
 ) -> Vec<String> {
     let mut values: Vec<String> = Vec::new();
-    for (name, value) in env_and_headers {
-        if is_secret_name(name) {
-            values.push(value.to_owned());
-            if let Some((_, token)) = value.split_once(' ') {
-                values.push(token.to_owned());
-            }
-        }
-    }
     let mut collect = |part: &SecretPart<'_>| {
         values.push(part.value.to_owned());
         values.push(percent_decoded(part.value));
         Ok::<_, std::convert::Infallible>(None)
     };
+    for (name, value) in env_and_headers {
+        if is_secret_name(name) {
+            let _ = collect(&SecretPart {
+                place: String::new(),
+                what: String::new(),
+                value,
+            });
+            if let Some((_, token)) = value.split_once(' ') {
+                let _ = collect(&SecretPart {
+                    place: String::new(),
+                    what: String::new(),
+                    value: token,
+                });
+            }
+        } else if value_holds_secret(value) {
+            // Its parts, as of an argument (a URL's password), and whole.
+            let _ = map_arg_secrets(&[value.to_owned()], &mut collect);
+            let _ = collect(&SecretPart {
+                place: String::new(),
+                what: String::new(),
+                value,
+            });
+        }
+    }
     let _ = map_arg_secrets(args, &mut collect);
     if let Some(url) = url {
         let _ = map_url_secrets(url, &mut collect);
@@ -672,6 +708,110 @@ pub fn secret_values<'a>(
     values.sort_by_key(|v| std::cmp::Reverse(v.len()));
     values.dedup();
     values
+}
+
+/// Least length, in characters, of a secret value scrubbed from a
+/// server's answers ([`Secrets::scrub_json`]): a shorter one (a PIN, a
+/// short password) would also replace ordinary words and numbers in
+/// results, so it is scrubbed only from logs and `lastError`.
+pub const ANSWER_SECRET_MIN_CHARS: usize = 8;
+
+/// The secret values one server was given ([`secret_values`]), to scrub
+/// from what it writes and answers. Cheap to clone; its `Debug` shows only
+/// how many there are.
+#[derive(Clone, Default)]
+pub struct Secrets {
+    /// Every value, longest first: scrubbed from logs and `lastError`.
+    all: std::sync::Arc<[String]>,
+    /// Those of at least [`ANSWER_SECRET_MIN_CHARS`] characters that are
+    /// not all digits, longest first: scrubbed from answers too.
+    answers: std::sync::Arc<[String]>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secrets({} values)", self.all.len())
+    }
+}
+
+impl Secrets {
+    /// The values as [`secret_values`] lists them.
+    pub fn new(values: Vec<String>) -> Self {
+        let answers: Vec<String> = values
+            .iter()
+            .filter(|v| {
+                v.chars().count() >= ANSWER_SECRET_MIN_CHARS
+                    && !v.bytes().all(|b| b.is_ascii_digit())
+            })
+            .cloned()
+            .collect();
+        Secrets {
+            all: values.into(),
+            answers: answers.into(),
+        }
+    }
+
+    /// Whether nothing is ever scrubbed from an answer.
+    pub fn is_empty_for_answers(&self) -> bool {
+        self.answers.is_empty()
+    }
+
+    /// `text` (a line the server wrote, an error for an admin) with every
+    /// value replaced by [`REDACTED`] ([`scrub`]).
+    pub fn scrub_log(&self, text: &str) -> String {
+        scrub(text, &self.all)
+    }
+
+    /// `text` (part of an answer: an error's message, an HTTP body) with
+    /// each value of at least [`ANSWER_SECRET_MIN_CHARS`] characters
+    /// replaced by [`REDACTED`].
+    pub fn scrub_answer(&self, text: &str) -> String {
+        scrub(text, &self.answers)
+    }
+
+    /// Replaces, in every string and object key of `value` (a message the
+    /// server sent: a result, an error, a notification, a request), each
+    /// value of at least [`ANSWER_SECRET_MIN_CHARS`] characters by
+    /// [`REDACTED`]; everything else stays as sent. Returns whether
+    /// anything was replaced.
+    pub fn scrub_json(&self, value: &mut serde_json::Value) -> bool {
+        if self.answers.is_empty() {
+            return false;
+        }
+        scrub_json(value, &self.answers)
+    }
+}
+
+fn scrub_json(value: &mut serde_json::Value, secrets: &[String]) -> bool {
+    use serde_json::Value;
+    let holds = |text: &str| secrets.iter().any(|s| text.contains(s.as_str()));
+    match value {
+        Value::String(text) if holds(text) => {
+            *text = scrub(text, secrets);
+            true
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |changed, item| scrub_json(item, secrets) | changed),
+        Value::Object(map) => {
+            let mut changed = map
+                .values_mut()
+                .fold(false, |changed, item| scrub_json(item, secrets) | changed);
+            if map.keys().any(|k| holds(k)) {
+                // Rare: rebuilt only then, in the same order.
+                *map = std::mem::take(map)
+                    .into_iter()
+                    .map(|(k, v)| match holds(&k) {
+                        true => (scrub(&k, secrets), v),
+                        false => (k, v),
+                    })
+                    .collect();
+                changed = true;
+            }
+            changed
+        }
+        _ => false,
+    }
 }
 
 /// `args` with the parts [`map_arg_secrets`] finds replaced by
@@ -707,12 +847,12 @@ pub fn restore_arg_secrets(sent: &[String], stored: &[String]) -> Result<Vec<Str
         .collect()
 }
 
-/// `map` with the values of secret names ([`is_secret_name`]) replaced by
-/// [`REDACTED`].
+/// `map` (headers, environment) with the values of secret entries
+/// ([`is_secret_entry`]) replaced by [`REDACTED`].
 pub fn redacted<V: AsRef<str>>(map: &BTreeMap<String, V>) -> BTreeMap<String, String> {
     map.iter()
         .map(|(k, v)| {
-            let v = match is_secret_name(k) {
+            let v = match is_secret_entry(k, v.as_ref()) {
                 true => REDACTED.to_owned(),
                 false => v.as_ref().to_owned(),
             };
@@ -1754,6 +1894,41 @@ mod tests {
     }
 
     #[test]
+    fn answers_are_scrubbed_of_the_longer_secrets_and_keep_everything_else() {
+        let env = [
+            ("API_TOKEN", "sk-live-ANSWER-1"),
+            ("DB_PASSWORD", "hunter2"),
+            ("SESSION_TIMEOUT", "86400000"),
+        ];
+        let secrets = Secrets::new(secret_values(env.iter().copied(), &[], None));
+        assert_eq!(format!("{secrets:?}"), "Secrets(3 values)");
+        let mut answer = serde_json::json!({
+            "content": [{"type": "text", "text": "key sk-live-ANSWER-1 refused; hunter2; 86400000"}],
+            "isError": true,
+            "_meta": {"x": ["sk-live-ANSWER-1", 7], "sk-live-ANSWER-1": true},
+            "unknown": {"z": 1}
+        });
+        assert!(secrets.scrub_json(&mut answer));
+        // Short and all-digit values stay: they would also hit ordinary
+        // words and numbers. Keys, arrays and order are kept.
+        assert_eq!(
+            answer.to_string(),
+            r#"{"content":[{"type":"text","text":"key [redacted] refused; hunter2; 86400000"}],"isError":true,"_meta":{"x":["[redacted]",7],"[redacted]":true},"unknown":{"z":1}}"#
+        );
+        let mut clean = serde_json::json!({"content": [], "n": 86400000});
+        assert!(!secrets.scrub_json(&mut clean));
+        // Logs and lastError lose every value.
+        assert_eq!(
+            secrets.scrub_log("hunter2 86400000 sk-live-ANSWER-1"),
+            "[redacted] [redacted] [redacted]"
+        );
+        assert_eq!(
+            secrets.scrub_answer("hunter2 sk-live-ANSWER-1"),
+            "hunter2 [redacted]"
+        );
+    }
+
+    #[test]
     fn env_names_and_values_are_checked_without_repeating_a_pasted_value() {
         let stdio = "name = \"w\"\ntransport = \"stdio\"\ncommand = \"x\"\n[env]\n";
         parse(&format!("{stdio}API_TOKEN = \"t\"\nlower_ok = \"1\"\n"))
@@ -2036,6 +2211,30 @@ mod tests {
         );
         let loaded = SecretHeaders(vec![("Authorization".into(), "Bearer hunter2".into())]);
         assert!(!format!("{loaded:?}").contains("hunter2"));
+        // A value that holds a secret, whatever its name, is redacted whole.
+        let env: BTreeMap<String, String> = [
+            ("DATABASE_URL", "postgresql://app:pg-pw@db:5432/orders"),
+            ("UPSTREAM", "Bearer hunter2"),
+            ("SOME_ID", "sk-live-4f9a8B7c6D5e4F3g2H1i"),
+            ("PUBLIC_URL", "https://example.com/orders?team=blue"),
+            ("CONFIG", "/etc/srv/config-2024-production-v2.toml"),
+            ("LOG", "info"),
+            ("EMPTY", ""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let shown = redacted(&env);
+        for name in ["DATABASE_URL", "UPSTREAM", "SOME_ID"] {
+            assert_eq!(shown[name], REDACTED, "{name}");
+        }
+        for name in ["PUBLIC_URL", "CONFIG", "LOG", "EMPTY"] {
+            assert_eq!(shown[name], env[name], "{name}");
+        }
+        let values = secret_values(env.iter().map(|(k, v)| (k.as_str(), v.as_str())), &[], None);
+        assert!(values.contains(&"pg-pw".to_owned()), "{values:?}");
+        assert!(values.contains(&env["DATABASE_URL"]), "{values:?}");
+        assert!(!values.contains(&env["PUBLIC_URL"]), "{values:?}");
     }
 
     #[test]

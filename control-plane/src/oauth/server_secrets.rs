@@ -1,6 +1,7 @@
 //! Secret values of a server's spec at rest. The inline values of
-//! secret-looking headers and environment variables
-//! ([`is_secret_name`]: `Authorization`, `X-Api-Key`, `DB_PASSWORD`, ...)
+//! secret headers and environment variables ([`is_secret_entry`]: a
+//! secret-looking name, `Authorization`, `X-Api-Key`, `DB_PASSWORD`, ...,
+//! or a value that holds a secret, `DATABASE_URL=postgresql://app:PW@db/x`)
 //! and the secret parts of its URL and arguments (what answers show
 //! `[redacted]`: the password, `?api_key=`, a credential in the path, the
 //! fragment, `--api-key K`; [`map_url_secrets`], [`map_arg_secrets`]) are
@@ -22,7 +23,7 @@
 use super::KeyRing;
 use std::collections::BTreeMap;
 use switchyard_common::server_spec::{
-    SecretPart, ServerConfig, is_secret_name, looks_sealed, map_arg_secrets, map_url_secrets,
+    SecretPart, ServerConfig, is_secret_entry, looks_sealed, map_arg_secrets, map_url_secrets,
 };
 
 /// The fields of a spec whose secret-looking values are sealed.
@@ -62,7 +63,7 @@ pub fn seal(ring: &KeyRing, spec: &mut ServerConfig) {
     spec.args = args;
     for field in FIELDS {
         for (name, value) in field_mut(spec, field).iter_mut() {
-            if !is_secret_name(name) {
+            if !is_secret_entry(name, value) {
                 continue;
             }
             let bound = aad(&server, field, name);
@@ -83,7 +84,7 @@ pub fn open(ring: Option<&KeyRing>, spec: &ServerConfig) -> Result<ServerConfig,
     out.args = args(ring, spec)?;
     for field in FIELDS {
         for (name, value) in field_mut(&mut out, field).iter_mut() {
-            if !is_secret_name(name) || !looks_sealed(value) {
+            if !looks_sealed(value) {
                 continue;
             }
             *value = open_value(ring, value, &aad(&spec.name, field, name), || {
@@ -160,9 +161,10 @@ pub fn has_plain_secrets(spec: &ServerConfig) -> bool {
     };
     map_url_secrets(spec.url.as_deref().unwrap_or_default(), plain).is_err()
         || map_arg_secrets(&spec.args, plain).is_err()
-        || [&spec.headers, &spec.env]
-            .iter()
-            .any(|m| m.iter().any(|(k, v)| is_secret_name(k) && !looks_sealed(v)))
+        || [&spec.headers, &spec.env].iter().any(|m| {
+            m.iter()
+                .any(|(k, v)| is_secret_entry(k, v) && !looks_sealed(v))
+        })
 }
 
 #[cfg(test)]
@@ -177,6 +179,11 @@ mod tests {
         s.headers.insert("X-Api-Key".into(), "hunter2".into());
         s.headers.insert("X-Team".into(), "blue".into());
         s.env.insert("DB_PASSWORD".into(), "swordfish".into());
+        s.env.insert(
+            "DATABASE_URL".into(),
+            "postgresql://app:pg-SECRET@db/x".into(),
+        );
+        s.env.insert("LOG".into(), "info".into());
         s
     }
 
@@ -189,7 +196,11 @@ mod tests {
         assert!(stored.headers["X-Api-Key"].starts_with("sy1."));
         assert!(!format!("{stored:?}{}", toml::to_string(&stored).unwrap()).contains("hunter2"));
         assert!(!toml::to_string(&stored).unwrap().contains("swordfish"));
+        // A value that holds a secret under a plain name: sealed whole.
+        assert!(stored.env["DATABASE_URL"].starts_with("sy1."));
+        assert!(!toml::to_string(&stored).unwrap().contains("pg-SECRET"));
         assert_eq!(stored.headers["X-Team"], "blue", "not secret: as given");
+        assert_eq!(stored.env["LOG"], "info", "not secret: as given");
         // The URL's secret parts too; it stays a URL with the same parts.
         let url = stored.url.clone().unwrap();
         assert!(

@@ -1049,7 +1049,8 @@ async fn redacted_secrets_are_not_carried_to_another_host_or_command() {
 /// A stdio server whose arguments carry secrets (`--api-key K`, a
 /// connection URL with a password): answers, the CLI and the sidecar's
 /// messages show them `[redacted]`, the store holds them sealed, and the
-/// server gets them. An update that sends the arguments back as answered
+/// server gets them; a tool that echoes them gives the engine
+/// `[redacted]`. An update that sends the arguments back as answered
 /// keeps them; one that moves a redacted argument or changes the command
 /// is refused (INVALID_ARGUMENT).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1060,6 +1061,10 @@ async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
     let key = format!("K-{}", switchyard_common::ids::new_id());
     let password = format!("PW-{}", switchyard_common::ids::new_id());
     let crashy = switchyard_test_support::stub_script("crashy.py");
+    // The server writes the arguments it got here (`argv` answers the
+    // engine with them scrubbed).
+    let argv_file = tempfile::NamedTempFile::new().unwrap();
+    let argv_path = argv_file.path().to_string_lossy().into_owned();
     let args = vec![
         crashy.to_string_lossy().into_owned(),
         "--api-key".into(),
@@ -1071,10 +1076,19 @@ async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
         transport: pb::Transport::Stdio as i32,
         command: command.into(),
         args,
+        env: [
+            ("STUB_ARGV_FILE".to_owned(), argv_path.clone()),
+            // A secret in a value, under a plain name: redacted and sealed.
+            (
+                "DATABASE_URL".to_owned(),
+                format!("postgresql://app:{password}@db:5432/orders"),
+            ),
+        ]
+        .into(),
         request_timeout_ms: timeout_ms,
         ..Default::default()
     };
-    let shown = admin
+    let answered = admin
         .add_server(pb::AddServerRequest {
             spec: Some(spec(args.clone(), "python3", 30_000)),
         })
@@ -1082,8 +1096,10 @@ async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
         .expect("AddServer")
         .into_inner()
         .spec
-        .unwrap()
-        .args;
+        .unwrap();
+    assert_eq!(answered.env["DATABASE_URL"], "[redacted]");
+    assert_eq!(answered.env["STUB_ARGV_FILE"], argv_path);
+    let shown = answered.args;
     assert_eq!(
         shown[1..],
         [
@@ -1103,7 +1119,17 @@ async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
             .into_inner();
         serde_json::from_str::<Vec<String>>(&resp.text).expect("a JSON list")
     };
-    assert_eq!(argv().await, args[1..], "the server got the secrets");
+    let got = || {
+        let text = std::fs::read_to_string(&argv_path).unwrap();
+        serde_json::from_str::<Vec<String>>(&text).expect("a JSON list")
+    };
+    assert_eq!(got(), args[1..], "the server got the secrets");
+    // The URL argument is `DATABASE_URL`'s value too, a secret whole.
+    assert_eq!(
+        argv().await,
+        ["--api-key", "[redacted]", "[redacted]"],
+        "the engine got them scrubbed"
+    );
     let cli = ok_stdout(
         &gw.cli(&["servers", "status", "argued"]).await,
         "servers status",
@@ -1118,6 +1144,7 @@ async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
 
     // Sent back as answered, with another timeout: the new sidecar's
     // server gets the stored arguments.
+    std::fs::write(&argv_path, "[]").unwrap();
     let before = gw.sidecars_of("argued");
     admin
         .update_server(pb::UpdateServerRequest {
@@ -1137,7 +1164,7 @@ async fn secrets_in_arguments_are_redacted_sealed_and_kept_by_an_update() {
     })
     .await;
     gw.wait_servers_up(&["argued"], LIMIT).await;
-    assert_eq!(argv().await, args[1..], "the stored secrets were kept");
+    assert_eq!(got(), args[1..], "the stored secrets were kept");
     for secret in [&key, &password] {
         assert!(
             !gw.store_holds(secret),

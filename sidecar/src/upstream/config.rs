@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use switchyard_common::server_spec::{ServerConfig, TransportKind};
+use switchyard_common::server_spec::{Secrets, ServerConfig, TransportKind};
 pub use switchyard_mcp::era::EraPreference;
 
 /// Default per-request timeout: 10 minutes.
@@ -191,10 +191,11 @@ impl UpstreamConfig {
     /// [`switchyard_common::server_spec::secret_values`]): what is
     /// scrubbed from what the server writes (stderr, stdout noise) and
     /// from the errors the sidecar reports, before they are logged or
-    /// reported (`lastError`).
-    pub fn secret_values(&self) -> Vec<String> {
+    /// reported (`lastError`), and from what it answers before that is
+    /// passed on (the longer ones: [`Secrets::scrub_json`]).
+    pub fn secret_values(&self) -> Secrets {
         use switchyard_common::server_spec::secret_values;
-        match &self.transport {
+        Secrets::new(match &self.transport {
             TransportConfig::Stdio(s) => secret_values(
                 s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
                 &s.args,
@@ -205,7 +206,7 @@ impl UpstreamConfig {
                 &[],
                 Some(&h.url),
             ),
-        }
+        })
     }
 
     /// The session configuration of a server spec (call

@@ -6,6 +6,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 pub use switchyard_common::error_chain;
+use switchyard_common::server_spec::Secrets;
 
 /// An upstream failure. Cheap to clone (shared causes are behind `Arc`), so
 /// one failure can be handed to every caller that waited on it.
@@ -252,6 +253,121 @@ impl UpstreamError {
         UpstreamError::Protocol {
             server: server.to_owned(),
             detail: detail.into(),
+        }
+    }
+
+    /// This error with the server's `secrets` (those long enough to be
+    /// scrubbed from answers: [`Secrets::scrub_answer`]) replaced by
+    /// `[redacted]` in every part that holds what the server sent: a
+    /// JSON-RPC error's message and `data`, an HTTP body, a challenge, the
+    /// stderr tail, a protocol detail, a network error's text. The server's
+    /// name and the method are ours and stay.
+    pub fn scrubbed(self, secrets: &Secrets) -> Self {
+        if secrets.is_empty_for_answers() {
+            return self;
+        }
+        let text = |t: String| secrets.scrub_answer(&t);
+        match self {
+            UpstreamError::Rpc {
+                server,
+                method,
+                code,
+                message,
+                mut data,
+            } => {
+                if let Some(data) = &mut data {
+                    secrets.scrub_json(data);
+                }
+                UpstreamError::Rpc {
+                    server,
+                    method,
+                    code,
+                    message: text(message),
+                    data,
+                }
+            }
+            UpstreamError::HttpStatus {
+                server,
+                method,
+                status,
+                body,
+            } => UpstreamError::HttpStatus {
+                server,
+                method,
+                status,
+                body: text(body),
+            },
+            UpstreamError::Exited {
+                server,
+                status,
+                stderr_tail,
+            } => UpstreamError::Exited {
+                server,
+                status,
+                stderr_tail: text(stderr_tail),
+            },
+            UpstreamError::Unauthorized {
+                server,
+                status,
+                www_authenticate,
+                sent_authorization,
+                access_token,
+            } => UpstreamError::Unauthorized {
+                server,
+                status,
+                www_authenticate: www_authenticate.map(text),
+                sent_authorization,
+                access_token,
+            },
+            UpstreamError::InsufficientScope {
+                server,
+                scope,
+                www_authenticate,
+            } => UpstreamError::InsufficientScope {
+                server,
+                scope: scope.map(text),
+                www_authenticate: text(www_authenticate),
+            },
+            UpstreamError::NoResponse {
+                server,
+                method,
+                detail,
+            } => UpstreamError::NoResponse {
+                server,
+                method,
+                detail: text(detail),
+            },
+            UpstreamError::Protocol { server, detail } => UpstreamError::Protocol {
+                server,
+                detail: text(detail),
+            },
+            UpstreamError::Handshake { server, detail } => UpstreamError::Handshake {
+                server,
+                detail: text(detail),
+            },
+            UpstreamError::Io {
+                server,
+                context,
+                source,
+            } => {
+                let said = error_chain(source.as_ref());
+                let scrubbed = secrets.scrub_answer(&said);
+                let source: Arc<dyn std::error::Error + Send + Sync> = match scrubbed == said {
+                    true => source,
+                    false => Arc::new(std::io::Error::other(scrubbed)),
+                };
+                UpstreamError::Io {
+                    server,
+                    context,
+                    source,
+                }
+            }
+            other @ (UpstreamError::Spawn { .. }
+            | UpstreamError::Timeout { .. }
+            | UpstreamError::NotAuthorized { .. }
+            | UpstreamError::MessageTooLarge { .. }
+            | UpstreamError::SessionExpired { .. }
+            | UpstreamError::Closed { .. }) => other,
         }
     }
 

@@ -803,10 +803,7 @@ impl HttpConnection {
                 None
             }
             Some(Kind::Notification) => {
-                if let Some(on_stream) = on_stream {
-                    on_stream(&msg);
-                }
-                self.inbound.notification(msg);
+                self.inbound.notification_on_stream(msg, on_stream);
                 None
             }
             Some(Kind::Request) => {

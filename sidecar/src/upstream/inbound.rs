@@ -7,10 +7,15 @@
 //! every other request (sampling, which is never declared, included) is
 //! refused with -32601. `notifications/elicitation/complete` is passed to
 //! the stage too, and fanned out like every notification.
+//!
+//! Both are first scrubbed of the secret values the server was given
+//! ([`Secrets::scrub_json`]): a server that puts its API key in a log
+//! message or an elicitation does not hand it to engines.
 
 use crate::interactions::Relay;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use switchyard_common::server_spec::Secrets;
 use switchyard_mcp::jsonrpc;
 use tokio::sync::broadcast;
 
@@ -28,6 +33,8 @@ pub struct Inbound {
     /// also gets this connection's list changes (the server's lists are the
     /// same for every session, and only the shared upstream is watched).
     shared: Option<Arc<Inbound>>,
+    /// Scrubbed from every message before it goes anywhere.
+    secrets: Secrets,
 }
 
 /// The notifications that say a server-wide list changed.
@@ -38,13 +45,15 @@ const LIST_CHANGES: [&str; 3] = [
 ];
 
 impl Inbound {
-    /// A dispatcher for `server`, answering server requests through `relay`.
-    pub fn new(server: &str, relay: Arc<Relay>) -> Self {
+    /// A dispatcher for `server`, answering server requests through
+    /// `relay`, scrubbing `secrets` (the server's) from every message.
+    pub fn new(server: &str, relay: Arc<Relay>, secrets: Secrets) -> Self {
         Inbound {
             server: server.to_owned(),
             notifications: broadcast::channel(NOTIFICATION_BUFFER).0,
             relay,
             shared: None,
+            secrets,
         }
     }
 
@@ -53,14 +62,25 @@ impl Inbound {
     /// are also passed to `shared`, the shared upstream's. A 2025-11-25
     /// server sends them to the client whose request changed the list,
     /// which may be a session's connection.
-    pub fn for_session(server: &str, relay: Arc<Relay>, shared: Arc<Inbound>) -> Self {
+    pub fn for_session(
+        server: &str,
+        relay: Arc<Relay>,
+        shared: Arc<Inbound>,
+        secrets: Secrets,
+    ) -> Self {
         Inbound {
             shared: Some(shared),
-            ..Inbound::new(server, relay)
+            ..Inbound::new(server, relay, secrets)
         }
     }
 
-    /// Subscribes to the server's notifications (whole messages, as sent).
+    /// The server's secret values, scrubbed from what it sends.
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
+    }
+
+    /// Subscribes to the server's notifications (whole messages, as sent,
+    /// but scrubbed).
     pub fn subscribe(&self) -> broadcast::Receiver<Value> {
         self.notifications.subscribe()
     }
@@ -68,6 +88,23 @@ impl Inbound {
     /// A notification arrived (possibly before the handshake finished, as
     /// server-everything does with `notifications/tools/list_changed`).
     pub fn notification(&self, msg: Value) {
+        self.notification_on_stream(msg, None);
+    }
+
+    /// [`Inbound::notification`] that came on a request's own stream:
+    /// also handed, scrubbed, to `on_stream` first (a
+    /// `super::http::OnStream`).
+    pub fn notification_on_stream(
+        &self,
+        mut msg: Value,
+        on_stream: Option<&(dyn Fn(&Value) + Send + Sync)>,
+    ) {
+        if let Some(params) = msg.get_mut("params") {
+            self.secrets.scrub_json(params);
+        }
+        if let Some(on_stream) = on_stream {
+            on_stream(&msg);
+        }
         tracing::debug!(server = %self.server, method = %msg["method"], "notification from server");
         self.relay.notification(&msg);
         if let Some(shared) = &self.shared
@@ -88,7 +125,8 @@ impl Inbound {
             // basic/utilities/ping: "The receiver MUST respond promptly with an empty response."
             "ping" => jsonrpc::result_response(&id, json!({})),
             other => {
-                let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
+                let mut params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
+                self.secrets.scrub_json(&mut params);
                 match self.relay.server_request(other, params).await {
                     Some(Ok(result)) => return jsonrpc::result_response(&id, result),
                     Some(Err((code, message))) => {

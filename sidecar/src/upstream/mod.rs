@@ -138,7 +138,7 @@ struct Inner {
     config: Arc<UpstreamConfig>,
     /// The server's secret values, scrubbed from the errors it reports
     /// ([`UpstreamConfig::secret_values`]).
-    secrets: Vec<String>,
+    secrets: switchyard_common::server_spec::Secrets,
     ids: Arc<AtomicU64>,
     inbound: Arc<Inbound>,
     metrics: ServerMetrics,
@@ -278,14 +278,17 @@ impl Upstream {
                 .map(|t| t.reason()),
             ..Link::default()
         };
+        let secrets = config.secret_values();
         let upstream = Upstream {
             inner: Arc::new(Inner {
                 inbound: Arc::new(match shared_inbound {
-                    Some(shared) => Inbound::for_session(&config.name, relay.clone(), shared),
-                    None => Inbound::new(&config.name, relay.clone()),
+                    Some(shared) => {
+                        Inbound::for_session(&config.name, relay.clone(), shared, secrets.clone())
+                    }
+                    None => Inbound::new(&config.name, relay.clone(), secrets.clone()),
                 }),
                 metrics,
-                secrets: config.secret_values(),
+                secrets,
                 config,
                 ids: Arc::new(AtomicU64::new(1)),
                 http_client,
@@ -981,7 +984,7 @@ impl Drop for Inner {
 impl Inner {
     /// `text` without the server's secret values (`[redacted]`).
     fn scrubbed(&self, text: &str) -> String {
-        switchyard_common::server_spec::scrub(text, &self.secrets)
+        self.secrets.scrub_log(text)
     }
 
     /// `auth = "oauth"` without an access token to send:

@@ -17,6 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_common::server_spec::Secrets;
 use switchyard_mcp::framing::{Frame, LineReader};
 use switchyard_mcp::jsonrpc::{self, Kind};
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -116,12 +117,7 @@ impl StdioConnection {
         let pending = Arc::new(Mutex::new(Pending::default()));
         let (writer_tx, writer_rx) = mpsc::unbounded_channel();
         // What the server writes is logged with these `[redacted]`.
-        let secrets: Arc<[String]> = switchyard_common::server_spec::secret_values(
-            config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-            &config.args,
-            None,
-        )
-        .into();
+        let secrets = inbound.secrets().clone();
 
         tokio::spawn(write_loop(stdin, writer_rx, metrics.clone()).instrument(span.clone()));
         let reader = tokio::spawn(
@@ -329,7 +325,7 @@ async fn write_loop(
 struct Reading {
     server: String,
     max_message_bytes: usize,
-    secrets: Arc<[String]>,
+    secrets: Secrets,
 }
 
 async fn read_loop(
@@ -386,7 +382,7 @@ async fn read_loop(
                     metrics.skipped("not_json");
                     noise += 1;
                     if log_noise(noise) {
-                        tracing::warn!(line = %switchyard_common::server_spec::scrub(&jsonrpc::preview(&line, 200), &secrets), skipped_so_far = noise, "skipping a stdout line that is not JSON");
+                        tracing::warn!(line = %secrets.scrub_log(&jsonrpc::preview(&line, 200)), skipped_so_far = noise, "skipping a stdout line that is not JSON");
                     }
                     continue;
                 };
@@ -422,7 +418,7 @@ async fn read_loop(
                         metrics.skipped("not_jsonrpc");
                         noise += 1;
                         if log_noise(noise) {
-                            tracing::warn!(line = %switchyard_common::server_spec::scrub(&jsonrpc::preview(&line, 200), &secrets), skipped_so_far = noise, "skipping a stdout line that is not JSON-RPC");
+                            tracing::warn!(line = %secrets.scrub_log(&jsonrpc::preview(&line, 200)), skipped_so_far = noise, "skipping a stdout line that is not JSON-RPC");
                         }
                     }
                 }
@@ -445,7 +441,7 @@ fn log_noise(n: u64) -> bool {
 async fn stderr_loop(
     stderr: tokio::process::ChildStderr,
     tail: Arc<Mutex<VecDeque<String>>>,
-    secrets: Arc<[String]>,
+    secrets: Secrets,
 ) {
     let mut reader = LineReader::new(BufReader::new(stderr), STDERR_MAX_LINE);
     while let Ok(Some(frame)) = reader.next_frame().await {
@@ -453,7 +449,7 @@ async fn stderr_loop(
             Frame::Line(l) => String::from_utf8_lossy(&l).into_owned(),
             Frame::Oversized { size, .. } => format!("<{size}-byte stderr line cut>"),
         };
-        let text = switchyard_common::server_spec::scrub(&text, &secrets);
+        let text = secrets.scrub_log(&text);
         // At debug: what a server writes there is its own business (a
         // healthy start of server-everything writes an "error" there), and
         // the tail is logged at warn when it exits.

@@ -7,6 +7,12 @@
 //! (the caller passes the headers a request needs). The notifications a
 //! server sends on a request's own response stream (Streamable HTTP only)
 //! may also be handed to that request ([`OnStream`]).
+//!
+//! What a request gets back, its result or its error, is scrubbed here of
+//! the secret values the server was given ([`Secrets`]; what it sends
+//! unasked is scrubbed by [`Inbound`]): a server that echoes its API key
+//! in an error (`invalid key sk-…`) or a result does not hand it to the
+//! engines behind the gateway.
 
 use super::config::{TransportConfig, UpstreamConfig};
 use super::error::UpstreamError;
@@ -18,6 +24,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use switchyard_common::server_spec::Secrets;
 use switchyard_mcp::jsonrpc;
 
 /// The transport under a connection, with the id counter shared by every
@@ -27,6 +34,8 @@ pub struct Transport {
     server: String,
     ids: Arc<AtomicU64>,
     kind: Kind,
+    /// The server's secret values, scrubbed from what it answers.
+    secrets: Secrets,
 }
 
 #[derive(Debug)]
@@ -44,6 +53,7 @@ impl Transport {
         metrics: ServerMetrics,
         http_client: Option<&reqwest::Client>,
     ) -> Result<Self, UpstreamError> {
+        let secrets = inbound.secrets().clone();
         let kind = match &config.transport {
             TransportConfig::Stdio(stdio) => Kind::Stdio(StdioConnection::spawn(
                 &config.name,
@@ -74,6 +84,7 @@ impl Transport {
             server: config.name.clone(),
             ids,
             kind,
+            secrets,
         })
     }
 
@@ -99,13 +110,20 @@ impl Transport {
                 Kind::Http(h) => Box::pin(h.request(id, method, &msg, headers, on_stream)).await,
             }
         };
-        let response = tokio::time::timeout(timeout, exchange)
+        let mut response = tokio::time::timeout(timeout, exchange)
             .await
             .map_err(|_| UpstreamError::Timeout {
                 server: self.server.clone(),
                 method: method.to_owned(),
                 after: timeout,
-            })??;
+            })?
+            .map_err(|e| e.scrubbed(&self.secrets))?;
+        // Only the answer's result or error: its id stays as sent.
+        for part in ["result", "error"] {
+            if let Some(part) = response.get_mut(part) {
+                self.secrets.scrub_json(part);
+            }
+        }
         if let Some(err) = jsonrpc::ErrorObject::from_response(&response) {
             return Err(UpstreamError::Rpc {
                 server: self.server.clone(),

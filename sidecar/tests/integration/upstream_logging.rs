@@ -156,6 +156,31 @@ async fn log_messages_on_a_calls_own_stream_reach_that_call_only() {
     assert_eq!(got.all(), Vec::<Value>::new());
     assert_eq!(logs_seen(&mut seen).len(), 1, "the server did send one");
 
+    // A message that echoes a secret the server was given (here, a
+    // header's value) is handed on scrubbed, and so is the result.
+    let secret = "hdr-SECRET-0123456789";
+    let careless = upstream(UpstreamConfig::new(
+        "stub-logs-secret",
+        TransportConfig::Http(HttpConfig {
+            url: server.url.clone(),
+            headers: vec![("X-Api-Key".to_owned(), secret.to_owned())],
+        }),
+    ));
+    let (echoed, got) = context(Some(Level::Info));
+    let message = format!("key {secret} ok");
+    let result = call(
+        &careless,
+        "echo_sse",
+        json!({"message": message, "note": message}),
+        &echoed,
+    )
+    .await;
+    assert_eq!(got.data(), vec![json!("key [redacted] ok")]);
+    assert_eq!(
+        result["content"][0]["text"], "key [redacted] ok",
+        "{result}"
+    );
+
     // A call that asked for no logs (a progress sink only) gets none.
     let (none, got) = context(None);
     call(&up, "echo_sse", json!({"message": "c"}), &none).await;

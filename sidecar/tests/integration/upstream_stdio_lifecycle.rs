@@ -175,6 +175,62 @@ async fn secrets_a_server_writes_to_stderr_are_scrubbed() {
     assert!(!stderr_tail.contains("SECRET"), "{stderr_tail}");
 }
 
+/// A server that echoes its secrets in what it answers (a JSON-RPC error's
+/// message and data, a result with `isError` and `_meta`, a log message,
+/// its arguments): what reaches the caller shows them `[redacted]`, and
+/// everything else as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_a_server_answers_are_scrubbed() {
+    let token = "env-SECRET-2-abcdef";
+    let mut cfg = config_with("crashy", &[("API_TOKEN", token.into())]);
+    if let TransportConfig::Stdio(s) = &mut cfg.transport {
+        s.args
+            .extend(["--api-key".into(), "arg-SECRET-1-ghijk".into(), "-v".into()]);
+    }
+    let up = upstream(cfg);
+    within(up.connect()).await.unwrap();
+
+    let err = call(&up, "leak", json!({"as": "error"})).await.unwrap_err();
+    assert_eq!(
+        err.error_object(),
+        Some(json!({
+            "code": -32603,
+            "message": "invalid token [redacted]",
+            "data": {"sent": "[redacted]", "length": token.len()}
+        })),
+        "{err:?}"
+    );
+    let result = call(&up, "leak", json!({"as": "result"})).await.unwrap();
+    assert_eq!(
+        result,
+        json!({
+            "content": [{"type": "text", "text": "refused: token [redacted]"}],
+            "isError": true,
+            "_meta": {"token": "[redacted]"}
+        })
+    );
+    let mut notifications = up.subscribe();
+    let logged = call(&up, "leak", json!({"as": "log"})).await.unwrap();
+    assert_eq!(text_of(&logged), "logged");
+    let log = within(async {
+        loop {
+            let msg = notifications.recv().await.unwrap();
+            if msg["method"] == "notifications/message" {
+                return msg;
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        log["params"]["data"],
+        json!({"token": "[redacted]"}),
+        "{log}"
+    );
+    let argv = text_of(&call(&up, "argv", json!({})).await.unwrap());
+    assert_eq!(argv, r#"["--api-key", "[redacted]", "-v"]"#);
+    up.shutdown(Duration::from_secs(1)).await;
+}
+
 fn is_running(pid: u32) -> bool {
     kill(Pid::from_raw(pid as i32), None).is_ok()
 }

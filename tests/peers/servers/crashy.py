@@ -17,6 +17,10 @@ Tools:
   pid   -> the process id as text
   argv  -> the arguments after the script, as a JSON list
   echo {message} -> message
+  leak {as="error"} -> the value of API_TOKEN, as a careless server echoes
+        it: as="error" in a JSON-RPC error (message and data), "result" in a
+        result with isError and in its _meta, "log" in a notifications/message
+        sent before the result "logged"
   cancelled_ids -> JSON list of the requestIds of notifications/cancelled
         received so far, exactly as sent (see mcpstub.add_cancelled_ids)
 Knobs (env), besides mcpstub's (STUB_CALL_LOG, STUB_IGNORE_CANCEL,
@@ -30,13 +34,15 @@ STUB_IGNORE_EOF, STUB_IGNORE_SIGTERM):
                            can make the restarts of a running server fail
   STUB_ECHO_SECRETS=1      at start, write its arguments and the value of
                            API_TOKEN to stderr, as a careless server does
+  STUB_ARGV_FILE=path      at start, write the arguments after the script to
+                           path, as a JSON list (what `argv` answers, unscrubbed)
 """
 import json
 import os
 import sys
 import time
 
-from mcpstub import NO_REPLY, Server, env_int
+from mcpstub import NO_REPLY, RpcError, Server, env_int
 
 
 def die(code, partial_id=None):
@@ -54,6 +60,20 @@ srv.tool("pid", "the server's process id")(lambda args, ctx: str(os.getpid()))
 srv.tool("argv", "the arguments after the script")(lambda args, ctx: json.dumps(sys.argv[1:]))
 srv.tool("crash", "exit with `code` without replying", code="integer", partial="boolean")(
     lambda args, ctx: die(int(args.get("code", 3)), ctx.id if args.get("partial") else None))
+
+
+@srv.tool("leak", "echo API_TOKEN in an error, a result or a log message", **{"as": "string"})
+def leak(args, ctx):
+    token = os.environ.get("API_TOKEN", "")
+    where = args.get("as", "error")
+    if where == "result":
+        return {"content": [{"type": "text", "text": f"refused: token {token}"}],
+                "isError": True, "_meta": {"token": token}}
+    if where == "log":
+        srv.notify("notifications/message", {"level": "error", "logger": "leak",
+                                             "data": {"token": token}})
+        return "logged"
+    raise RpcError(-32603, f"invalid token {token}", {"sent": token, "length": len(token)})
 
 
 HANGS = [0]
@@ -82,6 +102,9 @@ if os.environ.get("STUB_START_LOG"):
     with open(os.environ["STUB_START_LOG"], "a") as f:
         f.write(f"{os.getpid()} {time.time():.6f}\n")
 time.sleep(env_int("STUB_START_DELAY_MS", 0) / 1000)
+if os.environ.get("STUB_ARGV_FILE"):
+    with open(os.environ["STUB_ARGV_FILE"], "w") as f:
+        json.dump(sys.argv[1:], f)
 if os.environ.get("STUB_ECHO_SECRETS"):
     sys.stderr.write(f"usage: unrecognized arguments: {' '.join(sys.argv[1:])}\n")
     sys.stderr.write(f"token is {os.environ.get('API_TOKEN', '')}\n")

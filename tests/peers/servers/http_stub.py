@@ -15,9 +15,11 @@ stated; SSE is `text/event-stream; charset=utf-8`, chunked, with events
 
 Tools:
   echo {message}       -> JSON response
-  echo_sse {message, multiline=false} -> SSE: a `: comment`, a notifications/message
-                          event, then the response; multiline=true pretty-prints
-                          the response JSON over several `data:` lines
+  echo_sse {message, multiline=false, note} -> SSE: a `: comment`, a
+                          notifications/message event (its data: `note`, or
+                          "before echo_sse reply"), then the response;
+                          multiline=true pretty-prints the response JSON over
+                          several `data:` lines
   slow {ms=1000}       -> JSON response after ms (cancelled: empty SSE stream)
   slow_sse {ms=1000}   -> SSE headers + a notification at once, response after ms
   no_response          -> 200, application/json, EMPTY body
@@ -143,12 +145,13 @@ def on_cancelled(msg):
 srv.notifications["notifications/cancelled"] = on_cancelled
 
 
-@srv.tool("echo_sse", "echo over SSE after a notification", message="string", multiline="boolean")
+@srv.tool("echo_sse", "echo over SSE after a notification", message="string", multiline="boolean",
+          note="string")
 def echo_sse(args, ctx):
     h = ctx.http
     h.start_sse()
     h.chunk(b": stub comment\n\n")
-    h.event(note("before echo_sse reply"))
+    h.event(note(args.get("note", "before echo_sse reply")))
     h.event(srv.response(ctx.id, result=text(str(args.get("message", "")))), multiline=args.get("multiline"))
     h.end_sse()
     return NO_REPLY

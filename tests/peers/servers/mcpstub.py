@@ -29,9 +29,9 @@ NO_REPLY = object()  # a handler/tool returns this to never answer the request
 
 
 class RpcError(Exception):
-    def __init__(self, code, message):
+    def __init__(self, code, message, data=None):
         super().__init__(message)
-        self.code, self.message = code, message
+        self.code, self.message, self.data = code, message, data
 
 
 def env_int(name, default):
@@ -156,7 +156,7 @@ class Server:
                 raise RpcError(-32601, "Method not found")
             result = handler(ctx or Ctx(self, msg))
         except RpcError as e:
-            return self.error(msg["id"], e.code, e.message)
+            return self.error(msg["id"], e.code, e.message, e.data)
         except Exception as e:  # a bug in a stub should still produce a reply
             return self.error(msg["id"], -32603, f"Internal error: {e!r}")
         return None if result is NO_REPLY else self.response(msg["id"], result=result)
@@ -168,8 +168,11 @@ class Server:
         msg["id"] = id_  # no-op position-wise unless id_last
         return msg
 
-    def error(self, id_, code, message):
-        return self.response(id_, error={"code": code, "message": message})
+    def error(self, id_, code, message, data=None):
+        error = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        return self.response(id_, error=error)
 
     # ---- stdio ----------------------------------------------------------------
     def emit(self, data):
