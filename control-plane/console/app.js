@@ -565,7 +565,10 @@
 
   function serverRow(s, ctx) {
     const sidecars = s.sidecars || [];
-    const errors = sidecars.map((c) => c.lastError).filter(Boolean);
+    // A sidecar `switchyard up` could not run comes first: it is why the
+    // server has no sidecar to report an error.
+    const errors = [s.launchError ? 'not running: ' + s.launchError : '']
+      .concat(sidecars.map((c) => c.lastError)).filter(Boolean);
     const o = s.oauth;
     const actions = el('div', { class: 'row-actions' },
       el('a', { class: 'btn btn-small', href: '#/servers/' + enc(s.name), text: 'Tools' }),

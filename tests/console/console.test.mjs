@@ -421,6 +421,21 @@ describe('the admin console in a real browser', { concurrency: 1, timeout: 240_0
     await eventually('the server is gone', async () => !(await gw.servers()).some((s) => s.name === 'hostile'));
   });
 
+  step('says why a server\'s sidecar cannot run', async () => {
+    // Its header file is missing: `up` starts its sidecar, which exits
+    // at once, naming the file.
+    await gw.cli('admin', ['servers', 'add', '--name', 'nofile', '--transport', 'http', '--url', 'http://127.0.0.1:9/mcp',
+      '--header-file', 'Authorization=/nonexistent/switchyard-console-token']);
+    await eventually('up reports the launch error', async () => (await gw.servers()).find((s) => s.name === 'nofile')?.launchError);
+    await go('#/servers');
+    const why = await text(serverRow('nofile').getByTestId('server-last-error'), /^not running: .*switchyard-console-token/,
+      'the launch error is shown');
+    assert.match(why, /its sidecar exited/, why);
+    await gw.ok('admin', ['servers', 'remove', 'nofile']);
+    await go('#/servers');
+    await serverRow('nofile').waitFor({ state: 'detached' });
+  });
+
   step('refuses a bad server with the API\'s error text', async () => {
     await go('#/servers');
     await page.getByTestId('server-add').click();
