@@ -542,9 +542,12 @@ fn header_secret(value: &str) -> Option<usize> {
             .map(|s| s.len())
     };
     if let Some((name, rest)) = value.split_once(':')
-        && !name.is_empty()
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        && is_secret_name(name)
+        && !name.trim_end().is_empty()
+        && name
+            .trim_end()
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && is_secret_name(name.trim_end())
     {
         let pad = rest.len() - rest.trim_start().len();
         let at = name.len() + 1 + pad;
@@ -553,10 +556,84 @@ fn header_secret(value: &str) -> Option<usize> {
     scheme(value)
 }
 
-/// Whether a command-line flag (`--api-key`, `-token`; not `--x=1`) names
-/// a secret, so the argument after it is one.
+/// Whether a command-line flag (`--user`, `-u`) or `NAME=` names a user
+/// with a password (`NAME:PASSWORD`, curl's and many clients' form).
+fn user_flag(flag: &str) -> bool {
+    matches!(
+        flag.trim_start_matches('-').to_ascii_lowercase().as_str(),
+        "u" | "user" | "userpass" | "user-pass" | "basic-auth" | "basic_auth" | "proxy-user"
+    ) && flag.starts_with('-')
+}
+
+/// Where the password starts in a user argument `NAME:PASSWORD` (after
+/// [`user_flag`]): after the first `:`, when what follows is not empty
+/// and not all digits (`--user 1000:1000` is a user and group id).
+fn user_password(value: &str) -> Option<usize> {
+    let (user, password) = value.split_once(':')?;
+    (!user.is_empty()
+        && !password.is_empty()
+        && !value.contains("//")
+        && !password.bytes().all(|b| b.is_ascii_digit()))
+    .then_some(user.len() + 1)
+}
+
+/// The secret string values of a JSON argument (`{"apiKey": "K"}`), each
+/// with where it is (`apiKey`, `auth.token`, `servers.0.password`): a
+/// value under a secret name, or one that holds a secret whatever its
+/// name ([`value_holds_secret`]).
+fn json_secrets(value: &serde_json::Value, path: &str, out: &mut Vec<(String, String)>) {
+    use serde_json::Value;
+    let at = |key: &str| match path.is_empty() {
+        true => key.to_owned(),
+        false => format!("{path}.{key}"),
+    };
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                match v {
+                    Value::String(s)
+                        if !s.is_empty() && (is_secret_name(key) || value_holds_secret(s)) =>
+                    {
+                        out.push((at(key), s.clone()));
+                    }
+                    _ => json_secrets(v, &at(key), out),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                match v {
+                    Value::String(s) if value_holds_secret(s) => {
+                        out.push((at(&i.to_string()), s.clone()))
+                    }
+                    _ => json_secrets(v, &at(&i.to_string()), out),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether an argument's secret-looking name (`--token-file`,
+/// `--max-tokens`, `--session-timeout`) names where a secret is or a
+/// setting about it, not the secret itself: one of its words is `file`,
+/// `path`, `dir`, `url`, `uri`, `endpoint`, `limit`, `max`, `min`,
+/// `count`, `size`, `ttl` or `timeout`. Its value is judged on its own
+/// (a URL's password, a generated credential).
+fn names_a_setting(name: &str) -> bool {
+    const WORDS: [&str; 13] = [
+        "file", "path", "dir", "url", "uri", "endpoint", "limit", "max", "min", "count", "size",
+        "ttl", "timeout",
+    ];
+    name_words(name).any(|w| WORDS.iter().any(|x| w.eq_ignore_ascii_case(x)))
+}
+
+/// Whether a command-line flag (`--api-key`, `-token`; not `--x=1`, not
+/// `--token-file`: [`names_a_setting`]) names a secret, so the argument
+/// after it is one.
 fn secret_flag(arg: &str) -> bool {
-    arg.starts_with('-') && !arg.contains('=') && is_secret_name(arg.trim_start_matches('-'))
+    let name = arg.trim_start_matches('-');
+    arg.starts_with('-') && !arg.contains('=') && is_secret_name(name) && !names_a_setting(name)
 }
 
 /// `args` (a stdio server's arguments) with each part that holds a secret
@@ -570,7 +647,13 @@ fn secret_flag(arg: &str) -> bool {
 ///   (`postgresql://user:P@host/db`), the parts [`redacted_url`] hides,
 ///   each its own part (`args 2 password`);
 /// - a whole argument or value that looks like a generated credential
-///   (`sk-…`, a UUID, the rule of [`redacted_url`]), or is sealed.
+///   (`sk-…`, a UUID, the rule of [`redacted_url`]), or is sealed;
+/// - the password of `NAME:PASSWORD` after `--user`, `-u` and the like, or
+///   as `--user=NAME:PASSWORD` (not all digits: `--user 1000:1000`);
+/// - in an argument that is a JSON object (`{"apiKey": "K"}`), each string
+///   value under a secret name or that holds a secret, its own part
+///   (`args 3 json apiKey`); when a value is written in another escaping
+///   than serde's, the whole argument.
 pub fn map_arg_secrets<E>(
     args: &[String],
     mut f: impl FnMut(&SecretPart<'_>) -> Result<Option<String>, E>,
@@ -578,20 +661,24 @@ pub fn map_arg_secrets<E>(
     let mut out = Vec::with_capacity(args.len());
     for (i, arg) in args.iter().enumerate() {
         let after_flag = i > 0 && secret_flag(&args[i - 1]) && !arg.starts_with('-');
+        let after_user = i > 0 && user_flag(&args[i - 1]) && !arg.starts_with('-');
         // `NAME=value`: the value is judged on its own.
-        let (head, value, named) = match arg.split_once('=') {
+        let (head, value, named, user) = match arg.split_once('=') {
             Some((name, value))
                 if !after_flag
+                    && !after_user
                     && !name.is_empty()
                     && name
                         .trim_start_matches('-')
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)) =>
             {
-                let secret = is_secret_name(name.trim_start_matches('-'));
-                (&arg[..=name.len()], value, secret)
+                let bare = name.trim_start_matches('-');
+                let secret = is_secret_name(bare) && !names_a_setting(bare);
+                let user = name.starts_with("--") && user_flag(name);
+                (&arg[..=name.len()], value, secret, user)
             }
-            _ => ("", arg.as_str(), false),
+            _ => ("", arg.as_str(), false, after_user),
         };
         let whole = |what: String| SecretPart {
             place: format!("args {i}"),
@@ -628,6 +715,44 @@ pub fn map_arg_secrets<E>(
                 })
             })?;
             (mapped != value).then_some(mapped)
+        } else if let Some(at) = user.then(|| user_password(value)).flatten() {
+            let part = SecretPart {
+                place: format!("args {i} password"),
+                what: format!("{what}'s password"),
+                value: &value[at..],
+            };
+            f(&part)?.map(|text| format!("{}{text}", &value[..at]))
+        } else if value.starts_with('{')
+            && let Ok(json) = serde_json::from_str::<serde_json::Value>(value)
+        {
+            let mut found = Vec::new();
+            json_secrets(&json, "", &mut found);
+            let mut text = value.to_owned();
+            let mut changed = false;
+            for (path, secret) in &found {
+                let written = serde_json::to_string(secret).expect("a string serialises");
+                let part = SecretPart {
+                    place: format!("args {i} json {path}"),
+                    what: format!("{what}'s {path:?}"),
+                    value: secret,
+                };
+                if text.matches(written.as_str()).count() != 1 {
+                    // Written otherwise, or more than once: the whole
+                    // argument is the secret.
+                    changed = false;
+                    text = match f(&whole(what.clone()))? {
+                        Some(t) => t,
+                        None => value.to_owned(),
+                    };
+                    break;
+                }
+                if let Some(t) = f(&part)? {
+                    let t = serde_json::to_string(&t).expect("a string serialises");
+                    text = text.replacen(written.as_str(), &t, 1);
+                    changed = true;
+                }
+            }
+            (changed || text != value).then_some(text)
         } else {
             None
         };
@@ -667,6 +792,10 @@ pub fn secret_values<'a>(
     let mut collect = |part: &SecretPart<'_>| {
         values.push(part.value.to_owned());
         values.push(percent_decoded(part.value));
+        // `Bearer X`: the token alone too.
+        if let Some(at) = header_secret(part.value) {
+            values.push(part.value[at..].to_owned());
+        }
         Ok::<_, std::convert::Infallible>(None)
     };
     for (name, value) in env_and_headers {
@@ -1738,6 +1867,17 @@ mod tests {
         assert!(!looks_sealed("sy1.0123456789a.AAAA") && !looks_sealed("sy1.0123456789ab."));
     }
 
+    /// Where [`map_arg_secrets`] finds the parts of `args`, in order.
+    fn arg_places(args: &[String]) -> Vec<String> {
+        let mut places = Vec::new();
+        map_arg_secrets(args, |p| {
+            places.push(p.place.clone());
+            Ok::<_, ()>(None)
+        })
+        .unwrap();
+        places
+    }
+
     #[test]
     fn secrets_in_arguments_are_redacted_and_restored_by_place() {
         let args: Vec<String> = [
@@ -1800,14 +1940,8 @@ mod tests {
             "{debug}"
         );
         // Places stay the same whatever the values.
-        let mut places = Vec::new();
-        map_arg_secrets(&args, |p| {
-            places.push(p.place.clone());
-            Ok::<_, ()>(None)
-        })
-        .unwrap();
         assert_eq!(
-            places,
+            arg_places(&args),
             [
                 "args 2 password",
                 "args 4",
@@ -1842,6 +1976,95 @@ mod tests {
                 .unwrap_err()
                 .starts_with("args[19]")
         );
+    }
+
+    #[test]
+    fn json_user_and_spaced_header_arguments_are_redacted_by_part() {
+        let args: Vec<String> = [
+            r#"{"apiKey": "K-JSON-1", "region": "eu", "db": {"url": "postgresql://a:PW-2@h/d", "pool": 5}, "list": ["sk-ak-3f9a8B7c6D5e4F3g2H1i", "x"]}"#,
+            "--user",
+            "admin:PW-3",
+            "--user=bob:PW-4",
+            "-u",
+            "1000:1000",
+            "--user",
+            "http://h/x",
+            "Authorization : Bearer H-5-long",
+            r#"{"token": "T\u002d6"}"#,
+            r#"{"note": "plain", "n": 1}"#,
+            "{not json",
+            "--token-file",
+            "/run/secrets/token",
+            "--max-tokens",
+            "4096",
+            "--tokens-limit=500",
+            "--auth-url",
+            "https://u:PW-7@auth.example/x",
+        ]
+        .map(String::from)
+        .to_vec();
+        let shown = redacted_args(&args);
+        assert_eq!(
+            shown,
+            [
+                r#"{"apiKey": "[redacted]", "region": "eu", "db": {"url": "[redacted]", "pool": 5}, "list": ["[redacted]", "x"]}"#,
+                "--user",
+                "admin:[redacted]",
+                "--user=bob:[redacted]",
+                "-u",
+                "1000:1000",
+                "--user",
+                "http://h/x",
+                "Authorization : [redacted]",
+                // Written in another escaping: the whole argument.
+                "[redacted]",
+                r#"{"note": "plain", "n": 1}"#,
+                "{not json",
+                // Where a secret is, or a setting: not one.
+                "--token-file",
+                "/run/secrets/token",
+                "--max-tokens",
+                "4096",
+                "--tokens-limit=500",
+                "--auth-url",
+                "https://u:[redacted]@auth.example/x",
+            ]
+        );
+        assert_eq!(
+            arg_places(&args),
+            [
+                "args 0 json apiKey",
+                "args 0 json db.url",
+                "args 0 json list.0",
+                "args 2 password",
+                "args 3 password",
+                "args 8",
+                "args 9",
+                "args 18 password",
+            ]
+        );
+        assert_eq!(restore_arg_secrets(&shown, &args).unwrap(), args);
+        // Sealed and opened again part by part, the JSON stays as written.
+        let sealed = map_arg_secrets(&args, |p| {
+            Ok::<_, ()>(Some(format!("sy1.0123456789ab.{}", p.value.len())))
+        })
+        .unwrap();
+        assert!(
+            sealed[0].starts_with(r#"{"apiKey": "sy1.0123456789ab.8", "region": "eu""#),
+            "{}",
+            sealed[0]
+        );
+        assert_eq!(redacted_args(&sealed)[0], shown[0]);
+        let values = secret_values(std::iter::empty(), &args, None);
+        for secret in [
+            "K-JSON-1",
+            "PW-3",
+            "PW-4",
+            "H-5-long",
+            "postgresql://a:PW-2@h/d",
+        ] {
+            assert!(values.contains(&secret.to_owned()), "{secret}: {values:?}");
+        }
     }
 
     proptest::proptest! {
