@@ -118,9 +118,33 @@ pub fn is_secret_entry(name: &str, value: &str) -> bool {
 fn value_holds_secret(value: &str) -> bool {
     !value.is_empty()
         && (looks_sealed(value)
-            || (looks_like_token(value) && !looks_like_path(value))
+            || (looks_like_token(value) && !looks_like_path(value) && !looks_like_id(value))
             || header_secret(value).is_some()
-            || (value.contains("://") && redacted_url(value) != value))
+            || (value.contains("://") && url_holds_secret(value)))
+}
+
+/// Whether a URL has a part [`redacted_url`] hides (a password, a secret
+/// query value, a credential in the path); a URL that is only written
+/// otherwise than its normal form (`http://collector:4318`, an upper-case
+/// host) has none. Text that is not a URL: whether it has user
+/// information.
+fn url_holds_secret(value: &str) -> bool {
+    match url::Url::parse(value) {
+        Ok(_) => map_url_secrets(value, |_| Err(())).is_err(),
+        Err(_) => redacted_url(value) != value,
+    }
+}
+
+/// Whether a value is an identifier rather than a credential when its
+/// name does not say otherwise: a UUID, or hexadecimal digits only (a
+/// commit or image digest).
+fn looks_like_id(value: &str) -> bool {
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let parts: Vec<&str> = value.split('-').collect();
+    hex(value)
+        || (parts.len() == 5
+            && parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
+            && parts.iter().all(|p| hex(p)))
 }
 
 /// The words of a name: split at characters other than ASCII letters and
@@ -170,12 +194,26 @@ fn looks_like_token(text: &str) -> bool {
             })
 }
 
+/// `text` with each `%XX` decoded (`+` stays: a path or a query keeps
+/// it); bytes that are not UTF-8 read as U+FFFD.
 fn percent_decoded(text: &str) -> String {
-    // Form decoding reads `+` as a space; a path or query keeps it.
-    url::form_urlencoded::parse(format!("x={}", text.replace('+', "%2B")).as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether a parameter `name=value` (of the query, or of a path segment
@@ -800,6 +838,8 @@ pub fn secret_values<'a>(
     };
     for (name, value) in env_and_headers {
         if is_secret_name(name) {
+            // Whole, and its parts as of an argument (a URL's password).
+            let _ = map_arg_secrets(&[value.to_owned()], &mut collect);
             let _ = collect(&SecretPart {
                 place: String::new(),
                 what: String::new(),
@@ -825,6 +865,25 @@ pub fn secret_values<'a>(
     let _ = map_arg_secrets(args, &mut collect);
     if let Some(url) = url {
         let _ = map_url_secrets(url, &mut collect);
+        // The HTTP client sends a URL's user and password as `Basic
+        // base64(user:password)`, which a server may echo.
+        if let Ok(parsed) = url::Url::parse(url)
+            && let Some(password) = parsed.password()
+        {
+            use base64::Engine as _;
+            for credential in [
+                format!("{}:{}", parsed.username(), password),
+                format!(
+                    "{}:{}",
+                    percent_decoded(parsed.username()),
+                    percent_decoded(password)
+                ),
+            ] {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(credential);
+                values.push(format!("Basic {encoded}"));
+                values.push(encoded);
+            }
+        }
     }
     let mut values: Vec<String> = values
         .into_iter()
@@ -842,7 +901,8 @@ pub fn secret_values<'a>(
 /// Least length, in characters, of a secret value scrubbed from a
 /// server's answers ([`Secrets::scrub_json`]): a shorter one (a PIN, a
 /// short password) would also replace ordinary words and numbers in
-/// results, so it is scrubbed only from logs and `lastError`.
+/// results, so it is scrubbed only from logs and `lastError`; so is a
+/// value that is a plain word (letters only) or a number.
 pub const ANSWER_SECRET_MIN_CHARS: usize = 8;
 
 /// The secret values one server was given ([`secret_values`]), to scrub
@@ -853,7 +913,8 @@ pub struct Secrets {
     /// Every value, longest first: scrubbed from logs and `lastError`.
     all: std::sync::Arc<[String]>,
     /// Those of at least [`ANSWER_SECRET_MIN_CHARS`] characters that are
-    /// not all digits, longest first: scrubbed from answers too.
+    /// not all digits or all letters, longest first: scrubbed from
+    /// answers too.
     answers: std::sync::Arc<[String]>,
 }
 
@@ -864,18 +925,54 @@ impl std::fmt::Debug for Secrets {
 }
 
 impl Secrets {
-    /// The values as [`secret_values`] lists them.
+    /// The values as [`secret_values`] lists them, each also as JSON
+    /// writes it inside a string (escaped: serde's and Python's way, with
+    /// non-ASCII as `\uXXXX`, with `/` as `\/`) and, when it has several
+    /// lines, each line: a server that answers with its settings as JSON
+    /// text, or a PEM key cut into lines, does not get past.
     pub fn new(values: Vec<String>) -> Self {
-        let answers: Vec<String> = values
+        let mut all: Vec<String> = Vec::with_capacity(values.len());
+        for value in values {
+            let json = serde_json::to_string(&value).expect("a string serialises");
+            let json = json[1..json.len() - 1].to_owned();
+            let ascii: String = json
+                .chars()
+                .map(|c| match c.is_ascii() {
+                    true => c.to_string(),
+                    false => c
+                        .encode_utf16(&mut [0; 2])
+                        .iter()
+                        .map(|u| format!("\\u{u:04x}"))
+                        .collect(),
+                })
+                .collect();
+            let slashed = json.replace('/', "\\/");
+            let lines: Vec<String> = match value.contains('\n') {
+                true => value
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| l.chars().count() >= ANSWER_SECRET_MIN_CHARS)
+                    .map(str::to_owned)
+                    .collect(),
+                false => Vec::new(),
+            };
+            all.extend([value, json, ascii, slashed]);
+            all.extend(lines);
+        }
+        all.retain(|v| v.chars().count() >= 4);
+        all.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        all.dedup();
+        let answers: Vec<String> = all
             .iter()
             .filter(|v| {
                 v.chars().count() >= ANSWER_SECRET_MIN_CHARS
                     && !v.bytes().all(|b| b.is_ascii_digit())
+                    && !v.bytes().all(|b| b.is_ascii_alphabetic())
             })
             .cloned()
             .collect();
         Secrets {
-            all: values.into(),
+            all: all.into(),
             answers: answers.into(),
         }
     }
@@ -891,6 +988,21 @@ impl Secrets {
         scrub(text, &self.all)
     }
 
+    /// The beginning of what a server sent (`max_chars`, on one line:
+    /// [`switchyard_mcp::jsonrpc::preview`]), for a message or a log line,
+    /// with every value scrubbed ([`Secrets::scrub_log`]) before it is
+    /// cut: a secret cut at the end would leave its prefix.
+    pub fn preview(&self, bytes: &[u8], max_chars: usize) -> String {
+        // Enough for the preview and a secret that crosses its end.
+        let head = &bytes[..bytes.len().min(max_chars * 4 + 4096)];
+        let text = self.scrub_log(&String::from_utf8_lossy(head));
+        let mut shown = switchyard_mcp::jsonrpc::preview(text.as_bytes(), max_chars);
+        if head.len() < bytes.len() && !shown.ends_with('…') {
+            shown.push('…');
+        }
+        shown
+    }
+
     /// `text` (part of an answer: an error's message, an HTTP body) with
     /// each value of at least [`ANSWER_SECRET_MIN_CHARS`] characters
     /// replaced by [`REDACTED`].
@@ -898,11 +1010,12 @@ impl Secrets {
         scrub(text, &self.answers)
     }
 
-    /// Replaces, in every string and object key of `value` (a message the
-    /// server sent: a result, an error, a notification, a request), each
-    /// value of at least [`ANSWER_SECRET_MIN_CHARS`] characters by
-    /// [`REDACTED`]; everything else stays as sent. Returns whether
-    /// anything was replaced.
+    /// Replaces, in every string of `value` (a message the server sent: a
+    /// result, an error, a notification, a request), each value of at
+    /// least [`ANSWER_SECRET_MIN_CHARS`] characters that is not a plain
+    /// word (letters only) or a number by [`REDACTED`]; object keys and
+    /// everything else stay as sent (a key is a name: `required` in a
+    /// schema). Returns whether anything was replaced.
     pub fn scrub_json(&self, value: &mut serde_json::Value) -> bool {
         if self.answers.is_empty() {
             return false;
@@ -922,23 +1035,9 @@ fn scrub_json(value: &mut serde_json::Value, secrets: &[String]) -> bool {
         Value::Array(items) => items
             .iter_mut()
             .fold(false, |changed, item| scrub_json(item, secrets) | changed),
-        Value::Object(map) => {
-            let mut changed = map
-                .values_mut()
-                .fold(false, |changed, item| scrub_json(item, secrets) | changed);
-            if map.keys().any(|k| holds(k)) {
-                // Rare: rebuilt only then, in the same order.
-                *map = std::mem::take(map)
-                    .into_iter()
-                    .map(|(k, v)| match holds(&k) {
-                        true => (scrub(&k, secrets), v),
-                        false => (k, v),
-                    })
-                    .collect();
-                changed = true;
-            }
-            changed
-        }
+        Value::Object(map) => map
+            .values_mut()
+            .fold(false, |changed, item| scrub_json(item, secrets) | changed),
         _ => false,
     }
 }
@@ -2122,21 +2221,23 @@ mod tests {
             ("API_TOKEN", "sk-live-ANSWER-1"),
             ("DB_PASSWORD", "hunter2"),
             ("SESSION_TIMEOUT", "86400000"),
+            ("AUTH_MODE", "required"),
         ];
         let secrets = Secrets::new(secret_values(env.iter().copied(), &[], None));
-        assert_eq!(format!("{secrets:?}"), "Secrets(3 values)");
+        assert_eq!(format!("{secrets:?}"), "Secrets(4 values)");
         let mut answer = serde_json::json!({
             "content": [{"type": "text", "text": "key sk-live-ANSWER-1 refused; hunter2; 86400000"}],
             "isError": true,
             "_meta": {"x": ["sk-live-ANSWER-1", 7], "sk-live-ANSWER-1": true},
+            "inputSchema": {"required": ["required"]},
             "unknown": {"z": 1}
         });
         assert!(secrets.scrub_json(&mut answer));
-        // Short and all-digit values stay: they would also hit ordinary
-        // words and numbers. Keys, arrays and order are kept.
+        // Short, all-digit and letters-only values stay: they would also
+        // hit ordinary words and numbers. Keys, arrays and order are kept.
         assert_eq!(
             answer.to_string(),
-            r#"{"content":[{"type":"text","text":"key [redacted] refused; hunter2; 86400000"}],"isError":true,"_meta":{"x":["[redacted]",7],"[redacted]":true},"unknown":{"z":1}}"#
+            r#"{"content":[{"type":"text","text":"key [redacted] refused; hunter2; 86400000"}],"isError":true,"_meta":{"x":["[redacted]",7],"sk-live-ANSWER-1":true},"inputSchema":{"required":["required"]},"unknown":{"z":1}}"#
         );
         let mut clean = serde_json::json!({"content": [], "n": 86400000});
         assert!(!secrets.scrub_json(&mut clean));
@@ -2149,6 +2250,89 @@ mod tests {
             secrets.scrub_answer("hunter2 sk-live-ANSWER-1"),
             "hunter2 [redacted]"
         );
+    }
+
+    #[test]
+    fn secrets_are_scrubbed_as_json_writes_them_and_line_by_line() {
+        let pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0B\nAQEFAASCBKcwggSjAgEAAoIBAQC7\n-----END PRIVATE KEY-----";
+        let env = [
+            ("APP_PRIVATE_KEY", pem),
+            ("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCY"),
+            ("UNI_SECRET", "pässwört-SECRET-55"),
+            ("Q_SECRET", "sl/ash\"quo\\bk+pl="),
+            // A secret name holding a URL: its password alone too.
+            ("AUTH_DATABASE_URL", "postgresql://app:AUTHDBPW33@db/auth"),
+        ];
+        let secrets = Secrets::new(secret_values(env.iter().copied(), &[], None));
+        let settings: serde_json::Map<String, serde_json::Value> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .collect();
+        // As serde, Python's json.dumps (ASCII) and PHP (`\/`) write them.
+        let serde = serde_json::to_string(&settings).unwrap();
+        let ascii = serde.replace('ä', "\\u00e4").replace('ö', "\\u00f6");
+        let php = serde.replace('/', "\\/");
+        for text in [serde, ascii, php] {
+            let mut answer = serde_json::json!({"content": [{"type": "text", "text": text}]});
+            secrets.scrub_json(&mut answer);
+            let shown = answer["content"][0]["text"].as_str().unwrap();
+            for secret in ["MIIEvQ", "AQEFAA", "wJalrX", "ssw", "quo", "AUTHDBPW33"] {
+                assert!(!shown.contains(secret), "{secret}: {shown}");
+            }
+        }
+        // A PEM key's lines, each alone; the URL's password in another URL.
+        let mut answer = serde_json::json!(
+            "line MIIEvQIBADANBgkqhkiG9w0B; postgresql://app:AUTHDBPW33@db:5432/auth"
+        );
+        secrets.scrub_json(&mut answer);
+        assert_eq!(
+            answer,
+            "line [redacted]; postgresql://app:[redacted]@db:5432/auth"
+        );
+        // Scrubbed before it is cut: no prefix is left.
+        let long = format!("{}{}", "x".repeat(195), "AUTHDBPW33 and more");
+        assert_eq!(
+            secrets.preview(long.as_bytes(), 200),
+            format!("{}[reda…", "x".repeat(195))
+        );
+    }
+
+    #[test]
+    fn a_urls_basic_credential_is_a_secret_value() {
+        use base64::Engine as _;
+        let values = secret_values(
+            std::iter::empty(),
+            &[],
+            Some("http://usr:URL%26ONLY-PW97@127.0.0.1:9/mcp"),
+        );
+        let encoded = base64::engine::general_purpose::STANDARD.encode("usr:URL&ONLY-PW97");
+        assert!(values.contains(&format!("Basic {encoded}")), "{values:?}");
+        assert!(values.contains(&"URL&ONLY-PW97".to_owned()), "{values:?}");
+        // Decoding does not stop at `&`: no prefix of the password alone.
+        assert!(!values.contains(&"URL".to_owned()), "{values:?}");
+    }
+
+    #[test]
+    fn plain_named_values_that_are_ids_or_plain_urls_are_not_secrets() {
+        for value in [
+            "http://collector:4318",
+            "HTTPS://Api.Example.com/v1",
+            "https://api.example.com:443/v1",
+            "https://api.example.com/v1/search?q=hello world",
+            "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
+            "123e4567-e89b-12d3-a456-426614174000",
+            "info",
+        ] {
+            assert!(!is_secret_entry("SETTING", value), "{value}");
+        }
+        for value in [
+            "postgresql://app:pw@db/x",
+            "https://h/x?api_key=k",
+            "Bearer abc",
+            "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+        ] {
+            assert!(is_secret_entry("SETTING", value), "{value}");
+        }
     }
 
     #[test]

@@ -342,7 +342,7 @@ impl HttpConnection {
                         &self.server,
                         format!(
                             "{method}: response body is not JSON ({e}): {}",
-                            jsonrpc::preview(&body, 200)
+                            self.shown(&body, 200)
                         ),
                     )
                 })?;
@@ -464,7 +464,7 @@ impl HttpConnection {
             server: self.server.clone(),
             method: method.to_owned(),
             status,
-            body: jsonrpc::preview(&body, ERROR_BODY_PREVIEW),
+            body: self.shown(&body, ERROR_BODY_PREVIEW),
         }
     }
 
@@ -559,7 +559,7 @@ impl HttpConnection {
                 }
                 let Ok(msg) = serde_json::from_str::<Value>(&ev.data) else {
                     self.metrics.skipped("not_json");
-                    tracing::warn!(data = %jsonrpc::preview(ev.data.as_bytes(), 200), "skipping an SSE event that is not JSON");
+                    tracing::warn!(data = %self.shown(ev.data.as_bytes(), 200), "skipping an SSE event that is not JSON");
                     continue;
                 };
                 if let Some(response) = self.dispatch(id, msg, &Vec::new(), on_stream) {
@@ -785,6 +785,13 @@ impl HttpConnection {
         );
     }
 
+    /// [`Secrets::preview`] of what the server sent.
+    ///
+    /// [`Secrets::preview`]: switchyard_common::server_spec::Secrets::preview
+    fn shown(&self, bytes: &[u8], max_chars: usize) -> String {
+        self.inbound.secrets().preview(bytes, max_chars)
+    }
+
     /// Routes one incoming message; returns it if it is the response to
     /// `id`. A notification is fanned out, and handed to `on_stream` first
     /// (the stream it came on is request `id`'s).
@@ -826,7 +833,7 @@ impl HttpConnection {
             }
             None => {
                 self.metrics.skipped("not_jsonrpc");
-                tracing::warn!(message = %jsonrpc::preview(msg.to_string().as_bytes(), 200), "skipping a message that is not JSON-RPC");
+                tracing::warn!(message = %self.shown(msg.to_string().as_bytes(), 200), "skipping a message that is not JSON-RPC");
                 None
             }
         }

@@ -382,7 +382,7 @@ async fn read_loop(
                     metrics.skipped("not_json");
                     noise += 1;
                     if log_noise(noise) {
-                        tracing::warn!(line = %secrets.scrub_log(&jsonrpc::preview(&line, 200)), skipped_so_far = noise, "skipping a stdout line that is not JSON");
+                        tracing::warn!(line = %secrets.preview(&line, 200), skipped_so_far = noise, "skipping a stdout line that is not JSON");
                     }
                     continue;
                 };
@@ -418,7 +418,7 @@ async fn read_loop(
                         metrics.skipped("not_jsonrpc");
                         noise += 1;
                         if log_noise(noise) {
-                            tracing::warn!(line = %secrets.scrub_log(&jsonrpc::preview(&line, 200)), skipped_so_far = noise, "skipping a stdout line that is not JSON-RPC");
+                            tracing::warn!(line = %secrets.preview(&line, 200), skipped_so_far = noise, "skipping a stdout line that is not JSON-RPC");
                         }
                     }
                 }
