@@ -53,12 +53,21 @@ fn describe(found: &str) -> String {
         .map_or_else(|| found.to_owned(), |(_, kind)| (*kind).to_owned())
 }
 
-/// `text` with its control characters (newlines, escapes) written as
-/// `\u{..}`.
+/// Whether `c` changes the direction text is shown in (Unicode's bidi
+/// controls: U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069):
+/// a name or value holding one can show its characters in another order
+/// than they are ("Trojan Source"), so it is escaped like a control
+/// character where text reaches a terminal or a message.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with its control characters (newlines, escapes) and bidi
+/// controls ([`is_bidi_control`]) written as `\u{..}`.
 pub fn escape_controls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() {
+        if c.is_control() || is_bidi_control(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);

@@ -263,6 +263,25 @@ fn no_redacted_values(spec: &ServerConfig) -> Result<(), Status> {
                 .filter(|u| shows(u))
                 .map(|_| "url".to_owned()),
         )
+        .chain(
+            spec.command
+                .as_deref()
+                .filter(|c| shows(c))
+                .map(|_| "command".to_owned()),
+        )
+        .chain(
+            spec.cwd
+                .as_ref()
+                .filter(|c| shows(&c.to_string_lossy()))
+                .map(|_| "cwd".to_owned()),
+        )
+        .chain(
+            spec.oauth
+                .as_ref()
+                .and_then(|o| o.client_secret.as_deref())
+                .filter(|s| shows(s))
+                .map(|_| "oauth.client_secret".to_owned()),
+        )
         .next();
     match place {
         Some(place) => Err(Status::invalid_argument(format!(
@@ -912,6 +931,57 @@ mod tests {
             [("X-New".to_owned(), "[redacted]".to_owned())].into();
         let e = keep_redacted("headers", &mut new, &stored, true).unwrap_err();
         assert!(e.message().contains("does not have"), "{e:?}");
+    }
+
+    #[test]
+    fn a_new_server_with_a_redacted_value_anywhere_is_refused() {
+        let stdio = |f: &dyn Fn(&mut pb::ServerSpec)| {
+            let mut s = pb::ServerSpec {
+                name: "s".into(),
+                transport: pb::Transport::Stdio as i32,
+                command: "python3".into(),
+                ..Default::default()
+            };
+            f(&mut s);
+            no_redacted_values(&spec_from_pb(Some(s)).unwrap())
+        };
+        assert!(stdio(&|_| {}).is_ok());
+        for (place, f) in [
+            (
+                "command",
+                &(|s: &mut pb::ServerSpec| s.command = "[redacted]".into())
+                    as &dyn Fn(&mut pb::ServerSpec),
+            ),
+            ("cwd", &|s: &mut pb::ServerSpec| {
+                s.cwd = "/srv/[redacted]".into()
+            }),
+            ("args[1]", &|s: &mut pb::ServerSpec| {
+                s.args = vec!["x".into(), "--key=[redacted]".into()]
+            }),
+            ("env.K", &|s: &mut pb::ServerSpec| {
+                s.env.insert("K".into(), "[redacted]".into());
+            }),
+        ] {
+            let e = stdio(f).unwrap_err();
+            assert!(
+                e.message()
+                    .starts_with(&format!("spec.{place}: shows [redacted]")),
+                "{place}: {e:?}"
+            );
+        }
+        let mut h = http_spec();
+        h.auth = "oauth".into();
+        h.oauth = Some(pb::OAuthSettings {
+            client_id: "c".into(),
+            client_secret: "[redacted]".into(),
+            ..Default::default()
+        });
+        let e = no_redacted_values(&spec_from_pb(Some(h)).unwrap()).unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("spec.oauth.client_secret: shows [redacted]"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -39,10 +39,15 @@ pub fn print_lines(lines: impl IntoIterator<Item = String>) {
 }
 
 /// `text` safe for a terminal: control characters other than newline and
-/// tab (escape sequences a server put in a name, a message, a URI) are
-/// shown as `\u{..}` instead of being sent to the terminal.
+/// tab (escape sequences a server put in a name, a message, a URI) and
+/// bidi controls (U+202E shows what follows reversed:
+/// [`switchyard_common::serde_errors::is_bidi_control`]) are shown as
+/// `\u{..}` instead of being sent to the terminal.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || switchyard_common::serde_errors::is_bidi_control(c)
+    };
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -86,6 +91,15 @@ mod tests {
         assert_eq!(
             super::printable("evil\u{1b}[2Jname\u{7}\u{9b}"),
             "evil\\u{1b}[2Jname\\u{7}\\u{9b}"
+        );
+        // Bidi controls: `txt.exe` would show as `exe.txt`.
+        assert_eq!(
+            super::printable("a\u{202e}txt.exe\u{2066}"),
+            "a\\u{202e}txt.exe\\u{2066}"
+        );
+        assert_eq!(
+            switchyard_common::serde_errors::escape_controls("k\u{202e}v"),
+            "k\\u{202e}v"
         );
     }
 }

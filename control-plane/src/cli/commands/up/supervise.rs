@@ -430,7 +430,7 @@ fn spawn_sidecar(
         tracing::warn!(target: TARGET, server = %spec.name, "no [[auth.tokens]] entry of role sidecar may act for this server; its sidecar starts without a token");
     }
     // Owner-only: the spec may carry header values.
-    write_private(&file, &text)?;
+    write_private(&file, &text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let mut child = Command::new(sidecar_binary())
         .arg("run")
         .arg("--config")
