@@ -118,9 +118,21 @@ pub fn is_secret_entry(name: &str, value: &str) -> bool {
 fn value_holds_secret(value: &str) -> bool {
     !value.is_empty()
         && (looks_sealed(value)
+            || looks_like_private_key(value)
             || (looks_like_token(value) && !looks_like_path(value) && !looks_like_id(value))
             || header_secret(value).is_some()
             || (value.contains("://") && url_holds_secret(value)))
+}
+
+/// Whether a value holds a PEM private key (`-----BEGIN PRIVATE KEY-----`,
+/// `RSA`, `EC`, `OPENSSH`, `ENCRYPTED`, `PGP PRIVATE KEY BLOCK`): always a
+/// secret, whatever its name or place.
+fn looks_like_private_key(value: &str) -> bool {
+    value.split("-----BEGIN ").skip(1).any(|rest| {
+        rest.split("-----")
+            .next()
+            .is_some_and(|label| label.contains("PRIVATE KEY"))
+    })
 }
 
 /// Whether a URL has a part [`redacted_url`] hides (a password, a secret
@@ -263,7 +275,9 @@ impl Slot {
         }
         match self {
             Slot::Password(_) | Slot::Fragment => !value.is_empty(),
-            Slot::Username | Slot::Segment(_) | Slot::QueryBare(_) => looks_like_token(value),
+            Slot::Username | Slot::QueryBare(_) => looks_like_token(value),
+            // `bot123456:AAH…` (a bot token in the path): by `:` part too.
+            Slot::Segment(_) => looks_like_token(value) || value.split(':').any(looks_like_token),
             Slot::SegmentParam(_, name, _) | Slot::Query(name, _) => secret_param(name, value),
         }
     }
@@ -630,7 +644,9 @@ fn json_secrets(value: &serde_json::Value, path: &str, out: &mut Vec<(String, St
             for (key, v) in map {
                 match v {
                     Value::String(s)
-                        if !s.is_empty() && (is_secret_name(key) || value_holds_secret(s)) =>
+                        if !s.is_empty()
+                            && ((is_secret_name(key) && !names_a_setting(key))
+                                || value_holds_secret(s)) =>
                     {
                         out.push((at(key), s.clone()));
                     }
@@ -732,6 +748,8 @@ pub fn map_arg_secrets<E>(
         } else if after_flag
             || named
             || looks_sealed(value)
+            // A PEM key in a JSON object is one of its parts (below).
+            || (looks_like_private_key(value) && !value.starts_with('{'))
             || (looks_like_token(value) && !looks_like_path(value))
         {
             f(&whole(what))?
@@ -834,32 +852,41 @@ pub fn secret_values<'a>(
         if let Some(at) = header_secret(part.value) {
             values.push(part.value[at..].to_owned());
         }
+        // A PEM key: each of its lines but the armour too.
+        if looks_like_private_key(part.value) {
+            values.extend(
+                part.value
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with("-----"))
+                    .map(str::to_owned),
+            );
+        }
         Ok::<_, std::convert::Infallible>(None)
     };
     for (name, value) in env_and_headers {
-        if is_secret_name(name) {
-            // Whole, and its parts as of an argument (a URL's password).
-            let _ = map_arg_secrets(&[value.to_owned()], &mut collect);
-            let _ = collect(&SecretPart {
-                place: String::new(),
-                what: String::new(),
-                value,
-            });
-            if let Some((_, token)) = value.split_once(' ') {
-                let _ = collect(&SecretPart {
-                    place: String::new(),
-                    what: String::new(),
-                    value: token,
-                });
-            }
-        } else if value_holds_secret(value) {
-            // Its parts, as of an argument (a URL's password), and whole.
-            let _ = map_arg_secrets(&[value.to_owned()], &mut collect);
-            let _ = collect(&SecretPart {
-                place: String::new(),
-                what: String::new(),
-                value,
-            });
+        let named = is_secret_name(name);
+        if !named && !value_holds_secret(value) {
+            continue;
+        }
+        let whole = |value| SecretPart {
+            place: String::new(),
+            what: String::new(),
+            value,
+        };
+        // Whole, and its parts as of an argument (a URL's password, a
+        // JSON object's secret values).
+        let _ = collect(&whole(value));
+        let _ = map_arg_secrets(&[value.to_owned()], &mut collect);
+        if named && let Some((_, token)) = value.split_once(' ') {
+            // `Bearer X`, `Basic X`: the token alone.
+            let _ = collect(&whole(token));
+        }
+        if value.contains('\n') && !looks_like_private_key(value) {
+            // Of several lines: the parts of each (`NAME=value` of a
+            // dotenv text); a PEM key's lines are taken above.
+            let lines: Vec<String> = value.lines().map(|l| l.trim().to_owned()).collect();
+            let _ = map_arg_secrets(&lines, &mut collect);
         }
     }
     let _ = map_arg_secrets(args, &mut collect);
@@ -868,8 +895,10 @@ pub fn secret_values<'a>(
         // The HTTP client sends a URL's user and password as `Basic
         // base64(user:password)`, which a server may echo.
         if let Ok(parsed) = url::Url::parse(url)
-            && let Some(password) = parsed.password()
+            && (parsed.password().is_some() || !parsed.username().is_empty())
         {
+            // A user name alone is sent as `user:`.
+            let password = parsed.password().unwrap_or_default();
             use base64::Engine as _;
             for credential in [
                 format!("{}:{}", parsed.username(), password),
@@ -902,90 +931,205 @@ pub fn secret_values<'a>(
 /// server's answers ([`Secrets::scrub_json`]): a shorter one (a PIN, a
 /// short password) would also replace ordinary words and numbers in
 /// results, so it is scrubbed only from logs and `lastError`; so is a
-/// value that is a plain word (letters only) or a number.
+/// value that reads as a word or an identifier ([`word_like`]) or a
+/// number.
 pub const ANSWER_SECRET_MIN_CHARS: usize = 8;
+
+/// Whether a value reads as a word or a name rather than a generated
+/// secret: lower-case letters and digits in parts joined by `_`, `-` or
+/// `.`, no part mixing letters and digits (`required`, `customer_id`,
+/// `eu-west-1`; not `sk_live_abc123`), or one capitalised word
+/// (`Production`). Such values under a secret-looking name
+/// (`DYNAMODB_SORT_KEY = "customer_id"`) are names in results (a tool's,
+/// a schema's `required`), so they are not scrubbed from answers.
+fn word_like(value: &str) -> bool {
+    let lower_parts = value.split(['_', '-', '.']).all(|part| {
+        !part.is_empty()
+            && (part.bytes().all(|b| b.is_ascii_lowercase())
+                || part.bytes().all(|b| b.is_ascii_digit()))
+    });
+    let capitalised = value.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
+        && value.bytes().skip(1).all(|b| b.is_ascii_lowercase());
+    lower_parts || capitalised
+}
+
+/// The ways a JSON encoder may write `value` inside a string, besides
+/// serde's (each without the quotes): with non-ASCII as `\uxxxx` (Python),
+/// `/` as `\/` too (PHP), `&`, `<`, `>` as `\u00xx` (Go), `=`, `'` too
+/// (Gson), `+`, `` ` `` and non-ASCII in upper-case hex (.NET,
+/// Jackson), and escaped twice (JSON text inside a JSON string).
+fn json_forms(value: &str) -> Vec<String> {
+    let serde = serde_json::to_string(value).expect("a string serialises");
+    let serde = serde[1..serde.len() - 1].to_owned();
+    // serde's form with the characters `escape` says as `\uXXXX`.
+    let escaped = |escape: &dyn Fn(char) -> bool, upper: bool| -> String {
+        let mut out = String::with_capacity(serde.len());
+        for c in serde.chars() {
+            if escape(c) {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    out.push_str(&match upper {
+                        true => format!("\\u{unit:04X}"),
+                        false => format!("\\u{unit:04x}"),
+                    });
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    };
+    let python = escaped(&|c| !c.is_ascii(), false);
+    let php = python.replace('/', "\\/");
+    let go = escaped(&|c| "&<>\u{2028}\u{2029}".contains(c), false);
+    let gson = escaped(&|c| "&<>='".contains(c), false);
+    let dotnet = escaped(&|c| !c.is_ascii() || "&<>+'`".contains(c), true);
+    let again = |form: &str| {
+        let twice = serde_json::to_string(form).expect("a string serialises");
+        twice[1..twice.len() - 1].to_owned()
+    };
+    let mut forms = vec![
+        serde.replace('/', "\\/"),
+        again(&serde),
+        again(&python),
+        python,
+        php,
+        go,
+        gson,
+        dotnet,
+        serde,
+    ];
+    forms.retain(|f| f != value);
+    forms
+}
+
+/// One list of secret values, longest first, and the automaton that finds
+/// them in a text (leftmost-longest: a secret inside a longer one is
+/// replaced with it).
+#[derive(Clone, Default)]
+struct Patterns {
+    values: std::sync::Arc<[String]>,
+    finder: Option<std::sync::Arc<aho_corasick::AhoCorasick>>,
+}
+
+impl Patterns {
+    fn new(mut values: Vec<String>) -> Self {
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        values.dedup();
+        let finder = aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .build(&values)
+            .ok()
+            .filter(|_| !values.is_empty())
+            .map(std::sync::Arc::new);
+        Patterns {
+            values: values.into(),
+            finder,
+        }
+    }
+
+    fn holds(&self, text: &str) -> bool {
+        self.finder.as_ref().is_some_and(|f| f.is_match(text))
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        match &self.finder {
+            Some(f) if f.is_match(text) => {
+                let mut out = String::with_capacity(text.len());
+                f.replace_all_with(text, &mut out, |_, _, out| {
+                    out.push_str(REDACTED);
+                    true
+                });
+                out
+            }
+            _ => text.to_owned(),
+        }
+    }
+
+    fn scrub_json(&self, value: &mut serde_json::Value) -> bool {
+        use serde_json::Value;
+        match value {
+            Value::String(text) if self.holds(text) => {
+                *text = self.scrub(text);
+                true
+            }
+            Value::Array(items) => items
+                .iter_mut()
+                .fold(false, |changed, item| self.scrub_json(item) | changed),
+            Value::Object(map) => {
+                let mut changed = map
+                    .values_mut()
+                    .fold(false, |changed, item| self.scrub_json(item) | changed);
+                if map.keys().any(|k| self.holds(k)) {
+                    // Rare: rebuilt only then, in the same order. A key
+                    // that reads as a name (`required`) is never one of
+                    // these values ([`word_like`]).
+                    *map = std::mem::take(map)
+                        .into_iter()
+                        .map(|(k, v)| match self.holds(&k) {
+                            true => (self.scrub(&k), v),
+                            false => (k, v),
+                        })
+                        .collect();
+                    changed = true;
+                }
+                changed
+            }
+            _ => false,
+        }
+    }
+}
 
 /// The secret values one server was given ([`secret_values`]), to scrub
 /// from what it writes and answers. Cheap to clone; its `Debug` shows only
 /// how many there are.
 #[derive(Clone, Default)]
 pub struct Secrets {
-    /// Every value, longest first: scrubbed from logs and `lastError`.
-    all: std::sync::Arc<[String]>,
+    /// Every value and its JSON forms: scrubbed from logs and `lastError`.
+    all: Patterns,
     /// Those of at least [`ANSWER_SECRET_MIN_CHARS`] characters that are
-    /// not all digits or all letters, longest first: scrubbed from
+    /// not a number or [`word_like`], and their JSON forms: scrubbed from
     /// answers too.
-    answers: std::sync::Arc<[String]>,
+    answers: Patterns,
 }
 
 impl std::fmt::Debug for Secrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Secrets({} values)", self.all.len())
+        write!(f, "Secrets({} values)", self.all.values.len())
     }
 }
 
 impl Secrets {
     /// The values as [`secret_values`] lists them, each also as JSON
-    /// writes it inside a string (escaped: serde's and Python's way, with
-    /// non-ASCII as `\uXXXX`, with `/` as `\/`) and, when it has several
-    /// lines, each line: a server that answers with its settings as JSON
-    /// text, or a PEM key cut into lines, does not get past.
+    /// encoders write it inside a string ([`json_forms`]): a server that
+    /// answers with its settings as JSON text does not get past. Which
+    /// values are scrubbed from answers is judged on the values as given.
     pub fn new(values: Vec<String>) -> Self {
-        let mut all: Vec<String> = Vec::with_capacity(values.len());
-        for value in values {
-            let json = serde_json::to_string(&value).expect("a string serialises");
-            let json = json[1..json.len() - 1].to_owned();
-            let ascii: String = json
-                .chars()
-                .map(|c| match c.is_ascii() {
-                    true => c.to_string(),
-                    false => c
-                        .encode_utf16(&mut [0; 2])
-                        .iter()
-                        .map(|u| format!("\\u{u:04x}"))
-                        .collect(),
-                })
-                .collect();
-            let slashed = json.replace('/', "\\/");
-            let lines: Vec<String> = match value.contains('\n') {
-                true => value
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| l.chars().count() >= ANSWER_SECRET_MIN_CHARS)
-                    .map(str::to_owned)
-                    .collect(),
-                false => Vec::new(),
-            };
-            all.extend([value, json, ascii, slashed]);
-            all.extend(lines);
-        }
-        all.retain(|v| v.chars().count() >= 4);
-        all.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        all.dedup();
-        let answers: Vec<String> = all
-            .iter()
-            .filter(|v| {
-                v.chars().count() >= ANSWER_SECRET_MIN_CHARS
-                    && !v.bytes().all(|b| b.is_ascii_digit())
-                    && !v.bytes().all(|b| b.is_ascii_alphabetic())
-            })
-            .cloned()
-            .collect();
+        let for_answers = |v: &String| {
+            v.chars().count() >= ANSWER_SECRET_MIN_CHARS
+                && !v.bytes().all(|b| b.is_ascii_digit())
+                && !word_like(v)
+        };
+        let with_forms = |values: &mut dyn Iterator<Item = &String>| -> Vec<String> {
+            values
+                .flat_map(|v| std::iter::once(v.clone()).chain(json_forms(v)))
+                .collect()
+        };
+        let answers = with_forms(&mut values.iter().filter(|v| for_answers(v)));
         Secrets {
-            all: all.into(),
-            answers: answers.into(),
+            all: Patterns::new(with_forms(&mut values.iter())),
+            answers: Patterns::new(answers),
         }
     }
 
     /// Whether nothing is ever scrubbed from an answer.
     pub fn is_empty_for_answers(&self) -> bool {
-        self.answers.is_empty()
+        self.answers.values.is_empty()
     }
 
     /// `text` (a line the server wrote, an error for an admin) with every
-    /// value replaced by [`REDACTED`] ([`scrub`]).
+    /// value replaced by [`REDACTED`].
     pub fn scrub_log(&self, text: &str) -> String {
-        scrub(text, &self.all)
+        self.all.scrub(text)
     }
 
     /// The beginning of what a server sent (`max_chars`, on one line:
@@ -993,8 +1137,9 @@ impl Secrets {
     /// with every value scrubbed ([`Secrets::scrub_log`]) before it is
     /// cut: a secret cut at the end would leave its prefix.
     pub fn preview(&self, bytes: &[u8], max_chars: usize) -> String {
-        // Enough for the preview and a secret that crosses its end.
-        let head = &bytes[..bytes.len().min(max_chars * 4 + 4096)];
+        // Enough for the preview and the longest secret crossing its end.
+        let longest = self.all.values.first().map_or(0, String::len);
+        let head = &bytes[..bytes.len().min(max_chars * 4 + longest)];
         let text = self.scrub_log(&String::from_utf8_lossy(head));
         let mut shown = switchyard_mcp::jsonrpc::preview(text.as_bytes(), max_chars);
         if head.len() < bytes.len() && !shown.ends_with('…') {
@@ -1004,41 +1149,19 @@ impl Secrets {
     }
 
     /// `text` (part of an answer: an error's message, an HTTP body) with
-    /// each value of at least [`ANSWER_SECRET_MIN_CHARS`] characters
-    /// replaced by [`REDACTED`].
+    /// each value scrubbed from answers replaced by [`REDACTED`].
     pub fn scrub_answer(&self, text: &str) -> String {
-        scrub(text, &self.answers)
+        self.answers.scrub(text)
     }
 
-    /// Replaces, in every string of `value` (a message the server sent: a
-    /// result, an error, a notification, a request), each value of at
-    /// least [`ANSWER_SECRET_MIN_CHARS`] characters that is not a plain
-    /// word (letters only) or a number by [`REDACTED`]; object keys and
-    /// everything else stay as sent (a key is a name: `required` in a
-    /// schema). Returns whether anything was replaced.
+    /// Replaces, in every string and object key of `value` (a message the
+    /// server sent: a result, an error, a notification, a request), each
+    /// value scrubbed from answers (at least [`ANSWER_SECRET_MIN_CHARS`]
+    /// characters, not a number, not a word or a name) by [`REDACTED`];
+    /// everything else stays as sent. Returns whether anything was
+    /// replaced.
     pub fn scrub_json(&self, value: &mut serde_json::Value) -> bool {
-        if self.answers.is_empty() {
-            return false;
-        }
-        scrub_json(value, &self.answers)
-    }
-}
-
-fn scrub_json(value: &mut serde_json::Value, secrets: &[String]) -> bool {
-    use serde_json::Value;
-    let holds = |text: &str| secrets.iter().any(|s| text.contains(s.as_str()));
-    match value {
-        Value::String(text) if holds(text) => {
-            *text = scrub(text, secrets);
-            true
-        }
-        Value::Array(items) => items
-            .iter_mut()
-            .fold(false, |changed, item| scrub_json(item, secrets) | changed),
-        Value::Object(map) => map
-            .values_mut()
-            .fold(false, |changed, item| scrub_json(item, secrets) | changed),
-        _ => false,
+        self.answers.scrub_json(value)
     }
 }
 
@@ -2233,11 +2356,11 @@ mod tests {
             "unknown": {"z": 1}
         });
         assert!(secrets.scrub_json(&mut answer));
-        // Short, all-digit and letters-only values stay: they would also
-        // hit ordinary words and numbers. Keys, arrays and order are kept.
+        // Short, all-digit and word-like values stay: they would also hit
+        // ordinary words, names and numbers. Arrays and order are kept.
         assert_eq!(
             answer.to_string(),
-            r#"{"content":[{"type":"text","text":"key [redacted] refused; hunter2; 86400000"}],"isError":true,"_meta":{"x":["[redacted]",7],"sk-live-ANSWER-1":true},"inputSchema":{"required":["required"]},"unknown":{"z":1}}"#
+            r#"{"content":[{"type":"text","text":"key [redacted] refused; hunter2; 86400000"}],"isError":true,"_meta":{"x":["[redacted]",7],"[redacted]":true},"inputSchema":{"required":["required"]},"unknown":{"z":1}}"#
         );
         let mut clean = serde_json::json!({"content": [], "n": 86400000});
         assert!(!secrets.scrub_json(&mut clean));
@@ -2333,6 +2456,84 @@ mod tests {
         ] {
             assert!(is_secret_entry("SETTING", value), "{value}");
         }
+    }
+
+    #[test]
+    fn trial_12_forms_keys_and_false_positives() {
+        let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwg+/=\n-----END RSA PRIVATE KEY-----";
+        // A PEM private key is a secret whatever its name or place.
+        assert!(is_secret_entry("GITHUB_APP_PEM", pem));
+        assert_eq!(
+            redacted_args(&["serve".into(), pem.into()]),
+            ["serve", "[redacted]"]
+        );
+        let sa = r#"{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\nSAKEYLINE1abc/x+y\n-----END PRIVATE KEY-----\n", "token_uri": "https://oauth2.googleapis.com/token", "enabled": true}"#;
+        let env = [
+            ("GITHUB_APP_PEM", pem),
+            ("AMP_SECRET", "customer&Xy7!Q2zz"),
+            ("PLUS_SECRET", "abc+def=ghi+jkl"),
+            ("UNI_SECRET", "päss/wört/SECRET"),
+            ("GOOGLE_CREDENTIALS", sa),
+            (
+                "ENV_SECRETS",
+                "NODE_ENV=production\nSTRIPE_KEY=sk_live_abc123XYZ",
+            ),
+            ("DYNAMODB_SORT_KEY", "customer_id"),
+            ("AWS_ACCESS_KEY_ID", "AKIAIOSFODNNEXAMPLE"),
+            ("AUTH_BASE_PATH", "/api/v1"),
+        ];
+        let secrets = Secrets::new(secret_values(
+            env.iter().copied(),
+            &[],
+            Some("http://ghp_USERONLY0123456789abcdefABCDEF01@127.0.0.1:9/mcp"),
+        ));
+        let scrubbed = |text: &str| {
+            let mut v = serde_json::Value::from(text);
+            secrets.scrub_json(&mut v);
+            v.as_str().unwrap().to_owned()
+        };
+        // As Go, .NET, Gson and JSON inside JSON write them.
+        for text in [
+            r#""customer\u0026Xy7!Q2zz""#,
+            r#""abc\u002Bdef=ghi\u002Bjkl""#,
+            r#""abc+def\u003dghi+jkl""#,
+            r#""p\u00E4ss/w\u00F6rt/SECRET""#,
+            r#""p\\u00e4ss/w\\u00f6rt/SECRET""#,
+            "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwg\\u002B/=",
+            "SAKEYLINE1abc/x+y",
+            "sk_live_abc123XYZ",
+            "AKIAIOSFODNNEXAMPLE",
+        ] {
+            assert!(
+                scrubbed(text).contains("[redacted]"),
+                "{text}: {}",
+                scrubbed(text)
+            );
+        }
+        use base64::Engine as _;
+        let basic = base64::engine::general_purpose::STANDARD
+            .encode("ghp_USERONLY0123456789abcdefABCDEF01:");
+        assert_eq!(scrubbed(&format!("Basic {basic}")), "[redacted]");
+        // Not secrets in answers: names (a sort key, a schema's
+        // `required`), PEM armour, a credentials file's ordinary lines and
+        // public URLs, a short value in an escaped form.
+        for text in [
+            r#"{"required": ["customer_id"]}"#,
+            "-----BEGIN PRIVATE KEY----- and -----END RSA PRIVATE KEY-----",
+            r#""type": "service_account", "enabled": true,"#,
+            "POST https://oauth2.googleapis.com/token",
+            "NODE_ENV=production",
+            r#""next": "https:\/\/shop.example\/api\/v1\/orders""#,
+        ] {
+            assert_eq!(scrubbed(text), text);
+        }
+        // A bot token in a URL's path.
+        assert_eq!(
+            redacted_url(
+                "https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/sendMessage"
+            ),
+            "https://api.telegram.org/[redacted]/sendMessage"
+        );
     }
 
     #[test]

@@ -83,7 +83,7 @@ impl Connection {
             server = %config.name,
             era = ?negotiated.era,
             protocol_version = %negotiated.protocol_version,
-            server_info = %negotiated.server_info,
+            server_info = %inbound.secrets().scrub_log(&negotiated.server_info.to_string()),
             "connected"
         );
         Ok(Connection {
