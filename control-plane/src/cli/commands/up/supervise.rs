@@ -66,8 +66,25 @@ struct Managed {
     /// When the running child started.
     started: tokio::time::Instant,
     /// The last line the running child wrote to its stderr.
-    last_line: Arc<std::sync::Mutex<String>>,
+    last_line: Arc<std::sync::Mutex<Tail>>,
+    /// When the running child was first seen exited, while its stderr
+    /// was still being read.
+    exited: Option<tokio::time::Instant>,
 }
+
+/// The end of a sidecar's stderr, as [`forward_stderr`] reads it.
+#[derive(Debug, Default)]
+struct Tail {
+    /// The last line that was not blank.
+    last: String,
+    /// Whether the stream ended (the sidecar exited and its last line,
+    /// if any, is in `last`).
+    closed: bool,
+}
+
+/// How long an exited sidecar's stderr may take to end before its exit is
+/// reported without its last line.
+const TAIL_WAIT: Duration = Duration::from_secs(2);
 
 /// A changed server's previous sidecar, serving until its successor's
 /// server is connected.
@@ -199,6 +216,7 @@ impl Sidecars {
                 next_start: now,
                 started: now,
                 last_line: Default::default(),
+                exited: None,
             });
             if let Some(child) = &mut m.child {
                 match child.try_wait() {
@@ -210,10 +228,20 @@ impl Sidecars {
                         continue;
                     }
                     Ok(Some(status)) => {
+                        // Its last line says why: wait (a tick or a few)
+                        // for the stream to end, which may come after the
+                        // exit is seen.
+                        let exited = *m.exited.get_or_insert(now);
+                        let tail = m.last_line.lock().expect("not poisoned");
+                        if !tail.closed && now.duration_since(exited) < TAIL_WAIT {
+                            continue;
+                        }
+                        let last = tail.last.clone();
+                        drop(tail);
+                        m.exited = None;
                         let ran = m.started.elapsed();
                         let (failures, delay) = next_restart(m.failures, ran);
                         m.failures = failures;
-                        let last = m.last_line.lock().expect("not poisoned").clone();
                         self.launches.set(
                             name,
                             format!(
@@ -366,7 +394,7 @@ fn registered<'a>(
 
 /// Copies a sidecar's stderr to `up`'s, line by line, keeping the last
 /// non-empty line (at most 1000 characters) in `last`.
-fn forward_stderr(stderr: tokio::process::ChildStderr, last: Arc<std::sync::Mutex<String>>) {
+fn forward_stderr(stderr: tokio::process::ChildStderr, last: Arc<std::sync::Mutex<Tail>>) {
     tokio::spawn(async move {
         use std::io::Write;
         use tokio::io::AsyncBufReadExt;
@@ -375,13 +403,16 @@ fn forward_stderr(stderr: tokio::process::ChildStderr, last: Arc<std::sync::Mute
         loop {
             line.clear();
             match reader.read_until(b'\n', &mut line).await {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => {
+                    last.lock().expect("not poisoned").closed = true;
+                    return;
+                }
                 Ok(_) => {
                     let _ = std::io::stderr().lock().write_all(&line);
                     let text = String::from_utf8_lossy(&line);
                     let text = text.trim();
                     if !text.is_empty() {
-                        *last.lock().expect("not poisoned") = text.chars().take(1000).collect();
+                        last.lock().expect("not poisoned").last = text.chars().take(1000).collect();
                     }
                 }
             }
@@ -397,7 +428,7 @@ fn spawn_sidecar(
     link: &SidecarLink,
     workdir: &Path,
     grace_secs: u64,
-) -> anyhow::Result<(Child, Arc<std::sync::Mutex<String>>)> {
+) -> anyhow::Result<(Child, Arc<std::sync::Mutex<Tail>>)> {
     #[derive(serde::Serialize)]
     struct SidecarFile<'a> {
         server: &'a ServerConfig,
@@ -447,7 +478,7 @@ fn spawn_sidecar(
         .spawn()
         .map_err(|e| anyhow::anyhow!("{}: {e}", sidecar_binary().display()))?;
     tracing::info!(target: TARGET, server = %spec.name, pid = child.id().unwrap_or(0), "sidecar started");
-    let last = Arc::new(std::sync::Mutex::new(String::new()));
+    let last = Arc::new(std::sync::Mutex::new(Tail::default()));
     if let Some(stderr) = child.stderr.take() {
         forward_stderr(stderr, last.clone());
     }
