@@ -820,20 +820,7 @@ pub fn map_arg_secrets<E>(
     Ok(out)
 }
 
-/// `text` with each of `secrets` (as [`secret_values`] lists them,
-/// longest first) replaced by [`REDACTED`]: for what a server writes or
-/// answers, which may echo a secret it was given.
-pub fn scrub(text: &str, secrets: &[String]) -> String {
-    let mut out = text.to_owned();
-    for secret in secrets {
-        if out.contains(secret.as_str()) {
-            out = out.replace(secret.as_str(), REDACTED);
-        }
-    }
-    out
-}
-
-/// The secret values of a spec's parts, for [`scrub`]: those of secret
+/// The secret values of a spec's parts, for [`Secrets`]: those of secret
 /// `env` and `headers` entries ([`is_secret_entry`]; also after an
 /// `Authorization` scheme: the token alone; of a secret value under
 /// another name, also its parts: a URL's password), the secret parts of
@@ -2329,7 +2316,7 @@ mod tests {
             Some("http://u:P%40ss-SECRET-4@h/mcp?api_key=q-SECRET-5"),
         );
         let echoed = "got env-SECRET-1 and hdr-SECRET-2 (Bearer hdr-SECRET-2), arg-SECRET-3, P@ss-SECRET-4 and P%40ss-SECRET-4, q-SECRET-5; log info, pin 123";
-        let shown = scrub(echoed, &secrets);
+        let shown = Secrets::new(secrets).scrub_log(echoed);
         assert!(!shown.contains("SECRET"), "{shown}");
         assert!(shown.contains("log info, pin 123"), "{shown}");
         assert!(
