@@ -1068,7 +1068,9 @@ impl Patterns {
 
 /// The secret values one server was given ([`secret_values`]), to scrub
 /// from what it writes and answers. Cheap to clone; its `Debug` shows only
-/// how many there are.
+/// how many there are. Values learnt later (an OAuth access token, which
+/// changes) are added as [`LiveSecrets`] ([`Secrets::with_live`]) and
+/// scrubbed by every clone alike.
 #[derive(Clone, Default)]
 pub struct Secrets {
     /// Every value and its JSON forms: scrubbed from logs and `lastError`.
@@ -1077,11 +1079,46 @@ pub struct Secrets {
     /// not a number or [`word_like`], and their JSON forms: scrubbed from
     /// answers too.
     answers: Patterns,
+    /// Values that change while the server runs, scrubbed after these.
+    live: Option<LiveSecrets>,
+}
+
+/// Secret values that change while a server runs (its OAuth access
+/// tokens): set by their owner ([`LiveSecrets::replace`]), scrubbed by
+/// every [`Secrets`] they were added to, under the same rules as the
+/// values it was built with. Cheap to clone (one shared set); its `Debug`
+/// shows only how many there are.
+#[derive(Clone, Default)]
+pub struct LiveSecrets(std::sync::Arc<std::sync::RwLock<Option<std::sync::Arc<Secrets>>>>);
+
+impl std::fmt::Debug for LiveSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.get().map_or(0, |s| s.all.values.len());
+        write!(f, "LiveSecrets({n} values)")
+    }
+}
+
+impl LiveSecrets {
+    /// Makes `values` (as [`Secrets::new`] takes them) the set, in place
+    /// of the one before.
+    pub fn replace(&self, values: Vec<String>) {
+        let set = std::sync::Arc::new(Secrets::new(values));
+        // A panic while the lock was held cannot leave a set half written.
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(set);
+    }
+
+    fn get(&self) -> Option<std::sync::Arc<Secrets>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl std::fmt::Debug for Secrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Secrets({} values)", self.all.values.len())
+        write!(f, "Secrets({} values", self.all.values.len())?;
+        match &self.live {
+            Some(live) => write!(f, ", {live:?})"),
+            None => write!(f, ")"),
+        }
     }
 }
 
@@ -1105,18 +1142,37 @@ impl Secrets {
         Secrets {
             all: Patterns::new(with_forms(&mut values.iter())),
             answers: Patterns::new(answers),
+            live: None,
         }
     }
 
-    /// Whether nothing is ever scrubbed from an answer.
+    /// These values and, from now on, whatever `live` holds at each scrub.
+    pub fn with_live(self, live: LiveSecrets) -> Self {
+        Secrets {
+            live: Some(live),
+            ..self
+        }
+    }
+
+    /// The live values as they are now, if any were added.
+    fn live_now(&self) -> Option<std::sync::Arc<Secrets>> {
+        self.live.as_ref().and_then(LiveSecrets::get)
+    }
+
+    /// Whether nothing is ever scrubbed from an answer (a server with live
+    /// values never says so: they may come at any time).
     pub fn is_empty_for_answers(&self) -> bool {
-        self.answers.values.is_empty()
+        self.answers.values.is_empty() && self.live.is_none()
     }
 
     /// `text` (a line the server wrote, an error for an admin) with every
     /// value replaced by [`REDACTED`].
     pub fn scrub_log(&self, text: &str) -> String {
-        self.all.scrub(text)
+        let text = self.all.scrub(text);
+        match self.live_now() {
+            Some(live) => live.all.scrub(&text),
+            None => text,
+        }
     }
 
     /// The beginning of what a server sent (`max_chars`, on one line:
@@ -1125,7 +1181,8 @@ impl Secrets {
     /// cut: a secret cut at the end would leave its prefix.
     pub fn preview(&self, bytes: &[u8], max_chars: usize) -> String {
         // Enough for the preview and the longest secret crossing its end.
-        let longest = self.all.values.first().map_or(0, String::len);
+        let longest = |p: &Patterns| p.values.first().map_or(0, String::len);
+        let longest = longest(&self.all).max(self.live_now().map_or(0, |l| longest(&l.all)));
         let head = &bytes[..bytes.len().min(max_chars * 4 + longest)];
         let text = self.scrub_log(&String::from_utf8_lossy(head));
         let mut shown = switchyard_mcp::jsonrpc::preview(text.as_bytes(), max_chars);
@@ -1138,7 +1195,11 @@ impl Secrets {
     /// `text` (part of an answer: an error's message, an HTTP body) with
     /// each value scrubbed from answers replaced by [`REDACTED`].
     pub fn scrub_answer(&self, text: &str) -> String {
-        self.answers.scrub(text)
+        let text = self.answers.scrub(text);
+        match self.live_now() {
+            Some(live) => live.answers.scrub(&text),
+            None => text,
+        }
     }
 
     /// Replaces, in every string and object key of `value` (a message the
@@ -1148,7 +1209,11 @@ impl Secrets {
     /// everything else stays as sent. Returns whether anything was
     /// replaced.
     pub fn scrub_json(&self, value: &mut serde_json::Value) -> bool {
-        self.answers.scrub_json(value)
+        let changed = self.answers.scrub_json(value);
+        match self.live_now() {
+            Some(live) => live.answers.scrub_json(value) | changed,
+            None => changed,
+        }
     }
 }
 
@@ -2322,6 +2387,45 @@ mod tests {
         assert!(
             shown.starts_with("got [redacted] and [redacted] ([redacted])"),
             "{shown}"
+        );
+    }
+
+    #[test]
+    fn live_values_are_scrubbed_by_every_clone_as_they_change() {
+        let live = LiveSecrets::default();
+        let secrets = Secrets::new(vec!["sk-live-FIXED-1".into()]).with_live(live.clone());
+        let copy = secrets.clone();
+        assert!(!copy.is_empty_for_answers(), "values may come at any time");
+        // Nothing live yet: only the fixed value goes.
+        assert_eq!(
+            copy.scrub_answer("sk-live-FIXED-1 ya29.first/token"),
+            "[redacted] ya29.first/token"
+        );
+        live.replace(vec!["ya29.first/token".into()]);
+        let mut answer =
+            serde_json::json!({"text": "Bearer ya29.first/token", "php": "ya29.first\\/token"});
+        assert!(copy.scrub_json(&mut answer));
+        assert_eq!(
+            answer,
+            serde_json::json!({"text": "Bearer [redacted]", "php": "[redacted]"})
+        );
+        assert_eq!(
+            copy.scrub_log("sk-live-FIXED-1 and ya29.first/token"),
+            "[redacted] and [redacted]"
+        );
+        assert_eq!(
+            copy.preview(b"token ya29.first/token, then more", 12),
+            "token [redac…"
+        );
+        // Replaced whole: a value no longer in the set stays.
+        live.replace(vec!["ya29.second".into()]);
+        assert_eq!(
+            secrets.scrub_answer("ya29.first/token ya29.second"),
+            "ya29.first/token [redacted]"
+        );
+        assert_eq!(
+            format!("{secrets:?}"),
+            "Secrets(1 values, LiveSecrets(1 values))"
         );
     }
 

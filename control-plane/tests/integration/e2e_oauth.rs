@@ -42,8 +42,10 @@ async fn oauth_state(gw: &Gateway) -> pb::OAuthStatus {
         .unwrap()
 }
 
-/// The bearer token the stub saw on its last request (its `last_headers`
-/// tool, through the gateway).
+/// Which bearer token the stub saw on its last request: the SHA-256 (hex)
+/// of its `Authorization` (its `last_headers` tool, through the gateway).
+/// The header itself comes back scrubbed: the sidecar takes the tokens it
+/// sends out of what the server answers.
 async fn bearer_seen(gw: &Gateway) -> String {
     let resp = gw
         .engine()
@@ -56,10 +58,23 @@ async fn bearer_seen(gw: &Gateway) -> String {
         let r: Value = serde_json::from_str(&resp.result_json).unwrap();
         serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap()
     });
-    let auth = text["current"]["authorization"]
+    assert_eq!(
+        text["current"]["authorization"], "Bearer [redacted]",
+        "the engine gets the token the server echoes: {text}"
+    );
+    text["current"]["authorization-sha256"]
         .as_str()
-        .unwrap_or_default();
-    auth.strip_prefix("Bearer ").unwrap_or_default().to_owned()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The hex SHA-256 of `Bearer TOKEN`, as the stub reports it.
+fn bearer_digest(token: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(format!("Bearer {token}"))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -327,6 +342,20 @@ async fn an_admin_authorizes_an_oauth_server_from_the_cli_and_no_token_leaks() {
         .filter_map(|v| v.as_str().map(str::to_owned))
         .collect();
     assert!(secrets.len() >= 4, "{issued}");
+    // The digests the server reported are of tokens the server issued:
+    // the first and the refreshed one reached it.
+    let access: Vec<&str> = issued["access"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for seen in [&first, &rotated] {
+        assert!(
+            access.iter().any(|t| bearer_digest(t) == **seen),
+            "the server got a token the authorization server did not issue"
+        );
+    }
     let log = gw.log();
     assert!(
         log.contains("oauth.authorized"),

@@ -26,6 +26,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_common::server_spec::LiveSecrets;
 use switchyard_proto::v1 as pb;
 use tokio::sync::{mpsc, watch};
 
@@ -165,6 +166,9 @@ struct Shared {
     rejected: mpsc::UnboundedSender<pb::TokenRejected>,
     reported: Mutex<Reported>,
     refresh_wait: Duration,
+    /// The current token and the one before, scrubbed from what the
+    /// server answers and writes ([`Tokens::secrets`]).
+    secrets: LiveSecrets,
 }
 
 /// The access token of one `auth = "oauth"` server, shared by the report
@@ -226,6 +230,7 @@ impl Tokens {
                 rejected: tx,
                 reported: Mutex::new(Reported::default()),
                 refresh_wait,
+                secrets: LiveSecrets::default(),
             }),
         };
         (
@@ -249,14 +254,33 @@ impl Tokens {
 
     /// Takes `token` as the current one (the control plane's word is the
     /// latest, whatever its generation). Logs its state, generation and
-    /// expiry, never the token.
+    /// expiry, never the token. An authorized token and the one it
+    /// replaces become the values [`Tokens::secrets`] scrubs (an answer to
+    /// a request sent with the old one may still be on its way); a state
+    /// without a token keeps the last ones.
     pub fn set(&self, token: AccessToken) {
         if token.is_authorized() {
+            let previous = self.authorized().map(|t| t.token);
+            self.shared.secrets.replace(
+                [Some(token.token.clone()), previous]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+            );
             tracing::info!(server = %self.shared.server, state = token.state.as_str(), generation = token.generation, expires_at_ms = token.expires_at_ms, "access token received");
         } else {
             tracing::info!(server = %self.shared.server, state = token.state.as_str(), generation = token.generation, reason = %token.reason, "no access token: the server is not contacted");
         }
         self.shared.current.send_replace(Some(token));
+    }
+
+    /// The tokens to scrub from what the server sends: the current one and
+    /// the one before, kept up to date by [`Tokens::set`]. Added to the
+    /// server's own secret values (`UpstreamConfig::secret_values`), so a
+    /// server that echoes its bearer token (in an error, a result, a log
+    /// message) does not hand it to the engines.
+    pub fn secrets(&self) -> LiveSecrets {
+        self.shared.secrets.clone()
     }
 
     /// The current token, if any has arrived (authorized or not).

@@ -192,10 +192,12 @@ impl UpstreamConfig {
     /// scrubbed from what the server writes (stderr, stdout noise) and
     /// from the errors the sidecar reports, before they are logged or
     /// reported (`lastError`), and from what it answers before that is
-    /// passed on (the longer ones: [`Secrets::scrub_json`]).
+    /// passed on (the longer ones: [`Secrets::scrub_json`]). An `auth =
+    /// "oauth"` server's access tokens are added as they come
+    /// ([`crate::oauth::Tokens::secrets`]).
     pub fn secret_values(&self) -> Secrets {
         use switchyard_common::server_spec::secret_values;
-        Secrets::new(match &self.transport {
+        let secrets = Secrets::new(match &self.transport {
             TransportConfig::Stdio(s) => secret_values(
                 s.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
                 &s.args,
@@ -206,7 +208,11 @@ impl UpstreamConfig {
                 &[],
                 Some(&h.url),
             ),
-        })
+        });
+        match &self.oauth {
+            Some(tokens) => secrets.with_live(tokens.secrets()),
+            None => secrets,
+        }
     }
 
     /// The session configuration of a server spec (call

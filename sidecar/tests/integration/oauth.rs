@@ -222,8 +222,8 @@ async fn no_request_reaches_the_server_before_a_token() {
     assert_eq!(echo(&up, "with a token").await.unwrap(), "with a token");
     let headers = json_tool(&up, "last_headers").await;
     assert_eq!(
-        headers["current"]["authorization"],
-        format!("Bearer {RIGHT}"),
+        headers["current"]["authorization-sha256"],
+        bearer_digest(RIGHT),
         "{headers}"
     );
     let stats = json_tool(&check, "stats").await;
@@ -231,6 +231,73 @@ async fn no_request_reaches_the_server_before_a_token() {
     no_more_rejections(&mut rejections).await;
     up.shutdown(Duration::from_secs(1)).await;
     within("the watcher ends", STEP, watcher).await.unwrap();
+}
+
+/// The hex SHA-256 of `Bearer TOKEN`, as `http_stub.py` reports it
+/// (`authorization-sha256`): the header itself comes back scrubbed.
+fn bearer_digest(token: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(format!("Bearer {token}"))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_token_the_server_echoes_is_scrubbed_from_what_it_answers() {
+    // A server that echoes the bearer it got (`last_headers`, `header_log`)
+    // hands the engines nothing: the current token and the one before are
+    // scrubbed from results, and from the log messages it sends.
+    let first = "ya29.A0AfB_first-token-4f1c";
+    let second = "ya29.A0AfB_second-token-9d2e";
+    let server = http_stub(&[]).await;
+    let (tokens, _rejections) = Tokens::new("oauth-echo");
+    tokens.set(AccessToken::authorized(first, 1, 1_900_000_000_000));
+    let up = oauth_upstream("oauth-echo", &server.url, &tokens);
+    let headers = json_tool(&up, "last_headers").await;
+    assert_eq!(
+        headers["current"]["authorization"], "Bearer [redacted]",
+        "{headers}"
+    );
+    assert_eq!(
+        headers["current"]["authorization-sha256"],
+        bearer_digest(first),
+        "the server got the token: {headers}"
+    );
+
+    // A new token: the answer to the next request shows both scrubbed (its
+    // own and the one before it).
+    tokens.set(AccessToken::authorized(second, 2, 1_900_000_000_000));
+    let r = call(&up, "last_headers", json!({})).await.unwrap();
+    let shown = r.to_string();
+    assert!(!shown.contains(first) && !shown.contains(second), "{shown}");
+    let headers: Value = serde_json::from_str(text(&r)).unwrap();
+    assert_eq!(headers["previous"]["authorization"], "Bearer [redacted]");
+    assert_eq!(headers["current"]["authorization"], "Bearer [redacted]");
+    assert_eq!(
+        headers["current"]["authorization-sha256"],
+        bearer_digest(second)
+    );
+
+    // A log message the server sends (`echo_sse`'s `note`) with the token.
+    let mut notes = up.subscribe();
+    call(
+        &up,
+        "echo_sse",
+        json!({"message": "hi", "note": format!("my token is {second}")}),
+    )
+    .await
+    .unwrap();
+    let note = within("the note", STEP, async {
+        loop {
+            let msg = notes.recv().await.expect("notifications");
+            if msg["method"] == "notifications/message" {
+                break msg;
+            }
+        }
+    })
+    .await;
+    assert_eq!(note["params"]["data"], "my token is [redacted]", "{note}");
 }
 
 #[tokio::test]

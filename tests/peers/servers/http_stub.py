@@ -44,7 +44,10 @@ Tools:
                           "calls" ({tool: [request ids]} of tools/call requests that
                           reached the tool, i.e. not rejected)}
   last_headers         -> JSON text {"current": {...}, "previous": {...}}: headers
-                          (lower-cased names) of this request and of the one before
+                          (lower-cased names) of this request and of the one before;
+                          with `authorization`, also `authorization-sha256` (its
+                          SHA-256, hex): a gateway scrubs the header's secret from
+                          the answer, its digest shows which one came
   header_log           -> JSON text: every HTTP request so far, oldest first, as
                           {"verb", "method" (JSON-RPC method, POST only), "headers"}
   write_echo {message} -> like echo, but needs scope mcp:write (only with
@@ -88,6 +91,7 @@ OAuth (STUB_HTTP_OAUTH_AS set; checked after the knobs above, before sessions):
       mcp:write>", resource_metadata="<metadata URL>"` (scope is "mcp:read
       mcp:write" with the default scopes); the call does not reach the tool.
 """
+import hashlib
 import json
 import os
 import secrets
@@ -303,6 +307,8 @@ class Handler(BaseHTTPRequestHandler):
         headers = {}
         for name, value in self.headers.items():
             headers[name.lower()] = f"{headers[name.lower()]}, {value}" if name.lower() in headers else value
+        if "authorization" in headers:  # tests compare it: a client scrubs the header itself
+            headers["authorization-sha256"] = hashlib.sha256(headers["authorization"].encode()).hexdigest()
         with lock:
             stats["http"] += 1
             self.hdrs, self.prev_hdrs, last_headers = headers, last_headers, headers
