@@ -370,7 +370,8 @@
       if (state.events !== es) return;
       showLogin(null, SESSION_ENDED);
     });
-    es.addEventListener('ready', () => scheduleCount());
+    // Open (or open again): what changed before it opened came as no event.
+    es.addEventListener('ready', () => { scheduleReload(); scheduleCount(); });
   }
 
   // The count of open interactions (every session) on the nav tab.

@@ -421,17 +421,15 @@ describe('the admin console in a real browser', { concurrency: 1, timeout: 240_0
     await eventually('the server is gone', async () => !(await gw.servers()).some((s) => s.name === 'hostile'));
   });
 
-  step('says why a server\'s sidecar cannot run', async () => {
+  step('says why a server\'s sidecar cannot run, live', async () => {
+    // The page is open and following events before the server exists: the
+    // launch error comes as a change event (it is in no store).
+    await go('#/servers');
+    await text(page.getByTestId('live-status'), /^live$/, 'the page follows events');
     // Its header file is missing: `up` starts its sidecar, which exits
     // at once, naming the file.
     await gw.cli('admin', ['servers', 'add', '--name', 'nofile', '--transport', 'http', '--url', 'http://127.0.0.1:9/mcp',
       '--header-file', 'Authorization=/nonexistent/switchyard-console-token']);
-    await eventually('up reports the launch error', async () => (await gw.servers()).find((s) => s.name === 'nofile')?.launchError);
-    // Loaded now: the page may already be on #/servers (a hash-only
-    // navigation reloads nothing), and a launch error sends no event.
-    await go('#/servers');
-    await page.reload();
-    await page.getByTestId('nav').waitFor({ state: 'visible' });
     const why = await text(serverRow('nofile').getByTestId('server-last-error'), /^not running: .*switchyard-console-token/,
       'the launch error is shown');
     assert.match(why, /its sidecar exited/, why);

@@ -3,8 +3,9 @@
 //! feeds engine events. Each `change` event names what changed
 //! (`{"topic": "servers" | "tools" | "sessions" | "interactions" |
 //! "background", "server"?, "session"?}`); the page reloads what it shows.
-//! Changes are coalesced over [`COALESCE`] so a burst is one event per
-//! topic. A comment every 15 s keeps proxies from closing the stream; it
+//! A launch error of `up`'s sidecars ([`crate::launches`]) comes as a
+//! `servers` change. Changes are coalesced over [`COALESCE`] so a burst is
+//! one event per topic. A comment every 15 s keeps proxies from closing the stream; it
 //! ends when the replica stops (the browser reconnects, maybe elsewhere),
 //! and with a `logout` event once its console session is gone (logged out,
 //! expired, its token removed), checked before every batch and every
@@ -21,6 +22,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, watch};
 
 /// How long changes are gathered before they are sent.
 pub const COALESCE: Duration = Duration::from_millis(200);
@@ -45,12 +47,29 @@ fn topic(c: &Change) -> Option<Value> {
     })
 }
 
+/// The next change: from the store watch (`changes`), or a launch error
+/// of `up`'s sidecars set, changed or cleared (`launches`), which is a
+/// [`Change::ServersChanged`]. Cancel-safe.
+async fn next_change(
+    changes: &mut broadcast::Receiver<Change>,
+    launches: &mut watch::Receiver<u64>,
+) -> Result<Change, RecvError> {
+    tokio::select! {
+        c = changes.recv() => c,
+        // Gone only with the replica: then the store watch alone.
+        Ok(()) = launches.changed() => Ok(Change::ServersChanged),
+    }
+}
+
 /// `GET /ui/api/events`.
 pub async fn stream(
     State(console): State<Arc<Console>>,
     admin: Admin,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut changes = console.cp.state.subscribe();
+    // Why a sidecar of `up` is not running is not in the store: it comes
+    // as a `servers` change too.
+    let mut launches = console.cp.launches.subscribe();
     let shutdown = console.cp.shutdown.clone();
     let events = async_stream::stream! {
         yield Ok(Event::default().event("ready").data("{}"));
@@ -58,7 +77,7 @@ pub async fn stream(
         recheck.tick().await;
         loop {
             let first = tokio::select! {
-                c = changes.recv() => c,
+                c = next_change(&mut changes, &mut launches) => c,
                 _ = recheck.tick() => {
                     if console.session_by_id(&admin.id).await.is_err() {
                         yield Ok(Event::default().event("logout").data("{}"));
@@ -96,7 +115,7 @@ pub async fn stream(
                 break;
             }
             let until = tokio::time::Instant::now() + COALESCE;
-            while let Ok(c) = tokio::time::timeout_at(until, changes.recv()).await {
+            while let Ok(c) = tokio::time::timeout_at(until, next_change(&mut changes, &mut launches)).await {
                 if !add(c) {
                     break;
                 }
@@ -111,4 +130,39 @@ pub async fn stream(
         }
     };
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launches::Launches;
+
+    /// What the page would be told next, if anything comes within 200 ms.
+    async fn wait(
+        changes: &mut broadcast::Receiver<Change>,
+        watching: &mut watch::Receiver<u64>,
+    ) -> Option<Option<Value>> {
+        tokio::time::timeout(Duration::from_millis(200), next_change(changes, watching))
+            .await
+            .ok()
+            .map(|c| topic(&c.expect("a change")))
+    }
+
+    #[tokio::test]
+    async fn a_launch_error_set_or_cleared_is_a_servers_change() {
+        let (tx, mut changes) = broadcast::channel(4);
+        let launches = Launches::default();
+        let mut watching = launches.subscribe();
+        assert_eq!(wait(&mut changes, &mut watching).await, None, "nothing yet");
+        launches.set("a", "its sidecar exited".into());
+        let servers = Some(Some(json!({"topic": "servers"})));
+        assert_eq!(wait(&mut changes, &mut watching).await, servers);
+        assert_eq!(wait(&mut changes, &mut watching).await, None, "once");
+        launches.clear("a");
+        assert_eq!(wait(&mut changes, &mut watching).await, servers);
+        // The store watch still comes through.
+        tx.send(Change::ServersChanged).unwrap();
+        assert_eq!(wait(&mut changes, &mut watching).await, servers);
+        assert_eq!(wait(&mut changes, &mut watching).await, None);
+    }
 }
