@@ -26,6 +26,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 use std::time::Duration;
 use switchyard_proto::v1 as pb;
+use switchyard_test_support::bearer_digest;
 use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 
@@ -66,15 +67,6 @@ async fn bearer_seen(gw: &Gateway) -> String {
         .as_str()
         .unwrap_or_default()
         .to_owned()
-}
-
-/// The hex SHA-256 of `Bearer TOKEN`, as the stub reports it.
-fn bearer_digest(token: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(format!("Bearer {token}"))
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

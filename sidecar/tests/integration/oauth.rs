@@ -32,7 +32,7 @@ use switchyard_sidecar::upstream::{
 use switchyard_sidecar::watch::{UpstreamView, watch_upstream};
 use switchyard_test_support::fake_control_plane::FakeControlPlane;
 use switchyard_test_support::{
-    HttpServer, init_tracing, start_http_server, stub_script, workspace_bin,
+    HttpServer, bearer_digest, init_tracing, start_http_server, stub_script, workspace_bin,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -231,16 +231,6 @@ async fn no_request_reaches_the_server_before_a_token() {
     no_more_rejections(&mut rejections).await;
     up.shutdown(Duration::from_secs(1)).await;
     within("the watcher ends", STEP, watcher).await.unwrap();
-}
-
-/// The hex SHA-256 of `Bearer TOKEN`, as `http_stub.py` reports it
-/// (`authorization-sha256`): the header itself comes back scrubbed.
-fn bearer_digest(token: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(format!("Bearer {token}"))
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[tokio::test]

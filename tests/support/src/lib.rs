@@ -57,6 +57,17 @@ pub fn stub_script(name: &str) -> PathBuf {
     must_exist(peers_dir().join("servers").join(name), "stub server")
 }
 
+/// The hex SHA-256 of `Bearer TOKEN`, as `http_stub.py` reports which
+/// token came (`authorization-sha256`): the `authorization` it echoes
+/// comes back scrubbed through a sidecar.
+pub fn bearer_digest(token: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(format!("Bearer {token}"))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The Python interpreter of the project's venv (with the `mcp` SDK).
 pub fn venv_python() -> PathBuf {
     must_exist(peers_dir().join(".venv/bin/python"), "the Python venv")
