@@ -78,6 +78,51 @@ pub fn is_valid_id(id: &Value) -> bool {
     id.is_string() || id.is_i64() || id.is_u64()
 }
 
+/// The first integer written in `json` (JSON text; its strings are
+/// skipped) that is beyond the 64-bit range, below `i64::MIN` or above
+/// `u64::MAX`, as written. `serde_json`, which reads every message the
+/// gateway forwards, holds such a number as the nearest double, so it
+/// would reach the other side changed (`123456789012345678901234567890`
+/// as `1.2345678901234568e+29`): the edges refuse it instead. Numbers
+/// with a fraction or an exponent are doubles for every JSON reader and
+/// are not looked at. Linear in `json`'s length; `None` also for text
+/// that is not JSON.
+pub fn wide_integer(json: &[u8]) -> Option<&str> {
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                // Past the string: an escape takes the byte after it.
+                i += 1;
+                while i < json.len() && json[i] != b'"' {
+                    i += if json[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                i += 1;
+                while i < json.len()
+                    && matches!(json[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    i += 1;
+                }
+                let token = std::str::from_utf8(&json[start..i]).ok()?;
+                let integer = !token.contains(['.', 'e', 'E']);
+                let fits = match token.starts_with('-') {
+                    true => token.parse::<i64>().is_ok(),
+                    false => token.parse::<u64>().is_ok(),
+                };
+                if integer && !fits && token.len() > 1 {
+                    return Some(token);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 /// Builds a request with our own upstream id.
 pub fn request(id: u64, method: &str, params: Option<Value>) -> Value {
     let mut m = Map::new();

@@ -121,8 +121,10 @@ pub fn params_json(tool: &str, arguments_json: &str, meta_json: &str) -> Result<
     Ok(out)
 }
 
-/// `text` checked to be one JSON object (surrounding white space dropped);
-/// `None` when blank. Errors: INVALID_ARGUMENT naming `field`.
+/// `text` checked to be one JSON object (surrounding white space dropped)
+/// without an integer beyond 64 bits (the sidecar would forward it changed:
+/// [`switchyard_mcp::jsonrpc::wide_integer`]); `None` when blank. Errors:
+/// INVALID_ARGUMENT naming `field`.
 fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, CallError> {
     let text = text.trim();
     if text.is_empty() {
@@ -135,5 +137,30 @@ fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, CallErr
             "{field}: must be a JSON object"
         )));
     }
+    if let Some(wide) = switchyard_mcp::jsonrpc::wide_integer(raw.get().as_bytes()) {
+        return Err(CallError::invalid_argument(format!(
+            "{field}: the integer {} is beyond 64 bits: it would not reach the server as sent (send it as a string)",
+            switchyard_mcp::jsonrpc::preview(wide.as_bytes(), 40)
+        )));
+    }
     Ok(Some(raw.get()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_are_spliced_as_given_and_wide_integers_refused() {
+        let p = params_json("t", r#" {"n": 1.50, "s": "99999999999999999999999"} "#, "").unwrap();
+        assert_eq!(
+            p,
+            r#"{"name":"t","arguments":{"n": 1.50, "s": "99999999999999999999999"}}"#
+        );
+        let e = params_json("t", "{}", r#"{"trace": 18446744073709551616}"#).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "meta_json: the integer 18446744073709551616 is beyond 64 bits: it would not reach the server as sent (send it as a string)"
+        );
+    }
 }

@@ -8,13 +8,17 @@
 //!   naming another authority, user info or a scheme other than http(s)
 //!   is 400 ([`authority_as_host`]); the allowed origins' browser pages
 //!   get CORS ([`cors`], a layer on the endpoint's router);
+//! - a header read as one value (`Authorization`, `Mcp-Method`, …) sent
+//!   twice is 400 ([`check_single_headers`]);
 //! - `Content-Type` must be JSON (415) and `Accept` must take JSON or SSE
 //!   (406) ([`check_media`]);
 //! - the body is at most `mcp.max_body_bytes` (413) and arrives within
 //!   `mcp.body_timeout_sec` (408); the bodies being read at once hold at
 //!   most [`BODIES_AT_ONCE`] times that (503) ([`read_body`]);
 //! - it is one JSON-RPC request, notification or response: not JSON is
-//!   -32700, a batch or anything else -32600, both with 400 ([`parse`]).
+//!   -32700, a batch or anything else -32600, both with 400; an integer
+//!   beyond 64 bits anywhere is -32602, as it would be forwarded changed
+//!   ([`parse`], [`jsonrpc::wide_integer`]).
 
 use super::respond::{INVALID_REQUEST, McpError, PARSE_ERROR};
 use crate::config::McpConfig;
@@ -204,6 +208,39 @@ pub fn check_host_and_origin(
     }
 }
 
+/// Refuses (400) a request that carries one of the headers that are read
+/// as one value more than once: two would let an intermediary act on one
+/// value while the endpoint acts on the other (a proxy routing on the
+/// last `Mcp-Method`, or authorizing the second `Authorization`). The
+/// headers that mirror the request (`MCP-Protocol-Version`, `Mcp-Method`,
+/// `Mcp-Name`, `Mcp-Param-*`) get -32020, as two cannot both match it;
+/// `Authorization`, `Content-Type`, `Mcp-Session-Id` and `Last-Event-ID`
+/// get -32600.
+pub fn check_single_headers(headers: &HeaderMap) -> Result<(), McpError> {
+    use switchyard_mcp::headers as mcp;
+    for name in headers.keys() {
+        let n = name.as_str();
+        let mirrored = [mcp::PROTOCOL_VERSION, mcp::METHOD, mcp::NAME].contains(&n)
+            || n.starts_with(mcp::PARAM_PREFIX);
+        let single = mirrored
+            || [
+                header::AUTHORIZATION.as_str(),
+                header::CONTENT_TYPE.as_str(),
+                mcp::SESSION_ID,
+                "last-event-id",
+            ]
+            .contains(&n);
+        if single && headers.get_all(name).iter().nth(1).is_some() {
+            let what = format!("more than one {n} header: send it once");
+            return Err(match mirrored {
+                true => McpError::header_mismatch(what),
+                false => McpError::bad_request(what),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Whether requests from `origin` are served: one of
 /// `mcp.allowed_origins`, or a loopback origin while the endpoint listens
 /// on a loopback address (`loopback`).
@@ -386,11 +423,12 @@ pub async fn read_body(
 /// response (-32600), naming what is wrong.
 pub fn parse(body: &[u8]) -> Result<Message, McpError> {
     let mut raw: Value = serde_json::from_slice(body).map_err(|e| {
-        McpError::new(
-            StatusCode::BAD_REQUEST,
-            PARSE_ERROR,
-            format!("the body is not JSON: {e}"),
-        )
+        // Valid JSON, but a number no double holds (`1e400`).
+        let (code, what) = match e.to_string().starts_with("number out of range") {
+            true => (INVALID_REQUEST, "a number in the body is out of range"),
+            false => (PARSE_ERROR, "the body is not JSON"),
+        };
+        McpError::new(StatusCode::BAD_REQUEST, code, format!("{what}: {e}"))
     })?;
     if raw.is_array() {
         return Err(McpError::bad_request(
@@ -417,6 +455,17 @@ pub fn parse(body: &[u8]) -> Result<Message, McpError> {
                 .with_id(id.as_ref().filter(|i| jsonrpc::is_valid_id(i))),
         );
     };
+    if let Some(wide) = jsonrpc::wide_integer(body) {
+        return Err(McpError::new(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::INVALID_PARAMS,
+            format!(
+                "the integer {} is beyond 64 bits: it would not reach the server as sent (send it as a string)",
+                jsonrpc::preview(wide.as_bytes(), 40)
+            ),
+        )
+        .with_id(id.as_ref()));
+    }
     let method = raw
         .get("method")
         .and_then(Value::as_str)
@@ -456,6 +505,42 @@ mod tests {
             h.append(*k, HeaderValue::from_str(v).unwrap());
         }
         h
+    }
+
+    #[test]
+    fn headers_read_as_one_value_come_once() {
+        let code = |pairs: &[(&'static str, &str)]| {
+            check_single_headers(&headers(pairs))
+                .map_err(|e| (e.status.as_u16(), e.code, e.message))
+        };
+        assert_eq!(
+            code(&[
+                ("mcp-method", "tools/call"),
+                ("accept", "a"),
+                ("accept", "b")
+            ]),
+            Ok(()),
+            "Accept may be a list"
+        );
+        for (name, rpc) in [
+            ("mcp-method", jsonrpc::HEADER_MISMATCH),
+            ("mcp-name", jsonrpc::HEADER_MISMATCH),
+            ("mcp-protocol-version", jsonrpc::HEADER_MISMATCH),
+            ("mcp-param-region", jsonrpc::HEADER_MISMATCH),
+            ("authorization", INVALID_REQUEST),
+            ("content-type", INVALID_REQUEST),
+            ("mcp-session-id", INVALID_REQUEST),
+            ("last-event-id", INVALID_REQUEST),
+        ] {
+            assert_eq!(
+                code(&[(name, "a"), ("host", "localhost"), (name, "b")]),
+                Err((
+                    400,
+                    rpc,
+                    format!("more than one {name} header: send it once")
+                )),
+            );
+        }
     }
 
     #[test]
@@ -770,5 +855,28 @@ mod tests {
         }
         let e = parse(br#"{"jsonrpc":"2.0","id":3,"method":"ping","params":[1]}"#).unwrap_err();
         assert_eq!((e.code, e.id.clone()), (-32602, json!(3)));
+        // A number the endpoint would forward changed is refused, naming it.
+        let e = parse(
+            br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t","arguments":{"n":123456789012345678901234567890}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.status, e.code, e.id.clone()),
+            (StatusCode::BAD_REQUEST, -32602, json!(4))
+        );
+        assert_eq!(
+            e.message,
+            "the integer 123456789012345678901234567890 is beyond 64 bits: it would not reach the server as sent (send it as a string)"
+        );
+        // Valid JSON, but no double holds the number: not "not JSON".
+        let e =
+            parse(br#"{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":1E400}}"#).unwrap_err();
+        assert_eq!(e.code, INVALID_REQUEST, "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("a number in the body is out of range: "),
+            "{}",
+            e.message
+        );
     }
 }

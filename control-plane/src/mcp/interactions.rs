@@ -400,7 +400,10 @@ pub(super) async fn answer_open(
 /// which cancels): `action` is the answer (`accept` with its `content`,
 /// `decline`, `cancel`; for an approval, accept approves and decline
 /// denies). A roots question's answer is a `ListRootsResult`, taken as
-/// `accept` with its roots.
+/// `accept` with its roots. Errors: [`Refused::Invalid`] for a result
+/// that is not an object or (but for roots) has no string `action`, or
+/// that the interaction refuses; [`Refused::Other`] for an id that names
+/// no interaction of `engine`, or one already answered.
 pub(super) async fn answer(
     ep: &Endpoint,
     engine: &str,
@@ -415,10 +418,31 @@ pub(super) async fn answer(
         .get(engine)
         .and_then(|m| m.get(id))
         .map(|r| r.kind);
-    let action = result
-        .and_then(|r| r.get("action"))
-        .and_then(Value::as_str)
-        .unwrap_or("cancel");
+    let Some(kind) = kind else {
+        return Err(Refused::Other(
+            crate::interactions::InteractionError::NotFound {
+                session: engine.to_owned(),
+                id: id.to_owned(),
+            },
+        ));
+    };
+    // An error answer cancels; a result must say what it is (`action` is
+    // required by `ElicitResult`): a malformed one is not taken as cancel.
+    let action = match result {
+        None => "cancel",
+        Some(r) if !r.is_object() => {
+            return Err(Refused::Invalid(
+                "result: must be an object (an ElicitResult or a ListRootsResult)".into(),
+            ));
+        }
+        Some(_) if kind == Kind::Roots => "accept",
+        Some(r) => r.get("action").and_then(Value::as_str).ok_or_else(|| {
+            Refused::Invalid(
+                "result.action: required, one of \"accept\", \"decline\" or \"cancel\"".into(),
+            )
+        })?,
+    };
+    let kind = Some(kind);
     let roots = result.filter(|_| kind == Some(Kind::Roots));
     let action = match (kind, action) {
         (Some(Kind::Roots), _) if roots.is_some() => "accept",

@@ -28,9 +28,42 @@ use switchyard_mcp::{era, headers};
 /// How often a session's `usedAtMs` is written back, at most.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
 
+/// The most JSON an `initialize`'s `capabilities` or `clientInfo` may
+/// take; each is kept with the session.
+pub const MAX_CLIENT_FIELD_BYTES: usize = 16 * 1024;
+
+/// An `initialize`'s `capabilities` and `clientInfo` (`{}` when absent),
+/// which are kept with the session, in the store and in every replica's
+/// memory. Errors: -32602 for one that is not an object, or over
+/// [`MAX_CLIENT_FIELD_BYTES`].
+fn client_fields(params: &serde_json::Map<String, Value>) -> Result<[Value; 2], McpError> {
+    let mut kept = [json!({}), json!({})];
+    for (field, slot) in ["capabilities", "clientInfo"].into_iter().zip(&mut kept) {
+        match params.get(field) {
+            None => {}
+            Some(v @ Value::Object(_)) if v.to_string().len() <= MAX_CLIENT_FIELD_BYTES => {
+                *slot = v.clone();
+            }
+            Some(Value::Object(_)) => {
+                return Err(McpError::invalid_params(format!(
+                    "params.{field}: more than {MAX_CLIENT_FIELD_BYTES} bytes of JSON"
+                )));
+            }
+            Some(_) => {
+                return Err(McpError::invalid_params(format!(
+                    "params.{field}: must be an object"
+                )));
+            }
+        }
+    }
+    Ok(kept)
+}
+
 /// Answers `initialize` on `scope` for `caller`: a new session, its
 /// engine session, and the `InitializeResult` with the id in
-/// `Mcp-Session-Id`. Errors: -32602 (params), unavailable store.
+/// `Mcp-Session-Id`. Errors: -32602 (params: `capabilities` and
+/// `clientInfo` must be objects of at most [`MAX_CLIENT_FIELD_BYTES`]),
+/// unavailable store.
 pub async fn initialize(
     ep: &Endpoint,
     scope: &Scope,
@@ -51,6 +84,8 @@ pub async fn initialize(
         .find(|v| **v == requested)
         .copied()
         .unwrap_or(VERSIONS[0]);
+    let [client_capabilities, client_info] =
+        client_fields(&msg.params).map_err(|e| e.with_id(msg.id.as_ref()))?;
     let owner = caller.map(|c| c.name.clone()).unwrap_or_default();
     let id = switchyard_common::ids::new_id();
     let now = now_ms();
@@ -72,8 +107,8 @@ pub async fn initialize(
         engine_session,
         owner,
         protocol_version: version.to_owned(),
-        client_capabilities: msg.params.get("capabilities").cloned().unwrap_or(json!({})),
-        client_info: msg.params.get("clientInfo").cloned().unwrap_or(json!({})),
+        client_capabilities,
+        client_info,
         created_at_ms: now,
         used_at_ms: now,
         log_level: None,
@@ -150,7 +185,16 @@ pub async fn session(
     h: &HeaderMap,
     msg_id: Option<&Value>,
 ) -> Result<McpSessionRecord, McpError> {
-    let Some(id) = h.get(headers::SESSION_ID).and_then(|v| v.to_str().ok()) else {
+    let sent = h.get(headers::SESSION_ID);
+    if sent.is_some_and(|v| v.to_str().is_err()) {
+        return Err(McpError::new(
+            StatusCode::NOT_FOUND,
+            SESSION_NOT_FOUND,
+            "header Mcp-Session-Id: not a session of this endpoint (its ids are visible ASCII)",
+        )
+        .with_id(msg_id));
+    }
+    let Some(id) = sent.and_then(|v| v.to_str().ok()) else {
         return Err(McpError::bad_request(
             "header Mcp-Session-Id: required (send initialize first; a 2026-07-28 request carries MCP-Protocol-Version and params._meta instead)",
         )
@@ -232,5 +276,25 @@ pub async fn sweep(ep: &Endpoint) {
         .collect();
     for rec in expired {
         end(ep, &rec, "idle").await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_session_keeps_of_its_client_is_small_objects() {
+        let params = |v: Value| v.as_object().unwrap().clone();
+        let kept = client_fields(&params(json!({"clientInfo": {"name": "c"}}))).unwrap();
+        assert_eq!(kept, [json!({}), json!({"name": "c"})]);
+        let big = json!({"capabilities": {"x": "y".repeat(MAX_CLIENT_FIELD_BYTES)}});
+        let e = client_fields(&params(big)).unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (-32602, "params.capabilities: more than 16384 bytes of JSON")
+        );
+        let e = client_fields(&params(json!({"clientInfo": 5}))).unwrap_err();
+        assert_eq!(e.message, "params.clientInfo: must be an object");
     }
 }

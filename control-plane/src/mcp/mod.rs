@@ -324,6 +324,7 @@ async fn handled(
 ) -> Result<Response, McpError> {
     // 1. Host and Origin, then who is calling.
     ingress::check_host_and_origin(h, &ep.config, ep.loopback)?;
+    ingress::check_single_headers(h)?;
     let caller = authenticate(ep, h)?;
     check_scope(ep, scope, caller.as_ref()).await?;
     // GET opens a 2025-11-25 session's stream; DELETE ends the session.

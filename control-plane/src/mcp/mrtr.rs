@@ -120,8 +120,11 @@ pub async fn serve(
         }
         Some(state) => {
             let state = state.as_str().ok_or_else(|| rejected(ep, "malformed"))?;
+            // Checked before the state is spent: a refused retry changes
+            // nothing, and the corrected one may use the same state.
+            let responses = input_responses(msg)?;
             let p = open(ep, scope, caller, msg, state).await?;
-            let answered = take_responses(ep, &p, msg).await?;
+            let answered = take_responses(ep, &p, responses).await;
             (p.s, p.r, None, answered)
         }
     };
@@ -519,29 +522,32 @@ async fn open(
     Ok(pending)
 }
 
-/// Answers the run's open interactions that `msg`'s `inputResponses`
-/// name, and returns the ids answered; other keys are ignored (mrtr
-/// "Error Handling"). An answer that does not fit its question leaves it
-/// open, to be asked again. Errors: -32602 for `inputResponses` that is
-/// not an object.
+/// `msg`'s `inputResponses`, if any. Errors: -32602 when it is not an
+/// object.
+fn input_responses(msg: &Message) -> Result<Option<&serde_json::Map<String, Value>>, McpError> {
+    match msg.params.get("inputResponses") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(_) => Err(McpError::invalid_params(
+            "params.inputResponses: must be an object keyed by the inputRequests keys",
+        )),
+    }
+}
+
+/// Answers the run's open interactions that `responses` (a retry's
+/// `inputResponses`) name, and returns the ids answered; other keys are
+/// ignored (mrtr "Error Handling"). An answer that does not fit its
+/// question leaves it open, to be asked again.
 async fn take_responses(
     ep: &Endpoint,
     p: &Pending,
-    msg: &Message,
-) -> Result<Vec<String>, McpError> {
-    let mut answered = Vec::new();
-    let responses = match msg.params.get("inputResponses") {
-        None | Some(Value::Null) => return Ok(answered),
-        Some(Value::Object(m)) => m,
-        Some(_) => {
-            return Err(McpError::invalid_params(
-                "params.inputResponses: must be an object keyed by the inputRequests keys",
-            ));
-        }
+    responses: Option<&serde_json::Map<String, Value>>,
+) -> Vec<String> {
+    let Some(responses) = responses else {
+        return Vec::new();
     };
     let open = interactions::open_of(ep, &p.s, &p.r);
-    answered.extend(interactions::answer_open(ep, &p.s, &open, responses).await);
-    Ok(answered)
+    interactions::answer_open(ep, &p.s, &open, responses).await
 }
 
 #[cfg(test)]

@@ -169,6 +169,8 @@ impl McpError {
                 jsonrpc::INVALID_PARAMS
             }
             Kind::Unimplemented => jsonrpc::METHOD_NOT_FOUND,
+            // The client reused the id of a request still in flight.
+            Kind::AlreadyExists => INVALID_REQUEST,
             _ => INTERNAL_ERROR,
         };
         McpError::rpc(code, e.message)
@@ -453,6 +455,14 @@ mod tests {
             -32602
         );
         assert_eq!(McpError::from_call(missing, Era::Legacy).code, -32002);
+        let twice = CallError::new(
+            Kind::AlreadyExists,
+            "call_id: a call \"7\" is already running",
+        );
+        assert_eq!(
+            McpError::from_call(twice, Era::Legacy).code,
+            INVALID_REQUEST
+        );
     }
 
     #[test]

@@ -169,7 +169,9 @@ fn not_found(id: &str) -> McpError {
 
 fn store(e: BackgroundError) -> McpError {
     match e {
-        BackgroundError::NotFound(id) | BackgroundError::Invalid(id) => not_found(&id),
+        BackgroundError::NotFound(id) => not_found(&id),
+        // Not an id the store could hold: says what is wrong with it.
+        BackgroundError::Invalid(why) => McpError::invalid_params(format!("params.taskId: {why}")),
         e => McpError::rpc(respond::INTERNAL_ERROR, e.to_string()),
     }
 }

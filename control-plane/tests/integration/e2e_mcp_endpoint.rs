@@ -632,6 +632,21 @@ async fn modern_clients_get_every_server_and_every_check_in_order() {
     )
     .await;
     assert_eq!((s, code(&r)), (400, -32020), "{r}");
+    // The right one and another: a proxy may have acted on the other.
+    let mut two_methods = h.clone();
+    two_methods.push(("mcp-method", "prompts/list"));
+    let (s, _, r) = post(
+        &base,
+        "/mcp",
+        &two_methods,
+        body("tools/list", full_meta.clone()),
+    )
+    .await;
+    assert_eq!((s, code(&r)), (400, -32020), "{r}");
+    assert_eq!(
+        r["error"]["message"], "more than one mcp-method header: send it once",
+        "{r}"
+    );
     let (s, _, r) = modern(
         &base,
         "/mcp",
@@ -751,6 +766,28 @@ async fn legacy_sessions_are_stored_bound_to_their_url_and_end_on_delete() {
     old["params"]["protocolVersion"] = json!("1999-01-01");
     let (_, _, r) = post(&base, "/mcp", &JSON_HEADERS, old.to_string()).await;
     assert_eq!(r["result"]["protocolVersion"], "2025-11-25");
+    // What is kept with a session is bounded: `clientInfo` and
+    // `capabilities` are small objects (legacy.rs's unit test has the
+    // size), or no session is opened.
+    for (field, value, says) in [
+        (
+            "clientInfo",
+            json!(5),
+            "params.clientInfo: must be an object",
+        ),
+        (
+            "capabilities",
+            json!("all"),
+            "params.capabilities: must be an object",
+        ),
+    ] {
+        let mut big = init.clone();
+        big["params"][field] = value;
+        let (s, h, r) = post(&base, "/mcp", &JSON_HEADERS, big.to_string()).await;
+        assert_eq!((s, code(&r)), (200, -32602), "{r}");
+        assert_eq!(r["error"]["message"], says);
+        assert!(h.get("mcp-session-id").is_none(), "{h:?}");
+    }
 
     let in_session = |extra: &[(&'static str, &'static str)]| {
         let mut h: Vec<(&str, String)> = JSON_HEADERS
@@ -1337,6 +1374,25 @@ async fn modern_clients_answer_questions_through_input_required() {
             );
             assert_eq!(r["id"], 7, "{r}");
         }
+        // `inputResponses` that is not an object: refused before the state
+        // is spent, so the corrected retry may use it.
+        let r = modern_call(
+            &base,
+            "/mcp",
+            tool,
+            json!({}),
+            elicits.clone(),
+            Some((json!([]), state.as_str())),
+        )
+        .await;
+        assert_eq!(code(&r), -32602, "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("params.inputResponses: must be an object"),
+            "{r}"
+        );
         // The real retry resumes the same call, on its answer.
         let done = modern_call(
             &base,
@@ -1401,6 +1457,27 @@ async fn modern_clients_answer_questions_through_input_required() {
     assert_eq!(key2, key, "the same question: {again}");
     let state2 = again["result"]["requestState"].as_str().unwrap().to_owned();
     assert_ne!(state2, state);
+    // So is an answer that is no `ElicitResult` (no `action`, a result
+    // that is not an object): it is not taken as cancel.
+    let mut state2 = state2;
+    for malformed in [
+        json!({"content": form}),
+        json!({"action": 5}),
+        json!("accept"),
+    ] {
+        let again = modern_call(
+            &base,
+            "/mcp",
+            "shop__confirm_order_form",
+            json!({}),
+            elicits.clone(),
+            Some((json!({key.clone(): malformed.clone()}), &state2)),
+        )
+        .await;
+        let (key3, _) = one_question(&again);
+        assert_eq!(key3, key, "{malformed} is asked again: {again}");
+        state2 = again["result"]["requestState"].as_str().unwrap().to_owned();
+    }
     let declined = modern_call(
         &base,
         "/mcp",

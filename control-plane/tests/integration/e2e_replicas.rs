@@ -488,6 +488,16 @@ async fn mcp_clients_are_served_by_any_replica() {
     let mut stream = Sse::of(resp);
     let question = stream.next().await;
     assert_eq!(question["method"], "elicitation/create", "{question}");
+    // An answer to a question this session was not asked is refused and
+    // cancels nothing.
+    let stray = json!({"jsonrpc": "2.0", "id": "sy-nope", "result": {"action": "cancel"}});
+    let (status, _, r) = post(&bases[1], "/mcp", &in_session, stray.to_string()).await;
+    assert_eq!(status, 400, "{r}");
+    let says = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        says.starts_with("the answer to sy-nope: interaction \"nope\" not found"),
+        "{r}"
+    );
     let answer = json!({"jsonrpc": "2.0", "id": question["id"],
         "result": {"action": "accept", "content": form}});
     let (status, _, r) = post(&bases[1], "/mcp", &in_session, answer.to_string()).await;

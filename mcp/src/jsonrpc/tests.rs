@@ -90,3 +90,33 @@ fn preview_is_single_line_and_char_safe() {
     assert_eq!(preview("ab\ncd".as_bytes(), 10), "ab cd");
     assert_eq!(preview("🚂🚂🚂".as_bytes(), 2), "🚂🚂…");
 }
+
+#[test]
+fn integers_beyond_64_bits_are_found_outside_strings() {
+    fn found(t: &str) -> Option<&str> {
+        wide_integer(t.as_bytes())
+    }
+    assert_eq!(
+        found(r#"{"a": 1, "big": 123456789012345678901234567890}"#),
+        Some("123456789012345678901234567890")
+    );
+    assert_eq!(
+        found(r#"[-9223372036854775809]"#),
+        Some("-9223372036854775809")
+    );
+    assert_eq!(
+        found(r#"[18446744073709551616]"#),
+        Some("18446744073709551616")
+    );
+    // At the edges of the range, doubles, and digits in strings and keys.
+    for fine in [
+        r#"[18446744073709551615, -9223372036854775808, 0, -0, 7]"#,
+        r#"[1.5, 1e400, 123456789012345678901234567890.0, 1E30, -2.5e-3]"#,
+        r#"{"123456789012345678901234567890": "99999999999999999999999", "e\"123456789012345678901234567890": 1}"#,
+    ] {
+        assert_eq!(found(fine), None, "{fine}");
+    }
+    // What serde_json does with one, which is why it is refused.
+    let v: serde_json::Value = serde_json::from_str("123456789012345678901234567890").unwrap();
+    assert_eq!(v.to_string(), "1.2345678901234568e+29");
+}

@@ -10,24 +10,18 @@ use super::Upstream;
 use crate::interactions::ProgressSink as Sink;
 use serde_json::Value;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use switchyard_mcp::methods;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
-/// Sets `params._meta.progressToken` to a token of this process's own
-/// (`sy-progress-<random>-N`: nobody can guess it and send progress for
-/// another caller's request with it) and returns it with the caller's;
-/// `None` (params unchanged) when the caller sent no token.
+/// Sets `params._meta.progressToken` to a token of our own for this
+/// request (`sy-progress-<128 random bits>`, drawn anew for each: neither
+/// a server that sees one nor anybody else can guess another caller's and
+/// send progress with it) and returns it with the caller's; `None` (params
+/// unchanged) when the caller sent no token.
 pub fn retoken(params: &mut Value) -> Option<(Value, Value)> {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let meta = params.get_mut("_meta")?.as_object_mut()?;
     let theirs = meta.get("progressToken")?.clone();
-    let prefix = PREFIX.get_or_init(switchyard_common::ids::new_id);
-    let ours = Value::String(format!(
-        "sy-progress-{prefix}-{}",
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
+    let ours = Value::String(format!("sy-progress-{}", switchyard_common::ids::new_id()));
     meta.insert("progressToken".into(), ours.clone());
     Some((ours, theirs))
 }
@@ -117,12 +111,17 @@ mod tests {
         let mut none = json!({"name": "t", "_meta": {"k": 1}});
         assert!(retoken(&mut none).is_none());
         assert_eq!(none, json!({"name": "t", "_meta": {"k": 1}}));
-        // Not guessable from the outside: a random part, then a counter.
-        let text = ours.as_str().unwrap();
-        assert!(
-            text.starts_with("sy-progress-") && text.len() > "sy-progress-1".len() + 16,
-            "{text}"
-        );
+        // Not guessable from another: random, with nothing in common.
+        let random = |t: &Value| {
+            t.as_str()
+                .unwrap()
+                .strip_prefix("sy-progress-")
+                .unwrap()
+                .to_owned()
+        };
+        let (a, b) = (random(&ours), random(&again));
+        assert_eq!((a.len(), b.len()), (32, 32), "{a} {b}");
+        assert_ne!(a[..16], b[..16], "no shared prefix");
     }
 
     #[test]
