@@ -588,14 +588,22 @@ pub fn client_capabilities(scope: &Scope, declared: Option<&Value>, asked: bool)
     }
 }
 
-/// Whether the client declared tasks for `tools/call`: 2025-11-25
-/// `capabilities` of its session (`tasks.requests.tools.call`), 2026-07-28
-/// the request's client capabilities (`extensions[io.modelcontextprotocol/tasks]`).
+/// Whether the client takes a task for this `tools/call`. 2025-11-25: the
+/// request asks for one (`params.task`; a requestor sends it when the
+/// receiver declares `tasks.requests.tools.call`, as this endpoint does:
+/// the schema has no client capability for it, and a request without it
+/// expects a `CallToolResult`), or the session's `capabilities` carry
+/// `tasks.requests.tools.call` (which this endpoint took as the
+/// declaration before). 2026-07-28: the request's client capabilities
+/// (`extensions[io.modelcontextprotocol/tasks]`).
 pub fn tasks_declared(era: Era, session_capabilities: Option<&Value>, msg: &Message) -> bool {
     match era {
-        Era::Legacy => session_capabilities
-            .and_then(|c| c.pointer("/tasks/requests/tools/call"))
-            .is_some_and(Value::is_object),
+        Era::Legacy => {
+            tasks::wants_task(era, msg)
+                || session_capabilities
+                    .and_then(|c| c.pointer("/tasks/requests/tools/call"))
+                    .is_some_and(Value::is_object)
+        }
         Era::Modern => msg
             .meta()
             .and_then(|m| m.get(switchyard_mcp::meta::CLIENT_CAPABILITIES))

@@ -4,8 +4,9 @@
 //! the background call's id: a task outlives its request, the replica and
 //! the sidecar that run it, and any replica answers for it.
 //!
-//! - **When.** A client that declared tasks ([`super::tasks_declared`]: 2025-11-25
-//!   `capabilities.tasks.requests.tools.call`, 2026-07-28 the extension in
+//! - **When.** A client that takes tasks ([`super::tasks_declared`]:
+//!   2025-11-25 a `tools/call` with `task`, or a session that declared
+//!   `capabilities.tasks.requests.tools.call`; 2026-07-28 the extension in
 //!   the request's client capabilities) gets a task when its call moves to
 //!   the background: at once for a 2025-11-25 `tools/call` with `task`
 //!   ([`wants_task`]), else when stage B moves it (a tool whose background
@@ -419,6 +420,14 @@ mod tests {
             &msg(json!({}))
         ));
         assert!(!declared(Era::Legacy, None, &msg(json!({}))));
+        // The 2025-11-25 schema has no client capability for it: a request
+        // with `task` asks for one.
+        assert!(declared(Era::Legacy, None, &msg(json!({"task": {}}))));
+        assert!(declared(
+            Era::Legacy,
+            Some(&json!({"tasks": {}})),
+            &msg(json!({"task": {"ttl": 60000}}))
+        ));
         let modern = msg(
             json!({"_meta": {meta::CLIENT_CAPABILITIES: {"extensions": {meta::TASKS_EXTENSION: {}}}}}),
         );

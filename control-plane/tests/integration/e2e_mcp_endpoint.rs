@@ -2383,17 +2383,38 @@ async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
         legacy_session(json!({"tasks": {"requests": {"tools": {"call": {}}}}})).await;
     let hidden = send(stranger.clone(), 1, "tasks/get", json!({"taskId": task})).await;
     assert_eq!(code(&hidden), -32602, "{hidden}");
-    // A session that did not declare tasks gets the result, not a task.
+    // A session that declared nothing (the 2025-11-25 schema has no client
+    // capability for it, so SDKs declare none) gets a task when it asks
+    // for one, and the result when it does not.
     let (plain, init) = legacy_session(json!({})).await;
     assert!(
         init["result"]["capabilities"]["tasks"].is_object(),
         "{init}"
     );
     let r = send(
-        plain,
+        plain.clone(),
         1,
         "tools/call",
         json!({"name": "everything__echo", "arguments": {"message": "hi"}, "task": {"ttl": 60000}}),
+    )
+    .await;
+    let task = r["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {r}"))
+        .to_owned();
+    let result = send(plain.clone(), 2, "tasks/result", json!({"taskId": task})).await;
+    assert!(
+        result["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("hi"),
+        "{result}"
+    );
+    let r = send(
+        plain,
+        3,
+        "tools/call",
+        json!({"name": "everything__echo", "arguments": {"message": "hi"}}),
     )
     .await;
     assert!(
