@@ -13,8 +13,10 @@ grpcio-tools, into a temporary directory), then runs one turn of an engine:
 4. calls TOOL; if the call moved to the background, ends the turn and waits
    for its `background_call.*` event, whose `result.modelText` is what the
    model reads next; otherwise the answer's `text` is;
-5. answers an `interaction.required` event it cannot show to a user by
-   declining it (a real engine shows the card to its user);
+5. answers each `interaction.required` event as it comes, while the call
+   waits for it (an approval of a `confirm` tool, a server's form), by
+   denying or declining it: there is no user here (a real engine shows the
+   card to its user and answers with what they chose);
 6. deletes the session.
 
 It prints one JSON object per step on stdout and exits 0 when the call's
@@ -26,6 +28,7 @@ import json
 import os
 import pathlib
 import queue
+import shutil
 import sys
 import tempfile
 import threading
@@ -49,11 +52,18 @@ def generated_client(proto_root: pathlib.Path):
     sys.path.insert(0, str(out))
     from switchyard.v1 import engine_pb2, engine_pb2_grpc
 
+    # Imported: the generated files are no longer needed.
+    shutil.rmtree(out, ignore_errors=True)
     return engine_pb2, engine_pb2_grpc
 
 
+_said = threading.Lock()
+
+
 def say(step: str, **fields) -> None:
-    print(json.dumps({"step": step, **fields}), flush=True)
+    # One whole line at a time: the events thread says things too.
+    with _said:
+        print(json.dumps({"step": step, **fields}), flush=True)
 
 
 def main() -> int:
@@ -94,7 +104,25 @@ def main() -> int:
         def follow() -> None:
             try:
                 for ev in stream:
-                    events.put(ev)
+                    if ev.type == "interaction.required":
+                        # 5. Answered here, at once: a call in the foreground
+                        # waits for it. No user here: deny an approval,
+                        # decline a form or a URL.
+                        data = json.loads(ev.data_json)
+                        action = "deny" if data.get("kind") == "approval" else "decline"
+                        try:
+                            engine.AnswerInteraction(
+                                pb.AnswerInteractionRequest(
+                                    session_id=session.id, interaction_id=data["id"], action=action
+                                ),
+                                metadata=metadata,
+                            )
+                        except grpc.RpcError as e:  # answered elsewhere, or timed out
+                            say("not answered", interaction=data["id"], error=e.details())
+                            continue
+                        say("declined", interaction=data["id"], kind=data.get("kind"), action=action)
+                    else:
+                        events.put(ev)
             except grpc.RpcError:
                 pass  # cancelled at the end
 
@@ -119,14 +147,7 @@ def main() -> int:
             except queue.Empty:
                 break
             data = json.loads(ev.data_json)
-            if ev.type == "interaction.required":
-                # 5. No user here: decline (a real engine shows the card).
-                engine.AnswerInteraction(
-                    pb.AnswerInteractionRequest(session_id=session.id, interaction_id=data["id"], action="decline"),
-                    metadata=metadata,
-                )
-                say("declined", interaction=data["id"], kind=data.get("kind"))
-            elif ev.type.startswith("background_call.") and data.get("id") == moved:
+            if ev.type.startswith("background_call.") and data.get("id") == moved:
                 result = data.get("result") or {}
                 say("event", type=ev.type, id=moved, model_text=result.get("modelText", ""))
                 return 0 if ev.type == "background_call.completed" else 1

@@ -112,6 +112,23 @@ pub(super) fn question(
     }
 }
 
+/// A URL question for a 2025-11-25 client carries the `elicitationId`
+/// that era requires (`ElicitRequestURLParams`): the server's, else the
+/// interaction's id (a 2026-07-28 server's question has none; a client
+/// drops a request without it, and the question would go unanswered).
+fn with_elicitation_id(rec: &InteractionRecord, params: &mut Value) {
+    if rec.kind != Kind::Url || params.get("elicitationId").is_some_and(Value::is_string) {
+        return;
+    }
+    let id = match rec.elicitation_id.is_empty() {
+        true => &rec.id,
+        false => &rec.elicitation_id,
+    };
+    if let Some(p) = params.as_object_mut() {
+        p.insert("elicitationId".into(), id.as_str().into());
+    }
+}
+
 /// The key question `rec` is shown under, among the open questions
 /// `open`, in `inputRequests`: the server's own key (a 2026-07-28 server's
 /// `inputRequests` key, so a client sees the server's names) when no
@@ -200,6 +217,7 @@ pub fn stream(
                 if asked.insert(rec.id.clone())
                     && let Some((method, mut params)) = question(&rec, caps)
                 {
+                    with_elicitation_id(&rec, &mut params);
                     if let Some(bg) = &task {
                         relate_to(&mut params, &bg.id);
                     }
@@ -499,6 +517,33 @@ mod tests {
             expires_at_ms: 1,
             resolved_at_ms: 0,
         }
+    }
+
+    #[test]
+    fn url_questions_to_2025_11_25_clients_carry_an_elicitation_id() {
+        let mut url = rec(
+            "i-1",
+            Kind::Url,
+            "k",
+            r#"{"mode":"url","message":"m","url":"https://x"}"#,
+        );
+        let caps = json!({"elicitation": {"form": {}, "url": {}}});
+        let (_, mut params) = question(&url, &caps).unwrap();
+        with_elicitation_id(&url, &mut params);
+        assert_eq!(params["elicitationId"], "i-1");
+        url.elicitation_id = "theirs".into();
+        let (_, mut params) = question(&url, &caps).unwrap();
+        with_elicitation_id(&url, &mut params);
+        assert_eq!(params["elicitationId"], "theirs");
+        let form = rec(
+            "i-2",
+            Kind::Form,
+            "k",
+            r#"{"mode":"form","message":"m","requestedSchema":{}}"#,
+        );
+        let (_, mut params) = question(&form, &caps).unwrap();
+        with_elicitation_id(&form, &mut params);
+        assert!(params.get("elicitationId").is_none());
     }
 
     #[test]

@@ -130,5 +130,30 @@ async fn the_python_example_runs_a_turn_with_and_without_the_background() {
     // The example deleted its sessions.
     let sessions = ok_stdout(&gw.cli(&["sessions", "list", "--json"]).await, "sessions");
     assert!(!sessions.contains(step(&steps, "session")["id"].as_str().unwrap()));
+
+    // A call that waits for an approval in the foreground: the example
+    // declines it as it comes, and the call ends denied.
+    ok_stdout(
+        &gw.cli(&[
+            "policy",
+            "set",
+            "orders",
+            "get_order",
+            "confirm",
+            "--background",
+            "auto",
+        ])
+        .await,
+        "policy set",
+    );
+    let (status, steps) = run_example(&gw.endpoint, "orders__get_order").await;
+    assert_eq!(status, 0, "{steps:?}");
+    assert_eq!(step(&steps, "declined")["kind"], "approval", "{steps:?}");
+    let result = step(&steps, "result");
+    assert_eq!(result["background"], false, "{result}");
+    assert!(
+        result["text"].as_str().unwrap().contains("denied"),
+        "{result}"
+    );
     gw.stop().await;
 }
