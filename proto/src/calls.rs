@@ -287,10 +287,13 @@ pub const OUTCOMES_QUEUED: usize = 256;
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Sends notifications about one call served by [`serve`], before its
-/// outcome. Cheap to clone.
+/// outcome. Cheap to clone. It does not keep the outcome stream open: one
+/// kept after its call ended (a pooled upstream connection may hold it)
+/// does not stop the stream from ending when the server stops, and
+/// notifies nothing once it has.
 pub struct Notifier<F: Frames> {
     id: u64,
-    tx: mpsc::Sender<Result<F::Outcome, Status>>,
+    tx: mpsc::WeakSender<Result<F::Outcome, Status>>,
 }
 
 impl<F: Frames> Clone for Notifier<F> {
@@ -313,8 +316,10 @@ impl<F: Frames> Notifier<F> {
     /// of the call, unless the outcome queue is full or the notification
     /// is over the message limit: best effort, never waits.
     pub fn notify(&self, json: String) {
-        if json.len() < MAX_MESSAGE_BYTES - 64 {
-            let _ = self.tx.try_send(Ok(F::notification(self.id, json)));
+        if json.len() < MAX_MESSAGE_BYTES - 64
+            && let Some(tx) = self.tx.upgrade()
+        {
+            let _ = tx.try_send(Ok(F::notification(self.id, json)));
         }
     }
 }
@@ -414,7 +419,10 @@ where
                         }
                     };
                     if refused.is_none() {
-                        let notifier = Notifier { id, tx: tx.clone() };
+                        let notifier = Notifier {
+                            id,
+                            tx: tx.downgrade(),
+                        };
                         let call = handle(call, token, notifier);
                         let done = Done {
                             id,

@@ -2012,7 +2012,9 @@ async fn progress_reaches_the_client_on_its_request_stream_in_both_eras() {
         three_steps(&notes, &response, &json!("tok"), &json!("call-1"));
         assert!(response["result"].get("resultType").is_none(), "{response}");
     }
-    gw.stop().await;
+    // The calls whose progress was relayed are over: nothing keeps a
+    // sidecar's drain waiting.
+    gw.stop_drained().await;
 }
 
 /// A 2026-07-28 request of `method` on `path` with `params` (`name`: the
@@ -2783,7 +2785,9 @@ async fn log_messages_reach_only_the_client_whose_call_caused_them() {
         streamed(call(s, "s1", "/mcp/servers/fixture-stdio").await.unwrap()).await;
     assert_eq!(notes, Vec::<Value>::new());
     tool_answered(&response, &json!("s1"));
-    gw.stop().await;
+    // The calls whose log messages were relayed are over: nothing keeps
+    // a sidecar's drain waiting.
+    gw.stop_drained().await;
 }
 
 /// The headers of a request in 2025-11-25 session `session`.

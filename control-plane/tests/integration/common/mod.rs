@@ -436,9 +436,28 @@ impl Gateway {
         self.wait_servers_up(wait_for, START_LIMIT).await;
     }
 
+    /// [`Gateway::stop`], checking that no sidecar had a call left to
+    /// cancel: every call of the test had ended, so the drain must not
+    /// wait out its grace period (a stream kept open by a finished call's
+    /// relay did).
+    pub async fn stop_drained(mut self) -> Duration {
+        let took = self.terminate().await;
+        let text = self.log();
+        assert!(text.contains("in-flight calls drained"), "{text}");
+        assert!(
+            !text.contains("grace period over"),
+            "a drain waited out its grace period with no call running:\n{text}"
+        );
+        took
+    }
+
     /// SIGTERM to `up`; waits (bounded) for it to exit 0 with its whole
     /// process tree gone. Returns how long the stop took.
     pub async fn stop(mut self) -> Duration {
+        self.terminate().await
+    }
+
+    async fn terminate(&mut self) -> Duration {
         let mut up = self.up.take().expect("running");
         let tree = descendants(self.pid);
         let started = Instant::now();
