@@ -396,6 +396,7 @@ pub fn status_of(snap: &Snapshot, rec: &ServerRecord) -> pb::ServerStatus {
         oauth: None,
         // Only this replica's `up` knows ([`AdminApi::full_status`]).
         launch_error: String::new(),
+        unchanged: false,
     }
 }
 
@@ -776,6 +777,11 @@ impl AdminService for AdminApi {
                 new.client_secret_sealed = true;
             }
         }
+        // Compared opened: the same secrets given again are no change
+        // (`up` starts no sidecar for it; the CLI need not wait for one).
+        let unchanged = old.as_ref().is_some_and(|o| {
+            crate::oauth::server_secrets::same(self.cp.oauth.key_ring().map(|r| &**r), &spec, o)
+        });
         // URLs compared opened: sealed again, a part is another text.
         let url = |s: &ServerConfig| self.cp.oauth.server_url(s).ok();
         if old.is_some_and(|o| {
@@ -803,7 +809,9 @@ impl AdminService for AdminApi {
                 spec,
                 origin: Origin::Admin,
             });
-        Ok(Response::new(self.full_status(&snap, &rec).await))
+        let mut status = self.full_status(&snap, &rec).await;
+        status.unchanged = unchanged;
+        Ok(Response::new(status))
     }
 
     async fn remove_server(

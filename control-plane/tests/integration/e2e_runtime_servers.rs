@@ -772,6 +772,15 @@ async fn servers_update_changes_only_the_settings_given() {
         ok_stdout(&out, "servers update").trim(),
         "upd unchanged (up)"
     );
+    // So is the same secret given again (compared opened by the control
+    // plane: the CLI only has `[redacted]`), at once, exit 0.
+    let out = gw
+        .cli(&["servers", "update", "upd", "--env", "API_TOKEN=tok-SECRET"])
+        .await;
+    assert_eq!(
+        ok_stdout(&out, "servers update").trim(),
+        "upd unchanged (up)"
+    );
 
     // A command that cannot start: refused while the token would go to it
     // unseen; given up, stored, and exit 1 once no sidecar with it

@@ -325,6 +325,12 @@ async fn update(client: &mut Admin, a: ServerUpdateArgs) -> Result<(), Failure> 
         .update_server(pb::UpdateServerRequest { spec: Some(spec) })
         .await?
         .into_inner();
+    // The same settings again (secrets too, compared by the control
+    // plane): nothing restarts.
+    if status.unchanged {
+        out!("{name} unchanged ({})", status.state);
+        return Ok(());
+    }
     // An oauth server that is not authorized cannot come up.
     let authorized = status
         .oauth
