@@ -1,5 +1,6 @@
 //! Cards: how the CLI prints one record over several lines. An interaction
-//! (a form's fields, a URL and its domain, or the call to approve, with the
+//! (a form's fields, a URL and its domain, or the call to approve and its
+//! arguments, with the
 //! `switchyard answer` flags that fit), a background call's event (what
 //! finished, then what the model reads or why it failed), and a server's
 //! status with its tools. `switchyard events`, `switchyard interactions`
@@ -48,6 +49,15 @@ pub fn render_interaction(i: &pb::Interaction, how: bool) -> Vec<String> {
             // the caller's own is shown.
             if i.message != format!("Allow the call to {} on {}?", i.tool, i.server) {
                 lines.push(format!("message: {}", i.message));
+            }
+            // What would be approved (as the console's card shows it), on
+            // one line, cut at 500 characters.
+            if !i.arguments_json.trim().is_empty() {
+                let args = parse_json_text(&i.arguments_json).to_string();
+                lines.push(format!(
+                    "with: {}",
+                    switchyard_mcp::jsonrpc::preview(args.as_bytes(), 500)
+                ));
             }
         }
         _ => lines.push(format!("message: {}", i.message)),
@@ -543,6 +553,17 @@ mod tests {
         let text = render_interaction(&default, true).join("\n");
         assert_eq!(text.matches("create_order on orders?").count(), 1, "{text}");
         assert!(!text.contains("message:"), "{text}");
+        assert!(!text.contains("with:"), "no arguments: {text}");
+        // The arguments to approve, on one line.
+        let with_args = pb::Interaction {
+            arguments_json: "{\"customer_id\": \"C-3\",\n \"qty\": 2}".into(),
+            ..default.clone()
+        };
+        let text = render_interaction(&with_args, true).join("\n");
+        assert!(
+            text.contains("\nwith: {\"customer_id\":\"C-3\",\"qty\":2}"),
+            "{text}"
+        );
         let own = pb::Interaction {
             message: "Refunds over $500 need a second pair of eyes".into(),
             ..approval
