@@ -148,7 +148,7 @@ impl Remote {
                 "the control plane accepted the connection but does not answer: it may be stopped or overloaded, or the address is not the control plane's".to_owned()
             }
             _ if why.contains("not a grpc server") => format!(
-                "is {host_port} the control plane's gRPC address (control_plane.listen), not its HTTP one (control_plane.http_listen)?"
+                "is {host_port} the control plane's gRPC address (control_plane.listen), not its HTTP one (control_plane.http_listen) or its MCP endpoint (mcp.listen)?"
             ),
             (_, true) if why.contains("invalid peer certificate") => format!(
                 "is --ca-file {} the CA that signed the control plane's certificate, and does the certificate name the endpoint's host?",

@@ -336,7 +336,9 @@ pub fn check_media(headers: &HeaderMap) -> Result<Accepts, McpError> {
         return Err(McpError::new(
             StatusCode::NOT_ACCEPTABLE,
             INVALID_REQUEST,
-            format!("Accept must include application/json and text/event-stream, not {accept:?}"),
+            format!(
+                "Accept must include application/json or text/event-stream (both, for answers that may stream), not {accept:?}"
+            ),
         ));
     }
     Ok(took)
