@@ -78,16 +78,47 @@ pub fn is_valid_id(id: &Value) -> bool {
     id.is_string() || id.is_i64() || id.is_u64()
 }
 
-/// The first integer written in `json` (JSON text; its strings are
-/// skipped) that is beyond the 64-bit range, below `i64::MIN` or above
-/// `u64::MAX`, as written. `serde_json`, which reads every message the
-/// gateway forwards, holds such a number as the nearest double, so it
-/// would reach the other side changed (`123456789012345678901234567890`
-/// as `1.2345678901234568e+29`): the edges refuse it instead. Numbers
-/// with a fraction or an exponent are doubles for every JSON reader and
-/// are not looked at. Linear in `json`'s length; `None` also for text
+/// A number in a JSON text that `serde_json`, which reads every message
+/// the gateway forwards, would not hold as written ([`inexact_number`]).
+/// Its `Display` says which and why: `the integer 1234… is beyond 64 bits`,
+/// `the number 0.1000…1 has more digits or range than a double holds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inexact<'a> {
+    /// The number as written.
+    pub written: &'a str,
+    /// Written as an integer (no fraction, no exponent).
+    pub integer: bool,
+}
+
+impl std::fmt::Display for Inexact<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = preview(self.written.as_bytes(), 40);
+        match self.integer {
+            true => write!(f, "the integer {shown} is beyond 64 bits"),
+            false => write!(
+                f,
+                "the number {shown} has more digits or range than a double holds"
+            ),
+        }
+    }
+}
+
+/// The most significant digits a double needs to be written exactly
+/// enough to be read back (shortest round trip: 17).
+const MAX_DOUBLE_DIGITS: usize = 17;
+
+/// The first number in `json` (JSON text; its strings are skipped) that
+/// would reach the other side changed: an integer beyond the 64-bit range
+/// (below `i64::MIN` or above `u64::MAX`: `serde_json` holds it as the
+/// nearest double, `123456789012345678901234567890` as
+/// `1.2345678901234568e+29`), or a number with a fraction or an exponent
+/// that is no double's: more than 17 significant digits
+/// (`0.1000000000000000000001` would become `0.1`), or not zero but read
+/// as zero (`1e-400`). A double, however its writer wrote it (`0.10`,
+/// `1e2`, `2.5E-3`, 17 digits), passes. The edges refuse such a number
+/// instead of changing it. Linear in `json`'s length; `None` also for text
 /// that is not JSON.
-pub fn wide_integer(json: &[u8]) -> Option<&str> {
+pub fn inexact_number(json: &[u8]) -> Option<Inexact<'_>> {
     let mut i = 0;
     while i < json.len() {
         match json[i] {
@@ -107,20 +138,58 @@ pub fn wide_integer(json: &[u8]) -> Option<&str> {
                 {
                     i += 1;
                 }
-                let token = std::str::from_utf8(&json[start..i]).ok()?;
-                let integer = !token.contains(['.', 'e', 'E']);
-                let fits = match token.starts_with('-') {
-                    true => token.parse::<i64>().is_ok(),
-                    false => token.parse::<u64>().is_ok(),
+                let written = std::str::from_utf8(&json[start..i]).ok()?;
+                let integer = !written.contains(['.', 'e', 'E']);
+                let exact = match (integer, written.starts_with('-')) {
+                    (true, true) => written.parse::<i64>().is_ok(),
+                    (true, false) => written.parse::<u64>().is_ok(),
+                    // Every way of writing a double needs at most 17
+                    // significant digits (a client's own double, written
+                    // by any of them, passes); more, or a value that is not
+                    // zero but reads as zero or infinity, is not a double.
+                    (false, _) => match (decimal(written), written.parse::<f64>()) {
+                        (Some((_, digits, _)), Ok(v)) => {
+                            digits.len() <= MAX_DOUBLE_DIGITS
+                                && v.is_finite()
+                                && (v != 0.0 || digits.is_empty())
+                        }
+                        _ => false,
+                    },
                 };
-                if integer && !fits && token.len() > 1 {
-                    return Some(token);
+                if !exact && written.len() > 1 {
+                    return Some(Inexact { written, integer });
                 }
             }
             _ => i += 1,
         }
     }
     None
+}
+
+/// A JSON number's exact decimal value, as (negative, significant digits
+/// without leading or trailing zeros, power of ten of the last one); zero
+/// is `(false, "", 0)` whatever its sign. `None` when the exponent does
+/// not fit an `i64`.
+fn decimal(number: &str) -> Option<(bool, String, i64)> {
+    let (negative, number) = match number.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, number),
+    };
+    let (mantissa, exponent) = match number.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i64>().ok()?),
+        None => (number, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{whole}{fraction}");
+    let digits = digits.trim_start_matches('0');
+    let trimmed = digits.trim_end_matches('0');
+    if trimmed.is_empty() {
+        return Some((false, String::new(), 0));
+    }
+    let power = exponent
+        .checked_sub(i64::try_from(fraction.len()).ok()?)?
+        .checked_add(i64::try_from(digits.len() - trimmed.len()).ok()?)?;
+    Some((negative, trimmed.to_owned(), power))
 }
 
 /// Builds a request with our own upstream id.

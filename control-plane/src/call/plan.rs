@@ -122,9 +122,9 @@ pub fn params_json(tool: &str, arguments_json: &str, meta_json: &str) -> Result<
 }
 
 /// `text` checked to be one JSON object (surrounding white space dropped)
-/// without an integer beyond 64 bits (the sidecar would forward it changed:
-/// [`switchyard_mcp::jsonrpc::wide_integer`]); `None` when blank. Errors:
-/// INVALID_ARGUMENT naming `field`.
+/// without a number a double would change (the sidecar would forward it
+/// changed: [`switchyard_mcp::jsonrpc::inexact_number`]); `None` when
+/// blank. Errors: INVALID_ARGUMENT naming `field`.
 fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, CallError> {
     let text = text.trim();
     if text.is_empty() {
@@ -137,10 +137,9 @@ fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, CallErr
             "{field}: must be a JSON object"
         )));
     }
-    if let Some(wide) = switchyard_mcp::jsonrpc::wide_integer(raw.get().as_bytes()) {
+    if let Some(inexact) = switchyard_mcp::jsonrpc::inexact_number(raw.get().as_bytes()) {
         return Err(CallError::invalid_argument(format!(
-            "{field}: the integer {} is beyond 64 bits: it would not reach the server as sent (send it as a string)",
-            switchyard_mcp::jsonrpc::preview(wide.as_bytes(), 40)
+            "{field}: {inexact}: it would not reach the server as sent (send it as a string)"
         )));
     }
     Ok(Some(raw.get()))
@@ -151,7 +150,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn params_are_spliced_as_given_and_wide_integers_refused() {
+    fn params_are_spliced_as_given_and_inexact_numbers_refused() {
         let p = params_json("t", r#" {"n": 1.50, "s": "99999999999999999999999"} "#, "").unwrap();
         assert_eq!(
             p,
@@ -161,6 +160,12 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "meta_json: the integer 18446744073709551616 is beyond 64 bits: it would not reach the server as sent (send it as a string)"
+        );
+        let e = params_json("t", r#"{"x": 0.1000000000000000000001}"#, "").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("arguments_json: the number 0.1000000000000000000001 has more digits"),
+            "{e}"
         );
     }
 }

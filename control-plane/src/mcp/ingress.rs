@@ -16,9 +16,10 @@
 //!   `mcp.body_timeout_sec` (408); the bodies being read at once hold at
 //!   most [`BODIES_AT_ONCE`] times that (503) ([`read_body`]);
 //! - it is one JSON-RPC request, notification or response: not JSON is
-//!   -32700, a batch or anything else -32600, both with 400; an integer
-//!   beyond 64 bits anywhere is -32602, as it would be forwarded changed
-//!   ([`parse`], [`jsonrpc::wide_integer`]).
+//!   -32700, a batch or anything else -32600, both with 400; a number
+//!   anywhere that a double would change (an integer beyond 64 bits, more
+//!   digits than a double holds) is -32602, as it would be forwarded
+//!   changed ([`parse`], [`jsonrpc::inexact_number`]).
 
 use super::respond::{INVALID_REQUEST, McpError, PARSE_ERROR};
 use crate::config::McpConfig;
@@ -457,14 +458,11 @@ pub fn parse(body: &[u8]) -> Result<Message, McpError> {
                 .with_id(id.as_ref().filter(|i| jsonrpc::is_valid_id(i))),
         );
     };
-    if let Some(wide) = jsonrpc::wide_integer(body) {
+    if let Some(inexact) = jsonrpc::inexact_number(body) {
         return Err(McpError::new(
             StatusCode::BAD_REQUEST,
             jsonrpc::INVALID_PARAMS,
-            format!(
-                "the integer {} is beyond 64 bits: it would not reach the server as sent (send it as a string)",
-                jsonrpc::preview(wide.as_bytes(), 40)
-            ),
+            format!("{inexact}: it would not reach the server as sent (send it as a string)"),
         )
         .with_id(id.as_ref()));
     }

@@ -113,6 +113,9 @@ pub async fn serve(
     let mut changes = ep.cp.state.subscribe();
     let (session, run, mut local, mut answered) = match msg.params.get("requestState") {
         None => {
+            // A first request's answers (see `early` below) are refused as a
+            // retry's are, before anything starts.
+            input_responses(msg)?;
             let session = session_for(ep, scope, caller).await?;
             let run = switchyard_common::ids::new_id();
             let local = start(ep, scope, caller, h, msg, (&session, &run), progress);

@@ -1393,6 +1393,18 @@ async fn modern_clients_answer_questions_through_input_required() {
                 .starts_with("params.inputResponses: must be an object"),
             "{r}"
         );
+        // So is a first request's (nothing starts).
+        let mut h: Vec<(&str, &str)> = JSON_HEADERS.to_vec();
+        h.extend([
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", tool),
+        ]);
+        let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+            "name": tool, "arguments": {}, "inputResponses": [],
+            "_meta": {VERSION: "2026-07-28", CAPS: elicits}}});
+        let (_, _, r) = post(&base, "/mcp", &h, body.to_string()).await;
+        assert_eq!(code(&r), -32602, "{r}");
         // The real retry resumes the same call, on its answer.
         let done = modern_call(
             &base,

@@ -92,31 +92,55 @@ fn preview_is_single_line_and_char_safe() {
 }
 
 #[test]
-fn integers_beyond_64_bits_are_found_outside_strings() {
-    fn found(t: &str) -> Option<&str> {
-        wide_integer(t.as_bytes())
+fn numbers_a_double_would_change_are_found_outside_strings() {
+    fn found(t: &str) -> Option<(&str, bool)> {
+        inexact_number(t.as_bytes()).map(|n| (n.written, n.integer))
     }
     assert_eq!(
         found(r#"{"a": 1, "big": 123456789012345678901234567890}"#),
-        Some("123456789012345678901234567890")
+        Some(("123456789012345678901234567890", true))
     );
     assert_eq!(
         found(r#"[-9223372036854775809]"#),
-        Some("-9223372036854775809")
+        Some(("-9223372036854775809", true))
     );
     assert_eq!(
         found(r#"[18446744073709551616]"#),
-        Some("18446744073709551616")
+        Some(("18446744073709551616", true))
     );
-    // At the edges of the range, doubles, and digits in strings and keys.
+    for changed in [
+        "0.1000000000000000000001",
+        "1e-400",
+        "18446744073709551616.0",
+        "12345678901234567891e5",
+        "3.141592653589793238462643383279",
+    ] {
+        assert_eq!(
+            found(&format!("[{changed}]")),
+            Some((changed, false)),
+            "{changed}"
+        );
+    }
+    // At the edges of the range, numbers doubles hold, and digits in
+    // strings and keys.
     for fine in [
         r#"[18446744073709551615, -9223372036854775808, 0, -0, 7]"#,
-        r#"[1.5, 1e400, 123456789012345678901234567890.0, 1E30, -2.5e-3]"#,
-        r#"{"123456789012345678901234567890": "99999999999999999999999", "e\"123456789012345678901234567890": 1}"#,
+        r#"[1.5, 0.10, 1e2, 1E30, -2.5e-3, 0.1, 1.0, 0e5, -0.0, 123456789012345680000.0, 5e-324]"#,
+        // A double written with more digits than the shortest form needs
+        // (older Java writers) is still a double.
+        r#"[2.0000000000000004, 0.30000000000000004, 1.2345678901234567E-5]"#,
+        r#"{"123456789012345678901234567890": "99999999999999999999999", "e\"1.000000000000000000001": 1}"#,
     ] {
         assert_eq!(found(fine), None, "{fine}");
     }
-    // What serde_json does with one, which is why it is refused.
-    let v: serde_json::Value = serde_json::from_str("123456789012345678901234567890").unwrap();
-    assert_eq!(v.to_string(), "1.2345678901234568e+29");
+    // What serde_json does with them, which is why they are refused.
+    let v: serde_json::Value =
+        serde_json::from_str("[123456789012345678901234567890, 0.1000000000000000000001]").unwrap();
+    assert_eq!(v.to_string(), "[1.2345678901234568e+29,0.1]");
+    // The message names it.
+    let n = inexact_number(b"[1e-400]").unwrap();
+    assert_eq!(
+        n.to_string(),
+        "the number 1e-400 has more digits or range than a double holds"
+    );
 }
