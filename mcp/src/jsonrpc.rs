@@ -147,14 +147,14 @@ pub fn inexact_number(json: &[u8]) -> Option<Inexact<'_>> {
                     // significant digits (a client's own double, written
                     // by any of them, passes); more, or a value that is not
                     // zero but reads as zero or infinity, is not a double.
-                    (false, _) => match (decimal(written), written.parse::<f64>()) {
-                        (Some((_, digits, _)), Ok(v)) => {
-                            digits.len() <= MAX_DOUBLE_DIGITS
+                    (false, _) => {
+                        let digits = significant_digits(written);
+                        written.parse::<f64>().is_ok_and(|v| {
+                            digits <= MAX_DOUBLE_DIGITS
                                 && v.is_finite()
-                                && (v != 0.0 || digits.is_empty())
-                        }
-                        _ => false,
-                    },
+                                && (v != 0.0 || digits == 0)
+                        })
+                    }
                 };
                 if !exact && written.len() > 1 {
                     return Some(Inexact { written, integer });
@@ -166,30 +166,13 @@ pub fn inexact_number(json: &[u8]) -> Option<Inexact<'_>> {
     None
 }
 
-/// A JSON number's exact decimal value, as (negative, significant digits
-/// without leading or trailing zeros, power of ten of the last one); zero
-/// is `(false, "", 0)` whatever its sign. `None` when the exponent does
-/// not fit an `i64`.
-fn decimal(number: &str) -> Option<(bool, String, i64)> {
-    let (negative, number) = match number.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, number),
-    };
-    let (mantissa, exponent) = match number.split_once(['e', 'E']) {
-        Some((m, e)) => (m, e.parse::<i64>().ok()?),
-        None => (number, 0),
-    };
-    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let digits = format!("{whole}{fraction}");
-    let digits = digits.trim_start_matches('0');
-    let trimmed = digits.trim_end_matches('0');
-    if trimmed.is_empty() {
-        return Some((false, String::new(), 0));
-    }
-    let power = exponent
-        .checked_sub(i64::try_from(fraction.len()).ok()?)?
-        .checked_add(i64::try_from(digits.len() - trimmed.len()).ok()?)?;
-    Some((negative, trimmed.to_owned(), power))
+/// How many significant digits a JSON number is written with (leading
+/// and trailing zeros of its mantissa aside; 0 for zero).
+fn significant_digits(number: &str) -> usize {
+    let mantissa = number.split(['e', 'E']).next().unwrap_or(number);
+    let digits = mantissa.trim_start_matches(['-', '0', '.']);
+    let digits = digits.trim_end_matches(['0', '.']);
+    digits.bytes().filter(u8::is_ascii_digit).count()
 }
 
 /// Builds a request with our own upstream id.
