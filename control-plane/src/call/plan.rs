@@ -1,6 +1,6 @@
 //! Step 4 of the call path: what the sidecar is asked to do, and for how
-//! long. The `tools/call` params (the engine's arguments and `_meta`
-//! spliced in as given), the call's timeout, and the background policy
+//! long. The `tools/call` params (the engine's arguments, `_meta` and
+//! other params spliced in as given), the call's timeout, and the background policy
 //! (stage B: whether and when the call may move to the background).
 
 use super::error::CallError;
@@ -9,6 +9,8 @@ use crate::ControlPlane;
 use crate::model::SessionRecord;
 use crate::state::Snapshot;
 use serde_json::Value;
+use serde_json::value::RawValue;
+use std::collections::BTreeMap;
 use std::time::Duration;
 use switchyard_proto::v1 as pb;
 
@@ -28,7 +30,7 @@ pub struct Plan {
 /// `foreground` request gets no background policy; a background call is
 /// recorded with its caller's name). `retry_safe`: the tool's
 /// effective hints allow the stage-A retry. Errors: INVALID_ARGUMENT
-/// naming the field (`arguments_json`, `meta_json`, `timeout_ms`,
+/// naming the field (`arguments_json`, `meta_json`, `other_params_json`, `timeout_ms`,
 /// `client_capabilities_json`).
 pub fn plan(
     cp: &ControlPlane,
@@ -39,7 +41,12 @@ pub fn plan(
     caller: Option<&crate::auth::Caller>,
     retry_safe: bool,
 ) -> Result<Plan, CallError> {
-    let params_json = params_json(&target.tool, &r.arguments_json, &r.meta_json)?;
+    let params_json = params_json(
+        &target.tool,
+        &r.arguments_json,
+        &r.meta_json,
+        &r.other_params_json,
+    )?;
     if !r.client_capabilities_json.is_empty() {
         raw_object("client_capabilities_json", &r.client_capabilities_json)?;
     }
@@ -98,16 +105,42 @@ pub fn plan(
 }
 
 /// The `tools/call` params for the sidecar, as JSON text:
-/// `{"name": TOOL, "arguments": ARGUMENTS, "_meta": META}`, with the
-/// engine's `arguments_json` (empty = `{}`) and `meta_json` (empty = no
-/// `_meta`) spliced in exactly as given, after checking that each is a JSON
-/// object. Errors: INVALID_ARGUMENT naming the field.
-pub fn params_json(tool: &str, arguments_json: &str, meta_json: &str) -> Result<String, CallError> {
+/// `{"name": TOOL, "arguments": ARGUMENTS, "_meta": META, ...OTHER}`, with
+/// the engine's `arguments_json` (empty = `{}`) and `meta_json` (empty =
+/// no `_meta`) spliced in exactly as given, and each member of
+/// `other_json` (empty = none) after them with its value as given, after
+/// checking that each is a JSON object. Errors: INVALID_ARGUMENT naming
+/// the field, or the member of `other_json` that one of the others sets.
+pub fn params_json(
+    tool: &str,
+    arguments_json: &str,
+    meta_json: &str,
+    other_json: &str,
+) -> Result<String, CallError> {
     let arguments = raw_object("arguments_json", arguments_json)?;
     let meta = raw_object("meta_json", meta_json)?;
+    let other = match raw_object("other_params_json", other_json)? {
+        None => BTreeMap::new(),
+        Some(text) => serde_json::from_str::<BTreeMap<String, &RawValue>>(text).map_err(|e| {
+            CallError::invalid_argument(format!("other_params_json: not valid JSON: {e}"))
+        })?,
+    };
+    if let Some(key) = ["name", "arguments", "_meta", "task"]
+        .into_iter()
+        .find(|k| other.contains_key(*k))
+    {
+        return Err(CallError::invalid_argument(format!(
+            "other_params_json: `{key}` is not taken here (it is set by `tool`, \
+             `arguments_json`, `meta_json` and `background`)"
+        )));
+    }
     let name = Value::from(tool).to_string();
     let mut out = String::with_capacity(
-        name.len() + arguments.map_or(2, str::len) + meta.map_or(0, str::len) + 32,
+        name.len()
+            + arguments.map_or(2, str::len)
+            + meta.map_or(0, str::len)
+            + other_json.len()
+            + 32,
     );
     out.push_str("{\"name\":");
     out.push_str(&name);
@@ -116,6 +149,12 @@ pub fn params_json(tool: &str, arguments_json: &str, meta_json: &str) -> Result<
     if let Some(meta) = meta {
         out.push_str(",\"_meta\":");
         out.push_str(meta);
+    }
+    for (key, value) in &other {
+        out.push(',');
+        out.push_str(&Value::from(key.as_str()).to_string());
+        out.push(':');
+        out.push_str(value.get());
     }
     out.push('}');
     Ok(out)
@@ -151,21 +190,54 @@ mod tests {
 
     #[test]
     fn params_are_spliced_as_given_and_inexact_numbers_refused() {
-        let p = params_json("t", r#" {"n": 1.50, "s": "99999999999999999999999"} "#, "").unwrap();
+        let p = params_json(
+            "t",
+            r#" {"n": 1.50, "s": "99999999999999999999999"} "#,
+            "",
+            "",
+        )
+        .unwrap();
         assert_eq!(
             p,
             r#"{"name":"t","arguments":{"n": 1.50, "s": "99999999999999999999999"}}"#
         );
-        let e = params_json("t", "{}", r#"{"trace": 18446744073709551616}"#).unwrap_err();
+        let e = params_json("t", "{}", r#"{"trace": 18446744073709551616}"#, "").unwrap_err();
         assert_eq!(
             e.to_string(),
             "meta_json: the integer 18446744073709551616 is beyond 64 bits: it would not reach the server as sent (send it as a string)"
         );
-        let e = params_json("t", r#"{"x": 0.1000000000000000000001}"#, "").unwrap_err();
+        let e = params_json("t", r#"{"x": 0.1000000000000000000001}"#, "", "").unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("arguments_json: the number 0.1000000000000000000001 has more digits"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn other_params_follow_as_given_and_cannot_replace_the_call() {
+        let p = params_json(
+            "t",
+            "",
+            r#"{"k":1}"#,
+            r#" {"x-trace": {"n": 1.50}, "é\n": null} "#,
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            r#"{"name":"t","arguments":{},"_meta":{"k":1},"x-trace":{"n": 1.50},"é\n":null}"#
+        );
+        let back: Value = serde_json::from_str(&p).unwrap();
+        assert_eq!(back["é\n"], Value::Null);
+        for key in ["name", "arguments", "_meta", "task"] {
+            let e = params_json("t", "", "", &format!(r#"{{"{key}": {{}}}}"#)).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("other_params_json: `{key}` is not taken here")),
+                "{e}"
+            );
+        }
+        let e = params_json("t", "", "", "[1]").unwrap_err();
+        assert_eq!(e.to_string(), "other_params_json: must be a JSON object");
     }
 }

@@ -71,6 +71,27 @@ fn meta_json(params: &Map<String, Value>) -> String {
         .unwrap_or_default()
 }
 
+/// The members of a `tools/call`'s params that the call has no field of
+/// its own for, as JSON text (empty: none): [`forwarded`]'s but `name`,
+/// `arguments`, `_meta` (each in its field) and `task` (the endpoint's
+/// own, `super::tasks`).
+fn other_params_json(params: &Map<String, Value>) -> String {
+    let other: Map<String, Value> = params
+        .iter()
+        .filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                "name" | "arguments" | "_meta" | "task" | "inputResponses" | "requestState"
+            )
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    match other.is_empty() {
+        true => String::new(),
+        false => Value::Object(other).to_string(),
+    }
+}
+
 /// The `call_id` of the call a 2025-11-25 client made with JSON-RPC id
 /// `id`: `mcp-` and 32 hex digits of a SHA-256 of the id's JSON text (`0`
 /// and `"0"` differ), so that its `notifications/cancelled` finds the call
@@ -143,6 +164,7 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
         tool,
         arguments_json: arguments.to_string(),
         meta_json: meta_json(&msg.params),
+        other_params_json: other_params_json(&msg.params),
         // Without tasks, a client has no way to learn a background call's
         // result; with them, its call may become one (`super::tasks`).
         foreground: !ctx.tasks,

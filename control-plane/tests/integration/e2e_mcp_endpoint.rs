@@ -1186,7 +1186,7 @@ async fn hangs_reach(base: &str, n: u64) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn cancellation_and_closed_streams_reach_the_server() {
+async fn cancellation_closed_streams_and_every_param_reach_the_server() {
     let _heavy = HEAVY.lock().await;
     let script = switchyard_test_support::stub_script("crashy.py");
     let servers = format!(
@@ -1305,6 +1305,46 @@ async fn cancellation_and_closed_streams_reach_the_server() {
         },
     )
     .await;
+    // Every field of a client's params reaches the server as given, in
+    // both eras: arguments, unknown fields, and `_meta` less the
+    // protocol's own keys.
+    let extra = json!({"n": [1, 2.5, null, -0.0], "é": "ü\n"});
+    let params_seen = |r: &Value| -> Value {
+        let text = r["result"]["content"][0]["text"].as_str();
+        serde_json::from_str(text.unwrap_or_else(|| panic!("{r}"))).expect("the params as JSON")
+    };
+    let (s, _, r) = send(
+        headers(),
+        json!({"jsonrpc": "2.0", "id": 43, "method": "tools/call", "params": {
+            "name": "stub__params", "arguments": {"a": 1}, "x-extra": extra,
+            "_meta": {"trace": "t1"}}}),
+    )
+    .await;
+    assert_eq!(s, 200, "{r}");
+    let got = params_seen(&r);
+    assert_eq!(got["name"], "params", "{got}");
+    assert_eq!(got["arguments"], json!({"a": 1}), "{got}");
+    assert_eq!(got["x-extra"], extra, "{got}");
+    assert_eq!(got["_meta"]["trace"], "t1", "{got}");
+    let (s, _, r) = modern(
+        &base,
+        "/mcp",
+        "tools/call",
+        Some("stub__params"),
+        json!({"name": "stub__params", "x-extra": extra, "other": 0}),
+    )
+    .await;
+    assert_eq!(s, 200, "{r}");
+    let got = params_seen(&r);
+    assert_eq!(got["x-extra"], extra, "{got}");
+    assert_eq!(got["other"], 0, "{got}");
+    let protocol_keys = got["_meta"].as_object().into_iter().flatten();
+    assert!(
+        protocol_keys
+            .into_iter()
+            .all(|(k, _)| !k.starts_with("io.modelcontextprotocol/")),
+        "{got}"
+    );
     gw.stop().await;
 }
 

@@ -1,10 +1,10 @@
 //! Property tests: what the control plane passes on keeps its JSON. An MCP
 //! client's request is parsed with its id exactly (`0` and `"0"` stay
 //! apart) and its params (unknown fields, `_meta`) value for value; an
-//! engine's `arguments_json` and `meta_json` reach the sidecar as given;
-//! a result decorated for the client's era keeps every field and `_meta`
-//! entry of the server's; a namespaced resource URI gives back its server
-//! and the server's URI byte for byte.
+//! engine's `arguments_json`, `meta_json` and other params reach the
+//! sidecar as given; a result decorated for the client's era keeps every
+//! field and `_meta` entry of the server's; a namespaced resource URI
+//! gives back its server and the server's URI byte for byte.
 
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -32,22 +32,35 @@ proptest! {
         prop_assert_eq!(&Value::Object(m.params), &message["params"]);
     }
 
-    /// The engine's `arguments_json` and `meta_json` are spliced into the
-    /// `tools/call` params as given (surrounding white space aside).
+    /// The engine's `arguments_json`, `meta_json` and `other_params_json`
+    /// are spliced into the `tools/call` params as given (surrounding white
+    /// space aside).
     #[test]
     fn engine_arguments_and_meta_reach_the_sidecar_as_given(
         tool in "[a-zA-Z0-9_./-]{1,16}",
         arguments in object(),
         meta in prop::option::of(object()),
+        other in object(),
         pad in "[ \t\n]{0,2}",
     ) {
         let arguments_json = format!("{pad}{}{pad}", Value::Object(arguments.clone()));
         let meta_json = meta.as_ref().map(|m| Value::Object(m.clone()).to_string()).unwrap_or_default();
-        let text = params_json(&tool, &arguments_json, &meta_json).expect("valid");
+        let other: Map<String, Value> = other
+            .into_iter()
+            .filter(|(k, _)| !["name", "arguments", "_meta", "task"].contains(&k.as_str()))
+            .collect();
+        let other_json = match other.is_empty() {
+            true => String::new(),
+            false => Value::Object(other.clone()).to_string(),
+        };
+        let text = params_json(&tool, &arguments_json, &meta_json, &other_json).expect("valid");
         let got: Value = serde_json::from_str(&text).expect("JSON");
         let mut want = json!({"name": tool, "arguments": arguments});
         if let Some(meta) = meta {
             want["_meta"] = Value::Object(meta);
+        }
+        for (k, v) in other {
+            want[k] = v;
         }
         prop_assert_eq!(got, want);
     }

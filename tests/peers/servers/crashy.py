@@ -21,6 +21,8 @@ Tools:
         it: as="error" in a JSON-RPC error (message and data), "result" in a
         result with isError and in its _meta, "log" in a notifications/message
         sent before the result "logged"
+  params -> the tools/call params as received, as JSON text (see
+        mcpstub.add_params)
   cancelled_ids -> JSON list of the requestIds of notifications/cancelled
         received so far, exactly as sent (see mcpstub.add_cancelled_ids)
 Knobs (env), besides mcpstub's (STUB_CALL_LOG, STUB_IGNORE_CANCEL,
@@ -56,6 +58,7 @@ def die(code, partial_id=None):
 srv = Server("crashy")
 srv.add_echo()
 srv.add_cancelled_ids()
+srv.add_params()
 srv.tool("pid", "the server's process id")(lambda args, ctx: str(os.getpid()))
 srv.tool("argv", "the arguments after the script")(lambda args, ctx: json.dumps(sys.argv[1:]))
 srv.tool("crash", "exit with `code` without replying", code="integer", partial="boolean")(

@@ -104,6 +104,12 @@ class Server:
         self.tool("echo", "returns `message` unchanged", message="string")(
             lambda args, ctx: str(args.get("message", "")))
 
+    def add_params(self):
+        """Tool `params` -> JSON text: the tools/call params as received,
+        unknown fields and _meta included."""
+        self.tool("params", "the tools/call params as received")(
+            lambda args, ctx: json.dumps((ctx.msg.get("params") or {}), ensure_ascii=False))
+
     def add_cancelled_ids(self):
         """Tool `cancelled_ids` -> JSON text: the requestId of every
         notifications/cancelled received so far, in order, exactly as sent."""
