@@ -112,6 +112,7 @@ pub async fn initialize(
         created_at_ms: now,
         used_at_ms: now,
         log_level: None,
+        streams: Vec::new(),
     };
     let rev = ep
         .cp

@@ -20,15 +20,17 @@
 //!   the listen request's id. Only the requested kinds are sent. When the
 //!   replica stops, the stream ends with the request's result
 //!   (`resultType: complete`).
-//! - 2025-11-25: every kind, without acknowledgement; the stream ends with
-//!   the replica, or with the session.
+//! - 2025-11-25: every kind, without acknowledgement, on one GET stream of
+//!   the session: the newest open one, across replicas (the others get
+//!   keep-alives only); the stream ends with the replica, or with the
+//!   session.
 
 use super::ingress::Message;
 use super::lists;
 use super::respond::McpError;
 use super::{Ctx, Endpoint};
 use crate::auth::Caller;
-use crate::model::mcp_session::Scope;
+use crate::model::mcp_session::{McpSessionRecord, Scope};
 use crate::state::{Change, Snapshot};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
@@ -108,6 +110,9 @@ struct Listener {
     /// The listen request's id (2026-07-28).
     subscription: Option<Value>,
     wanted: Wanted,
+    /// A 2025-11-25 GET stream: its session, and its id in the session's
+    /// [`McpSessionRecord::streams`].
+    stream: Option<(String, String)>,
 }
 
 /// What a client sees of each list, hashed.
@@ -201,16 +206,60 @@ impl Listener {
         super::respond::sse_event(&msg)
     }
 
+    /// Whether the notifications go on this stream: a listen stream's
+    /// always do; of a 2025-11-25 session's GET streams, only the newest
+    /// open one's (read from the store, so across replicas). `None`: the
+    /// session ended. A store error sends them (a duplicate is better than
+    /// a missed change).
+    async fn is_current(&self) -> Option<bool> {
+        let Some((session, id)) = &self.stream else {
+            return Some(true);
+        };
+        match self.ep.cp.registry.get_mcp_session(session).await {
+            Ok(Some(rec)) => Some(rec.is_current_stream(id)),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(%session, error = %e, "could not read which GET stream of an MCP session is current");
+                Some(true)
+            }
+        }
+    }
+
     /// Feeds `tx` until the client goes away, the session ends or the
-    /// replica stops.
+    /// replica stops; then a GET stream leaves its session's record.
     async fn run(
         self,
         tx: tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>,
     ) {
+        // Counted from when it follows the changes until it has left the
+        // session's record.
+        let mut open = None;
+        self.feed(tx, &mut open).await;
+        if let Some((session, id)) = &self.stream {
+            let left = self
+                .ep
+                .cp
+                .registry
+                .update_mcp_session(session, |r| r.close_stream(id))
+                .await;
+            if let Err(e) = left {
+                tracing::warn!(%session, error = %e, "could not remove an ended GET stream from its MCP session");
+            }
+        }
+        drop(open);
+    }
+
+    /// [`Self::run`]'s loop; `open` counts the stream once it follows
+    /// the changes.
+    async fn feed(
+        &self,
+        tx: tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::convert::Infallible>>,
+        open: &mut Option<crate::metrics::OpenGuard>,
+    ) {
         // Subscribed, then what the client sees now: no change is missed.
         let mut changes = self.ep.cp.state.subscribe();
         let mut seen = self.seen().await;
-        let _open = self.ep.cp.metrics.mcp_listen_stream();
+        *open = Some(self.ep.cp.metrics.mcp_listen_stream());
         if self.subscription.is_some() {
             let ack = self.notification(
                 methods::SUBSCRIPTIONS_ACKNOWLEDGED,
@@ -257,14 +306,24 @@ impl Listener {
                 continue;
             }
             let now = self.seen().await;
-            for (changed, method) in [
+            let changes = [
                 (now.tools != seen.tools, methods::TOOLS_LIST_CHANGED),
                 (
                     now.resources != seen.resources,
                     methods::RESOURCES_LIST_CHANGED,
                 ),
                 (now.prompts != seen.prompts, methods::PROMPTS_LIST_CHANGED),
-            ] {
+            ];
+            seen = now;
+            if !changes.iter().any(|(changed, _)| *changed) {
+                continue;
+            }
+            match self.is_current().await {
+                None => return,
+                Some(false) => continue,
+                Some(true) => {}
+            }
+            for (changed, method) in changes {
                 if changed
                     && tx
                         .send(Ok(self.notification(method, json!({}))))
@@ -274,7 +333,6 @@ impl Listener {
                     return;
                 }
             }
-            seen = now;
         }
     }
 }
@@ -315,18 +373,20 @@ pub fn modern(
         session_id,
         subscription: Some(msg.id.clone().unwrap_or(Value::Null)),
         wanted: Wanted::of(msg),
+        stream: None,
     }))
 }
 
-/// The GET stream of a 2025-11-25 session whose engine session is
-/// `session_id`. Errors: 406 when the client does not take
-/// `text/event-stream`.
-pub fn legacy(
+/// A GET stream of 2025-11-25 session `rec`. It becomes the one that
+/// gets the session's notifications (the newest open;
+/// [`McpSessionRecord::streams`]). Errors: 406 when the client does not
+/// take `text/event-stream`; 404 when the session ended; the store's.
+pub async fn legacy(
     ep: &Arc<Endpoint>,
     scope: &Scope,
     caller: Option<&Caller>,
     h: &HeaderMap,
-    session_id: &str,
+    rec: &McpSessionRecord,
 ) -> Result<Response, McpError> {
     let accept = h
         .get_all(header::ACCEPT)
@@ -343,14 +403,32 @@ pub fn legacy(
             ),
         ));
     }
+    let id = switchyard_common::ids::new_id();
+    match ep
+        .cp
+        .registry
+        .update_mcp_session(&rec.id, |r| r.open_stream(&id))
+        .await
+    {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return Err(McpError::new(
+                StatusCode::NOT_FOUND,
+                super::respond::SESSION_NOT_FOUND,
+                "session not found: it ended; send initialize to open a new one",
+            ));
+        }
+        Err(e) => return Err(super::legacy::store_error(e, &Value::Null)),
+    }
     Ok(stream(Listener {
         ep: ep.clone(),
         scope: scope.clone(),
         caller: caller.cloned(),
         era: Era::Legacy,
-        session_id: session_id.to_owned(),
+        session_id: rec.engine_session.clone(),
         subscription: None,
         wanted: Wanted::ALL,
+        stream: Some((rec.id.clone(), id)),
     }))
 }
 

@@ -331,7 +331,7 @@ async fn handled(
     if method == Method::GET && h.contains_key(headers::SESSION_ID) {
         served.era = era_label(Era::Legacy);
         let rec = legacy::session(ep, scope, caller.as_ref(), h, None).await?;
-        let r = listen::legacy(ep, scope, caller.as_ref(), h, &rec.engine_session)?;
+        let r = listen::legacy(ep, scope, caller.as_ref(), h, &rec).await?;
         served.outcome = "ok";
         return Ok(r);
     }

@@ -72,4 +72,66 @@ pub struct McpSessionRecord {
     /// and gets none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<String>,
+    /// The session's open GET streams, oldest first, by random id (at most
+    /// [`MAX_STREAMS`]; one a dead replica held stays until a newer one
+    /// opens). Only the last gets the session's notifications
+    /// (basic/transports: each message goes on one stream); the others get
+    /// keep-alives. A stream removes itself when it ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<String>,
+}
+
+/// How many GET streams a session's record names ([`McpSessionRecord::streams`]);
+/// opening one more forgets the oldest, which then gets no notifications.
+pub const MAX_STREAMS: usize = 16;
+
+impl McpSessionRecord {
+    /// Adds GET stream `id` as the one that gets the notifications.
+    pub fn open_stream(&mut self, id: &str) {
+        self.streams.retain(|s| s != id);
+        self.streams.push(id.to_owned());
+        let extra = self.streams.len().saturating_sub(MAX_STREAMS);
+        self.streams.drain(..extra);
+    }
+
+    /// Removes GET stream `id` (it ended); the one before it, if any, gets
+    /// the notifications again if `id` had them.
+    pub fn close_stream(&mut self, id: &str) {
+        self.streams.retain(|s| s != id);
+    }
+
+    /// Whether GET stream `id` is the one that gets the notifications.
+    pub fn is_current_stream(&self, id: &str) -> bool {
+        self.streams.last().is_some_and(|s| s == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_open_stream_is_current_and_the_list_is_bounded() {
+        let mut rec: McpSessionRecord = serde_json::from_value(serde_json::json!({
+            "id": "s", "scope": {"kind": "all"}, "engineSession": "s",
+            "protocolVersion": "2025-11-25", "createdAtMs": 1, "usedAtMs": 1}))
+        .expect("a record without streams reads");
+        assert!(!rec.is_current_stream("a"));
+        rec.open_stream("a");
+        rec.open_stream("b");
+        assert!(rec.is_current_stream("b") && !rec.is_current_stream("a"));
+        rec.close_stream("a");
+        assert!(rec.is_current_stream("b"));
+        rec.open_stream("a");
+        rec.close_stream("a");
+        assert!(rec.is_current_stream("b"));
+        for i in 0..MAX_STREAMS + 3 {
+            rec.open_stream(&i.to_string());
+        }
+        assert_eq!(rec.streams.len(), MAX_STREAMS);
+        assert_eq!(rec.streams[0], "3");
+        assert!(rec.is_current_stream(&(MAX_STREAMS + 2).to_string()));
+        let text = serde_json::to_string(&rec).unwrap();
+        assert!(text.contains("\"streams\":[\"3\""), "{text}");
+    }
 }

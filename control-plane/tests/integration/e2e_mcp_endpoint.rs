@@ -232,10 +232,10 @@ impl Sse {
         }
     }
 
-    /// The next message (bounded by [`LIMIT`]).
-    pub(crate) async fn next(&mut self) -> serde_json::Value {
+    /// The next message if one comes within `wait`.
+    pub(crate) async fn next_within(&mut self, wait: Duration) -> Option<serde_json::Value> {
         use futures::StreamExt;
-        tokio::time::timeout(LIMIT, async {
+        tokio::time::timeout(wait, async {
             loop {
                 if let Some(end) = self.buf.find("\n\n") {
                     let event: String = self.buf.drain(..end + 2).collect();
@@ -259,7 +259,14 @@ impl Sse {
             }
         })
         .await
-        .expect("a message within the limit")
+        .ok()
+    }
+
+    /// The next message (bounded by [`LIMIT`]).
+    pub(crate) async fn next(&mut self) -> serde_json::Value {
+        self.next_within(LIMIT)
+            .await
+            .expect("a message within the limit")
     }
 }
 
@@ -1667,6 +1674,24 @@ async fn modern_clients_answer_questions_through_input_required() {
     gw.stop().await;
 }
 
+/// Sets the policy of `orders`' `get_order` to `policy`: `told` (a GET
+/// stream) and `listen` (a 2026-07-28 listen stream) are told the tools
+/// changed.
+async fn policy_told(gw: &Gateway, policy: &str, told: &mut Sse, listen: &mut Sse) {
+    ok_stdout(
+        &gw.cli(&["policy", "set", "orders", "get_order", policy])
+            .await,
+        "policy set",
+    );
+    for stream in [told, listen] {
+        let tools = stream.next().await;
+        assert_eq!(
+            tools["method"], "notifications/tools/list_changed",
+            "{tools}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn clients_are_told_of_real_list_changes_in_their_era() {
     let _heavy = HEAVY.lock().await;
@@ -1717,27 +1742,39 @@ async fn clients_are_told_of_real_list_changes_in_their_era() {
         .await
         .unwrap();
     assert_eq!(no_sse.status(), 406);
-    let resp = client()
-        .get(format!("{base}/mcp"))
-        .header("mcp-session-id", &sid)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut legacy_stream = Sse::of(resp);
-    // Both streams are open (counted) before anything changes.
-    eventually("two listen streams", LIMIT, || {
+    let open_get = || {
+        let (base, sid) = (base.clone(), sid.clone());
+        async move {
+            let resp = client()
+                .get(format!("{base}/mcp"))
+                .header("mcp-session-id", &sid)
+                .header("accept", "text/event-stream")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            Sse::of(resp)
+        }
+    };
+    let streams_open = |n: f64| {
         let addr = gw.http_addr.clone();
         async move {
-            let m = http_get(&addr, "/metrics").await.1;
-            match sample(&m, "switchyard_control_plane_mcp_listen_streams", &[]) {
-                Some(2.0) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
+            eventually(&format!("{n} listen streams"), LIMIT, || {
+                let addr = addr.clone();
+                async move {
+                    let m = http_get(&addr, "/metrics").await.1;
+                    match sample(&m, "switchyard_control_plane_mcp_listen_streams", &[]) {
+                        Some(v) if v == n => Ok(()),
+                        other => Err(format!("{other:?}")),
+                    }
+                }
+            })
+            .await;
         }
-    })
-    .await;
+    };
+    let mut legacy_stream = open_get().await;
+    // Both streams are open (counted) before anything changes.
+    streams_open(2.0).await;
 
     // A policy that hides a tool changes what the clients see.
     ok_stdout(
@@ -1797,6 +1834,17 @@ async fn clients_are_told_of_real_list_changes_in_their_era() {
             "notifications/resources/list_changed"
         ]
     );
+    // A second GET stream of the session: each notification goes on one
+    // stream only (basic/transports), the newest open one; the older stays
+    // open with keep-alives, and gets them again once the newer ends.
+    let mut newer = open_get().await;
+    streams_open(3.0).await;
+    policy_told(&gw, "default", &mut newer, &mut modern_stream).await;
+    let twice = legacy_stream.next_within(Duration::from_secs(2)).await;
+    assert!(twice.is_none(), "sent on two streams: {twice:?}");
+    drop(newer);
+    streams_open(2.0).await;
+    policy_told(&gw, "disabled", &mut legacy_stream, &mut modern_stream).await;
     // A replica that stops ends the listen request with its result.
     gw.stop().await;
     let end = modern_stream.next().await;
