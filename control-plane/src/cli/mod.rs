@@ -283,7 +283,9 @@ pub enum ServersCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Add a server.
+    /// Add a server, and wait for it to come up. Exit 0 once up (or added,
+    /// with `--no-wait`, or for an oauth server), 1 if it is not up within
+    /// `--timeout` (it stays added).
     Add(Box<ServerArgs>),
     /// Change some settings of a server, keeping the others (and the
     /// secrets answers show as `[redacted]`); `switchyard up` replaces its

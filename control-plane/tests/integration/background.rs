@@ -554,7 +554,14 @@ async fn calls_move_update_finish_and_replay_on_one_replica() {
         .await,
         "policy set --background",
     );
-    assert!(out.contains("background=always"), "{out}");
+    // As `servers tools` prints it: a header, the row, the legend; the
+    // mode is marked as an administrator's.
+    assert!(out.starts_with("name "), "{out}");
+    assert!(out.contains(" default background=always (set)\n"), "{out}");
+    assert!(
+        out.contains("policy or background (set): set by an administrator"),
+        "{out}"
+    );
     let tools = admin(&ep)
         .await
         .unwrap()

@@ -133,9 +133,17 @@ async fn the_cli_explains_waits_names_and_restarts() {
     let out = gw
         .cli(&["policy", "set", "orders", "orders__get_order", "confirm"])
         .await;
-    let line = ok_stdout(&out, "policy set (engine name)");
-    assert!(line.starts_with("orders__get_order "), "{line}");
-    assert!(line.contains("confirm (set)"), "{line}");
+    let table = ok_stdout(&out, "policy set (engine name)");
+    // The tool as `servers tools` prints it: a header, its row, the legend.
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(
+        lines[0].starts_with("name ") && lines[0].ends_with("policy"),
+        "{table}"
+    );
+    assert!(lines[1].starts_with("orders__get_order "), "{table}");
+    assert!(lines[1].ends_with("confirm (set)"), "{table}");
+    assert!(lines[2].contains("* set by an administrator"), "{table}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("orders__get_order is the engine name of orders's tool get_order"),
@@ -158,7 +166,13 @@ async fn the_cli_explains_waits_names_and_restarts() {
         .await,
         "hints set (engine name)",
     );
-    assert!(line.starts_with("orders__echo "), "{line}");
+    assert!(
+        line.lines()
+            .nth(1)
+            .unwrap_or("")
+            .starts_with("orders__echo "),
+        "{line}"
+    );
     // An unknown name: refused, saying where the names are.
     let out = gw
         .cli(&[

@@ -282,12 +282,14 @@ async fn server_limits_set_at_runtime_are_obeyed_and_kept_by_an_update() {
             "3",
         ]))
         .await;
-    assert!(ok_stdout(&out, "servers add").starts_with("added small (starting)"));
-    // It says why the server is not up.
+    // It is added, exits 1, and says why the server is not up.
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("added small (starting)"));
     assert!(
-        stderr.starts_with("(small is not up after 3 s: listing tools failed")
-            && stderr.contains("over the 2048-byte limit"),
+        stderr.starts_with("error: small is not up after 3 s: listing tools failed")
+            && stderr.contains("over the 2048-byte limit")
+            && stderr.contains("(it is added; see switchyard servers status small"),
         "{stderr}"
     );
     let server = || async {

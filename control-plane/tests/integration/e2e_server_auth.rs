@@ -224,11 +224,12 @@ async fn a_missing_secret_file_is_named_and_the_server_stays_down() {
         "3",
     ])
     .await;
-    ok_stdout(&added, "servers add");
-    // Why, from `up`: the sidecar exited, with its last line.
+    // Added, not up (exit 1), and why, from `up`: the sidecar exited, with
+    // its last line.
     let said = String::from_utf8_lossy(&added.stderr);
+    assert_eq!(added.status.code(), Some(1), "{said}");
     assert!(
-        said.contains("(stub is not up after 3 s: its sidecar exited (exit status: ")
+        said.contains("error: stub is not up after 3 s: its sidecar exited (exit status: ")
             && said.contains("server.header_files.Authorization"),
         "{said}"
     );

@@ -50,10 +50,13 @@ pub async fn servers(remote: &Remote, cmd: ServersCommand) -> Result<(), Failure
             out!("added {} ({state})", spec.name);
             if !no_wait && spec.auth != "oauth" && state != "up" {
                 let why = why(status.sidecars.iter(), &status.launch_error);
-                eprintln!(
-                    "({} is not up after {timeout} s{why}; see switchyard servers status {})",
-                    spec.name, spec.name
-                );
+                return Err(Failure::new(
+                    1,
+                    format!(
+                        "{} is not up after {timeout} s{why} (it is added; see switchyard servers status {}, and switchyard up's log)",
+                        spec.name, spec.name
+                    ),
+                ));
             }
             if spec.auth == "oauth" {
                 out!(

@@ -13,7 +13,7 @@
 
 use crate::cli::connect::Remote;
 use crate::cli::render::out;
-use crate::cli::render::tables::server_tool_line;
+use crate::cli::render::tables::server_tools_table;
 use crate::cli::{EXIT_USAGE, Failure, HintsCommand, PolicyCommand};
 use crate::model::{BackgroundMode, ToolPolicy};
 use switchyard_common::tls::AuthChannel;
@@ -170,6 +170,9 @@ pub async fn apply(remote: &Remote, setting: ToolSetting) -> Result<(), Failure>
         }
     }
     .into_inner();
-    out!("{}", server_tool_line(&t));
+    // As `servers tools` prints it: a header, the row, the legend.
+    for line in server_tools_table(std::slice::from_ref(&t)) {
+        out!("{line}");
+    }
     Ok(())
 }

@@ -272,7 +272,9 @@ pub fn render_server(s: &pb::ServerStatus, tools: &[pb::ServerTool]) -> Vec<Stri
     let mut headers: Vec<String> = spec.headers.keys().cloned().collect();
     headers.sort();
     if !headers.is_empty() {
-        auth.push_str(&format!(", headers {}", headers.join(", ")));
+        // `auth = "headers"` is said once: "headers Authorization".
+        let sep = if auth == "headers" { " " } else { ", headers " };
+        auth.push_str(&format!("{sep}{}", headers.join(", ")));
     }
     let mut files: Vec<String> = spec
         .header_files
@@ -490,6 +492,21 @@ mod tests {
         assert!(text.contains("  orders__get_order "), "{text}");
         assert!(text.contains("* set by an administrator"), "{text}");
         assert_eq!(utc(0), "-");
+        assert!(text.contains("auth:      none\n"), "{text}");
+        // Headers: named once with `auth = "headers"`, listed after another kind.
+        let auth_line = |auth: &str| {
+            let mut s = s.clone();
+            let spec = s.spec.as_mut().unwrap();
+            spec.auth = auth.into();
+            spec.headers = [("Authorization".into(), "[redacted]".into())].into();
+            let lines = render_server(&s, &[]);
+            lines.into_iter().find(|l| l.starts_with("auth:")).unwrap()
+        };
+        assert_eq!(auth_line("headers"), "auth:      headers Authorization");
+        assert_eq!(
+            auth_line("oauth"),
+            "auth:      oauth, headers Authorization"
+        );
     }
 
     #[test]

@@ -283,7 +283,7 @@ pub fn prompts_table(prompts: &[pb::Prompt]) -> Vec<String> {
 const SERVER_TOOL_WIDTHS: [usize; 6] = [36, 24, 9, 9, 9, 9];
 
 /// The legend under `servers tools`' table (and in its `--help`).
-pub const SERVER_TOOLS_LEGEND: &str = "(hints: * set by an administrator (switchyard hints), ~ the spec's default (the server did not declare it), unmarked as the server declared it; policy (set): set by an administrator (switchyard policy))";
+pub const SERVER_TOOLS_LEGEND: &str = "(hints: * set by an administrator (switchyard hints), ~ the spec's default (the server did not declare it), unmarked as the server declared it; policy or background (set): set by an administrator (switchyard policy))";
 
 /// `switchyard servers tools`: a header, a line per tool (as
 /// [`server_tool_line`]), then the legend of the markers
@@ -334,7 +334,8 @@ fn server_tool_cells(t: &pb::ServerTool) -> Vec<String> {
         policy.push_str(" (set)");
     }
     if t.background == "always" {
-        policy.push_str(" background=always");
+        // Only an administrator sets it.
+        policy.push_str(" background=always (set)");
     }
     if !t.in_catalogue {
         policy.push_str(" [not in catalogue]");
