@@ -118,7 +118,11 @@ pub fn apply_answer(
             next.status = Status::Resolved;
             next.resolved_at_ms = now;
         }
-        (Kind::Url, Action::Accept) => next.status = Status::Accepted,
+        // A 2025-11-25 server reports the URL flow complete
+        // (`notifications/elicitation/complete`); a 2026-07-28 server's
+        // question (it has a key) never is, as that era has no such
+        // notification: the answer resolves it.
+        (Kind::Url, Action::Accept) if rec.key.is_empty() => next.status = Status::Accepted,
         (Kind::Roots, Action::Accept) => {
             next.content = Some(roots_answer(content).map_err(AnswerError::Roots)?);
             next.status = Status::Resolved;

@@ -194,7 +194,7 @@ fn form_answers_are_validated_and_stay_open_when_wrong() {
 }
 
 #[test]
-fn url_accept_waits_for_completion() {
+fn url_accept_waits_for_completion_when_the_server_can_report_it() {
     let rec = record_from_request(&url_request("u1", "https://a.example/"), 0, T).unwrap();
     let accepted = apply_answer(&rec, Action::Accept, &json!({"ignored": true}), 5).unwrap();
     assert_eq!(accepted.status, Status::Accepted);
@@ -215,6 +215,21 @@ fn url_accept_waits_for_completion() {
     assert!(apply_end(&done, Outcome::Cancel, reason::SESSION_DELETED, 8).is_none());
     let declined = apply_answer(&rec, Action::Decline, &Value::Null, 5).unwrap();
     assert_eq!(declined.status, Status::Resolved);
+    // A 2026-07-28 server's question (it has a key, and no elicitationId)
+    // is never reported complete: accepting it resolves it.
+    let modern = InteractRequest {
+        key: "link".into(),
+        params_json: json!({"mode": "url", "message": "Link", "url": "https://a.example/"})
+            .to_string(),
+        ..url_request("u2", "https://a.example/")
+    };
+    let rec = record_from_request(&modern, 0, T).unwrap();
+    let done = apply_answer(&rec, Action::Accept, &Value::Null, 5).unwrap();
+    assert_eq!(done.status, Status::Resolved);
+    assert_eq!(done.outcome, Some(Outcome::Accept));
+    assert_eq!(done.reason, reason::ANSWERED);
+    assert_eq!(done.resolved_at_ms, 5);
+    assert_eq!(done.elicit_result(), json!({"action": "accept"}));
 }
 
 #[test]

@@ -244,6 +244,15 @@ async fn a_2026_url_elicitation_without_an_elicitation_id_is_asked_and_answered(
         "{}",
         result.result_json
     );
+    // That era never reports a URL flow complete: the answer resolved the
+    // card, which no longer counts as open.
+    let open = ok_stdout(
+        &gw.cli(&["interactions", "--session", &session, "--json"])
+            .await,
+        "interactions",
+    );
+    assert!(!open.contains(&id), "{open}");
+    gw.stop().await;
 }
 
 /// A question whose call ends unanswered is closed with the call, so that
