@@ -427,6 +427,12 @@ pub struct McpConfig {
     /// 86400).
     #[serde(default = "default_mcp_idle")]
     pub session_idle_timeout_sec: u64,
+    /// The most 2025-11-25 sessions one caller (an `[[auth.tokens]]`
+    /// entry's name; all anonymous callers together) keeps open (default
+    /// 256, 1 to 1000000): a new one beyond it ends the caller's least
+    /// recently used, whose client then gets 404 and opens another.
+    #[serde(default = "default_mcp_sessions_per_caller")]
+    pub max_sessions_per_caller: usize,
     /// How long a `requestState` the endpoint issues to a 2026-07-28
     /// client (with `input_required`) can be used, seconds (default 600):
     /// the time its user has to answer the question it carries.
@@ -445,6 +451,7 @@ impl Default for McpConfig {
             tls: false,
             max_connections: default_max_connections(),
             session_idle_timeout_sec: default_mcp_idle(),
+            max_sessions_per_caller: default_mcp_sessions_per_caller(),
             request_state_ttl_sec: default_mcp_state_ttl(),
         }
     }
@@ -461,6 +468,10 @@ fn default_mcp_body_timeout() -> u64 {
 }
 fn default_mcp_idle() -> u64 {
     86_400
+}
+
+fn default_mcp_sessions_per_caller() -> usize {
+    256
 }
 
 fn default_mcp_state_ttl() -> u64 {
@@ -780,6 +791,12 @@ impl Config {
             return Err((
                 "mcp.session_idle_timeout_sec".into(),
                 "must be between 60 and 2592000 (30 days)".into(),
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.mcp.max_sessions_per_caller) {
+            return Err((
+                "mcp.max_sessions_per_caller".into(),
+                "must be between 1 and 1000000".into(),
             ));
         }
         if !(1..=3600).contains(&self.up.sidecar_grace_secs) {
@@ -1495,6 +1512,7 @@ mod tests {
         assert_eq!(c.mcp.listen, None);
         assert_eq!(c.mcp.max_body_bytes, 4 * 1024 * 1024);
         assert_eq!(c.mcp.session_idle_timeout_sec, 86_400);
+        assert_eq!(c.mcp.max_sessions_per_caller, 256);
         assert_eq!(c.mcp.request_state_ttl_sec, 600);
         let c = Config::parse(
             "[mcp]\nlisten = \"127.0.0.1:7701\"\nallowed_origins = [\"https://app.example.com:8443\"]\n",
@@ -1617,6 +1635,11 @@ mod tests {
                 "session_idle_timeout_sec = 1",
                 "mcp.session_idle_timeout_sec",
                 "between 60",
+            ),
+            (
+                "max_sessions_per_caller = 0",
+                "mcp.max_sessions_per_caller",
+                "between 1",
             ),
         ] {
             match Config::parse(&format!("[mcp]\n{text}\n")).unwrap_err() {

@@ -32,6 +32,7 @@ pub struct Metrics {
     mcp_sessions: IntGauge,
     mcp_state_rejections: IntCounterVec,
     mcp_listen_streams: IntGauge,
+    mcp_sessions_ended: IntCounterVec,
     oauth_events: IntCounterVec,
     oauth_refreshes: IntCounterVec,
     oauth_state: IntGaugeVec,
@@ -220,6 +221,17 @@ impl Metrics {
             "Open change-notification streams of the MCP endpoint on this replica (2026-07-28 subscriptions/listen and 2025-11-25 GET streams).",
         )
         .expect("valid");
+        let mcp_sessions_ended = IntCounterVec::new(
+            Opts::new(
+                "switchyard_control_plane_mcp_sessions_ended_total",
+                "2025-11-25 sessions of the MCP endpoint ended by this replica, by reason (`deleted` by the client, `idle` past mcp.session_idle_timeout_sec, `evicted`: their caller opened more than mcp.max_sessions_per_caller).",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        for reason in ["deleted", "idle", "evicted"] {
+            mcp_sessions_ended.with_label_values(&[reason]);
+        }
         let oauth_events = IntCounterVec::new(
             Opts::new(
                 "switchyard_control_plane_oauth_events_total",
@@ -289,6 +301,7 @@ impl Metrics {
             Box::new(oauth_refreshes.clone()),
             Box::new(oauth_state.clone()),
             Box::new(mcp_listen_streams.clone()),
+            Box::new(mcp_sessions_ended.clone()),
             Box::new(mcp_requests.clone()),
             Box::new(mcp_state_rejections.clone()),
             Box::new(mcp_sessions.clone()),
@@ -330,6 +343,7 @@ impl Metrics {
             mcp_sessions,
             mcp_state_rejections,
             mcp_listen_streams,
+            mcp_sessions_ended,
             oauth_events,
             oauth_refreshes,
             oauth_state,
@@ -467,6 +481,12 @@ impl Metrics {
         if !ok {
             self.store_errors.with_label_values(&[op]).inc();
         }
+    }
+
+    /// Counts a 2025-11-25 session of the MCP endpoint this replica ended,
+    /// by `reason`: `deleted`, `idle` or `evicted`.
+    pub fn mcp_session_ended(&self, reason: &'static str) {
+        self.mcp_sessions_ended.with_label_values(&[reason]).inc();
     }
 
     /// Counts one request to the MCP endpoint.

@@ -585,6 +585,7 @@ class Render(unittest.TestCase):
                       'allowed_origins = ["https://inspector.example.com","http://localhost:6274"]\n'
                       'allowed_hosts = ["switchyard.switchyard.svc","mcp.example.com","127.0.0.1:8701"]\n'
                       "max_body_bytes = 1048576\nbody_timeout_sec = 10\nsession_idle_timeout_sec = 3600\n"
+                      "max_sessions_per_caller = 32\n"
                       "request_state_ttl_sec = 120\nmax_connections = 512\n", config)
         (container,) = one("mcp", "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
         self.assertIn({"name": "mcp", "containerPort": 8701, "protocol": "TCP"}, container["ports"])
@@ -864,6 +865,8 @@ class Render(unittest.TestCase):
             ({"controlPlane": {"mcp": {"bodyTimeoutSec": 0}}}, "at '/controlPlane/mcp/bodyTimeoutSec'"),
             ({"controlPlane": {"mcp": {"sessionIdleTimeoutSec": 59}}},
              "at '/controlPlane/mcp/sessionIdleTimeoutSec'"),
+            ({"controlPlane": {"mcp": {"maxSessionsPerCaller": 0}}},
+             "at '/controlPlane/mcp/maxSessionsPerCaller'"),
             ({"controlPlane": {"mcp": {"requestStateTtlSec": 86401}}}, "at '/controlPlane/mcp/requestStateTtlSec'"),
             ({"controlPlane": {"mcp": {"maxConnections": 0}}}, "at '/controlPlane/mcp/maxConnections'"),
             ({"controlPlane": {"maxConnections": 1000001}}, "at '/controlPlane/maxConnections'"),

@@ -122,6 +122,12 @@ pub async fn initialize(
         .map_err(|e| store_error(e, &id_of_request))?;
     // This replica's next request in the session finds it.
     ep.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+    // The caller's sessions beyond its cap end, least recently used first.
+    let snap = ep.cp.state.snapshot();
+    let max = ep.config.max_sessions_per_caller;
+    for old in beyond_the_cap(snap.mcp_sessions.values(), &rec.owner, &id, max) {
+        end(ep, old, Ended::Evicted).await;
+    }
     let client = rec
         .client_info
         .get("name")
@@ -248,17 +254,76 @@ pub async fn session(
     Ok(rec)
 }
 
-/// Ends session `rec` (DELETE, or idle too long): its record, and the
-/// engine session it created.
-pub async fn end(ep: &Endpoint, rec: &McpSessionRecord, why: &str) {
-    if let Err(e) = ep.cp.registry.delete_mcp_session(&rec.id).await {
-        tracing::warn!(session = %rec.id, error = %e, "could not delete an MCP session");
-        return;
+/// Why a 2025-11-25 session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Its client sent DELETE.
+    Deleted,
+    /// Unused for `mcp.session_idle_timeout_sec`.
+    Idle,
+    /// Its caller opened more than `mcp.max_sessions_per_caller`, and it
+    /// was their least recently used.
+    Evicted,
+}
+
+impl Ended {
+    /// The metric's `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Ended::Deleted => "deleted",
+            Ended::Idle => "idle",
+            Ended::Evicted => "evicted",
+        }
+    }
+
+    /// Said in the log line.
+    fn words(self) -> &'static str {
+        match self {
+            Ended::Deleted => "deleted by the client",
+            Ended::Idle => "idle",
+            Ended::Evicted => {
+                "its caller opened more than mcp.max_sessions_per_caller sessions; it was their least recently used"
+            }
+        }
+    }
+}
+
+/// Ends session `rec` (DELETE, idle too long, or evicted): its record, and
+/// the engine session it created. Counted by the replica whose delete
+/// found it.
+pub async fn end(ep: &Endpoint, rec: &McpSessionRecord, why: Ended) {
+    match ep.cp.registry.delete_mcp_session(&rec.id).await {
+        Ok(true) => ep.cp.metrics.mcp_session_ended(why.label()),
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(session = %rec.id, error = %e, "could not delete an MCP session");
+            return;
+        }
     }
     if rec.engine_session == rec.id {
         let _ = ep.cp.registry.delete_session(&rec.id).await;
     }
-    tracing::info!(session = %rec.id, scope = %rec.scope.path(), why, "MCP session ended");
+    tracing::info!(session = %rec.id, scope = %rec.scope.path(), why = why.words(), "MCP session ended");
+}
+
+/// The sessions of `owner` to end so that, with its new session `new`, it
+/// keeps at most `max`: its least recently used (then oldest) first.
+pub fn beyond_the_cap<'a>(
+    sessions: impl Iterator<Item = &'a McpSessionRecord>,
+    owner: &str,
+    new: &str,
+    max: usize,
+) -> Vec<&'a McpSessionRecord> {
+    let mut own: Vec<&McpSessionRecord> = sessions
+        .filter(|s| s.owner == owner && s.id != new)
+        .collect();
+    let extra = (own.len() + 1).saturating_sub(max);
+    if extra == 0 {
+        return Vec::new();
+    }
+    own.sort_by_key(|s| (s.used_at_ms, s.created_at_ms));
+    own.truncate(extra);
+    own
 }
 
 /// Ends the sessions idle for longer than `mcp.session_idle_timeout_sec`
@@ -276,7 +341,7 @@ pub async fn sweep(ep: &Endpoint) {
         .cloned()
         .collect();
     for rec in expired {
-        end(ep, &rec, "idle").await;
+        end(ep, &rec, Ended::Idle).await;
     }
 }
 
@@ -297,5 +362,45 @@ mod tests {
         );
         let e = client_fields(&params(json!({"clientInfo": 5}))).unwrap_err();
         assert_eq!(e.message, "params.clientInfo: must be an object");
+    }
+
+    #[test]
+    fn a_callers_least_recently_used_sessions_go_beyond_its_cap() {
+        let rec = |id: &str, owner: &str, used: i64| McpSessionRecord {
+            id: id.into(),
+            scope: Scope::All,
+            engine_session: id.into(),
+            owner: owner.into(),
+            protocol_version: "2025-11-25".into(),
+            client_capabilities: Value::Null,
+            client_info: Value::Null,
+            created_at_ms: 1,
+            used_at_ms: used,
+            log_level: None,
+            streams: Vec::new(),
+        };
+        let all = [
+            rec("a1", "alice", 30),
+            rec("a2", "alice", 10),
+            rec("a3", "alice", 20),
+            rec("b1", "bob", 5),
+            rec("new", "alice", 40),
+        ];
+        let ids = |max| -> Vec<&str> {
+            beyond_the_cap(all.iter(), "alice", "new", max)
+                .iter()
+                .map(|s| s.id.as_str())
+                .collect()
+        };
+        assert_eq!(ids(4), Vec::<&str>::new());
+        assert_eq!(ids(3), ["a2"]);
+        assert_eq!(ids(2), ["a2", "a3"]);
+        assert_eq!(ids(1), ["a2", "a3", "a1"]);
+        // Another caller's sessions are never counted or ended.
+        assert_eq!(
+            beyond_the_cap(all.iter(), "bob", "b1", 1).len(),
+            0,
+            "bob has one"
+        );
     }
 }

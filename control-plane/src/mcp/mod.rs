@@ -338,7 +338,7 @@ async fn handled(
     if method == Method::DELETE && h.contains_key(headers::SESSION_ID) {
         served.era = era_label(Era::Legacy);
         let rec = legacy::session(ep, scope, caller.as_ref(), h, None).await?;
-        legacy::end(ep, &rec, "deleted by the client").await;
+        legacy::end(ep, &rec, legacy::Ended::Deleted).await;
         served.outcome = "ok";
         return Ok(StatusCode::NO_CONTENT.into_response());
     }

@@ -3287,3 +3287,67 @@ async fn browser_pages_of_allowed_origins_get_cors() {
     assert_eq!(header(&r, "access-control-allow-origin"), None);
     gw.stop().await;
 }
+
+/// `mcp.max_sessions_per_caller`: a caller's session beyond it ends the
+/// caller's least recently used one, whose client then gets 404; each end
+/// is counted by its reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_callers_sessions_beyond_its_cap_end_least_recently_used_first() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, port) = everything_behind_the_endpoint("max_sessions_per_caller = 2\n").await;
+    let base = format!("http://127.0.0.1:{port}");
+    let open = || async {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+        let (s, h, r) = post(&base, "/mcp", &JSON_HEADERS, init.to_string()).await;
+        assert_eq!(s, 200, "{r}");
+        h["mcp-session-id"].to_str().unwrap().to_owned()
+    };
+    let ping = |sid: String| {
+        let base = base.clone();
+        async move {
+            let mut h: Vec<(&str, &str)> = JSON_HEADERS.to_vec();
+            h.push(("mcp-session-id", &sid));
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+            post(&base, "/mcp", &h, body.to_string()).await.0
+        }
+    };
+    let ended = |reason: &'static str| {
+        let addr = gw.http_addr.clone();
+        async move {
+            let m = http_get(&addr, "/metrics").await.1;
+            sample(
+                &m,
+                "switchyard_control_plane_mcp_sessions_ended_total",
+                &[("reason", reason)],
+            )
+        }
+    };
+    assert_eq!(ended("evicted").await, Some(0.0));
+    let first = open().await;
+    let second = open().await;
+    assert_eq!(ping(first.clone()).await, 200);
+    // A third: the first (least recently used) ends.
+    let third = open().await;
+    eventually("the first session ended", LIMIT, || async {
+        match ping(first.clone()).await {
+            404 => Ok(()),
+            s => Err(format!("{s}")),
+        }
+    })
+    .await;
+    assert_eq!(ping(second.clone()).await, 200);
+    assert_eq!(ping(third.clone()).await, 200);
+    assert_eq!(ended("evicted").await, Some(1.0));
+    // A DELETE is counted too.
+    let resp = client()
+        .delete(format!("{base}/mcp"))
+        .header("mcp-session-id", &second)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    assert_eq!(ended("deleted").await, Some(1.0));
+    assert_eq!(ended("evicted").await, Some(1.0));
+    gw.stop().await;
+}
