@@ -246,6 +246,19 @@ impl ErrorObject {
     }
 }
 
+/// What kind of JSON value `v` is, for error messages: `null`, `a
+/// boolean`, `a number`, `a string`, `an array` or `an object`.
+pub fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// A short, single-line, UTF-8-safe preview of bytes for logs.
 pub fn preview(bytes: &[u8], max_chars: usize) -> String {
     let text = String::from_utf8_lossy(bytes);

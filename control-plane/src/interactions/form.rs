@@ -93,6 +93,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 use std::cmp::Ordering;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use switchyard_mcp::jsonrpc::kind_of;
 
 #[cfg(test)]
 mod tests;
@@ -920,17 +921,6 @@ fn wrong_type(expected: &str, value: &Value) -> String {
         kind_of(value),
         show(value)
     )
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The value as JSON, shortened to [`SHOW_MAX`] characters.

@@ -287,16 +287,36 @@ fn is_loopback_origin(origin: &str) -> bool {
         .is_some_and(|(scheme, rest)| matches!(scheme, "http" | "https") && is_loopback_host(rest))
 }
 
-/// Whether the media range list `accept` takes `media` (`type/subtype`),
-/// by name or by a wildcard.
+/// Whether the media range list `accept` takes `media` (`type/subtype`):
+/// the most specific range that names it (by name, `type/*`, then `*/*`)
+/// decides, and `q=0` there refuses it (RFC 9110 §12.5.1).
 pub fn accepts(accept: &str, media: &str) -> bool {
     let (ty, _) = media.split_once('/').unwrap_or((media, ""));
-    accept.split(',').any(|range| {
-        let range = range.split(';').next().unwrap_or("").trim();
-        range.eq_ignore_ascii_case(media)
-            || range == "*/*"
-            || range.eq_ignore_ascii_case(&format!("{ty}/*"))
-    })
+    let mut best: Option<(u8, bool)> = None;
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let name = parts.next().unwrap_or("").trim();
+        let specificity = if name.eq_ignore_ascii_case(media) {
+            3
+        } else if name
+            .strip_suffix("/*")
+            .is_some_and(|t| t.eq_ignore_ascii_case(ty))
+        {
+            2
+        } else if name == "*/*" {
+            1
+        } else {
+            continue;
+        };
+        let refused = parts.any(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            k.trim().eq_ignore_ascii_case("q") && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
+        });
+        if best.is_none_or(|(s, _)| specificity > s) {
+            best = Some((specificity, !refused));
+        }
+    }
+    best.is_some_and(|(_, taken)| taken)
 }
 
 /// What answers the client takes.
@@ -817,6 +837,32 @@ mod tests {
         assert_eq!(e.status, StatusCode::NOT_ACCEPTABLE);
         let any = [("content-type", "application/json"), ("accept", "*/*")];
         assert!(check_media(&headers(&any)).unwrap().json);
+        // `q=0` refuses; the most specific range decides.
+        assert!(!accepts("application/json;q=0", "application/json"));
+        assert!(!accepts("application/json; q=0.0, */*", "application/json"));
+        assert!(accepts(
+            "application/json;q=0.5, */*;q=0",
+            "application/json"
+        ));
+        assert!(!accepts(
+            "text/*;q=0, application/json",
+            "text/event-stream"
+        ));
+        assert!(accepts(
+            "text/*;q=0, TEXT/Event-Stream",
+            "text/event-stream"
+        ));
+        assert!(accepts("Application/*", "application/json"));
+        assert!(!accepts(
+            "application/jsonx, xapplication/*",
+            "application/json"
+        ));
+        let e = check_media(&headers(&[
+            ("content-type", "application/json"),
+            ("accept", "application/json;q=0, text/event-stream;q=0"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.status, StatusCode::NOT_ACCEPTABLE);
     }
 
     #[test]

@@ -412,6 +412,16 @@ async fn handled(
             return Ok(respond::accepted());
         }
     }
+    // A progress token is a string or a number (basic/utilities/progress).
+    if let Some(token) = msg.meta().and_then(|m| m.get("progressToken"))
+        && !(token.is_string() || token.is_number())
+    {
+        return Err(McpError::invalid_params(format!(
+            "params._meta.progressToken: must be a string or a number, not {}",
+            switchyard_mcp::jsonrpc::kind_of(token)
+        ))
+        .with_id(msg.id.as_ref()));
+    }
     // A 2025-11-25 client's log level, kept in its session, set here: the
     // servers' connections are shared, so it is not forwarded.
     if let (Some(s), methods::LOGGING_SET_LEVEL) = (&session, msg.method.as_str()) {

@@ -842,6 +842,14 @@ async fn legacy_sessions_are_stored_bound_to_their_url_and_end_on_delete() {
     );
     let (_, _, r) = send("/mcp", in_session(&[]), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "orders-legacy__get_order", "arguments": {"order_id": "O-1001"}}})).await;
     assert_eq!(r["result"]["structuredContent"]["id"], "O-1001", "{r}");
+    // A progress token is a string or a number: nothing else is taken, or
+    // run.
+    let (s, _, r) = send("/mcp", in_session(&[]), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "orders-legacy__get_order", "arguments": {"order_id": "O-1001"}, "_meta": {"progressToken": {"t": 1}}}})).await;
+    assert_eq!((s, code(&r)), (200, -32602), "{r}");
+    assert_eq!(
+        r["error"]["message"],
+        "params._meta.progressToken: must be a string or a number, not an object"
+    );
     let (_, _, r) = send(
         "/mcp",
         in_session(&[]),
