@@ -433,6 +433,12 @@ pub struct McpConfig {
     /// recently used, whose client then gets 404 and opens another.
     #[serde(default = "default_mcp_sessions_per_caller")]
     pub max_sessions_per_caller: usize,
+    /// The most calls of one caller (as `max_sessions_per_caller`) that
+    /// wait, on one replica, for a 2026-07-28 client to answer their
+    /// `input_required` (default 64, 1 to 100000): one more ends the
+    /// caller's oldest, cancelled upstream; its retry gets an error.
+    #[serde(default = "default_mcp_waiting_per_caller")]
+    pub max_waiting_calls_per_caller: usize,
     /// How long a `requestState` the endpoint issues to a 2026-07-28
     /// client (with `input_required`) can be used, seconds (default 600):
     /// the time its user has to answer the question it carries.
@@ -452,6 +458,7 @@ impl Default for McpConfig {
             max_connections: default_max_connections(),
             session_idle_timeout_sec: default_mcp_idle(),
             max_sessions_per_caller: default_mcp_sessions_per_caller(),
+            max_waiting_calls_per_caller: default_mcp_waiting_per_caller(),
             request_state_ttl_sec: default_mcp_state_ttl(),
         }
     }
@@ -472,6 +479,10 @@ fn default_mcp_idle() -> u64 {
 
 fn default_mcp_sessions_per_caller() -> usize {
     256
+}
+
+fn default_mcp_waiting_per_caller() -> usize {
+    64
 }
 
 fn default_mcp_state_ttl() -> u64 {
@@ -797,6 +808,12 @@ impl Config {
             return Err((
                 "mcp.max_sessions_per_caller".into(),
                 "must be between 1 and 1000000".into(),
+            ));
+        }
+        if !(1..=100_000).contains(&self.mcp.max_waiting_calls_per_caller) {
+            return Err((
+                "mcp.max_waiting_calls_per_caller".into(),
+                "must be between 1 and 100000".into(),
             ));
         }
         if !(1..=3600).contains(&self.up.sidecar_grace_secs) {
@@ -1513,6 +1530,7 @@ mod tests {
         assert_eq!(c.mcp.max_body_bytes, 4 * 1024 * 1024);
         assert_eq!(c.mcp.session_idle_timeout_sec, 86_400);
         assert_eq!(c.mcp.max_sessions_per_caller, 256);
+        assert_eq!(c.mcp.max_waiting_calls_per_caller, 64);
         assert_eq!(c.mcp.request_state_ttl_sec, 600);
         let c = Config::parse(
             "[mcp]\nlisten = \"127.0.0.1:7701\"\nallowed_origins = [\"https://app.example.com:8443\"]\n",
@@ -1639,6 +1657,11 @@ mod tests {
             (
                 "max_sessions_per_caller = 0",
                 "mcp.max_sessions_per_caller",
+                "between 1",
+            ),
+            (
+                "max_waiting_calls_per_caller = 100001",
+                "mcp.max_waiting_calls_per_caller",
                 "between 1",
             ),
         ] {

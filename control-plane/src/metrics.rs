@@ -3,7 +3,7 @@
 //! fixed outcome and operation names; never session ids or arguments.
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +33,7 @@ pub struct Metrics {
     mcp_state_rejections: IntCounterVec,
     mcp_listen_streams: IntGauge,
     mcp_sessions_ended: IntCounterVec,
+    mcp_waiting_calls_ended: IntCounter,
     oauth_events: IntCounterVec,
     oauth_refreshes: IntCounterVec,
     oauth_state: IntGaugeVec,
@@ -232,6 +233,11 @@ impl Metrics {
         for reason in ["deleted", "idle", "evicted"] {
             mcp_sessions_ended.with_label_values(&[reason]);
         }
+        let mcp_waiting_calls_ended = IntCounter::new(
+            "switchyard_control_plane_mcp_waiting_calls_ended_total",
+            "Calls waiting for a 2026-07-28 MCP client's answer that this replica ended because their caller had more than mcp.max_waiting_calls_per_caller waiting (the oldest goes).",
+        )
+        .expect("valid");
         let oauth_events = IntCounterVec::new(
             Opts::new(
                 "switchyard_control_plane_oauth_events_total",
@@ -302,6 +308,7 @@ impl Metrics {
             Box::new(oauth_state.clone()),
             Box::new(mcp_listen_streams.clone()),
             Box::new(mcp_sessions_ended.clone()),
+            Box::new(mcp_waiting_calls_ended.clone()),
             Box::new(mcp_requests.clone()),
             Box::new(mcp_state_rejections.clone()),
             Box::new(mcp_sessions.clone()),
@@ -344,6 +351,7 @@ impl Metrics {
             mcp_state_rejections,
             mcp_listen_streams,
             mcp_sessions_ended,
+            mcp_waiting_calls_ended,
             oauth_events,
             oauth_refreshes,
             oauth_state,
@@ -487,6 +495,12 @@ impl Metrics {
     /// by `reason`: `deleted`, `idle` or `evicted`.
     pub fn mcp_session_ended(&self, reason: &'static str) {
         self.mcp_sessions_ended.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts a call waiting for its MCP client's answer that was ended to
+    /// keep its caller within `mcp.max_waiting_calls_per_caller`.
+    pub fn mcp_waiting_call_ended(&self) {
+        self.mcp_waiting_calls_ended.inc();
     }
 
     /// Counts one request to the MCP endpoint.

@@ -455,6 +455,7 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
             config: config.mcp.clone(),
             loopback: mcp_addr.is_some_and(|a| a.ip().is_loopback()),
             bodies: crate::mcp::ingress::body_budget(&config.mcp),
+            waiting: Default::default(),
         });
         let connections = cp.metrics.listener("mcp", config.mcp.max_connections);
         tokio::spawn(crate::mcp::serve(

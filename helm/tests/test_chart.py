@@ -585,7 +585,7 @@ class Render(unittest.TestCase):
                       'allowed_origins = ["https://inspector.example.com","http://localhost:6274"]\n'
                       'allowed_hosts = ["switchyard.switchyard.svc","mcp.example.com","127.0.0.1:8701"]\n'
                       "max_body_bytes = 1048576\nbody_timeout_sec = 10\nsession_idle_timeout_sec = 3600\n"
-                      "max_sessions_per_caller = 32\n"
+                      "max_sessions_per_caller = 32\nmax_waiting_calls_per_caller = 8\n"
                       "request_state_ttl_sec = 120\nmax_connections = 512\n", config)
         (container,) = one("mcp", "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"]
         self.assertIn({"name": "mcp", "containerPort": 8701, "protocol": "TCP"}, container["ports"])
@@ -867,6 +867,8 @@ class Render(unittest.TestCase):
              "at '/controlPlane/mcp/sessionIdleTimeoutSec'"),
             ({"controlPlane": {"mcp": {"maxSessionsPerCaller": 0}}},
              "at '/controlPlane/mcp/maxSessionsPerCaller'"),
+            ({"controlPlane": {"mcp": {"maxWaitingCallsPerCaller": 100001}}},
+             "at '/controlPlane/mcp/maxWaitingCallsPerCaller'"),
             ({"controlPlane": {"mcp": {"requestStateTtlSec": 86401}}}, "at '/controlPlane/mcp/requestStateTtlSec'"),
             ({"controlPlane": {"mcp": {"maxConnections": 0}}}, "at '/controlPlane/mcp/maxConnections'"),
             ({"controlPlane": {"maxConnections": 1000001}}, "at '/controlPlane/maxConnections'"),

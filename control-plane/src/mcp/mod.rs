@@ -89,6 +89,9 @@ pub struct Endpoint {
     /// The bytes of request bodies being read at once, across requests
     /// ([`ingress::body_budget`]).
     pub bodies: Arc<tokio::sync::Semaphore>,
+    /// The calls waiting for their 2026-07-28 clients' answers on this
+    /// replica, by caller ([`mrtr::Waiting`]).
+    pub waiting: mrtr::Waiting,
 }
 
 /// One request's context: who asks, on which URL, in which era, in which

@@ -57,10 +57,12 @@ use rmcp::model::{RequestStateCodec, RequestStateError, SealOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_mcp::era::Era;
 use switchyard_mcp::meta;
+use tokio_util::sync::CancellationToken;
 
 /// How old the active key gets before a new one seals.
 pub const ROTATE_AFTER: Duration = Duration::from_secs(24 * 3600);
@@ -214,6 +216,55 @@ pub async fn serve(
     }
 }
 
+/// The calls of 2026-07-28 requests that asked their client and went on
+/// alone on this replica, by caller (its name; empty for anonymous
+/// callers): each caller keeps at most `mcp.max_waiting_calls_per_caller`,
+/// and one more ends the caller's oldest (a client that never retries
+/// would otherwise hold a call per request until its question times out).
+#[derive(Debug, Default)]
+pub struct Waiting {
+    by_caller: std::sync::Mutex<HashMap<String, VecDeque<(u64, CancellationToken)>>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Waiting {
+    /// Adds a waiting call of `caller`: its ticket (for [`Self::remove`])
+    /// and the token cancelled when it is ended to make room. Ends the
+    /// caller's oldest waiting calls beyond `max`; how many.
+    pub fn add(&self, caller: &str, max: usize) -> (u64, CancellationToken, usize) {
+        let ticket = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let token = CancellationToken::new();
+        let mut by_caller = self.by_caller.lock().expect("not poisoned");
+        let queue = by_caller.entry(caller.to_owned()).or_default();
+        queue.push_back((ticket, token.clone()));
+        let mut ended = 0;
+        while queue.len() > max {
+            if let Some((_, oldest)) = queue.pop_front() {
+                oldest.cancel();
+                ended += 1;
+            }
+        }
+        (ticket, token, ended)
+    }
+
+    /// Removes waiting call `ticket` of `caller` (it ended).
+    pub fn remove(&self, caller: &str, ticket: u64) {
+        let mut by_caller = self.by_caller.lock().expect("not poisoned");
+        if let Some(queue) = by_caller.get_mut(caller) {
+            queue.retain(|(t, _)| *t != ticket);
+            if queue.is_empty() {
+                by_caller.remove(caller);
+            }
+        }
+    }
+
+    /// How many calls of `caller` wait.
+    pub fn of(&self, caller: &str) -> usize {
+        let by_caller = self.by_caller.lock().expect("not poisoned");
+        by_caller.get(caller).map_or(0, VecDeque::len)
+    }
+}
+
 /// A call running for this round, not yet detached: polled by the round
 /// itself, so a request that asks nothing costs no task of its own.
 struct Local {
@@ -223,27 +274,53 @@ struct Local {
     ep: Arc<Endpoint>,
     /// Its run.
     run: String,
+    /// Its caller's name (empty: anonymous), for [`Waiting`].
+    caller: String,
 }
 
 impl Local {
     /// Lets the call go on alone, in a task of its own that stores its
     /// outcome (`mcp-outcomes/<run>`) for the retry; `Some`: it had ended
     /// already, with this.
+    /// Counted in [`Waiting`] while it runs alone: ended (cancelled
+    /// upstream, its outcome an error) when its caller has too many.
     fn detach(mut self) -> Option<Outcome> {
         if let Some(outcome) = (&mut self.call).now_or_never() {
             return Some(outcome);
         }
+        let Local {
+            mut call,
+            ep,
+            run,
+            caller,
+        } = self;
+        let max = ep.config.max_waiting_calls_per_caller;
+        let (ticket, ended, made_room) = ep.waiting.add(&caller, max);
+        for _ in 0..made_room {
+            ep.cp.metrics.mcp_waiting_call_ended();
+        }
         tokio::spawn(async move {
-            let outcome = self.call.await;
+            let outcome = tokio::select! {
+                outcome = &mut call => outcome,
+                () = ended.cancelled() => {
+                    tracing::info!(%run, caller = %caller, max, "a call waiting for its MCP client's answer ended: its caller has more waiting on this replica (mcp.max_waiting_calls_per_caller); it was the oldest");
+                    Err(McpError::rpc(
+                        respond::INTERNAL_ERROR,
+                        format!("the call was ended unanswered: its caller started more than mcp.max_waiting_calls_per_caller ({max}) requests that wait for answers, and this was the oldest; send the request again"),
+                    ))
+                }
+            };
+            // Cancelled upstream, if it still ran.
+            drop(call);
+            ep.waiting.remove(&caller, ticket);
             let rec = OutcomeRecord {
-                run: self.run.clone(),
+                run: run.clone(),
                 result: outcome.as_ref().ok().cloned(),
                 error: outcome.as_ref().err().map(|e| e.body()["error"].clone()),
             };
-            let ep = &self.ep;
             let ttl = ep.cp.interactions.timeout() + Duration::from_secs(60);
             if let Err(e) = ep.cp.registry.put_mcp_outcome(&rec, ttl).await {
-                tracing::warn!(run = %self.run, error = %e, "could not store the outcome of an MCP request that asked its client");
+                tracing::warn!(%run, error = %e, "could not store the outcome of an MCP request that asked its client");
             }
         });
         None
@@ -262,6 +339,7 @@ fn start(
     (session, run): (&str, &str),
     progress: Option<switchyard_proto::calls::Observer>,
 ) -> Local {
+    let name = caller.map(|c| c.name.clone()).unwrap_or_default();
     let (ep2, scope, caller, h, msg) = (
         ep.clone(),
         scope.clone(),
@@ -289,6 +367,7 @@ fn start(
         call,
         ep: ep.clone(),
         run: run.to_owned(),
+        caller: name,
     }
 }
 
@@ -588,5 +667,26 @@ mod tests {
             binding(&all, None, &msg(a.clone())),
             binding(&Scope::Server("s".into()), None, &msg(a))
         );
+    }
+
+    #[test]
+    fn a_callers_oldest_waiting_call_ends_beyond_the_cap() {
+        let w = Waiting::default();
+        let (a1, t1, n) = w.add("alice", 2);
+        assert_eq!(n, 0);
+        let (_, t2, _) = w.add("alice", 2);
+        let (_, tb, _) = w.add("bob", 2);
+        let (a3, t3, n) = w.add("alice", 2);
+        assert_eq!(n, 1);
+        assert!(t1.is_cancelled() && !t2.is_cancelled() && !t3.is_cancelled());
+        assert!(!tb.is_cancelled(), "another caller's calls stay");
+        assert_eq!((w.of("alice"), w.of("bob")), (2, 1));
+        // An ended call leaves room; removing one already gone is harmless.
+        w.remove("alice", a3);
+        w.remove("alice", a1);
+        assert_eq!(w.of("alice"), 1);
+        let (_, t4, n) = w.add("alice", 2);
+        assert_eq!(n, 0);
+        assert!(!t2.is_cancelled() && !t4.is_cancelled());
     }
 }

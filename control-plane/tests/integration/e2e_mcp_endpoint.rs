@@ -3359,3 +3359,73 @@ async fn a_callers_sessions_beyond_its_cap_end_least_recently_used_first() {
     assert_eq!(ended("evicted").await, Some(1.0));
     gw.stop().await;
 }
+
+/// `mcp.max_waiting_calls_per_caller`: a caller's call waiting for its
+/// answer beyond it ends the caller's oldest, whose retry gets an error
+/// that says why; the others go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_callers_oldest_waiting_call_ends_beyond_its_cap() {
+    let _heavy = HEAVY.lock().await;
+    let port = switchyard_test_support::free_port();
+    let extra = format!("[mcp]\nlisten = \"127.0.0.1:{port}\"\nmax_waiting_calls_per_caller = 1\n");
+    let gw = Gateway::start_stdio(
+        "shop",
+        &switchyard_test_support::reference_server_bin(),
+        &["--interactions", "--era", "2026-07-28"],
+        &extra,
+    )
+    .await;
+    let base = format!("http://127.0.0.1:{port}");
+    let elicits = json!({"elicitation": {}});
+    let form = json!({"contact_name": "Ada Lovelace", "email": "ada@example.com", "delivery_date": "2026-12-24",
+        "quantity": 2, "shipping_speed": "express", "carrier": "ups", "notify_via": ["sms"]});
+    let tool = "shop__confirm_order_form";
+    let ask = || async {
+        let first = modern_call(&base, "/mcp", tool, json!({}), elicits.clone(), None).await;
+        let (key, _) = one_question(&first);
+        let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+        (json!({key: {"action": "accept", "content": form}}), state)
+    };
+    let retry = |(answer, state): (Value, String)| {
+        let (base, elicits) = (base.clone(), elicits.clone());
+        async move {
+            modern_call(
+                &base,
+                "/mcp",
+                tool,
+                json!({}),
+                elicits,
+                Some((answer, &state)),
+            )
+            .await
+        }
+    };
+    let old = ask().await;
+    let new = ask().await;
+    let late = retry(old).await;
+    assert_eq!(code(&late), -32603, "{late}");
+    assert!(
+        late["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than mcp.max_waiting_calls_per_caller (1)"),
+        "{late}"
+    );
+    let done = retry(new).await;
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["action"], "accept",
+        "{done}"
+    );
+    let metrics = http_get(&gw.http_addr, "/metrics").await.1;
+    assert_eq!(
+        sample(
+            &metrics,
+            "switchyard_control_plane_mcp_waiting_calls_ended_total",
+            &[]
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    gw.stop().await;
+}

@@ -96,6 +96,7 @@ max_body_bytes = {{ int64 .maxBodyBytes }}
 body_timeout_sec = {{ int64 .bodyTimeoutSec }}
 session_idle_timeout_sec = {{ int64 .sessionIdleTimeoutSec }}
 max_sessions_per_caller = {{ int64 .maxSessionsPerCaller }}
+max_waiting_calls_per_caller = {{ int64 .maxWaitingCallsPerCaller }}
 request_state_ttl_sec = {{ int64 .requestStateTtlSec }}
 max_connections = {{ int64 .maxConnections }}
 {{- end }}
