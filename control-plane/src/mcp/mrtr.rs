@@ -29,7 +29,9 @@
 //! its outcome is stored (`mcp-outcomes/<run>`, leased), so a retry on any
 //! replica finds it. A client that goes away before the first question cancels the call,
 //! as for a request that asks nothing; after a question, the call ends
-//! with the question's own timeout (`limits.interactionTimeoutSec`).
+//! with the question's own timeout (`limits.interactionTimeoutSec`), or
+//! when its caller has more than `mcp.max_waiting_calls_per_caller` such
+//! calls on the replica and it is the oldest ([`Waiting`]).
 //!
 //! The `requestState` is sealed with rmcp's `RequestStateCodec`
 //! (HMAC-SHA256, `rs2` with key ids; keys in the store, shared by every
