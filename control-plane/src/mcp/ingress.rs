@@ -14,7 +14,8 @@
 //!   (406) ([`check_media`]);
 //! - the body is at most `mcp.max_body_bytes` (413) and arrives within
 //!   `mcp.body_timeout_sec` (408); the bodies being read at once hold at
-//!   most [`BODIES_AT_ONCE`] times that (503) ([`read_body`]);
+//!   most [`BODIES_AT_ONCE`] times that, and one caller's at most
+//!   [`BODIES_PER_CALLER`] times (503) ([`read_body`]);
 //! - it is one JSON-RPC request, notification or response: not JSON is
 //!   -32700, a batch or anything else -32600, both with 400; a number
 //!   anywhere that a double would change (an integer beyond 64 bits, more
@@ -370,25 +371,121 @@ pub fn check_media(headers: &HeaderMap) -> Result<Accepts, McpError> {
 /// that, across all requests and connections (64 MiB by default).
 pub const BODIES_AT_ONCE: u64 = 16;
 
-/// The budget [`read_body`] draws on: [`BODIES_AT_ONCE`] ×
-/// `max_body_bytes` bytes, one permit a byte.
-pub fn body_budget(config: &McpConfig) -> std::sync::Arc<tokio::sync::Semaphore> {
-    let bytes = config.max_body_bytes.saturating_mul(BODIES_AT_ONCE);
-    let permits = usize::try_from(bytes)
-        .unwrap_or(usize::MAX)
-        .min(tokio::sync::Semaphore::MAX_PERMITS);
-    std::sync::Arc::new(tokio::sync::Semaphore::new(permits))
+/// How much of [`BODIES_AT_ONCE`] one caller may hold, in
+/// `mcp.max_body_bytes` (a caller: an `[[auth.tokens]]` entry's name; all
+/// anonymous callers together), so that one caller's slow bodies cannot
+/// take every other caller's room.
+pub const BODIES_PER_CALLER: u64 = 4;
+
+/// The bytes of the request bodies being read at once, in all and per
+/// caller ([`read_body`] draws on it).
+#[derive(Debug)]
+pub struct BodyBudget {
+    /// [`BODIES_AT_ONCE`] × `max_body_bytes` bytes, one permit a byte.
+    all: tokio::sync::Semaphore,
+    /// [`BODIES_PER_CALLER`] × `max_body_bytes` bytes.
+    per_caller: u64,
+    /// The bytes each caller holds now (callers holding none are absent).
+    held: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
-/// The body, at most `limit` bytes: 413 past it (the rest is not read);
-/// 408 when all of it has not come `within` (from the first read); 503
-/// when the bodies being read at once would hold more than `budget` has
-/// (its bytes are returned once the body is read or refused).
+impl BodyBudget {
+    /// Room for `all` bytes in all and `per_caller` per caller.
+    pub fn new(all: u64, per_caller: u64) -> Self {
+        let permits = usize::try_from(all)
+            .unwrap_or(usize::MAX)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
+        BodyBudget {
+            all: tokio::sync::Semaphore::new(permits),
+            per_caller,
+            held: Default::default(),
+        }
+    }
+
+    /// The bytes free in all.
+    pub fn available(&self) -> usize {
+        self.all.available_permits()
+    }
+
+    /// The bytes `caller` holds.
+    pub fn held_by(&self, caller: &str) -> u64 {
+        let held = self.held.lock().expect("not poisoned");
+        held.get(caller).copied().unwrap_or(0)
+    }
+}
+
+/// The endpoint's budget for `config`: [`BODIES_AT_ONCE`] and
+/// [`BODIES_PER_CALLER`] × `max_body_bytes`.
+pub fn body_budget(config: &McpConfig) -> std::sync::Arc<BodyBudget> {
+    std::sync::Arc::new(BodyBudget::new(
+        config.max_body_bytes.saturating_mul(BODIES_AT_ONCE),
+        config.max_body_bytes.saturating_mul(BODIES_PER_CALLER),
+    ))
+}
+
+/// What one body holds of a [`BodyBudget`], given back when dropped.
+struct Held<'a> {
+    budget: &'a BodyBudget,
+    caller: &'a str,
+    permit: Option<tokio::sync::SemaphorePermit<'a>>,
+    bytes: u64,
+}
+
+impl Held<'_> {
+    /// Takes `n` more bytes; `Err` names the share that is full.
+    fn take(&mut self, n: u64) -> Result<(), &'static str> {
+        {
+            let mut held = self.budget.held.lock().expect("not poisoned");
+            let mine = held.entry(self.caller.to_owned()).or_default();
+            if *mine + n > self.budget.per_caller {
+                if *mine == 0 {
+                    held.remove(self.caller);
+                }
+                return Err("this caller's request bodies being read at once are over its share");
+            }
+            *mine += n;
+        }
+        self.bytes += n;
+        let permits = u32::try_from(n).unwrap_or(u32::MAX);
+        match self.budget.all.try_acquire_many(permits) {
+            Ok(permit) => {
+                match &mut self.permit {
+                    Some(p) => p.merge(permit),
+                    None => self.permit = Some(permit),
+                }
+                Ok(())
+            }
+            Err(_) => Err("too many request bodies are being read at once"),
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if self.bytes == 0 {
+            return;
+        }
+        let mut held = self.budget.held.lock().expect("not poisoned");
+        if let Some(mine) = held.get_mut(self.caller) {
+            *mine = mine.saturating_sub(self.bytes);
+            if *mine == 0 {
+                held.remove(self.caller);
+            }
+        }
+    }
+}
+
+/// The body of `caller`'s request (its name; empty: anonymous), at most
+/// `limit` bytes: 413 past it (the rest is not read); 408 when all of it
+/// has not come `within` (from the first read); 503 when the bodies being
+/// read at once would hold more than `budget` has, in all or for this
+/// caller (its bytes are returned once the body is read or refused).
 pub async fn read_body(
     body: Body,
     limit: u64,
     within: Duration,
-    budget: &tokio::sync::Semaphore,
+    budget: &BodyBudget,
+    caller: &str,
 ) -> Result<Bytes, McpError> {
     let too_large = || {
         McpError::new(
@@ -399,7 +496,12 @@ pub async fn read_body(
     };
     let deadline = tokio::time::Instant::now() + within;
     let mut out = BytesMut::new();
-    let mut held: Option<tokio::sync::SemaphorePermit<'_>> = None;
+    let mut held = Held {
+        budget,
+        caller,
+        permit: None,
+        bytes: 0,
+    };
     let mut stream = body.into_data_stream();
     loop {
         let chunk = match tokio::time::timeout_at(deadline, stream.next()).await {
@@ -422,19 +524,12 @@ pub async fn read_body(
         if (out.len() + chunk.len()) as u64 > limit {
             return Err(too_large());
         }
-        let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
-        match budget.try_acquire_many(n) {
-            Ok(permit) => match &mut held {
-                Some(h) => h.merge(permit),
-                None => held = Some(permit),
-            },
-            Err(_) => {
-                return Err(McpError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    INVALID_REQUEST,
-                    "too many request bodies are being read at once; send the request again in a moment",
-                ));
-            }
+        if let Err(full) = held.take(chunk.len() as u64) {
+            return Err(McpError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                INVALID_REQUEST,
+                format!("{full}; send the request again in a moment"),
+            ));
         }
         out.extend_from_slice(&chunk);
     }
@@ -606,8 +701,8 @@ mod tests {
         let one = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"{\"a\":"))]);
         let stalled = Body::from_stream(one.chain(futures::stream::pending()));
         let started = std::time::Instant::now();
-        let budget = tokio::sync::Semaphore::new(1 << 20);
-        let e = read_body(stalled, 1024, Duration::from_secs(1), &budget)
+        let budget = BodyBudget::new(1 << 20, 1 << 20);
+        let e = read_body(stalled, 1024, Duration::from_secs(1), &budget, "")
             .await
             .unwrap_err();
         assert_eq!(e.status, StatusCode::REQUEST_TIMEOUT);
@@ -615,39 +710,102 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(10));
         // A body that comes in time is read whole.
         let whole = Body::from(r#"{"a":1}"#);
-        let got = read_body(whole, 1024, Duration::from_secs(1), &budget)
+        let got = read_body(whole, 1024, Duration::from_secs(1), &budget, "")
             .await
             .unwrap();
         assert_eq!(&got[..], br#"{"a":1}"#);
         // Every byte is given back, refused or read.
-        assert_eq!(budget.available_permits(), 1 << 20);
+        assert_eq!(budget.available(), 1 << 20);
+        assert_eq!(budget.held_by(""), 0);
+    }
+
+    /// A body of `caller` that sends `first` and then stalls, read in a
+    /// task, once it holds its bytes.
+    async fn stalled(
+        budget: &std::sync::Arc<BodyBudget>,
+        caller: &'static str,
+        first: &'static [u8],
+    ) -> tokio::task::JoinHandle<Result<Bytes, McpError>> {
+        let chunk = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(first))]);
+        let body = Body::from_stream(chunk.chain(futures::stream::pending()));
+        let b = budget.clone();
+        let reading = tokio::spawn(async move {
+            read_body(body, 1024, Duration::from_secs(30), &b, caller).await
+        });
+        while budget.held_by(caller) < first.len() as u64 {
+            tokio::task::yield_now().await;
+        }
+        reading
     }
 
     #[tokio::test]
     async fn bodies_read_at_once_share_one_budget() {
         // Room for 10 bytes: a stalled body holds 6 of them...
-        let budget = std::sync::Arc::new(tokio::sync::Semaphore::new(10));
-        let six = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"123456"))]);
-        let stalled = Body::from_stream(six.chain(futures::stream::pending()));
-        let b = budget.clone();
-        let reading =
-            tokio::spawn(
-                async move { read_body(stalled, 1024, Duration::from_secs(30), &b).await },
-            );
-        while budget.available_permits() != 4 {
-            tokio::task::yield_now().await;
-        }
+        let budget = std::sync::Arc::new(BodyBudget::new(10, 10));
+        let reading = stalled(&budget, "", b"123456").await;
+        assert_eq!(budget.available(), 4);
         // ... so another 6 is refused at once, with 503; 4 still fit.
-        let e = read_body(Body::from("abcdef"), 1024, Duration::from_secs(1), &budget)
-            .await
-            .unwrap_err();
+        let e = read_body(
+            Body::from("abcdef"),
+            1024,
+            Duration::from_secs(1),
+            &budget,
+            "",
+        )
+        .await
+        .unwrap_err();
         assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE, "{}", e.message);
-        let four = read_body(Body::from("abcd"), 1024, Duration::from_secs(1), &budget).await;
+        let four = read_body(
+            Body::from("abcd"),
+            1024,
+            Duration::from_secs(1),
+            &budget,
+            "",
+        )
+        .await;
         assert!(four.is_ok());
         // The stalled one's bytes come back when it is given up on.
         reading.abort();
         let _ = reading.await;
-        assert_eq!(budget.available_permits(), 10);
+        assert_eq!(budget.available(), 10);
+        assert_eq!(budget.held_by(""), 0);
+    }
+
+    #[tokio::test]
+    async fn one_callers_bodies_leave_the_others_room() {
+        // 20 bytes in all, 10 per caller: alice's stalled 6...
+        let budget = std::sync::Arc::new(BodyBudget::new(20, 10));
+        let reading = stalled(&budget, "alice", b"123456").await;
+        // ... leave her 4, whatever is free in all...
+        let e = read_body(
+            Body::from("abcdef"),
+            1024,
+            Duration::from_secs(1),
+            &budget,
+            "alice",
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(e.message.contains("this caller's"), "{}", e.message);
+        assert_eq!(
+            budget.held_by("alice"),
+            6,
+            "the refused body gave its bytes back"
+        );
+        // ... and bob his own share.
+        let bob = read_body(
+            Body::from("abcdefghij"),
+            1024,
+            Duration::from_secs(1),
+            &budget,
+            "bob",
+        )
+        .await;
+        assert!(bob.is_ok());
+        reading.abort();
+        let _ = reading.await;
+        assert_eq!((budget.available(), budget.held_by("alice")), (20, 0));
     }
 
     #[test]

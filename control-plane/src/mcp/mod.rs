@@ -88,7 +88,7 @@ pub struct Endpoint {
     pub loopback: bool,
     /// The bytes of request bodies being read at once, across requests
     /// ([`ingress::body_budget`]).
-    pub bodies: Arc<tokio::sync::Semaphore>,
+    pub bodies: Arc<ingress::BodyBudget>,
     /// The calls waiting for their 2026-07-28 clients' answers on this
     /// replica, by caller ([`mrtr::Waiting`]).
     pub waiting: mrtr::Waiting,
@@ -359,7 +359,9 @@ async fn handled(
     // 2. The one message.
     let accepts = ingress::check_media(h)?;
     let within = Duration::from_secs(ep.config.body_timeout_sec);
-    let bytes = ingress::read_body(body, ep.config.max_body_bytes, within, &ep.bodies).await?;
+    let name = caller.as_ref().map_or("", |c| c.name.as_str());
+    let bytes =
+        ingress::read_body(body, ep.config.max_body_bytes, within, &ep.bodies, name).await?;
     let msg = ingress::parse(&bytes)?;
     served.method = method_label(&msg.method);
     // 3. The era, and the session of a 2025-11-25 client.
