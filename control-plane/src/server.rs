@@ -338,8 +338,9 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
         .set_base_url(config.oauth.base_url(&http_addr.to_string()));
     crate::oauth::refresh::spawn(cp.clone());
 
-    // Cancellations requested on other replicas, the state gauges, and
-    // pruning the router's cache of sidecar addresses.
+    // Cancellations requested on other replicas, the calls of deleted
+    // sessions, the state gauges, and pruning the router's cache of
+    // sidecar addresses.
     {
         let cp = cp.clone();
         let mut changes = state.subscribe();
@@ -351,6 +352,12 @@ pub async fn start(config: &Config, sync_servers: bool) -> Result<Running, Start
                         Ok(Change::Cancel { scope, call_id }) => {
                             if cp.router.cancel(&scope, &call_id) {
                                 tracing::info!(%scope, %call_id, "call cancelled on request of another replica");
+                            }
+                        }
+                        Ok(Change::SessionDeleted(session)) => {
+                            let n = cp.router.cancel_scope(&session);
+                            if n > 0 {
+                                tracing::info!(%session, calls = n, "session deleted; its running calls were cancelled");
                             }
                         }
                         Ok(_) => {}

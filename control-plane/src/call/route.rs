@@ -470,6 +470,20 @@ impl Router {
         }))
     }
 
+    /// Cancels every call running on this replica in `scope` (a deleted
+    /// session's); how many.
+    pub fn cancel_scope(&self, scope: &str) -> usize {
+        let in_flight = self.in_flight.lock().unwrap();
+        let mut n = 0;
+        for ((s, _), token) in in_flight.iter() {
+            if s == scope {
+                token.cancel();
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Cancels a call running on this replica; false if none.
     pub fn cancel(&self, scope: &str, call_id: &str) -> bool {
         match self

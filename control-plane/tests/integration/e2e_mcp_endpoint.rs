@@ -1201,7 +1201,7 @@ async fn hangs_reach(base: &str, n: u64) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn cancellation_closed_streams_and_every_param_reach_the_server() {
+async fn cancellation_closed_streams_deletes_and_every_param_reach_the_server() {
     let _heavy = HEAVY.lock().await;
     let script = switchyard_test_support::stub_script("crashy.py");
     let servers = format!(
@@ -1360,6 +1360,41 @@ async fn cancellation_closed_streams_and_every_param_reach_the_server() {
             .all(|(k, _)| !k.starts_with("io.modelcontextprotocol/")),
         "{got}"
     );
+    // A DELETE of the session cancels its running call, upstream too.
+    let pending = tokio::spawn(send(
+        headers(),
+        json!({"jsonrpc": "2.0", "id": 44, "method": "tools/call", "params": {"name": "stub__hang"}}),
+    ));
+    hangs_reach(&base, 3).await;
+    let resp = client()
+        .delete(format!("{base}/mcp"))
+        .header("mcp-session-id", headers()[2].1.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    let (s, _, r) = tokio::time::timeout(LIMIT, pending)
+        .await
+        .expect("the call ends with its session")
+        .unwrap();
+    assert_eq!(s, 200);
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cancelled"),
+        "{r}"
+    );
+    eventually("the server got the session's cancellation", LIMIT, || {
+        let base = base.clone();
+        async move {
+            match cancelled_ids(&base).await.len() {
+                3 => Ok(()),
+                n => Err(format!("{n} ids")),
+            }
+        }
+    })
+    .await;
     gw.stop().await;
 }
 
