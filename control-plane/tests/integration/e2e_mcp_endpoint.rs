@@ -1173,6 +1173,32 @@ async fn cancelled_ids(base: &str) -> Vec<Value> {
     serde_json::from_str(&text).unwrap_or_default()
 }
 
+/// Waits until the stub has had `n` `notifications/cancelled`.
+async fn cancellations_reach(base: &str, n: usize) {
+    eventually(
+        &format!("the server got {n} notifications/cancelled"),
+        LIMIT,
+        || async move {
+            match cancelled_ids(base).await.len() {
+                got if got == n => Ok(()),
+                got => Err(format!("{got} ids")),
+            }
+        },
+    )
+    .await;
+}
+
+/// Asserts that `r` is the error of a cancelled call.
+fn was_cancelled(r: &Value) {
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cancelled"),
+        "{r}"
+    );
+}
+
 /// Waits until the stub has had `n` `hang` calls.
 async fn hangs_reach(base: &str, n: u64) {
     eventually("the hang call reached the server", LIMIT, || {
@@ -1272,23 +1298,8 @@ async fn cancellation_closed_streams_deletes_and_every_param_reach_the_server() 
     }
     let (s, _, r) = pending.await.unwrap();
     assert_eq!(s, 200);
-    assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("cancelled"),
-        "{r}"
-    );
-    eventually("the server got notifications/cancelled", LIMIT, || {
-        let base = base.clone();
-        async move {
-            match cancelled_ids(&base).await.len() {
-                1 => Ok(()),
-                n => Err(format!("{n} ids")),
-            }
-        }
-    })
-    .await;
+    was_cancelled(&r);
+    cancellations_reach(&base, 1).await;
 
     // A 2026-07-28 client that closes its request's connection cancels it.
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "stub__hang", "_meta": {VERSION: "2026-07-28", CAPS: {}}}});
@@ -1306,20 +1317,8 @@ async fn cancellation_closed_streams_deletes_and_every_param_reach_the_server() 
     assert!(!gone.is_finished(), "the hanging call answered");
     // The client goes away: its connection closes.
     gone.abort();
-    eventually(
-        "the closed stream cancelled the call upstream",
-        LIMIT,
-        || {
-            let base = base.clone();
-            async move {
-                match cancelled_ids(&base).await.len() {
-                    2 => Ok(()),
-                    n => Err(format!("{n} ids")),
-                }
-            }
-        },
-    )
-    .await;
+    // The closed stream cancelled the call upstream.
+    cancellations_reach(&base, 2).await;
     // Every field of a client's params reaches the server as given, in
     // both eras: arguments, unknown fields, and `_meta` less the
     // protocol's own keys.
@@ -1378,23 +1377,8 @@ async fn cancellation_closed_streams_deletes_and_every_param_reach_the_server() 
         .expect("the call ends with its session")
         .unwrap();
     assert_eq!(s, 200);
-    assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("cancelled"),
-        "{r}"
-    );
-    eventually("the server got the session's cancellation", LIMIT, || {
-        let base = base.clone();
-        async move {
-            match cancelled_ids(&base).await.len() {
-                3 => Ok(()),
-                n => Err(format!("{n} ids")),
-            }
-        }
-    })
-    .await;
+    was_cancelled(&r);
+    cancellations_reach(&base, 3).await;
     gw.stop().await;
 }
 
