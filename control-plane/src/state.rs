@@ -63,6 +63,9 @@ pub enum Change {
     ServersChanged,
     /// A session was deleted.
     SessionDeleted(String),
+    /// A 2025-11-25 session of the MCP endpoint (`mcp-sessions/<id>`) was
+    /// opened, changed or ended (its record is in the snapshot, or gone).
+    McpSession(String),
     /// An interaction appeared, changed or vanished.
     Interaction(Box<InteractionChange>),
     /// Some replica asked to cancel a call.
@@ -716,6 +719,7 @@ fn apply_put(snap: &mut Snapshot, kv: &KeyValue, changes: &mut Vec<Change>) {
     } else if let Some(id) = key.strip_prefix(crate::model::mcp_session::PREFIX) {
         if let Some(rec) = parse(kv) {
             snap.mcp_sessions.insert(id.to_owned(), rec);
+            changes.push(Change::McpSession(id.to_owned()));
         }
     } else if let Some(rest) = key.strip_prefix("interactions/") {
         if let Some((session, id)) = rest.split_once('/')
@@ -851,6 +855,7 @@ fn apply_delete(snap: &mut Snapshot, key: &str, changes: &mut Vec<Change>) {
         changes.push(Change::SessionDeleted(id.to_owned()));
     } else if let Some(id) = key.strip_prefix(crate::model::mcp_session::PREFIX) {
         snap.mcp_sessions.remove(id);
+        changes.push(Change::McpSession(id.to_owned()));
     } else if key == crate::model::mrtr::KEYS_KEY {
         snap.mcp_state_keys = None;
     }

@@ -104,6 +104,18 @@ pub fn plan(
     Ok(Plan { request, timeout })
 }
 
+/// The `tools/call` params that `other_params_json` may not hold: the
+/// call's own fields, and those of the sidecar's multi round-trip client
+/// (2026-07-28 basic/patterns/mrtr).
+pub const RESERVED_PARAMS: [&str; 6] = [
+    "name",
+    "arguments",
+    "_meta",
+    "task",
+    "inputResponses",
+    "requestState",
+];
+
 /// The `tools/call` params for the sidecar, as JSON text:
 /// `{"name": TOOL, "arguments": ARGUMENTS, "_meta": META, ...OTHER}`, with
 /// the engine's `arguments_json` (empty = `{}`) and `meta_json` (empty =
@@ -125,13 +137,11 @@ pub fn params_json(
             CallError::invalid_argument(format!("other_params_json: not valid JSON: {e}"))
         })?,
     };
-    if let Some(key) = ["name", "arguments", "_meta", "task"]
-        .into_iter()
-        .find(|k| other.contains_key(*k))
-    {
+    if let Some(key) = RESERVED_PARAMS.iter().find(|k| other.contains_key(**k)) {
         return Err(CallError::invalid_argument(format!(
-            "other_params_json: `{key}` is not taken here (it is set by `tool`, \
-             `arguments_json`, `meta_json` and `background`)"
+            "other_params_json: `{key}` is not taken here (`name`, `arguments`, `_meta` and \
+             `task` are set by `tool`, `arguments_json`, `meta_json` and `background`; \
+             `inputResponses` and `requestState` by the sidecar's multi round-trip client)"
         )));
     }
     let name = Value::from(tool).to_string();
@@ -229,7 +239,7 @@ mod tests {
         );
         let back: Value = serde_json::from_str(&p).unwrap();
         assert_eq!(back["é\n"], Value::Null);
-        for key in ["name", "arguments", "_meta", "task"] {
+        for key in RESERVED_PARAMS {
             let e = params_json("t", "", "", &format!(r#"{{"{key}": {{}}}}"#)).unwrap_err();
             assert!(
                 e.to_string()

@@ -30,7 +30,8 @@ pub const COALESCE: Duration = Duration::from_millis(200);
 pub const RECHECK: Duration = Duration::from_secs(15);
 
 /// What the page is told about a change; `None` for changes it does not
-/// show (a cancellation request, a detached MCP call's outcome).
+/// show (a cancellation request, a detached MCP call's outcome, an MCP
+/// endpoint session).
 fn topic(c: &Change) -> Option<Value> {
     Some(match c {
         Change::ToolsChanged { server, .. }
@@ -43,7 +44,7 @@ fn topic(c: &Change) -> Option<Value> {
         Change::SessionDeleted(id) => json!({"topic": "sessions", "session": id}),
         Change::Interaction(i) => json!({"topic": "interactions", "session": i.session}),
         Change::Background(_) => json!({"topic": "background"}),
-        Change::Cancel { .. } | Change::McpOutcome { .. } => return None,
+        Change::Cancel { .. } | Change::McpOutcome { .. } | Change::McpSession(_) => return None,
     })
 }
 

@@ -225,6 +225,18 @@ impl Listener {
         }
     }
 
+    /// Whether a GET stream's MCP session still names it (a listen
+    /// stream: always), in the read model.
+    fn still_listed(&self) -> bool {
+        let Some((session, id)) = &self.stream else {
+            return true;
+        };
+        let snap = self.ep.cp.state.snapshot();
+        snap.mcp_sessions
+            .get(session)
+            .is_some_and(|rec| rec.streams.contains(id))
+    }
+
     /// Feeds `tx` until the client goes away, the session ends or the
     /// replica stops; then a GET stream leaves its session's record.
     async fn run(
@@ -276,6 +288,14 @@ impl Listener {
             let relevant = tokio::select! {
                 c = changes.recv() => match c {
                     Ok(Change::SessionDeleted(id)) if id == self.session_id => return,
+                    // Its MCP session ended, or no longer names this GET
+                    // stream (more than `MAX_STREAMS` newer ones): it ends.
+                    Ok(Change::McpSession(id)) if self.stream.as_ref().is_some_and(|(s, _)| *s == id) => {
+                        if !self.still_listed() {
+                            return;
+                        }
+                        false
+                    }
                     Ok(Change::ToolsChanged { .. }
                         | Change::ResourcesChanged { .. }
                         | Change::PromptsChanged { .. }
@@ -410,7 +430,11 @@ pub async fn legacy(
         .update_mcp_session(&rec.id, |r| r.open_stream(&id))
         .await
     {
-        Ok(Some(_)) => {}
+        // The read model names it before the stream follows the changes
+        // ([`Listener::still_listed`]).
+        Ok(Some((_, rev))) => {
+            ep.cp.state.wait_for(rev, Duration::from_secs(2)).await;
+        }
         Ok(None) => {
             return Err(McpError::new(
                 StatusCode::NOT_FOUND,

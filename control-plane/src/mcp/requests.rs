@@ -72,18 +72,14 @@ fn meta_json(params: &Map<String, Value>) -> String {
 }
 
 /// The members of a `tools/call`'s params that the call has no field of
-/// its own for, as JSON text (empty: none): [`forwarded`]'s but `name`,
-/// `arguments`, `_meta` (each in its field) and `task` (the endpoint's
-/// own, `super::tasks`).
+/// its own for, as JSON text (empty: none): all but
+/// [`crate::call::plan::RESERVED_PARAMS`]: `name`, `arguments`, `_meta`
+/// (each in its field), `task` (the endpoint's own, `super::tasks`) and
+/// the multi round-trip's `inputResponses` and `requestState` (`super::mrtr`).
 fn other_params_json(params: &Map<String, Value>) -> String {
     let other: Map<String, Value> = params
         .iter()
-        .filter(|(k, _)| {
-            !matches!(
-                k.as_str(),
-                "name" | "arguments" | "_meta" | "task" | "inputResponses" | "requestState"
-            )
-        })
+        .filter(|(k, _)| !crate::call::plan::RESERVED_PARAMS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     match other.is_empty() {

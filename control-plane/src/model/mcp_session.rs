@@ -76,13 +76,14 @@ pub struct McpSessionRecord {
     /// [`MAX_STREAMS`]; one a dead replica held stays until a newer one
     /// opens). Only the last gets the session's notifications
     /// (basic/transports: each message goes on one stream); the others get
-    /// keep-alives. A stream removes itself when it ends.
+    /// keep-alives. A stream removes itself when it ends, and ends when it
+    /// is no longer named here (or the session ends).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub streams: Vec<String>,
 }
 
 /// How many GET streams a session's record names ([`McpSessionRecord::streams`]);
-/// opening one more forgets the oldest, which then gets no notifications.
+/// opening one more forgets the oldest, which then ends.
 pub const MAX_STREAMS: usize = 16;
 
 impl McpSessionRecord {

@@ -1701,6 +1701,31 @@ async fn modern_clients_answer_questions_through_input_required() {
     gw.stop().await;
 }
 
+/// Opens a GET stream of 2025-11-25 session `sid` at `base` + `path`.
+async fn get_stream(base: &str, path: &str, sid: &str) -> reqwest::Response {
+    let resp = client()
+        .get(format!("{base}{path}"))
+        .header("mcp-session-id", sid)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp
+}
+
+/// Waits until the gateway at `addr` counts `n` open listen streams.
+async fn listen_streams_reach(addr: &str, n: f64) {
+    eventually(&format!("{n} listen streams"), LIMIT, || async move {
+        let m = http_get(addr, "/metrics").await.1;
+        match sample(&m, "switchyard_control_plane_mcp_listen_streams", &[]) {
+            Some(v) if v == n => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
 /// Sets the policy of `orders`' `get_order` to `policy`: `told` (a GET
 /// stream) and `listen` (a 2026-07-28 listen stream) are told the tools
 /// changed.
@@ -1771,34 +1796,9 @@ async fn clients_are_told_of_real_list_changes_in_their_era() {
     assert_eq!(no_sse.status(), 406);
     let open_get = || {
         let (base, sid) = (base.clone(), sid.clone());
-        async move {
-            let resp = client()
-                .get(format!("{base}/mcp"))
-                .header("mcp-session-id", &sid)
-                .header("accept", "text/event-stream")
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(resp.status(), 200);
-            Sse::of(resp)
-        }
+        async move { Sse::of(get_stream(&base, "/mcp", &sid).await) }
     };
-    let streams_open = |n: f64| {
-        let addr = gw.http_addr.clone();
-        async move {
-            eventually(&format!("{n} listen streams"), LIMIT, || {
-                let addr = addr.clone();
-                async move {
-                    let m = http_get(&addr, "/metrics").await.1;
-                    match sample(&m, "switchyard_control_plane_mcp_listen_streams", &[]) {
-                        Some(v) if v == n => Ok(()),
-                        other => Err(format!("{other:?}")),
-                    }
-                }
-            })
-            .await;
-        }
-    };
+    let streams_open = |n: f64| listen_streams_reach(&gw.http_addr, n);
     let mut legacy_stream = open_get().await;
     // Both streams are open (counted) before anything changes.
     streams_open(2.0).await;
@@ -3446,5 +3446,58 @@ async fn a_callers_oldest_waiting_call_ends_beyond_its_cap() {
         Some(1.0),
         "{metrics}"
     );
+    gw.stop().await;
+}
+
+/// A session's GET streams: a 17th ends the oldest, and all end with
+/// their session, on an engine session's URL too (where the engine
+/// session stays).
+#[tokio::test(flavor = "multi_thread")]
+async fn get_streams_end_beyond_sixteen_and_with_their_session() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, port) = everything_behind_the_endpoint("").await;
+    let base = format!("http://127.0.0.1:{port}");
+    let engine_session = ok_stdout(
+        &gw.cli(&["sessions", "create", "--server", "everything"])
+            .await,
+        "sessions create",
+    )
+    .trim()
+    .to_owned();
+    let path = format!("/mcp/sessions/{engine_session}");
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let (s, h, r) = post(&base, &path, &JSON_HEADERS, init.to_string()).await;
+    assert_eq!(s, 200, "{r}");
+    let sid = h["mcp-session-id"].to_str().unwrap().to_owned();
+    let streams_open = |n: f64| listen_streams_reach(&gw.http_addr, n);
+    let mut streams = Vec::new();
+    for i in 0..17 {
+        streams.push(get_stream(&base, &path, &sid).await);
+        streams_open(f64::from(i + 1).min(16.0)).await;
+    }
+    // The oldest ended: its body ends.
+    let oldest = streams.remove(0);
+    tokio::time::timeout(LIMIT, oldest.bytes())
+        .await
+        .expect("the oldest GET stream ends")
+        .expect("its body");
+    // A DELETE ends the rest; the engine session stays.
+    let resp = client()
+        .delete(format!("{base}{path}"))
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    for stream in streams {
+        tokio::time::timeout(LIMIT, stream.bytes())
+            .await
+            .expect("every GET stream ends with its session")
+            .expect("its body");
+    }
+    streams_open(0.0).await;
+    let sessions = ok_stdout(&gw.cli(&["sessions", "list"]).await, "sessions list");
+    assert!(sessions.contains(&engine_session), "{sessions}");
     gw.stop().await;
 }

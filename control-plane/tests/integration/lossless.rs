@@ -8,7 +8,7 @@
 
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
-use switchyard_control_plane::call::plan::params_json;
+use switchyard_control_plane::call::plan::{RESERVED_PARAMS, params_json};
 use switchyard_control_plane::mcp::{ingress, names, respond};
 use switchyard_mcp::era::Era;
 use switchyard_mcp::jsonrpc::Kind;
@@ -47,7 +47,7 @@ proptest! {
         let meta_json = meta.as_ref().map(|m| Value::Object(m.clone()).to_string()).unwrap_or_default();
         let other: Map<String, Value> = other
             .into_iter()
-            .filter(|(k, _)| !["name", "arguments", "_meta", "task"].contains(&k.as_str()))
+            .filter(|(k, _)| !RESERVED_PARAMS.contains(&k.as_str()))
             .collect();
         let other_json = match other.is_empty() {
             true => String::new(),
