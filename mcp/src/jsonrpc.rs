@@ -122,14 +122,7 @@ pub fn inexact_number(json: &[u8]) -> Option<Inexact<'_>> {
     let mut i = 0;
     while i < json.len() {
         match json[i] {
-            b'"' => {
-                // Past the string: an escape takes the byte after it.
-                i += 1;
-                while i < json.len() && json[i] != b'"' {
-                    i += if json[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
-            }
+            b'"' => i = past_string(json, i),
             b'-' | b'0'..=b'9' => {
                 let start = i;
                 i += 1;
@@ -164,6 +157,43 @@ pub fn inexact_number(json: &[u8]) -> Option<Inexact<'_>> {
         }
     }
     None
+}
+
+/// The most levels of arrays and objects that every JSON reader in the
+/// gateway takes in what it forwards: `serde_json` stops at 128, and a
+/// call's arguments sit two levels down in the params the sidecar reads.
+pub const MAX_DEPTH: usize = 120;
+
+/// How deep arrays and objects nest in `json` (JSON text; its strings are
+/// skipped): `0` for a scalar, `1` for `{}` or `[1]`. Linear in its length.
+pub fn depth(json: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut i) = (0usize, 0usize, 0);
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                i = past_string(json, i);
+                continue;
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    deepest
+}
+
+/// The index just past the JSON string that opens at `json[start]` (a
+/// `"`): an escape takes the byte after it.
+fn past_string(json: &[u8], start: usize) -> usize {
+    let mut i = start + 1;
+    while i < json.len() && json[i] != b'"' {
+        i += if json[i] == b'\\' { 2 } else { 1 };
+    }
+    i + 1
 }
 
 /// How many significant digits a JSON number is written with (leading

@@ -170,8 +170,9 @@ pub fn params_json(
     Ok(out)
 }
 
-/// `text` checked to be one JSON object (surrounding white space dropped)
-/// without a number a double would change (the sidecar would forward it
+/// `text` checked to be one JSON object (surrounding white space dropped),
+/// nested at most [`switchyard_mcp::jsonrpc::MAX_DEPTH`] levels, without a
+/// number a double would change (the sidecar would forward it
 /// changed: [`switchyard_mcp::jsonrpc::inexact_number`]); `None` when
 /// blank. Errors: INVALID_ARGUMENT naming `field`.
 fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, CallError> {
@@ -184,6 +185,12 @@ fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, CallErr
     if !raw.get().starts_with('{') {
         return Err(CallError::invalid_argument(format!(
             "{field}: must be a JSON object"
+        )));
+    }
+    let max = switchyard_mcp::jsonrpc::MAX_DEPTH;
+    if switchyard_mcp::jsonrpc::depth(raw.get().as_bytes()) > max {
+        return Err(CallError::invalid_argument(format!(
+            "{field}: arrays and objects nest more than {max} levels deep"
         )));
     }
     if let Some(inexact) = switchyard_mcp::jsonrpc::inexact_number(raw.get().as_bytes()) {
@@ -247,6 +254,16 @@ mod tests {
                 "{e}"
             );
         }
+        let deep = format!(
+            "{{\"x\":{}{}}}",
+            "[".repeat(switchyard_mcp::jsonrpc::MAX_DEPTH),
+            "]".repeat(switchyard_mcp::jsonrpc::MAX_DEPTH)
+        );
+        let e = params_json("t", &deep, "", "").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "arguments_json: arrays and objects nest more than 120 levels deep"
+        );
         let e = params_json("t", "", "", "[1]").unwrap_err();
         assert_eq!(e.to_string(), "other_params_json: must be a JSON object");
     }

@@ -322,8 +322,8 @@ pub enum ServersCommand {
         /// Print the URL and return without waiting.
         #[arg(long)]
         no_wait: bool,
-        /// How long to wait, seconds.
-        #[arg(long, default_value_t = 600, value_name = "SEC")]
+        /// How long to wait, seconds (1 to 86400).
+        #[arg(long, default_value_t = 600, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..=86_400))]
         timeout: u64,
     },
     /// Forget an oauth server's tokens (it needs authorization again).
@@ -459,10 +459,10 @@ pub struct ServerArgs {
     /// come up.
     #[arg(long)]
     pub no_wait: bool,
-    /// How long to wait for the server to come up, seconds (an oauth
-    /// server is not waited for: it needs authorization first;
+    /// How long to wait for the server to come up, seconds, 1 to 86400 (an
+    /// oauth server is not waited for: it needs authorization first;
     /// `--no-wait` waits not at all).
-    #[arg(long, default_value_t = 10, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 10, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
 }
 
@@ -566,9 +566,9 @@ pub struct ServerUpdateArgs {
     pub no_wait: bool,
     /// How long to wait for a sidecar with the new settings to connect and
     /// the previous ones to go, seconds; `switchyard up` keeps the previous
-    /// sidecar serving for up to 15 s meanwhile. Not connected in time:
-    /// exit 1.
-    #[arg(long, default_value_t = 20, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..))]
+    /// sidecar serving for up to 15 s meanwhile; 1 to 86400. Not connected
+    /// in time: exit 1.
+    #[arg(long, default_value_t = 20, value_name = "SEC", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
 }
 

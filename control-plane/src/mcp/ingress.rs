@@ -289,16 +289,26 @@ fn is_loopback_origin(origin: &str) -> bool {
 }
 
 /// Whether the media range list `accept` takes `media` (`type/subtype`):
-/// the most specific range that names it (by name, `type/*`, then `*/*`)
-/// decides, and `q=0` there refuses it (RFC 9110 §12.5.1).
+/// the most specific range that names it decides (by name without other
+/// parameters, by name with some, `type/*`, then `*/*`; of equally
+/// specific ones, any that takes it), and a `q` of zero there refuses it
+/// (RFC 9110 §12.5.1; a `q` that is not a qvalue is ignored).
 pub fn accepts(accept: &str, media: &str) -> bool {
     let (ty, _) = media.split_once('/').unwrap_or((media, ""));
     let mut best: Option<(u8, bool)> = None;
     for range in accept.split(',') {
         let mut parts = range.split(';');
         let name = parts.next().unwrap_or("").trim();
+        let (mut refused, mut other_params) = (false, false);
+        for p in parts.map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            match k.trim().eq_ignore_ascii_case("q") {
+                true => refused |= is_zero_qvalue(v.trim()),
+                false => other_params = true,
+            }
+        }
         let specificity = if name.eq_ignore_ascii_case(media) {
-            3
+            if other_params { 3 } else { 4 }
         } else if name
             .strip_suffix("/*")
             .is_some_and(|t| t.eq_ignore_ascii_case(ty))
@@ -309,15 +319,23 @@ pub fn accepts(accept: &str, media: &str) -> bool {
         } else {
             continue;
         };
-        let refused = parts.any(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            k.trim().eq_ignore_ascii_case("q") && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
-        });
-        if best.is_none_or(|(s, _)| specificity > s) {
-            best = Some((specificity, !refused));
-        }
+        best = match best {
+            Some((s, taken)) if s > specificity => Some((s, taken)),
+            Some((s, taken)) if s == specificity => Some((s, taken || !refused)),
+            _ => Some((specificity, !refused)),
+        };
     }
     best.is_some_and(|(_, taken)| taken)
+}
+
+/// Whether `v` is a qvalue of zero: `0`, `0.`, `0.0`, `0.00` or `0.000`.
+fn is_zero_qvalue(v: &str) -> bool {
+    v.strip_prefix('0').is_some_and(|rest| {
+        rest.is_empty()
+            || rest
+                .strip_prefix('.')
+                .is_some_and(|z| z.len() <= 3 && z.bytes().all(|b| b == b'0'))
+    })
 }
 
 /// What answers the client takes.
@@ -541,10 +559,18 @@ pub async fn read_body(
 /// response (-32600), naming what is wrong.
 pub fn parse(body: &[u8]) -> Result<Message, McpError> {
     let mut raw: Value = serde_json::from_slice(body).map_err(|e| {
-        // Valid JSON, but a number no double holds (`1e400`).
-        let (code, what) = match e.to_string().starts_with("number out of range") {
-            true => (INVALID_REQUEST, "a number in the body is out of range"),
-            false => (PARSE_ERROR, "the body is not JSON"),
+        // Valid JSON, but a number no double holds (`1e400`), or nested
+        // deeper than serde_json reads (128 levels).
+        let said = e.to_string();
+        let (code, what) = if said.starts_with("number out of range") {
+            (INVALID_REQUEST, "a number in the body is out of range")
+        } else if said.starts_with("recursion limit exceeded") {
+            (
+                INVALID_REQUEST,
+                "the body nests arrays and objects too deep (at most 127 levels)",
+            )
+        } else {
+            (PARSE_ERROR, "the body is not JSON")
         };
         McpError::new(StatusCode::BAD_REQUEST, code, format!("{what}: {e}"))
     })?;
@@ -1015,6 +1041,33 @@ mod tests {
             "application/jsonx, xapplication/*",
             "application/json"
         ));
+        // A `q` that is not a qvalue is ignored; only a zero one refuses.
+        for q in ["abc", "1.5", "NaN", "-1", "1e-50", "0.0001", ""] {
+            assert!(
+                accepts(&format!("application/json;q={q}"), "application/json"),
+                "{q}"
+            );
+        }
+        for q in ["0", "0.", "0.000", " 0 "] {
+            assert!(
+                !accepts(&format!("application/json; q={q}"), "application/json"),
+                "{q:?}"
+            );
+        }
+        // A range with other parameters is less specific than the bare
+        // name; of equal ones, any that takes it.
+        assert!(accepts(
+            "application/json;charset=utf-8;q=0, application/json",
+            "application/json"
+        ));
+        assert!(!accepts(
+            "application/json;q=0, application/json;charset=utf-8",
+            "application/json"
+        ));
+        assert!(accepts(
+            "application/json;q=0, application/json",
+            "application/json"
+        ));
         let e = check_media(&headers(&[
             ("content-type", "application/json"),
             ("accept", "application/json;q=0, text/event-stream;q=0"),
@@ -1079,6 +1132,19 @@ mod tests {
         assert!(
             e.message
                 .starts_with("a number in the body is out of range: "),
+            "{}",
+            e.message
+        );
+        // Valid JSON, nested deeper than it is read: not "not JSON" either.
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":5,"method":"ping","params":{{"x":{}{}}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let e = parse(deep.as_bytes()).unwrap_err();
+        assert_eq!(e.code, INVALID_REQUEST, "{}", e.message);
+        assert!(
+            e.message.contains("too deep (at most 127 levels)"),
             "{}",
             e.message
         );

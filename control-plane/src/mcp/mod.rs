@@ -233,6 +233,7 @@ async fn handle(
         method: "-",
         era: "-",
         outcome: "rejected",
+        events_only: false,
     };
     // HTTP/2 names the host in `:authority`, which the Host check reads too.
     let outcome = match ingress::authority_as_host(&mut h, uri) {
@@ -252,7 +253,10 @@ async fn handle(
         }
     };
     served.emit(&ep, started);
-    response
+    match served.events_only {
+        true => respond::as_event_stream(response).await,
+        false => response,
+    }
 }
 
 /// The request counted in `switchyard_control_plane_mcp_requests_total`,
@@ -261,6 +265,8 @@ struct Served {
     method: &'static str,
     era: &'static str,
     outcome: &'static str,
+    /// The client takes SSE but not JSON: answers go as one event.
+    events_only: bool,
 }
 
 impl Served {
@@ -358,6 +364,7 @@ async fn handled(
     }
     // 2. The one message.
     let accepts = ingress::check_media(h)?;
+    served.events_only = !accepts.json;
     let within = Duration::from_secs(ep.config.body_timeout_sec);
     let name = caller.as_ref().map_or("", |c| c.name.as_str());
     let bytes =
@@ -416,6 +423,18 @@ async fn handled(
             served.outcome = "ok";
             return Ok(respond::accepted());
         }
+    }
+    // `_meta` is an object (basic, "_meta"; a 2026-07-28 request's is
+    // checked with its other fields, `modern::validate`, with 400).
+    if let Some(meta) = msg.params.get("_meta")
+        && !meta.is_object()
+        && era == Era::Legacy
+    {
+        return Err(McpError::invalid_params(format!(
+            "params._meta: must be an object, not {}",
+            switchyard_mcp::jsonrpc::kind_of(meta)
+        ))
+        .with_id(msg.id.as_ref()));
     }
     // A progress token is a string or a number (basic/utilities/progress).
     if let Some(token) = msg.meta().and_then(|m| m.get("progressToken"))

@@ -133,6 +133,23 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
             ));
         }
     };
+    // 2025-11-25: `task` is a `TaskMetadata` (`ttl`: milliseconds).
+    if ctx.era == Era::Legacy
+        && let Some(task) = msg.params.get("task")
+    {
+        let ttl = task.get("ttl");
+        if !task.is_object() {
+            return Err(McpError::invalid_params(format!(
+                "params.task: must be an object (TaskMetadata), not {}",
+                switchyard_mcp::jsonrpc::kind_of(task)
+            )));
+        }
+        if ttl.is_some_and(|t| !(t.as_f64().is_some_and(|ms| ms >= 0.0) || t.is_null())) {
+            return Err(McpError::invalid_params(
+                "params.task.ttl: must be a number of milliseconds, 0 or more",
+            ));
+        }
+    }
     let snap = ctx.ep.cp.state.snapshot();
     let tool = match ctx.scope {
         Scope::Server(s) => snap.engine_name(s, name),

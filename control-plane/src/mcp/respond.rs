@@ -228,6 +228,41 @@ pub fn sse_response(
     r
 }
 
+/// `r` for a client that takes `text/event-stream` but not
+/// `application/json` (`Accept` gave JSON `q=0`): a 200 JSON answer
+/// becomes one SSE event carrying the same message; anything else (an
+/// HTTP error, a stream, 202) is left as it is.
+pub async fn as_event_stream(r: Response) -> Response {
+    let is_json = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if r.status() != StatusCode::OK || !is_json {
+        return r;
+    }
+    let (parts, body) = r.into_parts();
+    // The endpoint's own answer, in memory already.
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return Response::from_parts(parts, axum::body::Body::empty());
+    };
+    let data = String::from_utf8_lossy(&bytes).into_owned();
+    let event = switchyard_mcp::sse::encode(&switchyard_mcp::sse::Event {
+        data,
+        ..switchyard_mcp::sse::Event::default()
+    });
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let _ = tx.try_send(Ok(bytes::Bytes::from(event)));
+    drop(tx);
+    let mut out = sse_response(rx);
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
 /// 202 Accepted, no body: a notification (or a client's response) taken.
 pub fn accepted() -> Response {
     StatusCode::ACCEPTED.into_response()

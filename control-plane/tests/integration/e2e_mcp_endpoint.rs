@@ -850,6 +850,33 @@ async fn legacy_sessions_are_stored_bound_to_their_url_and_end_on_delete() {
         r["error"]["message"],
         "params._meta.progressToken: must be a string or a number, not an object"
     );
+    // `_meta` is an object, or nothing is run.
+    let (s, _, r) = send("/mcp", in_session(&[]), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "orders-legacy__get_order", "arguments": {"order_id": "O-1001"}, "_meta": null}})).await;
+    assert_eq!((s, code(&r)), (200, -32602), "{r}");
+    assert_eq!(
+        r["error"]["message"],
+        "params._meta: must be an object, not null"
+    );
+    // A client that refuses JSON (`q=0`) but takes SSE gets its answer as
+    // one event.
+    let h = [
+        ("content-type", "application/json"),
+        ("accept", "application/json;q=0, text/event-stream"),
+        ("mcp-session-id", session.as_str()),
+    ];
+    let ping = json!({"jsonrpc": "2.0", "id": 5, "method": "ping"});
+    let (s, headers, r) = post(&base, "/mcp", &h, ping.to_string()).await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(headers["content-type"], "text/event-stream");
+    let text = r["text"].as_str().expect("not JSON");
+    let data = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("one event");
+    assert_eq!(
+        serde_json::from_str::<Value>(data).unwrap(),
+        json!({"jsonrpc": "2.0", "id": 5, "result": {}})
+    );
     let (_, _, r) = send(
         "/mcp",
         in_session(&[]),
@@ -2539,6 +2566,30 @@ async fn mcp_clients_that_declare_tasks_run_calls_as_tasks_in_both_eras() {
             .contains("hi"),
         "{result}"
     );
+    // A `task` that is no TaskMetadata is refused, not run without one.
+    for (task, says) in [
+        (
+            json!("soon"),
+            "params.task: must be an object (TaskMetadata), not a string",
+        ),
+        (
+            json!({"ttl": "soon"}),
+            "params.task.ttl: must be a number of milliseconds, 0 or more",
+        ),
+    ] {
+        let r = send(
+            plain.clone(),
+            4,
+            "tools/call",
+            json!({"name": "everything__echo", "arguments": {"message": "hi"}, "task": task}),
+        )
+        .await;
+        assert_eq!(
+            (code(&r), r["error"]["message"].as_str()),
+            (-32602, Some(says)),
+            "{r}"
+        );
+    }
     let r = send(
         plain,
         3,

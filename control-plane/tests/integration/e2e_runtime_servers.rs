@@ -264,7 +264,11 @@ async fn server_limits_set_at_runtime_are_obeyed_and_kept_by_an_update() {
         assert_eq!(out.status.code(), Some(64), "{flags:?}: {stderr}");
         assert!(stderr.contains(field), "{flags:?}: {stderr}");
     }
-    for flags in [["--request-timeout-sec", "0"], ["--timeout", "0"]] {
+    for flags in [
+        ["--request-timeout-sec", "0"],
+        ["--timeout", "0"],
+        ["--timeout", "9300000000000000000"],
+    ] {
         let out = gw.cli(&add(&flags)).await;
         assert_eq!(out.status.code(), Some(64), "{flags:?}: {out:?}");
     }

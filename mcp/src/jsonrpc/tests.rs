@@ -144,3 +144,20 @@ fn numbers_a_double_would_change_are_found_outside_strings() {
         "the number 1e-400 has more digits or range than a double holds"
     );
 }
+
+#[test]
+fn depth_counts_arrays_and_objects_outside_strings() {
+    assert_eq!(depth(b"1"), 0);
+    assert_eq!(depth(b"{}"), 1);
+    assert_eq!(depth(br#"{"a":[1,{"b":[]}],"c":{}}"#), 4);
+    assert_eq!(depth(br#"{"s":"[[[{{{\"]]"}"#), 1);
+    let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+    assert_eq!(depth(deep.as_bytes()), MAX_DEPTH + 1);
+    // Within it, serde_json reads it two levels down too.
+    let ok = format!(
+        r#"{{"arguments":{{"x":{}{}}}}}"#,
+        "[".repeat(MAX_DEPTH - 1),
+        "]".repeat(MAX_DEPTH - 1)
+    );
+    assert!(serde_json::from_str::<Value>(&ok).is_ok());
+}
