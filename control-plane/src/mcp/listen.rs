@@ -271,6 +271,11 @@ impl Listener {
         // Subscribed, then what the client sees now: no change is missed.
         let mut changes = self.ep.cp.state.subscribe();
         let mut seen = self.seen().await;
+        // A session that ended (or dropped this stream) before the
+        // subscription: no change will say so.
+        if !self.still_listed() {
+            return;
+        }
         *open = Some(self.ep.cp.metrics.mcp_listen_stream());
         if self.subscription.is_some() {
             let ack = self.notification(
