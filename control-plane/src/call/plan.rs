@@ -175,7 +175,7 @@ pub fn params_json(
 /// number a double would change (the sidecar would forward it
 /// changed: [`switchyard_mcp::jsonrpc::inexact_number`]); `None` when
 /// blank. Errors: INVALID_ARGUMENT naming `field`.
-fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, CallError> {
+pub(super) fn raw_object<'a>(field: &str, text: &'a str) -> Result<Option<&'a str>, CallError> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);

@@ -225,17 +225,12 @@ fn plan(
     if let Forward::Raw(given, _) = forward {
         params = given.clone();
     }
-    if !meta_json.trim().is_empty() {
-        match serde_json::from_str::<Value>(meta_json) {
-            Ok(meta @ Value::Object(_)) => {
-                params.insert("_meta".into(), meta);
-            }
-            _ => {
-                return Err(CallError::invalid_argument(
-                    "meta_json: must be a JSON object",
-                ));
-            }
-        }
+    // A JSON object, nested within bounds, whose numbers reach the server
+    // as given (`plan::raw_object`).
+    if let Some(raw) = super::plan::raw_object("meta_json", meta_json)? {
+        let meta: Value = serde_json::from_str(raw)
+            .map_err(|e| CallError::invalid_argument(format!("meta_json: not valid JSON: {e}")))?;
+        params.insert("_meta".into(), meta);
     }
     let max_ms = switchyard_common::server_spec::MAX_TIMEOUT_SEC * 1000;
     if timeout_ms > max_ms {

@@ -84,6 +84,15 @@ pub async fn initialize(
         .find(|v| **v == requested)
         .copied()
         .unwrap_or(VERSIONS[0]);
+    if let Some(meta) = msg.params.get("_meta")
+        && !meta.is_object()
+    {
+        return Err(McpError::invalid_params(format!(
+            "params._meta: must be an object, not {}",
+            switchyard_mcp::jsonrpc::kind_of(meta)
+        ))
+        .with_id(msg.id.as_ref()));
+    }
     let [client_capabilities, client_info] =
         client_fields(&msg.params).map_err(|e| e.with_id(msg.id.as_ref()))?;
     let owner = caller.map(|c| c.name.clone()).unwrap_or_default();

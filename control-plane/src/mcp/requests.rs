@@ -144,7 +144,7 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
                 switchyard_mcp::jsonrpc::kind_of(task)
             )));
         }
-        if ttl.is_some_and(|t| !(t.as_f64().is_some_and(|ms| ms >= 0.0) || t.is_null())) {
+        if ttl.is_some_and(|t| !t.as_f64().is_some_and(|ms| ms >= 0.0)) {
             return Err(McpError::invalid_params(
                 "params.task.ttl: must be a number of milliseconds, 0 or more",
             ));
@@ -186,6 +186,23 @@ pub async fn call_tool(ctx: &Ctx<'_>, h: &HeaderMap, msg: &Message) -> Result<Va
         client_capabilities_json: ctx.client.clone(),
         ..Default::default()
     };
+    // Nested within what the call path takes (`call::plan`), said in the
+    // client's terms.
+    let max = switchyard_mcp::jsonrpc::MAX_DEPTH;
+    for (field, text) in [
+        ("params.arguments", &r.arguments_json),
+        ("params._meta", &r.meta_json),
+        (
+            "params (a field other than name, arguments and _meta)",
+            &r.other_params_json,
+        ),
+    ] {
+        if switchyard_mcp::jsonrpc::depth(text.as_bytes()) > max {
+            return Err(McpError::invalid_params(format!(
+                "{field}: arrays and objects nest more than {max} levels deep"
+            )));
+        }
+    }
     let cp = ctx.ep.cp.clone();
     let caller = ctx.caller.cloned();
     let cancelled = CancellationToken::new();

@@ -787,6 +787,11 @@ async fn legacy_sessions_are_stored_bound_to_their_url_and_end_on_delete() {
             json!("all"),
             "params.capabilities: must be an object",
         ),
+        (
+            "_meta",
+            json!(5),
+            "params._meta: must be an object, not a number",
+        ),
     ] {
         let mut big = init.clone();
         big["params"][field] = value;
@@ -849,6 +854,16 @@ async fn legacy_sessions_are_stored_bound_to_their_url_and_end_on_delete() {
     assert_eq!(
         r["error"]["message"],
         "params._meta.progressToken: must be a string or a number, not an object"
+    );
+    // Arguments nested within the body's limit but beyond the call path's
+    // are refused in the client's terms.
+    let deep = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "orders-legacy__get_order",
+        "arguments": {"x": serde_json::from_str::<Value>(&format!("{}{}", "[".repeat(121), "]".repeat(121))).unwrap()}}});
+    let (s, _, r) = send("/mcp", in_session(&[]), deep).await;
+    assert_eq!((s, code(&r)), (200, -32602), "{r}");
+    assert_eq!(
+        r["error"]["message"],
+        "params.arguments: arrays and objects nest more than 120 levels deep"
     );
     // `_meta` is an object, or nothing is run.
     let (s, _, r) = send("/mcp", in_session(&[]), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "orders-legacy__get_order", "arguments": {"order_id": "O-1001"}, "_meta": null}})).await;

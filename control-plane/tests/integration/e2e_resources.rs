@@ -375,6 +375,26 @@ async fn engines_list_read_and_attach_resources_of_every_server_in_both_eras() {
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("uri"), "{}", e.message());
+    // `meta_json` as a call's: an object, nested within bounds, its numbers
+    // exact; refused naming it, before anything reaches the server.
+    let deep = format!("{{\"x\":{}{}}}", "[".repeat(130), "]".repeat(130));
+    for (meta, says) in [
+        (
+            deep.as_str(),
+            "meta_json: arrays and objects nest more than 120 levels deep",
+        ),
+        ("[1]", "meta_json: must be a JSON object"),
+        (
+            r#"{"n": 18446744073709551616}"#,
+            "meta_json: the integer 18446744073709551616 is beyond 64 bits",
+        ),
+    ] {
+        let mut r = read_request("orders", "orders://catalog/skus.json", "");
+        r.meta_json = meta.into();
+        let e = engine.read_resource(r).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().starts_with(says), "{}", e.message());
+    }
 
     // A session sees its servers only.
     let session = create_session(&mut engine, &["everything"], pb::PermissionMode::Ask).await;
