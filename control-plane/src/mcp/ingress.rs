@@ -454,14 +454,17 @@ impl Held<'_> {
     fn take(&mut self, n: u64) -> Result<(), &'static str> {
         {
             let mut held = self.budget.held.lock().expect("not poisoned");
-            let mine = held.entry(self.caller.to_owned()).or_default();
-            if *mine + n > self.budget.per_caller {
-                if *mine == 0 {
-                    held.remove(self.caller);
-                }
+            let mine = held.get(self.caller).copied().unwrap_or(0);
+            if mine + n > self.budget.per_caller {
                 return Err("this caller's request bodies being read at once are over its share");
             }
-            *mine += n;
+            match held.get_mut(self.caller) {
+                Some(m) => *m += n,
+                // The caller's name is copied only when it starts to hold.
+                None => {
+                    held.insert(self.caller.to_owned(), n);
+                }
+            }
         }
         self.bytes += n;
         let permits = u32::try_from(n).unwrap_or(u32::MAX);

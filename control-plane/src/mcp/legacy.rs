@@ -59,6 +59,19 @@ fn client_fields(params: &serde_json::Map<String, Value>) -> Result<[Value; 2], 
     Ok(kept)
 }
 
+/// A 2025-11-25 request's `_meta`, when given, is an object (basic,
+/// "_meta"). Errors: -32602 naming what it is.
+pub fn check_meta(msg: &Message) -> Result<(), McpError> {
+    match msg.params.get("_meta") {
+        Some(meta) if !meta.is_object() => Err(McpError::invalid_params(format!(
+            "params._meta: must be an object, not {}",
+            switchyard_mcp::jsonrpc::kind_of(meta)
+        ))
+        .with_id(msg.id.as_ref())),
+        _ => Ok(()),
+    }
+}
+
 /// Answers `initialize` on `scope` for `caller`: a new session, its
 /// engine session, and the `InitializeResult` with the id in
 /// `Mcp-Session-Id`. Errors: -32602 (params: `capabilities` and
@@ -84,15 +97,7 @@ pub async fn initialize(
         .find(|v| **v == requested)
         .copied()
         .unwrap_or(VERSIONS[0]);
-    if let Some(meta) = msg.params.get("_meta")
-        && !meta.is_object()
-    {
-        return Err(McpError::invalid_params(format!(
-            "params._meta: must be an object, not {}",
-            switchyard_mcp::jsonrpc::kind_of(meta)
-        ))
-        .with_id(msg.id.as_ref()));
-    }
+    check_meta(msg)?;
     let [client_capabilities, client_info] =
         client_fields(&msg.params).map_err(|e| e.with_id(msg.id.as_ref()))?;
     let owner = caller.map(|c| c.name.clone()).unwrap_or_default();

@@ -424,17 +424,10 @@ async fn handled(
             return Ok(respond::accepted());
         }
     }
-    // `_meta` is an object (basic, "_meta"; a 2026-07-28 request's is
-    // checked with its other fields, `modern::validate`, with 400).
-    if let Some(meta) = msg.params.get("_meta")
-        && !meta.is_object()
-        && era == Era::Legacy
-    {
-        return Err(McpError::invalid_params(format!(
-            "params._meta: must be an object, not {}",
-            switchyard_mcp::jsonrpc::kind_of(meta)
-        ))
-        .with_id(msg.id.as_ref()));
+    // `_meta` is an object (a 2026-07-28 request's is checked with its
+    // other fields, `modern::validate`, with 400).
+    if era == Era::Legacy {
+        legacy::check_meta(&msg)?;
     }
     // A progress token is a string or a number (basic/utilities/progress).
     if let Some(token) = msg.meta().and_then(|m| m.get("progressToken"))

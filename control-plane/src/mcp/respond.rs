@@ -216,7 +216,14 @@ pub fn sse_event(message: &Value) -> bytes::Bytes {
 pub fn sse_response(
     rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::convert::Infallible>>,
 ) -> Response {
-    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    sse_body(axum::body::Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    ))
+}
+
+/// A 200 `text/event-stream` answer of `body` (no caching, no proxy
+/// buffering).
+fn sse_body(body: axum::body::Body) -> Response {
     let mut r = (StatusCode::OK, body).into_response();
     let headers = r.headers_mut();
     headers.insert(
@@ -251,10 +258,7 @@ pub async fn as_event_stream(r: Response) -> Response {
         data,
         ..switchyard_mcp::sse::Event::default()
     });
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let _ = tx.try_send(Ok(bytes::Bytes::from(event)));
-    drop(tx);
-    let mut out = sse_response(rx);
+    let mut out = sse_body(axum::body::Body::from(event));
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
             out.headers_mut().insert(name.clone(), value.clone());
