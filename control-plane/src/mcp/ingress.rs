@@ -557,15 +557,31 @@ pub async fn read_body(
     Ok(out.freeze())
 }
 
+/// Whether `body` is one JSON value in UTF-8, read for its syntax alone:
+/// numbers of any size, nesting of any depth (`IgnoredAny` skips strings
+/// without checking their bytes, hence the UTF-8 check first).
+pub fn is_json(body: &[u8]) -> bool {
+    std::str::from_utf8(body).is_ok()
+        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+}
+
 /// Parses the one message of a POST. Errors (400): not JSON (-32700); a
-/// batch, or JSON that is not a JSON-RPC 2.0 request, notification or
-/// response (-32600), naming what is wrong.
+/// batch, JSON that is not a JSON-RPC 2.0 request, notification or
+/// response, a number no double holds or nesting beyond 127 levels
+/// (-32600), naming what is wrong.
 pub fn parse(body: &[u8]) -> Result<Message, McpError> {
     let mut raw: Value = serde_json::from_slice(body).map_err(|e| {
         // Valid JSON, but a number no double holds (`1e400`), or nested
-        // deeper than serde_json reads (128 levels).
+        // deeper than serde_json reads (128 levels). serde_json stops at
+        // the first error, so the rest of the body is read once more for
+        // its syntax alone (`IgnoredAny` has neither limit): `1e400` then
+        // garbage is not JSON.
         let said = e.to_string();
-        let (code, what) = if said.starts_with("number out of range") {
+        let limit =
+            said.starts_with("number out of range") || said.starts_with("recursion limit exceeded");
+        let (code, what) = if limit && !is_json(body) {
+            (PARSE_ERROR, "the body is not JSON")
+        } else if said.starts_with("number out of range") {
             (INVALID_REQUEST, "a number in the body is out of range")
         } else if said.starts_with("recursion limit exceeded") {
             (
@@ -1151,5 +1167,24 @@ mod tests {
             "{}",
             e.message
         );
+        // Either limit, then something that is not JSON: "not JSON", as
+        // the fuzzer found (serde_json stops at the first error).
+        for body in [
+            r#"{"jsonrpc":"2.0","iD":33333e3333333,"method" x}"#.to_owned(),
+            format!(r#"{{"x":{}1e400"#, "[".repeat(200)),
+            format!(r#"{{"x":{}]]"#, "[".repeat(200)),
+        ] {
+            let e = parse(body.as_bytes()).unwrap_err();
+            assert_eq!(e.code, PARSE_ERROR, "{body}: {}", e.message);
+            assert!(
+                e.message.starts_with("the body is not JSON: "),
+                "{}",
+                e.message
+            );
+        }
+        // A string that is not UTF-8 after the number: not JSON either.
+        let e = parse(b"[1e400,\"\xff\"]").unwrap_err();
+        assert_eq!(e.code, PARSE_ERROR, "{}", e.message);
+        assert!(is_json(deep.as_bytes()) && is_json(b"[1e400]"));
     }
 }
