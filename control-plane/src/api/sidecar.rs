@@ -170,6 +170,8 @@ impl SidecarRegistry for SidecarApi {
             kind: r.kind,
             params_json: r.params_json,
             key: r.key,
+            together_id: r.together_id,
+            together_count: r.together_count,
         };
         let result = self.cp.interactions.interact(&request).await?;
         Ok(Response::new(pb::InteractResponse {

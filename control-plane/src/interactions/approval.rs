@@ -114,6 +114,8 @@ impl Interactions {
             url_domain: String::new(),
             elicitation_id: String::new(),
             key: String::new(),
+            together_id: String::new(),
+            together_count: 0,
             waiter: self.replica.to_string(),
             status: Status::Open,
             outcome: None,

@@ -38,6 +38,10 @@ pub struct InteractRequest {
     /// The server's own key for the question (2026-07-28 `inputRequests`);
     /// may be empty.
     pub key: String,
+    /// Shared by the questions a server asked at once; empty when alone.
+    pub together_id: String,
+    /// How many questions were asked at once (0 when alone).
+    pub together_count: u32,
 }
 
 /// A new record from a sidecar's request (validated: kind, params, URL),
@@ -56,6 +60,15 @@ pub fn record_from_request(
     check_text("run_id", &r.run_id)?;
     check_text("tool", &r.tool)?;
     check_text("key", &r.key)?;
+    if !r.together_id.is_empty() {
+        check_id("together_id", &r.together_id)?;
+        if r.together_count < 2 {
+            return Err(InteractionError::Invalid(format!(
+                "together_count: {} with a together_id (the questions asked at once are at least 2)",
+                r.together_count
+            )));
+        }
+    }
     let kind = match r.kind.as_str() {
         "form" => Kind::Form,
         "url" => Kind::Url,
@@ -123,6 +136,12 @@ pub fn record_from_request(
         url_domain: String::new(),
         elicitation_id: String::new(),
         key: r.key.clone(),
+        together_id: r.together_id.clone(),
+        together_count: if r.together_id.is_empty() {
+            0
+        } else {
+            r.together_count
+        },
         waiter: String::new(),
         status: Status::Open,
         outcome: None,
@@ -209,6 +228,7 @@ mod tests {
             kind: "url".into(),
             params_json: params.to_string(),
             key: key.into(),
+            ..InteractRequest::default()
         }
     }
 
@@ -229,5 +249,28 @@ mod tests {
         let named = json!({"mode": "url", "message": "m", "url": "https://a.example/", "elicitationId": "e-9"});
         let rec = record_from_request(&url_request("k", named), 0, Duration::from_secs(1)).unwrap();
         assert_eq!(rec.elicitation_id, "e-9");
+    }
+
+    #[test]
+    fn questions_asked_at_once_name_their_group_and_its_size() {
+        let params = json!({"mode": "url", "message": "Sign in", "url": "https://login.example/x"});
+        let grouped = |id: &str, count: u32| InteractRequest {
+            together_id: id.into(),
+            together_count: count,
+            ..url_request("k", params.clone())
+        };
+        let rec = record_from_request(&grouped("g-1", 3), 0, Duration::from_secs(1)).unwrap();
+        assert_eq!((rec.together_id.as_str(), rec.together_count), ("g-1", 3));
+        // Alone: a count without an id means nothing.
+        let rec = record_from_request(&grouped("", 3), 0, Duration::from_secs(1)).unwrap();
+        assert_eq!((rec.together_id.as_str(), rec.together_count), ("", 0));
+        for (id, count, says) in [
+            ("g-1", 1, "together_count: 1 with a together_id"),
+            ("g/1", 2, "together_id"),
+        ] {
+            let e =
+                record_from_request(&grouped(id, count), 0, Duration::from_secs(1)).unwrap_err();
+            assert!(e.to_string().contains(says), "{e}");
+        }
     }
 }

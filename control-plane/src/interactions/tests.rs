@@ -13,6 +13,7 @@ fn form_request(id: &str) -> InteractRequest {
         kind: "form".into(),
         params_json: r#"{"mode":"form","message":"Where to?","requestedSchema":{"type":"object","properties":{"city":{"type":"string","minLength":2,"x-ui":"wide"},"count":{"type":"integer","minimum":1}},"required":["city"]},"_meta":{"k":1}}"#.into(),
         key: String::new(),
+        ..InteractRequest::default()
     }
 }
 

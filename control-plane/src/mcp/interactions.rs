@@ -142,6 +142,73 @@ pub(super) fn key_of(rec: &InteractionRecord, open: &[InteractionRecord]) -> Str
     }
 }
 
+/// How long the questions a server asked at once (one `inputRequests`, or
+/// the elicitations of one -32042 error: `InteractionRecord::together_id`)
+/// wait for the rest of them before a 2026-07-28 client is asked the ones
+/// that are open, ms after the first opened. The sidecar registers each
+/// with an `Interact` of its own, all at once, so they open within
+/// milliseconds; this bounds the wait for one that never opens.
+pub(super) const TOGETHER_WAIT_MS: i64 = 1_000;
+
+/// Of `open` (questions of `session`), the ones a 2026-07-28 client may be
+/// asked now, and when the first of the others may be (ms since the
+/// epoch): a question asked alone may be asked at once; one asked with
+/// others once all of them are in the session's read model (open or not),
+/// or [`TOGETHER_WAIT_MS`] after the first of them opened. So questions
+/// asked together reach the client in one `input_required`.
+pub(super) fn ready(
+    ep: &Endpoint,
+    session: &str,
+    open: Vec<InteractionRecord>,
+) -> (Vec<InteractionRecord>, Option<i64>) {
+    if open.iter().all(|r| r.together_id.is_empty()) {
+        return (open, None);
+    }
+    let snap = ep.cp.state.snapshot();
+    let of_session = snap
+        .interactions
+        .get(session)
+        .into_iter()
+        .flat_map(|m| m.values());
+    ready_of(open, of_session, crate::model::now_ms())
+}
+
+/// [`ready`] at `now`, with `of_session` the session's questions.
+fn ready_of<'a>(
+    open: Vec<InteractionRecord>,
+    of_session: impl Iterator<Item = &'a InteractionRecord>,
+    now: i64,
+) -> (Vec<InteractionRecord>, Option<i64>) {
+    // Per group: how many are in, and when the first opened.
+    let mut groups: std::collections::HashMap<&str, (u32, i64)> = Default::default();
+    for r in of_session.filter(|r| !r.together_id.is_empty()) {
+        let g = groups
+            .entry(r.together_id.as_str())
+            .or_insert((0, i64::MAX));
+        *g = (g.0.saturating_add(1), g.1.min(r.created_at_ms));
+    }
+    let mut next: Option<i64> = None;
+    let ready = open
+        .into_iter()
+        .filter(|r| {
+            if r.together_id.is_empty() {
+                return true;
+            }
+            let (seen, first) = groups
+                .get(r.together_id.as_str())
+                .copied()
+                .unwrap_or((1, r.created_at_ms));
+            let due = first.saturating_add(TOGETHER_WAIT_MS);
+            if seen >= r.together_count || now >= due {
+                return true;
+            }
+            next = Some(next.map_or(due, |n| n.min(due)));
+            false
+        })
+        .collect();
+    (ready, next)
+}
+
 /// The `inputRequests` of the open questions `open` that a client with
 /// `capabilities` may get ([`question`]), under their keys ([`key_of`]),
 /// each params passed through `adjust` first.
@@ -508,6 +575,8 @@ mod tests {
             url_domain: String::new(),
             elicitation_id: String::new(),
             key: key.into(),
+            together_id: String::new(),
+            together_count: 0,
             waiter: String::new(),
             status: Status::Open,
             outcome: None,
@@ -572,5 +641,42 @@ mod tests {
         assert!(!elicits.contains_key("client_roots"), "{elicits:?}");
         let roots = input_requests(&open, &json!({"roots": {}}), |_| {});
         assert_eq!(roots.keys().collect::<Vec<_>>(), ["client_roots"]);
+    }
+
+    #[test]
+    fn questions_asked_together_wait_for_each_other_a_second_at_most() {
+        let form = r#"{"message":"Name?","requestedSchema":{"type":"object","properties":{}}}"#;
+        let of = |id: &str, group: &str, count: u32, at: i64| InteractionRecord {
+            together_id: group.into(),
+            together_count: count,
+            created_at_ms: at,
+            ..rec(id, Kind::Form, id, form)
+        };
+        let ids = |v: &[InteractionRecord]| v.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+        let alone = of("alone", "", 0, 100);
+        let a = of("a", "g", 3, 100);
+        let b = of("b", "g", 3, 150);
+        // Two of three in: only the one asked alone, and the others are
+        // due a second after the first of them opened.
+        let (now, next) = ready_of(
+            vec![alone.clone(), a.clone(), b.clone()],
+            [&alone, &a, &b].into_iter(),
+            400,
+        );
+        assert_eq!((ids(&now), next), (vec!["alone".to_owned()], Some(1_100)));
+        // The third is in (answered already counts): all of them.
+        let mut c = of("c", "g", 3, 160);
+        c.status = Status::Resolved;
+        let (now, next) = ready_of(vec![a.clone(), b.clone()], [&a, &b, &c].into_iter(), 400);
+        assert_eq!(
+            (ids(&now), next),
+            (vec!["a".to_owned(), "b".to_owned()], None)
+        );
+        // The third never came: asked as they are after the wait.
+        let (now, next) = ready_of(vec![a.clone(), b.clone()], [&a, &b].into_iter(), 1_100);
+        assert_eq!(
+            (ids(&now), next),
+            (vec!["a".to_owned(), "b".to_owned()], None)
+        );
     }
 }

@@ -21,8 +21,9 @@
 //!    URL elicitations, or `roots` for a server's `roots/list`), answered
 //!    as `input_required` with every such question under the server's own
 //!    key (else its interaction id: `super::interactions::key_of`) and a
-//!    new `requestState`; or the call's outcome, the result (or error) of
-//!    the request.
+//!    new `requestState`, questions the server asked at once together
+//!    (`super::interactions::ready`); or the call's outcome, the result
+//!    (or error) of the request.
 //!
 //! The call outlives the round that asked: it keeps running on the replica
 //! that started it, in a task of its own from the first question on, and
@@ -169,8 +170,11 @@ pub async fn serve(
                 answered.extend(took);
             }
         }
-        // A client is asked only what it declared (`interactions::question`):
-        // the rest stay for the session's other subscribers.
+        // Questions the server asked at once are asked together
+        // (`interactions::ready`); a client is asked only what it declared
+        // (`interactions::question`): the rest stay for the session's other
+        // subscribers.
+        let (open, held_until) = interactions::ready(ep, &session, open);
         let questions: Map<String, Value> = interactions::input_requests(&open, &caps, |_| {});
         if !questions.is_empty() {
             // The call goes on without this request; if it ended a moment
@@ -208,6 +212,8 @@ pub async fn serve(
                     return Err(McpError::rpc(respond::INTERNAL_ERROR, "the replica is stopping"));
                 }
             },
+            // The questions held back for the rest of theirs are due.
+            _ = tokio::time::sleep(held_for(held_until)), if held_until.is_some() => {}
             _ = tokio::time::sleep_until(limit) => {
                 return Err(McpError::rpc(
                     respond::INTERNAL_ERROR,
@@ -216,6 +222,12 @@ pub async fn serve(
             }
         }
     }
+}
+
+/// How long until `until` (ms since the epoch; none: zero).
+fn held_for(until: Option<i64>) -> Duration {
+    let ms = until.map_or(0, |u| u.saturating_sub(now_ms()).max(0));
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
 /// The calls of 2026-07-28 requests that asked their client and went on

@@ -203,8 +203,10 @@ fn asked_of(
 /// The questions the call of `rec` waits on, as `inputRequests` (for a
 /// client that may be asked them; `super::interactions::input_requests`).
 fn questions(ctx: &Ctx<'_>, rec: &BackgroundRecord, caps: &Value) -> Map<String, Value> {
+    // Questions asked at once are shown together (`ready`).
+    let (asked, _) = super::interactions::ready(ctx.ep, &rec.session_id, asked_of(ctx, rec));
     // The task the client knows is ours, not the server's.
-    super::interactions::input_requests(&asked_of(ctx, rec), caps, |params| {
+    super::interactions::input_requests(&asked, caps, |params| {
         super::interactions::relate_to(params, &rec.id)
     })
 }

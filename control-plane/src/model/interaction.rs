@@ -221,6 +221,13 @@ pub struct InteractionRecord {
     /// `inputRequests` key); empty for a 2025-11-25 server's request.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub key: String,
+    /// Shared by the questions the server asked at once (one
+    /// `inputRequests`, or one -32042 error); empty when asked alone.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub together_id: String,
+    /// How many questions were asked at once (0 when alone).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub together_count: u32,
     /// approval: the id of the replica whose call waits for the answer
     /// (its liveness key is `replicas/<id>`, [`crate::model::replica`]);
     /// once that key is gone, the approval is cancelled with reason
@@ -249,6 +256,10 @@ pub struct InteractionRecord {
     pub resolved_at_ms: i64,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl PartialEq for InteractionRecord {
     fn eq(&self, o: &Self) -> bool {
         self.id == o.id
@@ -263,6 +274,8 @@ impl PartialEq for InteractionRecord {
             && self.url_domain == o.url_domain
             && self.elicitation_id == o.elicitation_id
             && self.key == o.key
+            && self.together_id == o.together_id
+            && self.together_count == o.together_count
             && self.waiter == o.waiter
             && self.status == o.status
             && self.outcome == o.outcome

@@ -1268,10 +1268,11 @@ async fn hangs_reach(base: &str, n: u64) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn cancellation_closed_streams_deletes_and_every_param_reach_the_server() {
-    let _heavy = HEAVY.lock().await;
-    let script = switchyard_test_support::stub_script("crashy.py");
+/// `switchyard up` with the MCP endpoint in front of the Python stub
+/// `script` (server `stub`), once its `tool` is listed over MCP. Returns
+/// the gateway and the endpoint's base URL.
+async fn stub_gateway(script: &str, tool: &str) -> (Gateway, String) {
+    let script = switchyard_test_support::stub_script(script);
     let servers = format!(
         "[[servers]]\nname = \"stub\"\ntransport = \"stdio\"\ncommand = \"python3\"\nargs = [{}]\n",
         toml_str(script.to_string_lossy())
@@ -1296,7 +1297,7 @@ async fn cancellation_closed_streams_deletes_and_every_param_reach_the_server() 
             let (_, _, t) = modern(&base, "/mcp", "tools/list", None, json!({})).await;
             match t["result"]["tools"]
                 .as_array()
-                .is_some_and(|a| a.iter().any(|t| t["name"] == "stub__hang"))
+                .is_some_and(|a| a.iter().any(|t| t["name"] == tool))
             {
                 true => Ok(()),
                 false => Err(t.to_string()),
@@ -1304,6 +1305,13 @@ async fn cancellation_closed_streams_deletes_and_every_param_reach_the_server() 
         }
     })
     .await;
+    (gw, base)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancellation_closed_streams_deletes_and_every_param_reach_the_server() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, base) = stub_gateway("crashy.py", "stub__hang").await;
 
     // A 2025-11-25 client cancels its call with notifications/cancelled.
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
@@ -2754,6 +2762,72 @@ async fn clients_that_declare_roots_are_asked_for_them_in_both_eras() {
             result["result"]["structuredContent"]["roots"], ours["roots"],
             "{tool}: {result}"
         );
+    }
+    gw.stop().await;
+}
+
+/// Questions a 2026-07-28 server asks at once (the stub's `reask`: a form
+/// and a `roots/list` in one `inputRequests`) reach a 2026-07-28 client in
+/// one `input_required`, under the server's keys, round after round.
+#[tokio::test(flavor = "multi_thread")]
+async fn questions_asked_at_once_reach_the_client_at_once() {
+    let _heavy = HEAVY.lock().await;
+    let (gw, base) = stub_gateway("mrtr_stub.py", "stub__reask").await;
+    let caps = json!({"elicitation": {}, "roots": {}});
+    let roots = json!({"roots": [{"uri": "file:///work/ada"}]});
+    let answers = json!({"confirm": {"action": "accept", "content": {"ok": true}}, "where": roots});
+    let mut r = modern_call(
+        &base,
+        "/mcp",
+        "stub__reask",
+        json!({"times": 2}),
+        caps.clone(),
+        None,
+    )
+    .await;
+    for round in 1..=2 {
+        assert_eq!(
+            r["result"]["resultType"], "input_required",
+            "round {round}: {r}"
+        );
+        let asked = r["result"]["inputRequests"]
+            .as_object()
+            .expect("inputRequests");
+        let mut keys: Vec<&str> = asked.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            ["confirm", "where"],
+            "round {round}: both at once: {r}"
+        );
+        assert_eq!(asked["confirm"]["method"], "elicitation/create", "{r}");
+        assert_eq!(asked["where"]["method"], "roots/list", "{r}");
+        let state = r["result"]["requestState"]
+            .as_str()
+            .expect("requestState")
+            .to_owned();
+        r = modern_call(
+            &base,
+            "/mcp",
+            "stub__reask",
+            json!({"times": 2}),
+            caps.clone(),
+            Some((answers.clone(), &state)),
+        )
+        .await;
+    }
+    // The server got both answers in each of its retries.
+    let rounds = r["result"]["structuredContent"]["rounds"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a result: {r}"));
+    assert_eq!(rounds.len(), 3, "{r}");
+    for retry in &rounds[1..] {
+        assert_eq!(
+            retry["inputResponses"]["confirm"], answers["confirm"],
+            "{r}"
+        );
+        assert_eq!(retry["inputResponses"]["where"], roots, "{r}");
+        assert_eq!(retry["state_ok"], true, "{r}");
     }
     gw.stop().await;
 }

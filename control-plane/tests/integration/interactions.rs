@@ -61,7 +61,7 @@ fn form_request(session: &str, id: &str) -> pb::InteractRequest {
         tool: "book".into(),
         kind: "form".into(),
         params_json: FORM_PARAMS.into(),
-        key: String::new(),
+        ..pb::InteractRequest::default()
     }
 }
 

@@ -132,6 +132,12 @@ impl InteractionHandler for ControlPlaneInteractions {
                 kind: interaction.kind.as_str().into(),
                 params_json: interaction.params.to_string(),
                 key: interaction.key.clone(),
+                together_id: interaction
+                    .together
+                    .as_ref()
+                    .map(|t| t.id.clone())
+                    .unwrap_or_default(),
+                together_count: interaction.together.as_ref().map_or(0, |t| t.count),
             };
             let mut backoff = MIN_BACKOFF;
             loop {

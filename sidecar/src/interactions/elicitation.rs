@@ -57,6 +57,39 @@ pub struct Interaction {
     /// The server's own key for the question (a 2026-07-28 `inputRequests`
     /// key); empty for a 2025-11-25 server request.
     pub key: String,
+    /// The questions asked at once with this one, when there are several.
+    pub together: Option<Together>,
+}
+
+/// Questions a server asked at once: the entries of one `inputRequests`,
+/// or the elicitations of one -32042 error. The control plane puts them to
+/// a 2026-07-28 client together (`InteractRequest.together_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Together {
+    /// Shared by the questions; fresh and random (128 bits, hex).
+    pub id: String,
+    /// How many questions there are (at least 2).
+    pub count: u32,
+}
+
+impl Together {
+    /// A fresh group of `count` questions; `None` for fewer than two.
+    pub fn of(count: usize) -> Option<Together> {
+        (count > 1).then(|| Together {
+            id: new_interaction_id(),
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+        })
+    }
+}
+
+/// How a server asked one question.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asked<'a> {
+    /// The server's own key (a 2026-07-28 `inputRequests` key); empty for
+    /// a 2025-11-25 server request or a -32042 error's elicitation.
+    pub key: &'a str,
+    /// The questions asked with it, when there are several.
+    pub together: Option<&'a Together>,
 }
 
 /// A fresh random interaction id (128 bits, hex).
@@ -77,7 +110,8 @@ pub(super) fn cancel() -> Value {
 /// Asks the user of `context`'s session `params` (an `elicitation/create`
 /// params object, one entry of a -32042 error's `data.elicitations`, or
 /// `roots/list` params) as an interaction of `kind` on behalf of `server`,
-/// under the server's `key` (may be empty), through
+/// as the server `asked` it (its key, may be empty; the questions asked
+/// with it), through
 /// `interactions.handler`; `{"action": "cancel"}` when
 /// `interactions.timeout` passes first.
 pub(super) async fn ask(
@@ -85,7 +119,7 @@ pub(super) async fn ask(
     server: &str,
     context: &CallContext,
     (kind, params): (InteractionKind, Value),
-    key: &str,
+    asked: Asked<'_>,
 ) -> Value {
     let interaction = Interaction {
         id: new_interaction_id(),
@@ -93,7 +127,8 @@ pub(super) async fn ask(
         kind,
         context: context.clone(),
         params,
-        key: key.to_owned(),
+        key: asked.key.to_owned(),
+        together: asked.together.cloned(),
     };
     let id = interaction.id.clone();
     tracing::info!(%server, interaction = %id, kind = kind.as_str(), session = %context.session_id, tool = %context.tool, "asking the user");

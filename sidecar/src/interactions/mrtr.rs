@@ -11,7 +11,7 @@
 //! asking for it breaks the protocol. A 2026 task's `inputRequests` (stage
 //! B, `tasks/update`) are answered by [`answer_inputs`] too.
 
-use super::elicitation::InteractionKind;
+use super::elicitation::{Asked, InteractionKind, Together};
 use super::{CallContext, ProtocolError, Relay, roots};
 use serde_json::{Map, Value, json};
 use switchyard_mcp::methods::{ELICIT, LIST_ROOTS, SAMPLING};
@@ -134,11 +134,18 @@ pub async fn answer_inputs(
             }
         }
     }
+    // Asked at once: the control plane puts them to its client together.
+    let together = Together::of(asks.len());
+    let together = together.as_ref();
     let answers =
         futures::future::join_all(asks.into_iter().map(|(key, kind, params)| async move {
+            let asked = Asked {
+                key: &key,
+                together,
+            };
             let answer = match kind {
-                InteractionKind::Roots => roots::list(relay, context, params, &key).await,
-                kind => relay.elicit(context, kind, params, (ELICIT, &key)).await,
+                InteractionKind::Roots => roots::list(relay, context, params, asked).await,
+                kind => relay.elicit(context, kind, params, (ELICIT, asked)).await,
             };
             (key, answer)
         }))

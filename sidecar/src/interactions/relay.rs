@@ -8,7 +8,7 @@
 //! A question attributed to a session's calls is withdrawn (`cancel`, and
 //! its card closed) once the last of them ends.
 
-use super::elicitation::{self, InteractionKind};
+use super::elicitation::{self, Asked, InteractionKind, Together};
 use super::{CallContext, Interactions, roots};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -298,7 +298,7 @@ impl Relay {
                 }))
             }
             LIST_ROOTS => Some(match self.attribute(&params) {
-                Ok(context) => Ok(roots::list(self, &context, params, "").await),
+                Ok(context) => Ok(roots::list(self, &context, params, Asked::default()).await),
                 Err(declined) => {
                     self.audit_declined(LIST_ROOTS, &declined);
                     Err((
@@ -363,10 +363,12 @@ impl Relay {
         params: Value,
     ) -> Value {
         let Some(idle) = self.until_idle(&context.session_id) else {
-            return self.elicit(context, kind, params, (ELICIT, "")).await;
+            return self
+                .elicit(context, kind, params, (ELICIT, Asked::default()))
+                .await;
         };
         tokio::select! {
-            answer = self.elicit(context, kind, params, (ELICIT, "")) => answer,
+            answer = self.elicit(context, kind, params, (ELICIT, Asked::default())) => answer,
             () = idle.cancelled() => {
                 tracing::info!(server = %self.server, session = %context.session_id, "the calls that could have asked ended; withdrawing the question");
                 elicitation::cancel()
@@ -382,7 +384,7 @@ impl Relay {
         context: &CallContext,
         kind: InteractionKind,
         params: Value,
-        (method, key): (&str, &str),
+        (method, asked): (&str, Asked<'_>),
     ) -> Value {
         let Some(interactions) = &self.interactions else {
             return elicitation::decline();
@@ -414,7 +416,7 @@ impl Relay {
                 }
             }
         }
-        elicitation::ask(interactions, &self.server, context, (kind, params), key).await
+        elicitation::ask(interactions, &self.server, context, (kind, params), asked).await
     }
 
     /// A call failed with -32042: asks for each of `data.elicitations` as a
@@ -442,12 +444,17 @@ impl Relay {
             tracing::warn!(server = %self.server, "URLElicitationRequiredError without usable URL elicitations; returning it as is");
             return false;
         }
+        let together = Together::of(list.len());
+        let asked = Asked {
+            key: "",
+            together: together.as_ref(),
+        };
         let answers = futures::future::join_all(list.iter().map(|e| {
             self.elicit(
                 context,
                 InteractionKind::Url,
                 e.clone(),
-                ("URLElicitationRequiredError", ""),
+                ("URLElicitationRequiredError", asked),
             )
         }))
         .await;

@@ -8,14 +8,19 @@
 //! cancels, or the interaction times out), gets the roots the engine gave
 //! with the call (`SidecarCallRequest.roots_json`), exactly as given.
 
-use super::elicitation::{self, InteractionKind};
+use super::elicitation::{self, Asked, InteractionKind};
 use super::{CallContext, Relay};
 use serde_json::{Value, json};
 
 /// The `ListRootsResult` for the call in `context`, asked with the
-/// server's `roots/list` `params` under its `key` (2026-07-28; empty for a
-/// 2025-11-25 request): see the module docs.
-pub(super) async fn list(relay: &Relay, context: &CallContext, params: Value, key: &str) -> Value {
+/// server's `roots/list` `params` as the server `asked` it (its key:
+/// 2026-07-28; empty for a 2025-11-25 request): see the module docs.
+pub(super) async fn list(
+    relay: &Relay,
+    context: &CallContext,
+    params: Value,
+    asked: Asked<'_>,
+) -> Value {
     if context.asks_roots()
         && !context.session_id.is_empty()
         && let Some(interactions) = relay.interactions()
@@ -25,7 +30,7 @@ pub(super) async fn list(relay: &Relay, context: &CallContext, params: Value, ke
             relay.server(),
             context,
             (InteractionKind::Roots, params),
-            key,
+            asked,
         )
         .await;
         if let Some(roots) = answer.get("roots").filter(|r| r.is_array()) {

@@ -132,3 +132,42 @@ async fn inputs_are_answered_from_the_context() {
     let answers = mrtr::answer_inputs(&r, &requests, &ctx("")).await.unwrap();
     assert_eq!(answers["a"], json!({"action": "decline"}));
 }
+
+/// Answers with the group the question came in: `[id, count]` or null.
+#[derive(Debug)]
+struct Grouped;
+impl InteractionHandler for Grouped {
+    fn interact(&self, i: Interaction) -> BoxFuture<'static, Value> {
+        let together = i.together.map(|t| json!([t.id, t.count]));
+        Box::pin(async move { json!({"action": "accept", "content": {"together": together}}) })
+    }
+    fn complete(&self, _: &str, _: &CallContext, _: &str) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
+}
+
+#[tokio::test]
+async fn questions_asked_at_once_are_sent_as_one_group() {
+    let r = Arc::new(Relay::new(
+        "s",
+        Some(Interactions::new(Arc::new(Grouped), Audit::to_log())),
+        None,
+    ));
+    let form = json!({"method": "elicitation/create", "params": {"message": "m", "requestedSchema": {"type": "object"}}});
+    let two = json!({"a": form, "b": form});
+    let answers = mrtr::answer_inputs(&r, &two, &ctx("x")).await.unwrap();
+    let (a, b) = (
+        &answers["a"]["content"]["together"],
+        &answers["b"]["content"]["together"],
+    );
+    assert_eq!(a[1], 2, "{answers}");
+    assert_eq!(a, b, "one group: {answers}");
+    assert_eq!(a[0].as_str().map(str::len), Some(32), "{answers}");
+    // Another round is another group; one question alone is in none.
+    let again = mrtr::answer_inputs(&r, &two, &ctx("x")).await.unwrap();
+    assert_ne!(again["a"]["content"]["together"][0], a[0]);
+    let one = mrtr::answer_inputs(&r, &json!({"a": form}), &ctx("x"))
+        .await
+        .unwrap();
+    assert_eq!(one["a"]["content"]["together"], Value::Null);
+}
