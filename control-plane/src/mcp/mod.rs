@@ -375,6 +375,17 @@ async fn handled(
     let era = era_of(h, &msg);
     served.era = era_label(era);
     if msg.kind == Kind::Request && msg.method == methods::INITIALIZE && era == Era::Legacy {
+        // Once per session (basic/lifecycle): in a session it is refused;
+        // an unknown session is 404, as for any request, after which the
+        // client initializes without one (basic/transports, "Session
+        // Management").
+        if h.contains_key(headers::SESSION_ID) {
+            legacy::session(ep, scope, caller.as_ref(), h, msg.id.as_ref()).await?;
+            return Err(McpError::bad_request(
+                "initialize: this session is initialized already (header Mcp-Session-Id); send initialize without Mcp-Session-Id to open another session",
+            )
+            .with_id(msg.id.as_ref()));
+        }
         let r = legacy::initialize(ep, scope, caller.as_ref(), &msg).await?;
         served.outcome = "ok";
         return Ok(r);

@@ -825,6 +825,22 @@ async fn legacy_sessions_are_stored_bound_to_their_url_and_end_on_delete() {
     )
     .await;
     assert_eq!(s, 202);
+    // initialize once per session: in it, 400 and no new session; with
+    // a session that is not (any more), 404, so the client starts afresh.
+    let (s, h, r) = send("/mcp", in_session(&[]), init.clone()).await;
+    assert_eq!((s, code(&r), &r["id"]), (400, -32600, &json!(0)), "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("initialized already"),
+        "{r}"
+    );
+    assert!(h.get("mcp-session-id").is_none(), "{h:?}");
+    let mut elsewhere: Vec<(&str, &str)> = JSON_HEADERS.to_vec();
+    elsewhere.push(("mcp-session-id", "0123456789abcdef0123456789abcdef"));
+    let (s, _, r) = post(&base, "/mcp", &elsewhere, init.to_string()).await;
+    assert_eq!((s, code(&r)), (404, -32001), "{r}");
     let (s, _, r) = send(
         "/mcp",
         in_session(&[]),
