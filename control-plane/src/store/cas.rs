@@ -8,8 +8,9 @@
 //! that was read (`mod_revision`, 0 for "still absent"), and if the extra
 //! compares the decision may add (other keys the decision was based on)
 //! hold too. When a compare fails, someone else wrote in between: `update`
-//! reads again and asks `decide` again, [`MAX_CAS_ATTEMPTS`] times at most,
-//! then gives up with [`CasError::Exhausted`].
+//! waits a random moment ([`backoff`]), reads again and asks `decide`
+//! again, [`MAX_CAS_ATTEMPTS`] times at most, then gives up with
+//! [`CasError::Exhausted`].
 //!
 //! `decide` is a closure that returns a future, so it may read other keys
 //! or take a lease for its write. It gets the key as read, owned, and its
@@ -34,10 +35,24 @@
 
 use super::{Compare, KeyValue, LeaseId, Op, Revision, Store, StoreError, Txn};
 use std::future::Future;
+use std::time::Duration;
 
 /// How many times [`update`] reads, decides and tries its transaction
 /// before giving up with [`CasError::Exhausted`].
 pub const MAX_CAS_ATTEMPTS: usize = 20;
+
+/// The longest wait before an attempt, after lost ones ([`backoff`]).
+pub const MAX_CAS_BACKOFF: Duration = Duration::from_millis(128);
+
+/// How long [`update`] waits before attempt `attempt` (from 1; the first
+/// goes at once): a random time up to 1 ms doubled per lost attempt, at
+/// most [`MAX_CAS_BACKOFF`] (full jitter), so writers that collided do not
+/// collide again in lockstep. Twenty attempts then span about a second
+/// (two at most), time for a burst of a few dozen writes of one key.
+fn backoff(attempt: usize) -> Duration {
+    let cap = Duration::from_millis(1 << attempt.min(7)).min(MAX_CAS_BACKOFF);
+    cap.mul_f64(rand::random::<f64>())
+}
 
 /// What `decide` wants done with the key it was shown; `T` is what
 /// [`update`] hands back in [`Updated::value`].
@@ -135,9 +150,9 @@ impl<E: From<StoreError>> CasError<E> {
 
 /// Reads `key` (relative to the store's root), asks `decide` what to do
 /// with it (the [`KeyValue`] read, `None` when absent) and writes by
-/// compare-and-swap, retrying from the read while another writer changed
-/// the key (or a key of the write's extra compares) in between, up to
-/// [`MAX_CAS_ATTEMPTS`] attempts. Each attempt is one [`Store::get`] then,
+/// compare-and-swap, retrying from the read (after [`backoff`]) while
+/// another writer changed the key (or a key of the write's extra compares)
+/// in between, up to [`MAX_CAS_ATTEMPTS`] attempts. Each attempt is one [`Store::get`] then,
 /// for a write, one [`Store::txn`] that puts the key and nothing else.
 ///
 /// Errors: [`CasError::Store`] when the store fails (also a lease that is
@@ -153,7 +168,10 @@ where
     F: FnMut(Option<KeyValue>) -> Fut,
     Fut: Future<Output = Result<Decision<T>, E>>,
 {
-    for _ in 0..MAX_CAS_ATTEMPTS {
+    for attempt in 0..MAX_CAS_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(backoff(attempt)).await;
+        }
         let old = store.get(key).await.map_err(CasError::Store)?;
         let read_at = old.as_ref().map_or(0, |kv| kv.mod_revision);
         let (write, value) = match decide(old).await.map_err(CasError::Decide)? {
@@ -196,7 +214,6 @@ mod tests {
     use super::*;
     use crate::store::{EmbeddedConfig, EmbeddedStore};
     use std::future::ready;
-    use std::time::Duration;
 
     async fn store(dir: &tempfile::TempDir) -> EmbeddedStore {
         EmbeddedStore::open(EmbeddedConfig::new(dir.path().join("s.redb")))
@@ -429,5 +446,27 @@ mod tests {
             Ok::<_, TestError>(Decision::Write(Write::put(v), ()))
         });
         send(&f);
+    }
+
+    /// Many writers of one key at once (a client opening dozens of streams
+    /// on one session): each lands, none runs out of attempts.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn many_writers_at_once_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = std::sync::Arc::new(store(&dir).await);
+        let writers: Vec<_> = (0..32)
+            .map(|_| {
+                let s = s.clone();
+                tokio::spawn(async move { update(&*s, "n", increment).await.map(|u| u.value) })
+            })
+            .collect();
+        let mut lost = 0;
+        for w in writers {
+            if w.await.unwrap().is_err() {
+                lost += 1;
+            }
+        }
+        assert_eq!(lost, 0, "writers that ran out of attempts");
+        assert_eq!(s.get("n").await.unwrap().unwrap().value, b"32");
     }
 }

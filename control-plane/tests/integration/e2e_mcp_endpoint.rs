@@ -3655,5 +3655,15 @@ async fn get_streams_end_beyond_sixteen_and_with_their_session() {
     streams_open(0.0).await;
     let sessions = ok_stdout(&gw.cli(&["sessions", "list"]).await, "sessions list");
     assert!(sessions.contains(&engine_session), "{sessions}");
+    // Forty opened at once on a new session (break-it trial 14): each is
+    // 200 (each writes itself into the session's record; the writes that
+    // collide wait and try again, store::cas::backoff), and sixteen stay
+    // open.
+    let (s, h, r) = post(&base, &path, &JSON_HEADERS, init.to_string()).await;
+    assert_eq!(s, 200, "{r}");
+    let sid = h["mcp-session-id"].to_str().unwrap().to_owned();
+    let burst = futures::future::join_all((0..40).map(|_| get_stream(&base, &path, &sid))).await;
+    streams_open(16.0).await;
+    drop(burst);
     gw.stop().await;
 }
