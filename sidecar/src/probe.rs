@@ -92,7 +92,11 @@ pub async fn run(args: ProbeArgs) -> Result<(), String> {
 
     let work = async {
         let negotiated = upstream.connect().await.map_err(|e| e.to_string())?;
-        let tools = upstream.list_tools().await.map_err(|e| e.to_string())?;
+        let tools = upstream
+            .list_tools()
+            .await
+            .map_err(|e| e.to_string())?
+            .entries;
         let result = match &args.call {
             Some(tool) => Some(
                 upstream

@@ -435,6 +435,7 @@ impl Tasks {
                 } else {
                     match upstream.list_tools().await {
                         Ok(tools) => tools
+                            .entries
                             .into_iter()
                             .find(|t| t.get("name").and_then(Value::as_str) == Some(tool)),
                         Err(_) => None,

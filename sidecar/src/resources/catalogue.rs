@@ -32,17 +32,19 @@ pub struct Lists {
 
 impl Lists {
     /// Lists the resources and the resource templates again (both change
-    /// with `notifications/resources/list_changed`). Returns whether both
-    /// listings worked; a list whose listing failed keeps its entries.
-    pub async fn relist_resources(&mut self, upstream: &Upstream) -> bool {
+    /// with `notifications/resources/list_changed`). Returns, when both
+    /// listings worked, how long both stay fresh (ms, the smaller
+    /// [`pages::Walked::ttl_ms`]); a list whose listing failed keeps its
+    /// entries.
+    pub async fn relist_resources(&mut self, upstream: &Upstream) -> Option<u64> {
         let resources = relist(upstream, pages::RESOURCES, &mut self.resources).await;
         let templates = relist(upstream, pages::RESOURCE_TEMPLATES, &mut self.templates).await;
-        resources && templates
+        Some(resources?.min(templates?))
     }
 
-    /// Lists the prompts again. Returns whether the listing worked; if not,
-    /// the prompts are kept.
-    pub async fn relist_prompts(&mut self, upstream: &Upstream) -> bool {
+    /// Lists the prompts again. Returns, when the listing worked, how long
+    /// the list stays fresh (ms); if not, the prompts are kept.
+    pub async fn relist_prompts(&mut self, upstream: &Upstream) -> Option<u64> {
         relist(upstream, pages::PROMPTS, &mut self.prompts).await
     }
 
@@ -67,15 +69,17 @@ fn texts(entries: &[Value]) -> Vec<String> {
     entries.iter().map(Value::to_string).collect()
 }
 
-/// Lists `list` on `upstream` into `kept` (see the module docs).
-async fn relist(upstream: &Upstream, list: ListMethod, kept: &mut Vec<Value>) -> bool {
+/// Lists `list` on `upstream` into `kept` (see the module docs); when that
+/// worked, how long the list stays fresh (ms; 0 for a list the server does
+/// not implement).
+async fn relist(upstream: &Upstream, list: ListMethod, kept: &mut Vec<Value>) -> Option<u64> {
     let server = upstream.name();
     let method = list.method;
     match upstream.list(list).await {
         Ok(walked) => {
             tracing::debug!(%server, %method, entries = walked.entries.len(), cut = walked.cut, "listed");
             *kept = walked.entries;
-            true
+            Some(walked.ttl_ms)
         }
         Err(UpstreamError::Rpc {
             code: jsonrpc::METHOD_NOT_FOUND,
@@ -83,11 +87,11 @@ async fn relist(upstream: &Upstream, list: ListMethod, kept: &mut Vec<Value>) ->
         }) => {
             tracing::debug!(%server, %method, "the server does not implement the list; it is empty");
             kept.clear();
-            true
+            Some(0)
         }
         Err(e) => {
             tracing::warn!(%server, %method, error = %e, kept = kept.len(), "listing failed; the previous list is kept");
-            false
+            None
         }
     }
 }

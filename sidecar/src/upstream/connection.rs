@@ -231,9 +231,10 @@ impl Connection {
     /// sent). Over 2026-07-28 HTTP, tools with invalid `x-mcp-header`
     /// annotations are left out with a warning (streamable-http, "Schema
     /// Extension").
-    pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
-        let tools = self.list(pages::TOOLS).await?;
-        Ok(self.check_tools(tools.entries))
+    pub async fn list_tools(&self) -> Result<Walked, UpstreamError> {
+        let mut tools = self.list(pages::TOOLS).await?;
+        tools.entries = self.check_tools(std::mem::take(&mut tools.entries));
+        Ok(tools)
     }
 
     /// Every entry of `list`, following every `nextCursor` ([`pages::walk`]:

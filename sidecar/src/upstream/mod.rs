@@ -485,9 +485,10 @@ impl Upstream {
     }
 
     /// Every tool definition, exactly as the server sent them, following
-    /// every `nextCursor` (the page walker, [`pages::walk`]). A server
-    /// without the tools capability has none.
-    pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
+    /// every `nextCursor` (the page walker, [`pages::walk`]), with the
+    /// list's `ttlMs` ([`pages::Walked::ttl_ms`]). A server without the
+    /// tools capability has none.
+    pub async fn list_tools(&self) -> Result<pages::Walked, UpstreamError> {
         let conn = self.connection(Waiting::Always).await?;
         match conn.list_tools().await {
             Err(UpstreamError::SessionExpired { .. }) => {

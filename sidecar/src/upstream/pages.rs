@@ -87,6 +87,12 @@ pub struct Walked {
     pub entries: Vec<Value>,
     /// Whether the list was cut at [`Limits::entries`].
     pub cut: bool,
+    /// How long the list may be taken as fresh, ms (2026-07-28
+    /// server/utilities/caching): the smallest `ttlMs` of its pages, each
+    /// page's own; a page without one (every 2025-11-25 page), or with one
+    /// that is not a whole number of at least 0, counts as 0, immediately
+    /// stale.
+    pub ttl_ms: u64,
 }
 
 /// Walks `list` of `server` to its end: `page(params)` fetches one page,
@@ -109,8 +115,11 @@ where
     let mut walked = Walked::default();
     let mut seen: HashSet<String> = HashSet::new();
     let mut cursor: Option<Value> = None;
+    walked.ttl_ms = u64::MAX;
     for n in 1..=limits.pages {
         let result = page(cursor.take().map(|c| json!({ "cursor": c }))).await?;
+        let ttl = result.get("ttlMs").and_then(Value::as_u64).unwrap_or(0);
+        walked.ttl_ms = walked.ttl_ms.min(ttl);
         let Some(Value::Array(items)) = result.get(list.field) else {
             return Err(UpstreamError::protocol(
                 server,
@@ -200,6 +209,32 @@ mod tests {
                 Some(json!({"cursor": "2"}))
             ]
         );
+    }
+
+    #[test]
+    fn a_list_is_fresh_for_its_shortest_page_ttl() {
+        let walk_of = |pages: Vec<Value>| {
+            let (fetch, _) = server(pages);
+            block_on(walk("s", RESOURCES, Limits::default(), fetch)).unwrap()
+        };
+        let two = walk_of(vec![
+            json!({"resources": [], "ttlMs": 60_000, "nextCursor": "2"}),
+            json!({"resources": [], "ttlMs": 5_000}),
+        ]);
+        assert_eq!(two.ttl_ms, 5_000);
+        // A page without one (2025-11-25), or with a negative or
+        // fractional one, is stale at once.
+        for odd in [json!(null), json!(-1), json!(1.5), json!("60000")] {
+            let mut page = json!({"resources": [], "ttlMs": odd});
+            if odd.is_null() {
+                page.as_object_mut().unwrap().remove("ttlMs");
+            }
+            let walked = walk_of(vec![
+                json!({"resources": [], "ttlMs": 60_000, "nextCursor": "2"}),
+                page,
+            ]);
+            assert_eq!(walked.ttl_ms, 0, "{odd}");
+        }
     }
 
     #[test]

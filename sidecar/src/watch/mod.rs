@@ -13,7 +13,10 @@
 //! (`notifications/tools/list_changed`, `.../resources/list_changed` for
 //! the resources and their templates, `.../prompts/list_changed`), each
 //! list coalesced on its own ([`coalesce`]: at most one re-list per list
-//! per window); hands the tools' output schemas to the shared
+//! per window); re-lists a list that a 2026-07-28 server gave a `ttlMs`
+//! without declaring its `listChanged` when that list turns stale
+//! (server/utilities/caching; [`UpstreamWatcher::fresh_for`]); hands the
+//! tools' output schemas to the shared
 //! [`Catalogue`] (which compiles each on first use); keeps a 2026-07-28 `subscriptions/listen` stream open
 //! opting in to the list changes the server declares ([`listen`]); and
 //! publishes the latest [`UpstreamStatus`] and [`CatalogueSnapshot`] on
@@ -85,6 +88,16 @@ pub const TOOLS_RETRY_MAX: Duration = Duration::from_secs(30);
 /// as failed: the watcher waits for it, as for [`STAGE_E_LIST_LIMIT`].
 pub const TOOLS_LIST_LIMIT: Duration = Duration::from_secs(30);
 
+/// How many coalescing windows a list given a `ttlMs` (and no
+/// `listChanged`) stays at least between two re-lists: a shorter `ttlMs`
+/// counts as this long (10 s with the default window).
+pub const TTL_RELIST_MIN_WINDOWS: u32 = 5;
+
+/// The longest wait between two re-lists of a list given a `ttlMs`, after
+/// failed ones (the wait doubles with each failure), unless its `ttlMs`
+/// is longer.
+pub const TTL_RELIST_BACKOFF_MAX: Duration = Duration::from_secs(3600);
+
 /// Starts following `upstream` (see the module docs) with a private
 /// catalogue and the default coalescing window. The task ends when the
 /// upstream session is shut down.
@@ -117,6 +130,8 @@ pub fn watch_upstream_with(
             tools_retry: None,
             lists: Lists::default(),
             listener: None,
+            stale: [None; 3],
+            ttl_floor: window * TTL_RELIST_MIN_WINDOWS,
         }
         .run(),
     );
@@ -190,6 +205,14 @@ struct UpstreamWatcher {
     /// connection, and where it says it reopened the stream (so changes
     /// missed meanwhile are caught by a re-list).
     listener: Option<(AbortOnDropHandle<()>, mpsc::UnboundedReceiver<()>)>,
+    /// One per [`List`]: when a list that is fresh for a while (its
+    /// `ttlMs`, on a 2026-07-28 server that does not declare its
+    /// `listChanged`) turns stale and is listed again, and the wait that
+    /// led there ([`UpstreamWatcher::fresh_for`]).
+    stale: [Option<(Instant, Duration)>; 3],
+    /// The shortest wait for [`UpstreamWatcher::stale`]
+    /// ([`TTL_RELIST_MIN_WINDOWS`] coalescing windows).
+    ttl_floor: Duration,
 }
 
 type ConnectFuture = BoxFuture<'static, Result<(), UpstreamError>>;
@@ -211,8 +234,41 @@ impl UpstreamWatcher {
     fn due_at(&self, list: List) -> Option<Instant> {
         match (list, self.tools_retry) {
             (List::Tools, Some((at, _))) => Some(at),
-            _ => self.coalescers[list.index()].deadline(),
+            _ => {
+                let changed = self.coalescers[list.index()].deadline();
+                let stale = self.stale[list.index()].map(|(at, _)| at);
+                changed.into_iter().chain(stale).min()
+            }
         }
+    }
+
+    /// After `list` was listed (`Some`: how long the server says it is
+    /// fresh, ms) or failed to be (`None`), when to list it again on its
+    /// own (server/utilities/caching: "A server MAY provide ttlMs without
+    /// advertising listChanged: true. In this case, the client relies
+    /// entirely on TTL-based freshness"): only on a 2026-07-28 server that
+    /// does not declare the list's `listChanged` and gave a `ttlMs` above
+    /// 0. Then after the `ttlMs`, at least [`UpstreamWatcher::ttl_floor`],
+    /// plus up to a tenth more at random (the spec asks for jitter); after
+    /// a failure, twice the last wait, up to [`TTL_RELIST_BACKOFF_MAX`].
+    fn fresh_for(&mut self, list: List, listed: Option<u64>) {
+        let slot = &mut self.stale[list.index()];
+        let wait = match (listed, *slot) {
+            (Some(ttl), _) => {
+                let by_ttl = self.upstream.negotiated().is_some_and(|n| {
+                    n.era == Era::Modern && !n.declares_list_changed(list.capability())
+                });
+                if !by_ttl || ttl == 0 {
+                    *slot = None;
+                    return;
+                }
+                Duration::from_millis(ttl).max(self.ttl_floor)
+            }
+            (None, Some((_, last))) => (last * 2).min(TTL_RELIST_BACKOFF_MAX.max(last)),
+            (None, None) => return,
+        };
+        let jitter = wait.mul_f64(rand::random::<f64>() / 10.0);
+        *slot = Some((Instant::now() + wait + jitter, wait));
     }
 
     /// The earliest re-list due, if any.
@@ -338,6 +394,7 @@ impl UpstreamWatcher {
             self.listener = None;
             self.tools = None;
             self.tools_retry = None;
+            self.stale = [None; 3];
             self.catalogue.send_if_modified(|c| c.take().is_some());
             if let Some(e) = link.last_error {
                 self.set_status("down", e);
@@ -402,7 +459,8 @@ impl UpstreamWatcher {
                         }),
                     };
                 match listed {
-                    Ok(tools) => {
+                    Ok(walked) => {
+                        let tools = walked.entries;
                         if self.compiled.update(upstream.name(), &tools) {
                             tracing::debug!(server = %upstream.name(), "new tool list: output schemas taken");
                         }
@@ -411,6 +469,7 @@ impl UpstreamWatcher {
                         if !self.status.borrow().last_error.is_empty() {
                             self.set_status("connected", String::new());
                         }
+                        self.fresh_for(List::Tools, Some(walked.ttl_ms));
                     }
                     // Gone with its connection (the link's change follows
                     // and reconnects): said until a listing works.
@@ -447,21 +506,19 @@ impl UpstreamWatcher {
             List::Resources | List::Prompts if upstream.negotiated().is_none() => {}
             List::Resources => {
                 let relist = self.lists.relist_resources(upstream);
-                if tokio::time::timeout(STAGE_E_LIST_LIMIT, relist)
-                    .await
-                    .is_err()
-                {
+                let listed = tokio::time::timeout(STAGE_E_LIST_LIMIT, relist).await;
+                if listed.is_err() {
                     tracing::warn!(server = %upstream.name(), limit_s = STAGE_E_LIST_LIMIT.as_secs(), "listing resources took too long; keeping the previous lists");
                 }
+                self.fresh_for(List::Resources, listed.ok().flatten());
             }
             List::Prompts => {
                 let relist = self.lists.relist_prompts(upstream);
-                if tokio::time::timeout(STAGE_E_LIST_LIMIT, relist)
-                    .await
-                    .is_err()
-                {
+                let listed = tokio::time::timeout(STAGE_E_LIST_LIMIT, relist).await;
+                if listed.is_err() {
                     tracing::warn!(server = %upstream.name(), limit_s = STAGE_E_LIST_LIMIT.as_secs(), "listing prompts took too long; keeping the previous list");
                 }
+                self.fresh_for(List::Prompts, listed.ok().flatten());
             }
         }
     }

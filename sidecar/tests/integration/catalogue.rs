@@ -2,7 +2,8 @@
 //! 10,000 notifications in 1 s causes one re-list per window, and a server
 //! that answers every `tools/list` with another notification cannot make
 //! the sidecar re-list more than once per window. Checked through the
-//! metrics.
+//! metrics. And a 2026-07-28 server (`mrtr_stub.py`) whose tool list has a
+//! `ttlMs` and no `listChanged` is listed again when the list turns stale.
 
 use crate::common::{harness, stub};
 use serde_json::json;
@@ -65,8 +66,11 @@ async fn a_server_answering_each_list_with_a_notification_cannot_loop() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_tool_listing_is_shown_and_tried_again_with_backoff() {
     let started = Instant::now();
-    let (upstream, mut view, _watcher) =
-        watched_storm(&[("STUB_FAIL_LISTS", "2")], Duration::from_millis(300));
+    let (upstream, mut view, _watcher) = watched(
+        "storm.py",
+        &[("STUB_FAIL_LISTS", "2")],
+        Duration::from_millis(300),
+    );
     let status = tokio::time::timeout(
         Duration::from_secs(10),
         view.status.wait_for(|s| !s.last_error.is_empty()),
@@ -91,13 +95,7 @@ async fn a_failed_tool_listing_is_shown_and_tried_again_with_backoff() {
         status.last_error
     );
     assert!(view.catalogue.borrow().is_none(), "nothing published yet");
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        view.catalogue.wait_for(Option::is_some),
-    )
-    .await
-    .expect("the third listing is published")
-    .unwrap();
+    published(&mut view, "the third listing is published").await;
     let took = started.elapsed();
     // Two waits: 1 s, then 2 s.
     assert!(took >= Duration::from_secs(3), "published after {took:?}");
@@ -111,7 +109,8 @@ async fn a_failed_tool_listing_is_shown_and_tried_again_with_backoff() {
 /// not once per coalescing window.
 #[tokio::test(flavor = "multi_thread")]
 async fn list_changes_during_failed_listings_wait_for_the_retry() {
-    let (upstream, _view, _watcher) = watched_storm(
+    let (upstream, _view, _watcher) = watched(
+        "storm.py",
         &[("STUB_FAIL_LISTS", "1000"), ("STUB_NOTIFY_ON_LIST", "1")],
         Duration::from_millis(200),
     );
@@ -132,8 +131,11 @@ async fn list_changes_during_failed_listings_wait_for_the_retry() {
 /// tools are listed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_that_exits_at_each_listing_always_has_a_reason() {
-    let (upstream, mut view, _watcher) =
-        watched_storm(&[("STUB_EXIT_ON_LIST", "1")], Duration::from_millis(200));
+    let (upstream, mut view, _watcher) = watched(
+        "storm.py",
+        &[("STUB_EXIT_ON_LIST", "1")],
+        Duration::from_millis(200),
+    );
     tokio::time::timeout(
         Duration::from_secs(10),
         view.status.wait_for(|s| !s.last_error.is_empty()),
@@ -159,9 +161,10 @@ async fn a_server_that_exits_at_each_listing_always_has_a_reason() {
     upstream.shutdown(Duration::from_secs(2)).await;
 }
 
-/// `storm.py` with `env`, its upstream session, and a watcher of its own
-/// (coalescing `window`); the watcher task ends with the session.
-fn watched_storm(
+/// The stub `script` with `env`, its upstream session, and a watcher of
+/// its own (coalescing `window`); the watcher task ends with the session.
+fn watched(
+    script: &str,
     env: &[(&str, &str)],
     window: Duration,
 ) -> (
@@ -170,7 +173,7 @@ fn watched_storm(
     tokio::task::JoinHandle<()>,
 ) {
     use switchyard_sidecar::upstream::{TransportConfig, Upstream, UpstreamMetrics};
-    let mut config = stub("storm.py");
+    let mut config = stub(script);
     if let TransportConfig::Stdio(s) = &mut config.transport {
         for (k, v) in env {
             s.env.insert((*k).into(), (*v).into());
@@ -183,4 +186,80 @@ fn watched_storm(
         window,
     );
     (upstream, view, watcher)
+}
+
+/// The tool names of the watcher's latest catalogue.
+fn listed(view: &switchyard_sidecar::watch::UpstreamView) -> Vec<String> {
+    view.catalogue
+        .borrow()
+        .as_ref()
+        .map(|c| {
+            c.tools_json
+                .iter()
+                .filter_map(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// server/utilities/caching: a 2026-07-28 server that gives its tool list
+/// a `ttlMs` and does not declare `listChanged` is relied on for freshness
+/// by its TTL: the list is listed again once stale (1.5 s here, plus up to
+/// a tenth), not sooner and not once per coalescing window; a server that
+/// declares `listChanged` is left to its notifications.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_list_with_a_ttl_and_no_list_changed_is_listed_again_when_stale() {
+    let window = Duration::from_millis(200);
+    let started = Instant::now();
+    let (upstream, mut view, _watcher) =
+        watched("mrtr_stub.py", &[("STUB_TTL_MS", "1500")], window);
+    published(&mut view, "the first listing").await;
+    assert!(
+        listed(&view).contains(&"listing_1".to_owned()),
+        "{:?}",
+        listed(&view)
+    );
+    let first = started.elapsed();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        view.catalogue.wait_for(|c| {
+            c.as_ref()
+                .is_some_and(|c| c.tools_json.iter().any(|t| t.contains("listing_2")))
+        }),
+    )
+    .await
+    .expect("listed again once stale")
+    .unwrap();
+    let again = started.elapsed() - first;
+    assert!(
+        again >= Duration::from_millis(1400),
+        "listed again after {again:?}"
+    );
+    // About one listing per 1.5 s from then on, not one per 200 ms window.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let refreshes = upstream.metrics().refreshes();
+    assert!((3..=5).contains(&refreshes), "{refreshes} listings");
+    upstream.shutdown(Duration::from_secs(2)).await;
+
+    let (upstream, mut view, _watcher) = watched(
+        "mrtr_stub.py",
+        &[("STUB_TTL_MS", "500"), ("STUB_LIST_CHANGED", "1")],
+        window,
+    );
+    published(&mut view, "the first listing").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(upstream.metrics().refreshes(), 1, "{:?}", listed(&view));
+    upstream.shutdown(Duration::from_secs(2)).await;
+}
+
+/// Waits (10 s at most) for the watcher's first catalogue; `what` names it.
+async fn published(view: &mut switchyard_sidecar::watch::UpstreamView, what: &str) {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        view.catalogue.wait_for(Option::is_some),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{what}: not within 10 s"))
+    .unwrap();
 }

@@ -142,7 +142,8 @@ async fn json_and_sse_answers_with_charset_parameters() {
         .expect("connect in SSE mode");
     let tools = within("list_tools", STEP, up.list_tools())
         .await
-        .expect("list_tools over SSE");
+        .expect("list_tools over SSE")
+        .entries;
     assert!(tools.iter().any(|t| t["name"] == "echo_sse"), "{tools:?}");
     echo_ok(&up, message).await;
 }
@@ -595,7 +596,8 @@ async fn reference_server_in_both_eras() {
         // Pages of 3: all six only if every nextCursor is followed.
         let tools = within("list_tools", STEP, up.list_tools())
             .await
-            .unwrap_or_else(|e| panic!("{era_arg}: {e}"));
+            .unwrap_or_else(|e| panic!("{era_arg}: {e}"))
+            .entries;
         let mut names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
         names.sort_unstable();
         assert_eq!(

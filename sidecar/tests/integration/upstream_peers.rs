@@ -101,7 +101,7 @@ async fn check_everything(up: &Upstream) {
     assert_eq!(negotiated.protocol_version, "2025-11-25");
     assert_eq!(negotiated.server_info["name"], "mcp-servers/everything");
 
-    let tools = within(up.list_tools()).await.unwrap();
+    let tools = within(up.list_tools()).await.unwrap().entries;
     let listed = names(&tools);
     for expected in [
         "echo",
@@ -201,7 +201,7 @@ async fn python_sdk_server_over_stdio_in_both_eras() {
         let negotiated = within(up.connect()).await.unwrap();
         assert_eq!(negotiated.era, expected);
         assert_eq!(negotiated.server_info["name"], "switchyard-python-peer");
-        let tools = within(up.list_tools()).await.unwrap();
+        let tools = within(up.list_tools()).await.unwrap().entries;
         assert_eq!(names(&tools), vec!["shout", "weather"]);
         let weather = tools.iter().find(|t| t["name"] == "weather").unwrap();
         assert_eq!(
@@ -243,7 +243,7 @@ async fn reference_server_over_stdio_in_both_eras() {
         assert_eq!(negotiated.era, expected, "--era {era}");
         assert_eq!(negotiated.protocol_version, version);
         // Six tools over pages of three: every nextCursor was followed.
-        let tools = within(up.list_tools()).await.unwrap();
+        let tools = within(up.list_tools()).await.unwrap().entries;
         let mut listed = names(&tools);
         listed.sort();
         assert_eq!(

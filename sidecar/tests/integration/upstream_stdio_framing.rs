@@ -104,7 +104,7 @@ async fn noisy_stdout_lines_are_skipped_and_counted() {
     let negotiated = within(up.connect()).await.unwrap();
     assert_eq!(negotiated.server_info["name"], "noisy-stdout");
 
-    let tools = within(up.list_tools()).await.unwrap();
+    let tools = within(up.list_tools()).await.unwrap().entries;
     assert_eq!(tools.len(), 1, "{tools:?}");
     assert_eq!(tools[0]["name"], "echo");
     for i in 0..5 {
@@ -484,7 +484,10 @@ async fn a_server_without_tools_has_an_empty_tool_list() {
         json!({"prompts": {}, "resources": {}})
     );
 
-    assert_eq!(within(up.list_tools()).await.unwrap(), Vec::<Value>::new());
+    assert_eq!(
+        within(up.list_tools()).await.unwrap().entries,
+        Vec::<Value>::new()
+    );
 
     let prompts = within(up.request("prompts/list", None)).await.unwrap();
     assert_eq!(prompts["prompts"][0]["name"], "greeting");

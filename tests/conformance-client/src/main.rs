@@ -124,7 +124,11 @@ async fn run() -> Result<()> {
 }
 
 async fn scenario_steps(upstream: &Upstream, scenario: &str, context: &Value) -> Result<()> {
-    let tools = upstream.list_tools().await.map_err(|e| e.to_string())?;
+    let tools = upstream
+        .list_tools()
+        .await
+        .map_err(|e| e.to_string())?
+        .entries;
     match scenario {
         "tools_call" => {
             call(upstream, "add_numbers", json!({"a": 2, "b": 3})).await?;

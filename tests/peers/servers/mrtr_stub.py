@@ -24,8 +24,15 @@ Prompts: `prompts/get` {name: "confirm"} asks one elicitation, then returns
 a user message whose text is the JSON of the answer.
 Resources: `resources/read` {uri: "stub://roots"} asks roots/list once, then
 returns the roots as JSON text.
+
+Environment: STUB_TTL_MS=N gives `tools/list` results `ttlMs` N (and
+`cacheScope` "public"), and the list one more tool, `listing_<n>`, n being
+how many times the tools were listed (so each listing is seen); with
+STUB_LIST_CHANGED=1 the server declares `tools.listChanged` too (it never
+sends the notification).
 """
 import json
+import os
 
 from mcpstub import RpcError, Server
 
@@ -63,8 +70,11 @@ def asking(requests, st=None):
 
 class Stub(Server):
     def __init__(self):
-        super().__init__("mrtr-stub", capabilities={"tools": {}, "prompts": {}, "resources": {}})
+        tools = {"listChanged": True} if os.environ.get("STUB_LIST_CHANGED") == "1" else {}
+        super().__init__("mrtr-stub", capabilities={"tools": tools, "prompts": {}, "resources": {}})
         self.rounds = []
+        self.ttl = os.environ.get("STUB_TTL_MS")
+        self.listings = 0
         self.methods.update({
             "server/discover": lambda ctx: complete({
                 "supportedVersions": [VERSION],
@@ -110,7 +120,12 @@ class Stub(Server):
 
     def list_tools(self, ctx):
         names = ["reask", "sampling", "forever", "state_only"]
-        return complete({"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in names]})
+        result = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in names]}
+        if self.ttl is not None:
+            self.listings += 1
+            result["tools"].append({"name": f"listing_{self.listings}", "inputSchema": {"type": "object"}})
+            result.update({"ttlMs": int(self.ttl), "cacheScope": "public"})
+        return complete(result)
 
     def get_prompt(self, ctx):
         params = ctx.msg.get("params") or {}
