@@ -445,6 +445,12 @@ impl UpstreamWatcher {
     /// Lists `list` again (the caller publishes).
     async fn refresh(&mut self, list: List) {
         self.coalescers[list.index()].refreshing();
+        // A stale list being listed is not due again until this listing
+        // says (`fresh_for`); one that cannot be listed now (no connection)
+        // waits its last wait again instead of coming due at once.
+        if let Some((_, last)) = self.stale[list.index()] {
+            self.stale[list.index()] = Some((Instant::now() + last, last));
+        }
         let upstream = &self.upstream;
         match list {
             List::Tools => {
