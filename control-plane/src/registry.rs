@@ -51,6 +51,9 @@ pub struct Registry {
     /// Seals servers' secret values at rest ([`secrets`]); `None`: they
     /// are stored as given.
     ring: Option<std::sync::Arc<crate::oauth::KeyRing>>,
+    /// This replica's writers of one MCP session record take turns
+    /// ([`crate::store::cas::Turns`]).
+    mcp_session_turns: std::sync::Arc<crate::store::cas::Turns>,
 }
 
 impl Registry {
@@ -61,6 +64,7 @@ impl Registry {
             store,
             cancels: Default::default(),
             ring: None,
+            mcp_session_turns: Default::default(),
         }
     }
 
@@ -584,6 +588,9 @@ impl Registry {
     {
         let key = crate::model::mcp_session::key(id);
         let change = &change;
+        // A session's GET streams and its logging/setLevel requests write
+        // its record at once, on this replica mostly.
+        let _turn = self.mcp_session_turns.take(&key).await;
         let updated = cas::update(&self.store, &key, |old| async move {
             let current = old.and_then(|kv| {
                 serde_json::from_slice::<crate::model::mcp_session::McpSessionRecord>(&kv.value)

@@ -558,11 +558,45 @@ pub async fn read_body(
 }
 
 /// Whether `body` is one JSON value in UTF-8, read for its syntax alone:
-/// numbers of any size, nesting of any depth (`IgnoredAny` skips strings
-/// without checking their bytes, hence the UTF-8 check first).
+/// numbers of any size, nesting of any depth. `IgnoredAny` skips strings
+/// without checking their bytes or their `\u` escapes, hence the UTF-8
+/// check first and the lone surrogates after (serde_json refuses both).
 pub fn is_json(body: &[u8]) -> bool {
     std::str::from_utf8(body).is_ok()
         && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+        && !has_lone_surrogate(body)
+}
+
+/// Whether a string of `json` (JSON text) escapes half of a UTF-16
+/// surrogate pair alone (`"\ud800"`, or a low half first).
+fn has_lone_surrogate(json: &[u8]) -> bool {
+    let unit = |at: usize| -> Option<u16> {
+        let hex = json.get(at..at + 6)?;
+        if hex[0] != b'\\' || hex[1] != b'u' {
+            return None;
+        }
+        u16::from_str_radix(std::str::from_utf8(&hex[2..]).ok()?, 16).ok()
+    };
+    let (mut i, mut in_string) = (0, false);
+    while i < json.len() {
+        match json[i] {
+            b'"' => in_string = !in_string,
+            b'\\' if in_string => match unit(i) {
+                Some(0xD800..=0xDBFF) => {
+                    if !matches!(unit(i + 6), Some(0xDC00..=0xDFFF)) {
+                        return true;
+                    }
+                    i += 12;
+                    continue;
+                }
+                Some(0xDC00..=0xDFFF) => return true,
+                _ => i += 1,
+            },
+            _ => {}
+        }
+        i += 1;
+    }
+    false
 }
 
 /// Parses the one message of a POST. Errors (400): not JSON (-32700); a
@@ -1186,5 +1220,19 @@ mod tests {
         let e = parse(b"[1e400,\"\xff\"]").unwrap_err();
         assert_eq!(e.code, PARSE_ERROR, "{}", e.message);
         assert!(is_json(deep.as_bytes()) && is_json(b"[1e400]"));
+        // Nor is a lone surrogate after the number (trial 15), whichever
+        // half; a pair, or an escaped backslash before a `u`, is JSON.
+        for body in [
+            &br#"[1e400,"\ud800"]"#[..],
+            br#"[1e400,"\udc00x"]"#,
+            br#"[1e400,"\ud800\u0041"]"#,
+        ] {
+            let e = parse(body).unwrap_err();
+            assert_eq!(e.code, PARSE_ERROR, "{}", e.message);
+        }
+        for body in [&br#"[1e400,"\ud83d\ude82"]"#[..], br#"[1e400,"\\ud800"]"#] {
+            let e = parse(body).unwrap_err();
+            assert_eq!(e.code, INVALID_REQUEST, "{}", e.message);
+        }
     }
 }

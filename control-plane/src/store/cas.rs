@@ -34,7 +34,9 @@
 //! ```
 
 use super::{Compare, KeyValue, LeaseId, Op, Revision, Store, StoreError, Txn};
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// How many times [`update`] reads, decides and tries its transaction
@@ -52,6 +54,38 @@ pub const MAX_CAS_BACKOFF: Duration = Duration::from_millis(128);
 fn backoff(attempt: usize) -> Duration {
     let cap = Duration::from_millis(1 << attempt.min(7)).min(MAX_CAS_BACKOFF);
     cap.mul_f64(rand::random::<f64>())
+}
+
+/// Writers of one key in this process taking turns: [`Turns::take`] waits
+/// for the key's turn, held until the guard drops. An [`update`] made in
+/// its turn loses only to writers in other processes, so a burst of writes
+/// of one hot key (an MCP session's record: its GET streams, its logging
+/// level) all land however many there are, where [`backoff`] alone fits
+/// a few dozen in the attempts.
+#[derive(Debug, Default)]
+pub struct Turns {
+    keys: std::sync::Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl Turns {
+    /// Waits for `key`'s turn (fair: first come, first served).
+    pub async fn take(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = {
+            let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            if keys.len() >= 64 {
+                keys.retain(|_, t| t.strong_count() > 0);
+            }
+            match keys.get(key).and_then(Weak::upgrade) {
+                Some(turn) => turn,
+                None => {
+                    let turn = Arc::new(tokio::sync::Mutex::new(()));
+                    keys.insert(key.to_owned(), Arc::downgrade(&turn));
+                    turn
+                }
+            }
+        };
+        turn.lock_owned().await
+    }
 }
 
 /// What `decide` wants done with the key it was shown; `T` is what
@@ -468,5 +502,37 @@ mod tests {
         }
         assert_eq!(lost, 0, "writers that ran out of attempts");
         assert_eq!(s.get("n").await.unwrap().unwrap().value, b"32");
+    }
+
+    /// Writers that take turns never collide: one attempt each.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn writers_taking_turns_never_collide() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = std::sync::Arc::new(store(&dir).await);
+        let turns = std::sync::Arc::new(Turns::default());
+        let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let writers: Vec<_> = (0..100)
+            .map(|_| {
+                let (s, turns, attempts) = (s.clone(), turns.clone(), attempts.clone());
+                tokio::spawn(async move {
+                    let _turn = turns.take("n").await;
+                    update(&*s, "n", |old| {
+                        attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        increment(old)
+                    })
+                    .await
+                    .map(|u| u.value)
+                })
+            })
+            .collect();
+        for w in writers {
+            w.await.unwrap().unwrap();
+        }
+        assert_eq!(s.get("n").await.unwrap().unwrap().value, b"100");
+        assert_eq!(attempts.load(std::sync::atomic::Ordering::Relaxed), 100);
+        // Other keys are not held up by one that is in use.
+        let _held = turns.take("n").await;
+        let other = tokio::time::timeout(Duration::from_secs(1), turns.take("m")).await;
+        assert!(other.is_ok());
     }
 }

@@ -3655,14 +3655,26 @@ async fn get_streams_end_beyond_sixteen_and_with_their_session() {
     streams_open(0.0).await;
     let sessions = ok_stdout(&gw.cli(&["sessions", "list"]).await, "sessions list");
     assert!(sessions.contains(&engine_session), "{sessions}");
-    // Forty opened at once on a new session (break-it trial 14): each is
-    // 200 (each writes itself into the session's record; the writes that
-    // collide wait and try again, store::cas::backoff), and sixteen stay
-    // open.
+    // Forty opened at once on a new session, with forty logging/setLevel
+    // (break-it trials 14 and 15): each is 200 (each writes the session's
+    // record; this replica's writers take turns, store::cas::Turns, and
+    // writers elsewhere back off, cas::backoff), and sixteen stay open.
     let (s, h, r) = post(&base, &path, &JSON_HEADERS, init.to_string()).await;
     assert_eq!(s, 200, "{r}");
     let sid = h["mcp-session-id"].to_str().unwrap().to_owned();
-    let burst = futures::future::join_all((0..40).map(|_| get_stream(&base, &path, &sid))).await;
+    let set_level = |n: u32| {
+        let (base, path, sid) = (base.clone(), path.clone(), sid.clone());
+        async move {
+            let set = json!({"jsonrpc": "2.0", "id": n, "method": "logging/setLevel", "params": {"level": "info"}});
+            let (status, _, r) = post(&base, &path, &legacy_headers(&sid), set.to_string()).await;
+            assert_eq!((status, &r["result"]), (200, &json!({})), "{r}");
+        }
+    };
+    let (burst, _) = futures::future::join(
+        futures::future::join_all((0..40).map(|_| get_stream(&base, &path, &sid))),
+        futures::future::join_all((0..40).map(set_level)),
+    )
+    .await;
     streams_open(16.0).await;
     drop(burst);
     gw.stop().await;

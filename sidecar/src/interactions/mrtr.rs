@@ -135,13 +135,20 @@ pub async fn answer_inputs(
         }
     }
     // Asked at once: the control plane puts them to its client together.
-    let together = Together::of(asks.len());
+    // Only questions that become interactions count: roots of a client
+    // that does not answer them itself are the call's own, and a call
+    // without a session is declined (a group waiting for them would wait
+    // in vain).
+    let opens = |kind: InteractionKind| {
+        !context.session_id.is_empty() && (kind != InteractionKind::Roots || context.asks_roots())
+    };
+    let together = Together::of(asks.iter().filter(|(_, kind, _)| opens(*kind)).count());
     let together = together.as_ref();
     let answers =
         futures::future::join_all(asks.into_iter().map(|(key, kind, params)| async move {
             let asked = Asked {
                 key: &key,
-                together,
+                together: together.filter(|_| opens(kind)),
             };
             let answer = match kind {
                 InteractionKind::Roots => roots::list(relay, context, params, asked).await,

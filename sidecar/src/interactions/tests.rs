@@ -170,4 +170,13 @@ async fn questions_asked_at_once_are_sent_as_one_group() {
         .await
         .unwrap();
     assert_eq!(one["a"]["content"]["together"], Value::Null);
+    // Roots the call answers itself (its client does not) are no question:
+    // the form is asked alone, not held for a roots question that never
+    // opens (break-it trial 15).
+    let with_roots = json!({"a": form, "r": {"method": "roots/list"}});
+    let mixed = mrtr::answer_inputs(&r, &with_roots, &ctx("x"))
+        .await
+        .unwrap();
+    assert_eq!(mixed["a"]["content"]["together"], Value::Null, "{mixed}");
+    assert_eq!(mixed["r"], json!({"roots": [{"uri": "file:///x"}]}));
 }
